@@ -1,0 +1,25 @@
+"""Bridges between sync and async code.
+
+``run_sync`` lets every sync twin (``Agent.run``, ``Tool.invoke``) work whether or not the caller is
+already inside a running event loop: in that case the coroutine runs on a private loop in a worker
+thread instead of failing with "asyncio.run() cannot be called from a running event loop".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code and return its result."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-sync") as pool:
+        return pool.submit(asyncio.run, coro).result()

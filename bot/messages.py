@@ -1,0 +1,155 @@
+"""Chat messages exchanged between users, the LLM and tools.
+
+The vocabulary follows Haystack's dataclasses (``ChatRole``, ``ToolCall``, ``ToolCallResult``,
+``ChatMessage``) so that its users feel at home. Every message receives a stable id in
+``meta["id"]`` at creation; stores use it to make writes idempotent.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class ChatRole(str, Enum):
+    """Who authored a message."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def new_id() -> str:
+    """Return a fresh, unguessable identifier (hex UUID4)."""
+    return uuid.uuid4().hex
+
+
+@dataclass
+class ToolCall:
+    """A tool invocation requested by the LLM.
+
+    >>> ToolCall(tool_name="delete_file", arguments={"path": "a.txt"}, id="call_1")
+    """
+
+    tool_name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise to plain JSON-compatible data."""
+        return {"tool_name": self.tool_name, "arguments": copy.deepcopy(self.arguments), "id": self.id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        """Inverse of :meth:`to_dict`."""
+        return cls(tool_name=data["tool_name"], arguments=dict(data.get("arguments") or {}), id=data.get("id"))
+
+
+@dataclass
+class ToolCallResult:
+    """The outcome of one tool call, tied to the call that produced it."""
+
+    result: str
+    origin: ToolCall
+    error: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise to plain JSON-compatible data."""
+        return {"result": self.result, "origin": self.origin.to_dict(), "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCallResult:
+        """Inverse of :meth:`to_dict`."""
+        return cls(result=data["result"], origin=ToolCall.from_dict(data["origin"]), error=bool(data["error"]))
+
+
+@dataclass
+class ChatMessage:
+    """One message of a conversation.
+
+    Build messages with the ``from_*`` constructors; they assign ``meta["id"]``.
+    """
+
+    role: ChatRole
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_result: ToolCallResult | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.role = ChatRole(self.role)
+        self.meta.setdefault("id", new_id())
+
+    @property
+    def id(self) -> str:
+        """The message's stable id (``meta["id"]``)."""
+        return self.meta["id"]
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        """The first tool call, or ``None``."""
+        return self.tool_calls[0] if self.tool_calls else None
+
+    def is_from(self, role: ChatRole | str) -> bool:
+        """Whether this message has the given role."""
+        return self.role == ChatRole(role)
+
+    @classmethod
+    def from_user(cls, text: str, meta: dict[str, Any] | None = None) -> ChatMessage:
+        """A message written by a human."""
+        return cls(role=ChatRole.USER, text=text, meta=dict(meta or {}))
+
+    @classmethod
+    def from_system(cls, text: str, meta: dict[str, Any] | None = None) -> ChatMessage:
+        """A system prompt."""
+        return cls(role=ChatRole.SYSTEM, text=text, meta=dict(meta or {}))
+
+    @classmethod
+    def from_assistant(
+        cls,
+        text: str | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> ChatMessage:
+        """A reply of the LLM: text, tool calls, or both."""
+        return cls(role=ChatRole.ASSISTANT, text=text, tool_calls=list(tool_calls or []), meta=dict(meta or {}))
+
+    @classmethod
+    def from_tool(
+        cls, tool_result: str, origin: ToolCall, error: bool = False, meta: dict[str, Any] | None = None
+    ) -> ChatMessage:
+        """The result of running ``origin``."""
+        return cls(
+            role=ChatRole.TOOL,
+            tool_call_result=ToolCallResult(result=tool_result, origin=origin, error=error),
+            meta=dict(meta or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise losslessly to JSON-compatible data."""
+        return {
+            "role": self.role.value,
+            "text": self.text,
+            "tool_calls": [tc.to_dict() for tc in self.tool_calls],
+            "tool_call_result": self.tool_call_result.to_dict() if self.tool_call_result else None,
+            "meta": copy.deepcopy(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChatMessage:
+        """Inverse of :meth:`to_dict`; the message keeps its id."""
+        result = data.get("tool_call_result")
+        return cls(
+            role=ChatRole(data["role"]),
+            text=data.get("text"),
+            tool_calls=[ToolCall.from_dict(tc) for tc in data.get("tool_calls") or []],
+            tool_call_result=ToolCallResult.from_dict(result) if result else None,
+            meta=copy.deepcopy(data.get("meta") or {}),
+        )
