@@ -1,0 +1,80 @@
+"""The ``{"type": "module.Class", "init_parameters": {...}}`` shape every HITL component serialises to.
+
+Policies, UIs and strategies are stored inside agent configurations and snapshots; a component is
+rebuilt by importing its class from ``type`` and calling that class's ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def class_path(cls: type) -> str:
+    """The dotted import path of ``cls``.
+
+    >>> class_path(dict)
+    'builtins.dict'
+    """
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def default_to_dict(obj: Any, **init_parameters: Any) -> dict[str, Any]:
+    """Serialise ``obj`` as its class path plus the given constructor arguments.
+
+    >>> default_to_dict(AlwaysAskPolicy())
+    {'type': 'bot.hitl.policies.AlwaysAskPolicy', 'init_parameters': {}}
+    """
+    return {"type": class_path(type(obj)), "init_parameters": init_parameters}
+
+
+def default_from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build ``cls`` from the ``init_parameters`` of ``data``; a ``type`` naming another class is refused."""
+    declared = data.get("type")
+    if declared is not None and declared != class_path(cls):
+        raise ValueError(f"Cannot build {class_path(cls)} from data of type {declared!r}.")
+    return cls(**(data.get("init_parameters") or {}))
+
+
+def import_class(path: str) -> type:
+    """Import the class named by a dotted ``module.Class`` path (the class may be nested)."""
+    parts = path.split(".")
+    # The module part is the longest importable prefix; what follows are attributes.
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and not module_name.startswith(exc.name):
+                raise  # the module exists but one of its own imports is missing
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            raise ImportError(f"Cannot import {path!r}: no attribute {attr!r} in {module_name!r}.") from None
+        if not isinstance(obj, type):
+            raise TypeError(f"{path!r} is not a class.")
+        return obj
+    raise ImportError(f"Cannot import {path!r}: expected a dotted 'module.Class' path.")
+
+
+def component_to_dict(obj: Any) -> dict[str, Any]:
+    """Serialise a policy, UI or strategy through its own ``to_dict``, in the common shape."""
+    to_dict = getattr(obj, "to_dict", None)
+    if not callable(to_dict):
+        raise TypeError(f"{type(obj).__name__} cannot be serialised: it has no to_dict().")
+    return {"type": class_path(type(obj)), "init_parameters": to_dict().get("init_parameters", {})}
+
+
+def component_from_dict(data: dict[str, Any]) -> Any:
+    """Inverse of :func:`component_to_dict`: import the class named by ``type`` and call its ``from_dict``."""
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ValueError("A serialised component needs a 'type' naming its class.")
+    cls = import_class(data["type"])
+    from_dict = getattr(cls, "from_dict", None)
+    if not callable(from_dict):
+        raise TypeError(f"{data['type']} cannot be deserialised: it has no from_dict().")
+    return from_dict(data)
