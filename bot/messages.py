@@ -10,20 +10,17 @@ from __future__ import annotations
 import copy
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class ChatRole(str, Enum):
+class ChatRole(StrEnum):
     """Who authored a message."""
 
     USER = "user"
     ASSISTANT = "assistant"
     SYSTEM = "system"
     TOOL = "tool"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def new_id() -> str:

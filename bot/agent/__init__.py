@@ -1,0 +1,18 @@
+"""The agent: the loop, its snapshots, and the tool runner."""
+
+from bot.agent.agent import RESERVED_STATE_KEYS, Agent
+from bot.agent.snapshot import AgentSnapshot, SnapshotError
+from bot.agent.tool_runner import OUTCOME_UNKNOWN, ExecutionLedger, LedgerClaim, ToolRunner
+from bot.hitl.snapshot_calls import get_tool_calls_and_descriptions_from_snapshot
+
+__all__ = [
+    "OUTCOME_UNKNOWN",
+    "RESERVED_STATE_KEYS",
+    "Agent",
+    "AgentSnapshot",
+    "ExecutionLedger",
+    "LedgerClaim",
+    "SnapshotError",
+    "ToolRunner",
+    "get_tool_calls_and_descriptions_from_snapshot",
+]

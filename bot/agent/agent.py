@@ -1,0 +1,464 @@
+"""The agent loop: LLM → tool calls → decisions → tools → LLM …, with breakpoints for human approval.
+
+Semantics follow Haystack's ``Agent`` with its known bugs fixed: a paused step carries *all* its
+pending calls, decisions bind to one call each, the transcript never keeps a dangling tool call, and a
+strategy that fails rejects instead of executing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bot.agent.snapshot import AgentSnapshot, SnapshotError
+from bot.agent.tool_runner import DEFAULT_MAX_CONCURRENT_TOOLS, ExecutionLedger, ToolRunner
+from bot.aio import run_sync
+from bot.hitl.apply import apply_decisions, close_dangling_tool_calls
+from bot.hitl.blocking import ConfirmationStrategy
+from bot.hitl.breakpoint import HITLBreakpointException
+from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.hitl.serialization import component_from_dict, component_to_dict
+from bot.hitl.strategy_map import (
+    resolve_strategy,
+    strategies_from_dict,
+    strategies_to_dict,
+    validate_strategy_keys,
+)
+from bot.messages import ChatMessage, ChatRole, new_id
+from bot.tools import Tool, Toolset, flatten_tools, tools_fingerprint
+
+logger = logging.getLogger(__name__)
+
+RESERVED_STATE_KEYS = frozenset({"step_count", "token_usage", "tool_call_counts", "exit_reason"})
+TRUNCATED_CALL_RESULT = "Not run: the model's reply was cut off (finish_reason={reason}); the call may be incomplete."
+MISSING_RESULT = "No result was recorded for this tool call."
+_TYPE_NAMES: dict[str, type] = {t.__name__: t for t in (list, dict, str, int, float, bool)}
+
+
+@dataclass
+class _RunContext:
+    run_id: str
+    messages: list[ChatMessage]
+    state: dict[str, Any]
+    history_id: str | None
+    store: Any
+    step_count: int = 0
+    token_usage: dict[str, int] = field(default_factory=dict)
+    tool_call_counts: dict[str, int] = field(default_factory=dict)
+
+
+class Agent:
+    """An LLM agent that calls tools, with per-tool confirmation strategies.
+
+    >>> agent = Agent(OpenAIChatGenerator(), tools=[delete_file],
+    ...               confirmation_strategies={"delete_file": BreakpointConfirmationStrategy()})
+    >>> try:
+    ...     agent.run([ChatMessage.from_user("delete old.log")])
+    ... except HITLBreakpointException as pause:
+    ...     result = agent.run([], snapshot=pause.snapshot, tool_execution_decisions=[
+    ...         ToolExecutionDecision("delete_file", execute=True, tool_call_id=pause.tool_call_id)])
+    """
+
+    def __init__(
+        self,
+        chat_generator: Any,
+        tools: Sequence[Tool | Toolset] | Toolset | None = None,
+        system_prompt: str | None = None,
+        exit_conditions: list[str] | None = None,
+        state_schema: dict[str, dict[str, Any]] | None = None,
+        max_agent_steps: int = 100,
+        streaming_callback: Callable[..., Any] | None = None,
+        raise_on_tool_invocation_failure: bool = False,
+        confirmation_strategies: dict[str | tuple[str, ...], ConfirmationStrategy] | None = None,
+        tool_invoker_kwargs: dict[str, Any] | None = None,
+        chat_message_store: Any = None,
+    ) -> None:
+        self.chat_generator = chat_generator
+        self.tools: list[Tool] = flatten_tools([tools] if isinstance(tools, Toolset) else tools)
+        self._tools_by_name = {t.name: t for t in self.tools}
+        self.system_prompt = system_prompt
+        self.exit_conditions = list(exit_conditions or ["text"])
+        unknown = [c for c in self.exit_conditions if c != "text" and c not in self._tools_by_name]
+        if unknown:
+            raise ValueError(f"Exit conditions name unknown tools: {', '.join(unknown)}")
+        self.state_schema = dict(state_schema or {})
+        clash = RESERVED_STATE_KEYS & set(self.state_schema)
+        if clash:
+            raise ValueError(f"State keys {sorted(clash)} are reserved by the agent and cannot be redefined.")
+        if max_agent_steps < 1:
+            raise ValueError("max_agent_steps must be at least 1")
+        self.max_agent_steps = max_agent_steps
+        self.streaming_callback = streaming_callback
+        self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
+        self.confirmation_strategies = dict(confirmation_strategies or {})
+        validate_strategy_keys(self.confirmation_strategies, list(self._tools_by_name))
+        self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
+        self.chat_message_store = chat_message_store
+        self.tools_fingerprint = tools_fingerprint(self.tools)
+
+    # --- public API ------------------------------------------------------------------------------
+
+    def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        """Sync twin of :meth:`run_async`; works whether or not an event loop is running."""
+        return run_sync(self.run_async(messages, **kwargs))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        *,
+        snapshot: AgentSnapshot | None = None,
+        tool_execution_decisions: list[ToolExecutionDecision] | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Tool | str] | None = None,
+        confirmation_strategy_context: dict[str, Any] | None = None,
+        chat_message_store_kwargs: dict[str, Any] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        **state: Any,
+    ) -> dict[str, Any]:
+        """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
+
+        Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
+        LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
+        """
+        store_kwargs = dict(chat_message_store_kwargs or {})
+        offered = self._select_tools(tools)
+        if snapshot is not None:
+            if messages:
+                raise ValueError("Pass no new messages when resuming from a snapshot.")
+            ctx = self._context_from_snapshot(snapshot, store_kwargs)
+            decisions = [*snapshot.decisions, *(tool_execution_decisions or [])]
+            exit_reason = await self._finish_step(ctx, snapshot.step_message, decisions)
+        else:
+            if tool_execution_decisions:
+                raise ValueError("tool_execution_decisions are only accepted together with a snapshot.")
+            ctx = await self._new_context(messages, system_prompt, store_kwargs, run_id, state)
+            exit_reason = None
+        if exit_reason is None:
+            exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
+        return self._result(ctx, exit_reason)
+
+    # --- the loop ----------------------------------------------------------------------------------
+
+    async def _loop(
+        self,
+        ctx: _RunContext,
+        offered: list[Tool],
+        generation_kwargs: dict[str, Any] | None,
+        strategy_context: dict[str, Any] | None,
+    ) -> str:
+        while ctx.step_count < self.max_agent_steps:
+            reply = await self._generate(ctx, offered, generation_kwargs)
+            ctx.step_count += 1
+            _add_usage(ctx.token_usage, reply.meta.get("usage"))
+            finish_reason = reply.meta.get("finish_reason")
+            cut_off = finish_reason in ("length", "content_filter")
+            if not reply.tool_calls:
+                if reply.text and reply.text.strip():
+                    await self._append(ctx, [reply])
+                    if cut_off:
+                        return finish_reason
+                    if "text" in self.exit_conditions:
+                        return "text"
+                elif cut_off:
+                    return finish_reason
+                continue  # an empty reply does not end the run
+            if cut_off:
+                note = TRUNCATED_CALL_RESULT.format(reason=finish_reason)
+                await self._append(ctx, close_dangling_tool_calls([reply], note))
+                return finish_reason
+            decisions, pending, first_pause = await self._decide(reply, strategy_context)
+            if pending:
+                await self._pause(ctx, reply, decisions, pending, first_pause)
+            exit_reason = await self._finish_step(ctx, reply, decisions)
+            if exit_reason is not None:
+                return exit_reason
+        logger.warning(
+            "agent stopped at max_agent_steps", extra={"run_id": ctx.run_id, "max_agent_steps": self.max_agent_steps}
+        )
+        return "max_agent_steps"
+
+    async def _generate(
+        self, ctx: _RunContext, offered: list[Tool], generation_kwargs: dict[str, Any] | None
+    ) -> ChatMessage:
+        history = close_dangling_tool_calls(ctx.messages, MISSING_RESULT)
+        if len(history) != len(ctx.messages):
+            logger.warning("closed dangling tool calls before calling the LLM", extra={"run_id": ctx.run_id})
+        kwargs = {
+            "messages": history,
+            "tools": offered or None,
+            "generation_kwargs": generation_kwargs,
+            "streaming_callback": self.streaming_callback,
+        }
+        run_async = getattr(self.chat_generator, "run_async", None)
+        if run_async is not None:
+            output = await run_async(**kwargs)
+        else:
+            output = await asyncio.to_thread(self.chat_generator.run, **kwargs)
+        replies = output.get("replies") or []
+        if not replies:
+            return ChatMessage.from_assistant(text=None, meta={"finish_reason": "empty"})
+        return replies[0]
+
+    async def _decide(
+        self, reply: ChatMessage, strategy_context: dict[str, Any] | None
+    ) -> tuple[list[ToolExecutionDecision], list[Any], HITLBreakpointException | None]:
+        decisions: list[ToolExecutionDecision] = []
+        pending = []
+        first_pause: HITLBreakpointException | None = None
+        for call in reply.tool_calls:
+            tool = self._tools_by_name.get(call.tool_name)
+            # An unknown tool cannot run anyway; it gets "not found" without asking anybody.
+            strategy = resolve_strategy(self.confirmation_strategies, call.tool_name) if tool else None
+            if strategy is None:
+                decisions.append(_approve_unchanged(call))
+                continue
+            try:
+                decision = await _run_strategy(strategy, tool, call, strategy_context)
+            except HITLBreakpointException as pause:
+                pending.append(call)
+                first_pause = first_pause or pause
+                continue
+            except Exception as exc:  # fail closed: a broken strategy never lets a call run
+                logger.exception("confirmation strategy failed; rejecting the call", extra={"tool": call.tool_name})
+                decision = ToolExecutionDecision(
+                    tool_name=call.tool_name,
+                    execute=False,
+                    tool_call_id=call.id,
+                    feedback=f"Tool execution for '{call.tool_name}' was rejected: the confirmation failed "
+                    f"({type(exc).__name__}).",
+                )
+            decisions.append(replace(decision, tool_name=call.tool_name, tool_call_id=call.id))
+        return decisions, pending, first_pause
+
+    async def _pause(
+        self,
+        ctx: _RunContext,
+        reply: ChatMessage,
+        decisions: list[ToolExecutionDecision],
+        pending: list[Any],
+        first_pause: HITLBreakpointException | None,
+    ) -> None:
+        snapshot = AgentSnapshot(
+            run_id=ctx.run_id,
+            messages=[*ctx.messages, reply],
+            pending_tool_calls=pending,
+            decisions=decisions,
+            state=dict(ctx.state),
+            step_count=ctx.step_count,
+            token_usage=dict(ctx.token_usage),
+            tool_call_counts=dict(ctx.tool_call_counts),
+            tools_fingerprint=self.tools_fingerprint,
+            tool_descriptions={t.name: t.description for t in self.tools},
+            history_id=ctx.history_id,
+        )
+        folder = first_pause.snapshot_file_path if first_pause else None
+        file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
+        names = ", ".join(c.tool_name for c in pending)
+        exc = HITLBreakpointException(
+            f"{len(pending)} tool call(s) need a human decision: {names}",
+            tool_name=pending[0].tool_name,
+            snapshot_file_path=file_path,
+            tool_call_id=pending[0].id,
+        )
+        exc.snapshot = snapshot
+        exc.pending_tool_calls = list(pending)
+        raise exc
+
+    async def _finish_step(
+        self, ctx: _RunContext, reply: ChatMessage, decisions: list[ToolExecutionDecision]
+    ) -> str | None:
+        """Apply the step's decisions, run the surviving calls, and say whether an exit tool succeeded."""
+        applied = apply_decisions(reply, decisions, self._tools_by_name)
+        await self._append(ctx, applied.messages)
+        rejected = {id(c) for c in applied.rejected}
+        positions = [i for i, c in enumerate(reply.tool_calls) if id(c) not in rejected]
+        keys = [call.id or f"{reply.id}:{pos}" for call, pos in zip(applied.to_execute, positions, strict=True)]
+        runner = self._runner()
+        results = await runner.run(applied.to_execute, run_id=ctx.run_id, call_keys=keys, state=ctx.state)
+        for call in applied.to_execute:
+            ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1
+        await self._append(ctx, results)
+        outcome_by_position = dict(zip(positions, results, strict=True))
+        for position, call in enumerate(reply.tool_calls):
+            if call.tool_name in self.exit_conditions:
+                result = outcome_by_position.get(position)
+                succeeded = result is not None and not result.tool_call_result.error
+                return call.tool_name if succeeded else None
+        return None
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    def _runner(self) -> ToolRunner:
+        kwargs = self.tool_invoker_kwargs
+        ledger: ExecutionLedger | None = kwargs.get("ledger")
+        return ToolRunner(
+            self._tools_by_name,
+            max_workers=kwargs.get("max_workers", DEFAULT_MAX_CONCURRENT_TOOLS),
+            raise_on_failure=self.raise_on_tool_invocation_failure,
+            ledger=ledger,
+        )
+
+    def _select_tools(self, tools: Sequence[Tool | str] | None) -> list[Tool]:
+        if tools is None:
+            return list(self.tools)
+        selected = []
+        for item in tools:
+            name = item if isinstance(item, str) else item.name
+            if name not in self._tools_by_name:
+                raise ValueError(f"Tool '{name}' is not one of this agent's tools.")
+            selected.append(self._tools_by_name[name])
+        return selected
+
+    async def _new_context(
+        self,
+        messages: list[ChatMessage],
+        system_prompt: str | None,
+        store_kwargs: dict[str, Any],
+        run_id: str | None,
+        state: dict[str, Any],
+    ) -> _RunContext:
+        initial_state = {k: ([] if spec.get("type") is list else None) for k, spec in self.state_schema.items()}
+        unknown = set(state) - set(self.state_schema)
+        if unknown:
+            raise ValueError(f"Unknown state keys {sorted(unknown)}; declare them in state_schema.")
+        initial_state.update(state)
+        ctx = _RunContext(
+            run_id=run_id or new_id(),
+            messages=[],
+            state=initial_state,
+            history_id=store_kwargs.get("chat_history_id"),
+            store=self.chat_message_store,
+        )
+        prompt = system_prompt or self.system_prompt
+        if prompt and not (messages and messages[0].role == ChatRole.SYSTEM):
+            ctx.messages.append(ChatMessage.from_system(prompt))
+        if ctx.store is not None and ctx.history_id:
+            history = await _call_store(
+                ctx.store.retrieve_messages, ctx.history_id, last_k=store_kwargs.get("last_k")
+            )
+            ctx.messages.extend(history)
+        await self._append(ctx, list(messages))
+        return ctx
+
+    def _context_from_snapshot(self, snapshot: AgentSnapshot, store_kwargs: dict[str, Any]) -> _RunContext:
+        if snapshot.tools_fingerprint != self.tools_fingerprint:
+            raise SnapshotError(
+                f"Snapshot of run {snapshot.run_id} was taken with a different tool set "
+                f"(fingerprint {snapshot.tools_fingerprint}, now {self.tools_fingerprint}); it cannot be resumed."
+            )
+        return _RunContext(
+            run_id=snapshot.run_id,
+            messages=list(snapshot.messages[:-1]),
+            state=dict(snapshot.state),
+            history_id=store_kwargs.get("chat_history_id", snapshot.history_id),
+            store=self.chat_message_store,
+            step_count=snapshot.step_count,
+            token_usage=dict(snapshot.token_usage),
+            tool_call_counts=dict(snapshot.tool_call_counts),
+        )
+
+    async def _append(self, ctx: _RunContext, messages: list[ChatMessage]) -> None:
+        """Add messages to the transcript and, when a store is configured, persist them first."""
+        if not messages:
+            return
+        if ctx.store is not None and ctx.history_id:
+            await _call_store(ctx.store.write_messages, ctx.history_id, messages)
+        ctx.messages.extend(messages)
+
+    def _result(self, ctx: _RunContext, exit_reason: str) -> dict[str, Any]:
+        return {
+            **ctx.state,
+            "messages": ctx.messages,
+            "last_message": ctx.messages[-1] if ctx.messages else None,
+            "step_count": ctx.step_count,
+            "token_usage": ctx.token_usage,
+            "tool_call_counts": ctx.tool_call_counts,
+            "exit_reason": exit_reason,
+            "run_id": ctx.run_id,
+        }
+
+    # --- serialisation -----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise in the ``{"type", "init_parameters"}`` shape (tools by import path)."""
+        return {
+            "type": "bot.agent.Agent",
+            "init_parameters": {
+                "chat_generator": component_to_dict(self.chat_generator),
+                "tools": [t.to_dict() for t in self.tools],
+                "system_prompt": self.system_prompt,
+                "exit_conditions": self.exit_conditions,
+                "state_schema": {
+                    k: {**v, "type": v["type"].__name__} if isinstance(v.get("type"), type) else dict(v)
+                    for k, v in self.state_schema.items()
+                },
+                "max_agent_steps": self.max_agent_steps,
+                "raise_on_tool_invocation_failure": self.raise_on_tool_invocation_failure,
+                "confirmation_strategies": strategies_to_dict(self.confirmation_strategies),
+                "tool_invoker_kwargs": {k: v for k, v in self.tool_invoker_kwargs.items() if k != "ledger"},
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Agent:
+        """Inverse of :meth:`to_dict`."""
+        params = dict(data["init_parameters"])
+        params["chat_generator"] = component_from_dict(params["chat_generator"])
+        params["tools"] = [Tool.from_dict(t) for t in params.get("tools") or []]
+        params["state_schema"] = {
+            k: {**v, "type": _TYPE_NAMES.get(v.get("type"), v.get("type"))}
+            for k, v in (params.get("state_schema") or {}).items()
+        }
+        params["confirmation_strategies"] = strategies_from_dict(params.get("confirmation_strategies") or [])
+        return cls(**params)
+
+
+def _approve_unchanged(call: Any) -> ToolExecutionDecision:
+    return ToolExecutionDecision(
+        tool_name=call.tool_name, execute=True, tool_call_id=call.id, final_tool_params=dict(call.arguments)
+    )
+
+
+async def _run_strategy(
+    strategy: ConfirmationStrategy, tool: Tool, call: Any, context: dict[str, Any] | None
+) -> ToolExecutionDecision:
+    kwargs = {
+        "tool_name": call.tool_name,
+        "tool_description": tool.description,
+        "tool_params": dict(call.arguments),
+        "tool_call_id": call.id,
+        "confirmation_strategy_context": context,
+    }
+    run_async = getattr(strategy, "run_async", None)
+    if run_async is not None:
+        return await run_async(**kwargs)
+    return await asyncio.to_thread(lambda: strategy.run(**kwargs))
+
+
+async def _call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    # A sync store (SQLite) must not block the event loop; an async facade is awaited directly.
+    if inspect.iscoroutinefunction(method):
+        return await method(*args, **kwargs)
+    return await asyncio.to_thread(method, *args, **kwargs)
+
+
+def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:
+    for key, value in (usage or {}).items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
+
+
+def _write_snapshot_file(snapshot: AgentSnapshot, folder: str) -> str:
+    directory = Path(folder)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{snapshot.run_id}-step{snapshot.step_count:03d}-{snapshot.snapshot_id[:8]}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(snapshot.to_json(), encoding="utf-8")
+    tmp.replace(path)
+    return str(path)

@@ -1,0 +1,110 @@
+"""``AgentSnapshot``: everything needed to resume a paused run, in any process, days later."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.messages import ChatMessage, ToolCall, new_id
+
+SNAPSHOT_SCHEMA_VERSION = 1
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be resumed: unreadable, from an unknown schema, or from changed tools."""
+
+
+@dataclass
+class AgentSnapshot:
+    """The state of a run paused at a breakpoint.
+
+    ``messages`` ends with the assistant message whose tool calls await decisions;
+    ``pending_tool_calls`` are the calls a human must decide; ``decisions`` are those already made
+    for the other calls of the step (they wait with the pending ones).
+    """
+
+    run_id: str
+    messages: list[ChatMessage]
+    pending_tool_calls: list[ToolCall]
+    decisions: list[ToolExecutionDecision] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    step_count: int = 0
+    token_usage: dict[str, int] = field(default_factory=dict)
+    tool_call_counts: dict[str, int] = field(default_factory=dict)
+    tools_fingerprint: str = ""
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
+    history_id: str | None = None
+    snapshot_id: str = field(default_factory=new_id)
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+
+    @property
+    def step_message(self) -> ChatMessage:
+        """The assistant message of the paused step."""
+        return self.messages[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise to JSON-compatible data."""
+        return {
+            "schema_version": self.schema_version,
+            "snapshot_id": self.snapshot_id,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "messages": [m.to_dict() for m in self.messages],
+            "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
+            "decisions": [d.to_dict() for d in self.decisions],
+            "state": self.state,
+            "step_count": self.step_count,
+            "token_usage": dict(self.token_usage),
+            "tool_call_counts": dict(self.tool_call_counts),
+            "tools_fingerprint": self.tools_fingerprint,
+            "tool_descriptions": dict(self.tool_descriptions),
+            "history_id": self.history_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentSnapshot:
+        """Inverse of :meth:`to_dict`; refuses unknown schema versions and malformed data."""
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SNAPSHOT_SCHEMA_VERSION:
+            raise SnapshotError(
+                f"Unsupported snapshot schema version {version!r} (this countersign reads "
+                f"{SNAPSHOT_SCHEMA_VERSION})."
+            )
+        try:
+            return cls(
+                run_id=data["run_id"],
+                snapshot_id=data["snapshot_id"],
+                created_at=data["created_at"],
+                messages=[ChatMessage.from_dict(m) for m in data["messages"]],
+                pending_tool_calls=[ToolCall.from_dict(c) for c in data["pending_tool_calls"]],
+                decisions=[ToolExecutionDecision.from_dict(d) for d in data.get("decisions", [])],
+                state=dict(data.get("state") or {}),
+                step_count=int(data.get("step_count", 0)),
+                token_usage=dict(data.get("token_usage") or {}),
+                tool_call_counts=dict(data.get("tool_call_counts") or {}),
+                tools_fingerprint=data.get("tools_fingerprint", ""),
+                tool_descriptions=dict(data.get("tool_descriptions") or {}),
+                history_id=data.get("history_id"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"Malformed snapshot for run {data.get('run_id')!r}: {exc!r}") from exc
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string."""
+        try:
+            return json.dumps(self.to_dict(), ensure_ascii=False)
+        except TypeError as exc:
+            raise SnapshotError(f"Snapshot of run {self.run_id} is not JSON-serialisable: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> AgentSnapshot:
+        """Inverse of :meth:`to_json`."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapshotError(f"Snapshot is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)

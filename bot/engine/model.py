@@ -1,0 +1,137 @@
+"""The data the engine exchanges with adapters: platform-free, frozen, and safe to log by id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+PENDING = "pending"
+APPROVED = "approved"
+REJECTED = "rejected"
+MODIFIED = "modified"
+EXPIRED = "expired"
+SUPERSEDED = "superseded"
+CANCELLED = "cancelled"
+APPROVAL_STATUSES = (PENDING, APPROVED, REJECTED, MODIFIED, EXPIRED, SUPERSEDED, CANCELLED)
+
+CONFIRM = "confirm"
+REJECT = "reject"
+MODIFY = "modify"
+ACTIONS = (CONFIRM, REJECT, MODIFY)
+
+
+@dataclass(frozen=True)
+class ThreadRef:
+    """One conversation thread on one platform; ``key`` is its chat-history id.
+
+    >>> ThreadRef("slack", "T1", "C1", "1700000000.000100").key
+    'slack:T1:C1:1700000000.000100'
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+
+    @property
+    def key(self) -> str:
+        """The chat-history id of this thread."""
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """A message from a person to the bot, already verified and translated by an adapter.
+
+    ``thread`` is where the bot answers (Slack: the thread ts, or the message ts for a new mention;
+    Teams: the conversation id, including the reply chain). ``message_id`` is the platform id of this
+    message (Slack ts, Teams activity id), used to show that the bot is working on it. ``event_id``
+    dedupes platform retries.
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+    user: str
+    text: str
+    event_id: str
+    message_id: str | None = None
+    user_name: str | None = None
+    is_direct: bool = False
+
+    @property
+    def thread_ref(self) -> ThreadRef:
+        """The thread this message belongs to."""
+        return ThreadRef(self.platform, self.workspace, self.channel, self.thread)
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """Everything an adapter needs to render one approval (a paused tool call) and its outcome.
+
+    ``arguments`` are the full, unmasked values: render them only through
+    :func:`bot.engine.presentation.display_arguments`, which masks secrets and truncates.
+    """
+
+    approval_id: str
+    run_id: str
+    thread: ThreadRef
+    tool_name: str
+    tool_description: str
+    arguments: dict[str, Any]
+    parameters_schema: dict[str, Any]
+    requester: str
+    policy_mode: str
+    approvers: tuple[str, ...]
+    quorum: int
+    four_eyes: bool
+    votes: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime
+    status: str = PENDING
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    feedback: str | None = None
+    final_arguments: dict[str, Any] | None = None
+    message_ref: dict[str, Any] | None = None
+
+    @property
+    def is_pending(self) -> bool:
+        """Whether the approval still waits for a decision."""
+        return self.status == PENDING
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """A click, translated: who did what to which approval."""
+
+    approval_id: str
+    actor: str
+    action: str
+    feedback: str | None = None
+    edited_params: dict[str, Any] | None = None
+    actor_name: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    """The engine's answer to a decision: the clicked approval and every approval of its step, after it."""
+
+    approval: ApprovalView
+    step: tuple[ApprovalView, ...]
+    message: str
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class AdminRequest:
+    """An admin command typed by a person (Slack's ``/countersign``, a Teams message)."""
+
+    platform: str
+    workspace: str
+    channel: str
+    actor: str
+    text: str
+    channel_names: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,90 @@
+"""Platform-free presentation of approvals: masked, truncated values and outcome sentences.
+
+Adapters escape the strings returned here for their own markup; the full values stay in storage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
+from bot.redaction import MASK, is_secret_key, mask_secrets
+
+DEFAULT_VALUE_LIMIT = 500
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class DisplayArgument:
+    """One argument as it may be shown: ``text`` is masked and truncated; ``truncated`` says so."""
+
+    name: str
+    text: str
+    truncated: bool
+    secret: bool
+
+
+def value_text(value: Any) -> str:
+    """A value as one readable string (strings as is, anything else as compact JSON)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def truncate(text: str, limit: int) -> tuple[str, bool]:
+    """Cut ``text`` to at most ``limit`` characters, marking the cut with an ellipsis and the size."""
+    if len(text) <= limit:
+        return text, False
+    note = f"{ELLIPSIS} (+{len(text) - limit} chars)"
+    return text[: max(0, limit - len(note))] + note, True
+
+
+def display_arguments(arguments: dict[str, Any], limit: int = DEFAULT_VALUE_LIMIT) -> list[DisplayArgument]:
+    """Arguments in call order, secrets masked, each value truncated to ``limit`` characters.
+
+    >>> display_arguments({"path": "a.txt", "api_key": "sk-123"})[1].text
+    '••••••'
+    """
+    shown = []
+    for name, value in arguments.items():
+        secret = is_secret_key(name)
+        text = MASK if secret else value_text(mask_secrets(value))
+        text, cut = truncate(text, limit)
+        shown.append(DisplayArgument(name=name, text=text, truncated=cut, secret=secret))
+    return shown
+
+
+def changed_arguments(view: ApprovalView) -> dict[str, Any]:
+    """The arguments an edit changed (new values, secrets masked)."""
+    final = view.final_arguments or {}
+    return mask_secrets({k: v for k, v in final.items() if view.arguments.get(k) != v})
+
+
+def format_time(moment: datetime | None) -> str:
+    """``2026-11-30 14:05 UTC``."""
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else ""
+
+
+def outcome_sentence(view: ApprovalView) -> str:
+    """One plain sentence saying what happened to an approval (untrusted parts are the adapter's to escape)."""
+    who = view.decided_by or "someone"
+    when = format_time(view.decided_at)
+    if view.status == APPROVED:
+        return f"Approved by {who} at {when}."
+    if view.status == REJECTED:
+        feedback = f" Feedback: {view.feedback}" if view.feedback else ""
+        return f"Rejected by {who} at {when}.{feedback}"
+    if view.status == MODIFIED:
+        change = ", ".join(f"{k}={value_text(v)}" for k, v in changed_arguments(view).items())
+        return f"Edited and approved by {who} at {when}: {change}."
+    if view.status == EXPIRED:
+        return f"Expired without a decision at {when}; the call was not run."
+    if view.status == SUPERSEDED:
+        return "Superseded by a newer message; the call was not run."
+    if view.status == CANCELLED:
+        return "Cancelled; the call was not run."
+    votes = f" ({len(view.votes)}/{view.quorum} approvals)" if view.quorum > 1 else ""
+    return f"Waiting for a decision until {format_time(view.expires_at)}{votes}."

@@ -1,0 +1,38 @@
+"""The ``Surface`` protocol: how the engine speaks through a chat platform. Adapters implement it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from bot.engine.model import ApprovalView, ThreadRef
+
+
+class Surface(Protocol):
+    """Output side of one platform. Every method must escape untrusted text for its platform."""
+
+    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+        """Post the agent's answer (model text: untrusted, may be long) in the thread."""
+        ...
+
+    async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+        """Show the pending calls of a paused step as one interactive message.
+
+        Returns a JSON-serialisable reference to the rendered message (e.g. Slack ``{"channel", "ts"}``)
+        that the engine stores and later passes to :meth:`update_approvals`.
+        """
+        ...
+
+    async def update_approvals(
+        self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Sequence[ApprovalView]
+    ) -> None:
+        """Re-render that message for everyone: decided calls lose their buttons and show the outcome."""
+        ...
+
+    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+        """Tell one person something privately (Slack ephemeral message)."""
+        ...
+
+    async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
+        """Show (or stop showing) that the bot is working, e.g. a reaction or a typing indicator."""
+        ...
