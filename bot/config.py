@@ -1,0 +1,159 @@
+"""Configuration: read once from the environment (and a ``.env`` file), validated, passed down.
+
+Nothing deeper in the stack reads the environment; it receives a :class:`Config`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are countersign, a careful operations assistant in a team chat. Use the tools to act. "
+    "Some tool calls need a human's approval; if a call is rejected, do not retry it unchanged: "
+    "explain and ask. Answer briefly."
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything countersign can be configured with (see the table in README.md)."""
+
+    db_path: Path = Path("countersign.db")
+    tool_specs: tuple[str, ...] = DEFAULT_TOOLS
+    admins: frozenset[str] = frozenset()
+    model: str = DEFAULT_MODEL
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_base_url: str | None = None
+    llm_timeout_seconds: float = 60.0
+    llm_max_retries: int = 2
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    history_last_k: int = 30
+    default_ttl_seconds: int = 24 * 3600
+    sweep_interval_seconds: float = 30.0
+    slack_bot_token: str | None = field(default=None, repr=False)
+    slack_signing_secret: str | None = field(default=None, repr=False)
+    slack_app_token: str | None = field(default=None, repr=False)
+    slack_api_url: str | None = None
+    teams_anonymous: bool = False
+    teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
+
+    @property
+    def llm_configured(self) -> bool:
+        """Whether a real OpenAI-compatible endpoint is configured (otherwise the offline demo model)."""
+        return bool(self.openai_api_key or self.openai_base_url)
+
+    @property
+    def slack_configured(self) -> bool:
+        """Whether Slack credentials are present."""
+        return bool(self.slack_bot_token and (self.slack_signing_secret or self.slack_app_token))
+
+    @property
+    def teams_configured(self) -> bool:
+        """Whether Teams can be served (credentials, or explicit anonymous mode for local testing)."""
+        return self.teams_anonymous or any(k.upper().endswith("CLIENTID") for k in self.teams_settings)
+
+    def with_overrides(self, **changes: Any) -> Config:
+        """A copy with some fields changed (tests, CLI flags)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, dotenv_path: str | Path | None = ".env") -> Config:
+        """Read the configuration from ``environ`` (default: ``os.environ`` plus a ``.env`` file)."""
+        env: dict[str, str] = {}
+        if environ is None:
+            if dotenv_path and Path(dotenv_path).is_file():
+                from dotenv import dotenv_values
+
+                env.update({k: v for k, v in dotenv_values(dotenv_path).items() if v is not None})
+            env.update(os.environ)
+        else:
+            env.update(environ)
+        return cls(
+            db_path=Path(env.get("COUNTERSIGN_DB") or "countersign.db"),
+            tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
+            admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
+            model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
+            openai_api_key=env.get("OPENAI_API_KEY") or None,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            history_last_k=_int(env, "COUNTERSIGN_HISTORY_LAST_K", 30, minimum=1),
+            default_ttl_seconds=_int(env, "COUNTERSIGN_DEFAULT_TTL_SECONDS", 24 * 3600, minimum=1),
+            slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
+            slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
+            slack_app_token=env.get("SLACK_APP_TOKEN") or None,
+            slack_api_url=env.get("COUNTERSIGN_SLACK_API_URL") or None,
+            teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
+            teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
+        )
+
+    def load_tools(self) -> list[Any]:
+        """Import every ``module:attribute`` of :attr:`tool_specs` (a Tool, a list of Tools, or a Toolset)."""
+        from bot.tools import Tool, Toolset, flatten_tools, import_attribute
+
+        loaded: list[Tool | Toolset] = []
+        for spec in self.tool_specs:
+            try:
+                value = import_attribute(spec)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"COUNTERSIGN_TOOLS: cannot import {spec!r}: {exc}") from exc
+            if isinstance(value, Tool | Toolset):
+                loaded.append(value)
+            elif isinstance(value, list | tuple) and all(isinstance(v, Tool | Toolset) for v in value):
+                loaded.extend(value)
+            else:
+                raise ConfigError(f"COUNTERSIGN_TOOLS: {spec!r} is not a Tool, a list of Tools or a Toolset")
+        try:
+            return flatten_tools(loaded)
+        except ValueError as exc:
+            raise ConfigError(f"COUNTERSIGN_TOOLS: {exc}") from exc
+
+    def build_generator(self) -> Any:
+        """The configured LLM, or the offline demo model when none is configured."""
+        from bot.llm import OfflineDemoChatGenerator, OpenAIChatGenerator
+
+        if not self.llm_configured:
+            return OfflineDemoChatGenerator()
+        return OpenAIChatGenerator(
+            model=self.model,
+            api_key=self.openai_api_key,
+            api_base_url=self.openai_base_url,
+            timeout=self.llm_timeout_seconds,
+            max_retries=self.llm_max_retries,
+        )
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in re.split(r"[,\s]+", value or "") if part.strip())
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
