@@ -1,1 +1,83 @@
-"""countersign: storage."""
+"""countersign: storage.
+
+Everything countersign must not lose — thread history, runs and their snapshots, approvals and
+votes, the tool execution ledger, policies, the audit log, event dedupe keys and conversation
+references — in one SQLite file through sqlite-utils, behind the protocols of
+:mod:`storage.protocols` so that another backend can follow.
+
+>>> storage = open_storage("countersign.db")
+>>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
+...     workspace="T1", channel="C1", thread="170.1", requester="U1")
+"""
+
+from storage.aio import AsyncStorage, AsyncStore
+from storage.approvals import SQLiteApprovalStore
+from storage.audit import SQLiteAuditLog
+from storage.conversations import SQLiteConversationStore
+from storage.database import Storage, open_storage
+from storage.errors import AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
+from storage.events import SQLiteEventDedupe
+from storage.ledger import SQLiteToolLedger
+from storage.messages import SQLiteChatMessageStore
+from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
+from storage.protocols import (
+    ApprovalRecord,
+    ApprovalStore,
+    AuditEntry,
+    AuditLog,
+    ChatMessageStore,
+    ConversationStore,
+    EffectiveRule,
+    EventDedupe,
+    LedgerEntry,
+    NewApproval,
+    PolicyRule,
+    PolicyStore,
+    RunRecord,
+    RunStore,
+    ToolLedger,
+    Vote,
+)
+
+__all__ = [
+    "ANY_TOOL",
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "AlreadyExists",
+    "ApprovalRecord",
+    "ApprovalStore",
+    "AsyncStorage",
+    "AsyncStore",
+    "AuditEntry",
+    "AuditLog",
+    "ChatMessageStore",
+    "ConversationStore",
+    "CorruptRecord",
+    "EffectiveRule",
+    "EventDedupe",
+    "LedgerEntry",
+    "NewApproval",
+    "NotFound",
+    "PolicyRule",
+    "PolicyStore",
+    "RunRecord",
+    "RunStore",
+    "SQLiteApprovalStore",
+    "SQLiteAuditLog",
+    "SQLiteChatMessageStore",
+    "SQLiteConversationStore",
+    "SQLiteEventDedupe",
+    "SQLitePolicyStore",
+    "SQLiteToolLedger",
+    "Storage",
+    "StorageError",
+    "ToolLedger",
+    "UnknownSchemaVersion",
+    "Vote",
+    "migrate",
+    "open_storage",
+    "scope_channel",
+    "scope_global",
+    "scope_workspace",
+]

@@ -1,0 +1,90 @@
+"""``AsyncStorage``: the stores for asyncio code, never blocking the event loop.
+
+Every public method of every store becomes awaitable and runs on one dedicated, small
+``ThreadPoolExecutor`` (threads named ``countersign-db``); each of its threads keeps its own SQLite
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any
+
+from storage.database import Storage
+
+EXECUTOR_THREADS = 4
+THREAD_NAME_PREFIX = "countersign-db"
+STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations")
+
+
+class AsyncStore:
+    """Wraps one store: ``await proxy.method(...)`` runs ``store.method(...)`` on the executor.
+
+    >>> await AsyncStore(storage.runs, executor).get("run-1")
+    """
+
+    def __init__(self, store: Any, executor: Executor) -> None:
+        self._store = store
+        self._executor = executor
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+        executor = self._executor
+
+        @functools.wraps(attribute)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(executor, functools.partial(attribute, *args, **kwargs))
+
+        return call
+
+
+class AsyncStorage:
+    """The async facade of a :class:`Storage`: same attributes, awaitable methods.
+
+    >>> db = AsyncStorage(open_storage("countersign.db"))
+    >>> await db.events.first_time("slack:Ev1")
+    True
+    >>> await db.aclose()
+    """
+
+    messages: Any
+    runs: Any
+    approvals: Any
+    ledger: Any
+    policies: Any
+    audit: Any
+    events: Any
+    conversations: Any
+
+    def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
+        self.storage = storage
+        self._owns_executor = executor is None
+        self.executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=EXECUTOR_THREADS, thread_name_prefix=THREAD_NAME_PREFIX
+        )
+        for name in STORE_NAMES:
+            setattr(self, name, AsyncStore(getattr(storage, name), self.executor))
+
+    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run any blocking storage call (e.g. a few statements together) on the executor.
+
+        >>> await db.run(lambda: db.storage.runs.get("run-1"))
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(function, *args, **kwargs))
+
+    def close(self) -> None:
+        """Stop the executor (waiting for running calls) and close the storage."""
+        if self._owns_executor:
+            self.executor.shutdown(wait=True)
+        self.storage.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.to_thread(self.close)

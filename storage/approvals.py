@@ -1,0 +1,350 @@
+"""Approvals: :class:`SQLiteApprovalStore`. Deciding is one compare-and-set with exactly one winner.
+
+``status``: ``pending → approved | rejected | modified | expired | superseded | cancelled``; every
+status but ``pending`` is terminal, and every move out of ``pending`` is a conditional ``UPDATE``
+that checks the status (and, for decisions, the expiry) in the same statement that writes it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from bot.canonical import args_digest as digest_of
+from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
+from storage.connection import Connector
+from storage.errors import AlreadyExists, NotFound
+from storage.protocols import (
+    CLOSING_STATUSES,
+    DECISION_STATUSES,
+    POLICY_MODES,
+    VOTES,
+    ApprovalRecord,
+    Instant,
+    NewApproval,
+    Vote,
+)
+
+SYSTEM_ACTOR = "countersign"
+"""``decided_by`` of approvals closed by the bot itself (expired, superseded, cancelled)."""
+
+_COLUMNS = (
+    "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
+    "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
+    "decided_at, feedback, final_arguments_json, created_at, expires_at"
+)
+
+
+def _record(row: Any) -> ApprovalRecord:
+    approval_id = row[0]
+
+    def parse(text: str | None) -> Any:
+        return loads(text, kind="approval", record_id=approval_id)
+
+    return ApprovalRecord(
+        approval_id=approval_id,
+        run_id=row[1],
+        step=row[2],
+        tool_call_id=row[3],
+        tool_name=row[4],
+        arguments=parse(row[5]),
+        args_digest=row[6],
+        requester=row[7],
+        mode=row[8],
+        approvers=tuple(parse(row[9])),
+        quorum=row[10],
+        four_eyes=bool(row[11]),
+        platform=row[12],
+        chat_history_id=row[13],
+        message_ref=parse(row[14]),
+        status=row[15],
+        decided_by=row[16],
+        decided_at=to_datetime_or_none(row[17]),
+        feedback=row[18],
+        final_arguments=parse(row[19]),
+        created_at=to_datetime(row[20]),
+        expires_at=to_datetime(row[21]),
+    )
+
+
+def _row_values(new: NewApproval, now: float) -> list[Any]:
+    """Validate one :class:`NewApproval` and return its column values (in ``_INSERT`` order)."""
+    digest = digest_of(new.arguments)
+    if new.args_digest is not None and new.args_digest != digest:
+        raise ValueError(f"args_digest of tool call {new.tool_call_id!r} does not match its arguments")
+    if new.mode not in POLICY_MODES:
+        raise ValueError(f"unknown policy mode {new.mode!r}; expected one of {POLICY_MODES}")
+    if isinstance(new.quorum, bool) or not isinstance(new.quorum, int) or new.quorum < 1:
+        raise ValueError(f"quorum must be a positive integer, not {new.quorum!r}")
+    if isinstance(new.approvers, str):
+        raise ValueError("approvers must be a list of user ids, not one string")
+    created = now if new.created_at is None else epoch(new.created_at)
+    expires = epoch(new.expires_at)
+    if expires <= created:
+        raise ValueError(f"approval for tool call {new.tool_call_id!r} would expire before it is created")
+    return [
+        new.approval_id or secrets.token_urlsafe(16),
+        new.run_id,
+        new.step,
+        new.tool_call_id,
+        new.tool_name,
+        dumps(new.arguments),
+        digest,
+        new.requester,
+        new.mode,
+        dumps(list(new.approvers)),
+        new.quorum,
+        int(new.four_eyes),
+        new.platform,
+        new.chat_history_id,
+        created,
+        expires,
+    ]
+
+
+_INSERT = (
+    "INSERT INTO approvals (approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, "
+    "requester, mode, approvers_json, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, "
+    "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')"
+)
+
+
+class SQLiteApprovalStore:
+    """One approval per paused tool call, with per-approver votes for quorum."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]:
+        """Store the approvals of one paused step in one transaction (all or none) and return them.
+
+        >>> [a] = storage.approvals.create_many([NewApproval(run_id="run-1", step=1, tool_call_id="call_1",
+        ...     tool_name="delete_file", arguments={"path": "a.txt"}, requester="U1", platform="slack",
+        ...     chat_history_id="slack:T1:C1:170.1", expires_at=now + timedelta(hours=1))])
+        >>> a.status, len(a.approval_id) >= 22
+        ('pending', True)
+        """
+        now = epoch(None)
+        rows = [_row_values(record, now) for record in records]
+        with self.connector.writing() as db:
+            for row in rows:
+                approval_id, run_id, tool_call_id = row[0], row[1], row[3]
+                if db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is None:
+                    raise NotFound(f"run {run_id!r} not found")
+                clash = db.execute(
+                    "SELECT 1 FROM approvals WHERE approval_id = ? "
+                    "OR (run_id = ? AND tool_call_id = ? AND status = 'pending')",
+                    [approval_id, run_id, tool_call_id],
+                ).fetchone()
+                if clash:
+                    raise AlreadyExists(
+                        f"approval {approval_id!r} or a pending approval for tool call {tool_call_id!r} exists"
+                    )
+                db.execute(_INSERT, row)
+            return [self._get(db, row[0]) for row in rows]
+
+    def get(self, approval_id: str) -> ApprovalRecord:
+        """The approval, or :class:`NotFound`.
+
+        >>> storage.approvals.get(approval_id).tool_name
+        'delete_file'
+        """
+        with self.connector.reading() as db:
+            return self._get(db, approval_id)
+
+    @staticmethod
+    def _get(db: Any, approval_id: str) -> ApprovalRecord:
+        row = db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE approval_id = ?", [approval_id]).fetchone()
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return _record(row)
+
+    def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]:
+        """The run's approvals (of one step, if given) in the order they were created.
+
+        >>> [a.tool_call_id for a in storage.approvals.for_run("run-1", step=1)]
+        ['call_1', 'call_2']
+        """
+        sql = f"SELECT {_COLUMNS} FROM approvals WHERE run_id = ?"
+        params: list[Any] = [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            params.append(step)
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY step, rowid", params).fetchall()
+        return [_record(row) for row in rows]
+
+    def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
+        """Record where the approvals were rendered (to update that message later); returns rows changed.
+
+        >>> storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        1
+        """
+        ids = list(approval_ids)
+        if not ids:
+            return 0
+        placeholders = ", ".join("?" for _ in ids)
+        with self.connector.writing() as db:
+            return db.execute(
+                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders})",
+                [dumps(message_ref), *ids],
+            ).rowcount
+
+    def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
+        """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.
+
+        Returns ``None`` if the approval is no longer pending or has expired.
+
+        >>> storage.approvals.add_vote(approval_id, "U2", "confirm")
+        1
+        """
+        if vote not in VOTES:
+            raise ValueError(f"unknown vote {vote!r}; expected one of {VOTES}")
+        at = epoch(now)
+        with self.connector.writing() as db:
+            row = db.execute(
+                "SELECT status, expires_at FROM approvals WHERE approval_id = ?", [approval_id]
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"approval {approval_id!r} not found")
+            if row[0] != "pending" or row[1] <= at:
+                return None
+            db.execute(
+                "INSERT INTO votes (approval_id, voter, vote, voted_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (approval_id, voter) DO NOTHING",
+                [approval_id, voter, vote, at],
+            )
+            return db.execute(
+                "SELECT COUNT(*) FROM votes WHERE approval_id = ? AND vote = 'confirm'", [approval_id]
+            ).fetchone()[0]
+
+    def votes(self, approval_id: str) -> list[Vote]:
+        """Every vote on the approval, oldest first.
+
+        >>> [(v.voter, v.vote) for v in storage.approvals.votes(approval_id)]
+        [('U2', 'confirm')]
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                "SELECT approval_id, voter, vote, voted_at FROM votes WHERE approval_id = ? ORDER BY voted_at, rowid",
+                [approval_id],
+            ).fetchall()
+        return [Vote(approval_id=r[0], voter=r[1], vote=r[2], voted_at=to_datetime(r[3])) for r in rows]
+
+    def decide(
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        decided_by: str,
+        feedback: str | None = None,
+        final_arguments: dict[str, Any] | None = None,
+        now: Instant = None,
+    ) -> bool:
+        """Claim the approval for one decision; ``True`` for exactly one caller, never after expiry.
+
+        ``status`` is approved, rejected or modified. One conditional ``UPDATE ... WHERE status =
+        'pending' AND expires_at > now``: any number of concurrent callers, one winner.
+
+        >>> storage.approvals.decide(approval_id, status="approved", decided_by="U2")
+        True
+        >>> storage.approvals.decide(approval_id, status="rejected", decided_by="U3")  # too late
+        False
+        """
+        if status not in DECISION_STATUSES:
+            raise ValueError(f"a decision is one of {DECISION_STATUSES}, not {status!r}")
+        at = epoch(now)
+        final = None if final_arguments is None else dumps(final_arguments)
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, feedback = ?, "
+                "final_arguments_json = ? WHERE approval_id = ? AND status = 'pending' AND expires_at > ?",
+                [status, decided_by, at, feedback, final, approval_id, at],
+            ).rowcount
+            if not changed:
+                self._exists(db, approval_id)
+        return changed == 1
+
+    def expire(self, approval_id: str, now: Instant = None) -> bool:
+        """Mark a pending approval ``expired`` if it is due; return whether this caller did.
+
+        >>> storage.approvals.expire(approval_id, now=after_expiry)
+        True
+        """
+        at = epoch(now)
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE approvals SET status = 'expired', decided_by = ?, decided_at = ? "
+                "WHERE approval_id = ? AND status = 'pending' AND expires_at <= ?",
+                [SYSTEM_ACTOR, at, approval_id, at],
+            ).rowcount
+            if not changed:
+                self._exists(db, approval_id)
+        return changed == 1
+
+    @staticmethod
+    def _exists(db: Any, approval_id: str) -> None:
+        if db.execute("SELECT 1 FROM approvals WHERE approval_id = ?", [approval_id]).fetchone() is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+
+    def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]:
+        """Close the run's pending approvals as ``superseded`` or ``cancelled``; return the ids changed.
+
+        ``reason`` is kept in ``feedback``.
+
+        >>> storage.approvals.close_pending_for_run("run-1", "superseded", "a new message arrived")
+        ['kq3...', 'Zx8...']
+        """
+        if status not in CLOSING_STATUSES:
+            raise ValueError(f"closing status is one of {CLOSING_STATUSES}, not {status!r}")
+        with self.connector.writing() as db:
+            rows = db.execute(
+                "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, feedback = ? "
+                "WHERE run_id = ? AND status = 'pending' RETURNING approval_id",
+                [status, SYSTEM_ACTOR, epoch(None), reason, run_id],
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def due_for_expiry(self, now: Instant = None, limit: int = 100) -> list[ApprovalRecord]:
+        """Pending approvals whose expiry time has passed, soonest-expired first (an index range scan).
+
+        >>> [a.approval_id for a in storage.approvals.due_for_expiry(now=after_expiry)]
+        ['kq3...']
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM approvals INDEXED BY approvals_status_expiry "
+                "WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                [epoch(now), limit],
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def pending(
+        self, platform: str | None = None, chat_history_id: str | None = None, approver: str | None = None
+    ) -> list[ApprovalRecord]:
+        """Pending approvals, oldest first, optionally of one platform, thread, or approver.
+
+        ``approver`` matches approvals that list the user, and approvals with no list whose
+        requester is the user (an empty list means "the requester and admins").
+
+        >>> [a.tool_name for a in storage.approvals.pending(approver="U2")]
+        ['delete_file']
+        """
+        sql = f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending'"
+        params: list[Any] = []
+        if platform is not None:
+            sql += " AND platform = ?"
+            params.append(platform)
+        if chat_history_id is not None:
+            sql += " AND chat_history_id = ?"
+            params.append(chat_history_id)
+        if approver is not None:
+            sql += (
+                " AND (EXISTS (SELECT 1 FROM json_each(approvals.approvers_json) WHERE value = ?)"
+                " OR (approvers_json = '[]' AND requester = ?))"
+            )
+            params += [approver, approver]
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY created_at, rowid", params).fetchall()
+        return [_record(row) for row in rows]

@@ -1,0 +1,92 @@
+"""``open_storage``: one SQLite file holding everything countersign must not lose."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from sqlite_utils import Database
+
+from storage.approvals import SQLiteApprovalStore
+from storage.audit import SQLiteAuditLog
+from storage.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
+from storage.conversations import SQLiteConversationStore
+from storage.events import SQLiteEventDedupe
+from storage.ledger import SQLiteToolLedger
+from storage.messages import SQLiteChatMessageStore
+from storage.migrations import schema_version
+from storage.policies import SQLitePolicyStore
+from storage.runs import SQLiteRunStore
+
+
+class Storage:
+    """Every store of one database, as attributes.
+
+    >>> storage = open_storage("countersign.db")
+    >>> storage.events.first_time("slack:Ev1")
+    True
+    >>> storage.close()
+    """
+
+    def __init__(self, connector: Connector, *, owned: bool = True, last_k: int = 10) -> None:
+        self.connector = connector
+        self._owned = owned
+        self.messages = SQLiteChatMessageStore(self, last_k=last_k)
+        self.runs = SQLiteRunStore(connector)
+        self.approvals = SQLiteApprovalStore(connector)
+        self.ledger = SQLiteToolLedger(connector)
+        self.policies = SQLitePolicyStore(connector)
+        self.audit = SQLiteAuditLog(connector)
+        self.events = SQLiteEventDedupe(connector)
+        self.conversations = SQLiteConversationStore(connector)
+
+    @property
+    def path(self) -> str:
+        """The database file (``":memory:"`` for an in-memory database)."""
+        return self.connector.path
+
+    @property
+    def db(self) -> Database:
+        """The calling thread's sqlite-utils ``Database``, for ad-hoc queries.
+
+        >>> storage.db["approvals"].count
+        0
+        """
+        return self.connector.database()
+
+    def schema_version(self) -> int:
+        """The schema version of the database."""
+        with self.connector.reading() as db:
+            return schema_version(db)
+
+    def close(self) -> None:
+        """Close every connection this storage opened (in every thread)."""
+        if self._owned:
+            self.connector.close()
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def open_storage(
+    path: str | pathlib.Path | Database,
+    *,
+    synchronous: str = "FULL",
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    last_k: int = 10,
+) -> Storage:
+    """Open or create the database, switch it to WAL and run pending migrations.
+
+    >>> with open_storage("countersign.db") as storage:
+    ...     storage.schema_version()
+    2
+
+    ``path`` may also be ``":memory:"`` (one connection shared by all threads) or a sqlite-utils
+    ``Database``. ``synchronous="NORMAL"`` trades durability against power loss for cheaper commits.
+    Raises :class:`UnknownSchemaVersion` for a file written by a newer countersign.
+    """
+    connector, owned = connector_for(path, busy_timeout=busy_timeout, synchronous=synchronous)
+    return Storage(connector, owned=owned, last_k=last_k)

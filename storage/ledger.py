@@ -1,0 +1,110 @@
+"""The tool execution ledger: :class:`SQLiteToolLedger`, for at-most-once execution.
+
+``begin`` records ``executing`` *before* the side effect and succeeds once per tool call; an entry a
+crash leaves ``executing`` is never re-run: recovery marks it failed with an "outcome unknown" result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.codec import epoch, to_datetime, to_datetime_or_none
+from storage.connection import Connector
+from storage.errors import NotFound
+from storage.protocols import LedgerEntry
+
+_COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
+
+
+def _entry(row: Any) -> LedgerEntry:
+    return LedgerEntry(
+        tool_call_id=row[0],
+        run_id=row[1],
+        tool_name=row[2],
+        args_digest=row[3],
+        status=row[4],
+        result=row[5],
+        started_at=to_datetime(row[6]),
+        finished_at=to_datetime_or_none(row[7]),
+    )
+
+
+class SQLiteToolLedger:
+    """Per tool call: ``executing → done | failed``. Tool-call ids are unique across all runs."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def begin(
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
+    ) -> bool:
+        """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.
+
+        >>> storage.ledger.begin("call_1", digest, run_id="run-1", tool_name="delete_file")
+        True
+        >>> storage.ledger.begin("call_1", digest)  # a retry, a replica, a double click
+        False
+        """
+        with self.connector.writing() as db:
+            return (
+                db.execute(
+                    "INSERT INTO ledger (tool_call_id, run_id, tool_name, args_digest, status, started_at) "
+                    "VALUES (?, ?, ?, ?, 'executing', ?) ON CONFLICT (tool_call_id) DO NOTHING",
+                    [tool_call_id, run_id, tool_name, args_digest, epoch(None)],
+                ).rowcount
+                == 1
+            )
+
+    def finish(self, tool_call_id: str, ok: bool, result: str) -> bool:
+        """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.
+
+        >>> storage.ledger.finish("call_1", ok=True, result="deleted a.txt")
+        True
+        """
+        return self._close(tool_call_id, "done" if ok else "failed", result)
+
+    def mark_unknown(self, tool_call_id: str, result: str) -> bool:
+        """Crash recovery: an entry still ``executing`` becomes ``failed`` with ``result``.
+
+        >>> storage.ledger.mark_unknown("call_1", "outcome unknown: the bot stopped while this tool was running")
+        True
+        """
+        return self._close(tool_call_id, "failed", result)
+
+    def _close(self, tool_call_id: str, status: str, result: str) -> bool:
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE ledger SET status = ?, result = ?, finished_at = ? "
+                "WHERE tool_call_id = ? AND status = 'executing'",
+                [status, result, epoch(None), tool_call_id],
+            ).rowcount
+            if not changed and db.execute(
+                "SELECT 1 FROM ledger WHERE tool_call_id = ?", [tool_call_id]
+            ).fetchone() is None:
+                raise NotFound(f"no ledger entry for tool call {tool_call_id!r}")
+        return changed == 1
+
+    def get(self, tool_call_id: str) -> LedgerEntry | None:
+        """The entry for the call, or ``None`` if it never began.
+
+        >>> storage.ledger.get("call_1").status
+        'done'
+        """
+        with self.connector.reading() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM ledger WHERE tool_call_id = ?", [tool_call_id]).fetchone()
+        return None if row is None else _entry(row)
+
+    def executing(self, run_id: str | None = None) -> list[LedgerEntry]:
+        """Entries still ``executing`` (of one run, if given), oldest first: after a crash, the unknowns.
+
+        >>> [e.tool_call_id for e in storage.ledger.executing()]
+        []
+        """
+        sql = f"SELECT {_COLUMNS} FROM ledger WHERE status = 'executing'"
+        params: list[Any] = []
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY started_at, rowid", params).fetchall()
+        return [_entry(row) for row in rows]

@@ -1,0 +1,227 @@
+"""The schema, as an ordered list of forward migrations run when the database is opened.
+
+Migration N brings a database from version N-1 to N. They run in one ``BEGIN IMMEDIATE``
+transaction, so processes opening the same file at once apply each migration exactly once, and a
+failed upgrade leaves the file as it was. Never edit a released migration: append a new one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlite_utils import Database
+
+from storage.errors import StorageError, UnknownSchemaVersion
+
+Migration = Callable[[Database], None]
+
+
+def _initial_schema(db: Database) -> None:
+    """Version 1: history, runs, approvals, ledger, policies, audit, event dedupe, conversations."""
+    db["messages"].create(
+        {
+            "id": int,
+            "chat_history_id": str,
+            "seq": int,
+            "message_id": str,
+            "role": str,
+            "data": str,
+            "created_at": float,
+        },
+        pk="id",
+        not_null=["chat_history_id", "seq", "message_id", "role", "data", "created_at"],
+    )
+    # The last k messages of a thread are one descending range scan of this index.
+    db["messages"].create_index(["chat_history_id", "seq"], index_name="messages_thread_seq", unique=True)
+    db["messages"].create_index(["chat_history_id", "message_id"], index_name="messages_thread_id", unique=True)
+
+    db["runs"].create(
+        {
+            "run_id": str,
+            "chat_history_id": str,
+            "platform": str,
+            "workspace": str,
+            "channel": str,
+            "thread": str,
+            "requester": str,
+            "status": str,
+            "step": int,
+            "snapshot_json": str,
+            "error": str,
+            "created_at": float,
+            "updated_at": float,
+        },
+        pk="run_id",
+        not_null=["chat_history_id", "platform", "status", "step", "created_at", "updated_at"],
+        defaults={"step": 0},
+    )
+    db["runs"].create_index(["chat_history_id", "status"], index_name="runs_thread_status")
+    db["runs"].create_index(["status", "updated_at"], index_name="runs_status")
+
+    db["approvals"].create(
+        {
+            "approval_id": str,
+            "run_id": str,
+            "step": int,
+            "tool_call_id": str,
+            "tool_name": str,
+            "arguments_json": str,
+            "args_digest": str,
+            "requester": str,
+            "mode": str,
+            "approvers_json": str,
+            "quorum": int,
+            "four_eyes": int,
+            "platform": str,
+            "chat_history_id": str,
+            "status": str,
+            "decided_by": str,
+            "decided_at": float,
+            "feedback": str,
+            "final_arguments_json": str,
+            "created_at": float,
+            "expires_at": float,
+        },
+        pk="approval_id",
+        foreign_keys=[("run_id", "runs", "run_id")],
+        not_null=[
+            "run_id", "step", "tool_call_id", "tool_name", "arguments_json", "args_digest", "requester",
+            "mode", "approvers_json", "quorum", "four_eyes", "platform", "chat_history_id", "status",
+            "created_at", "expires_at",
+        ],
+    )
+    # due_for_expiry() and decide()'s expiry check read this index.
+    db["approvals"].create_index(["status", "expires_at"], index_name="approvals_status_expiry")
+    db["approvals"].create_index(["run_id", "step"], index_name="approvals_run_step")
+    db["approvals"].create_index(["chat_history_id", "status"], index_name="approvals_thread_status")
+    # At most one pending approval per tool call of a run.
+    db.execute(
+        "CREATE UNIQUE INDEX approvals_one_pending_per_call ON approvals (run_id, tool_call_id) "
+        "WHERE status = 'pending'"
+    )
+
+    db["ledger"].create(
+        {
+            "tool_call_id": str,
+            "run_id": str,
+            "tool_name": str,
+            "args_digest": str,
+            "status": str,
+            "result": str,
+            "started_at": float,
+            "finished_at": float,
+        },
+        pk="tool_call_id",
+        not_null=["args_digest", "status", "started_at"],
+    )
+    db["ledger"].create_index(["status", "run_id"], index_name="ledger_status_run")
+
+    db["policy_rules"].create(
+        {
+            "scope": str,
+            "tool_key": str,
+            "mode": str,
+            "approvers_json": str,
+            "quorum": int,
+            "four_eyes": int,
+            "ttl_seconds": int,
+            "updated_by": str,
+            "updated_at": float,
+        },
+        pk=("scope", "tool_key"),
+        not_null=["updated_by", "updated_at"],
+    )
+    db["tool_groups"].create({"group_name": str, "tool_name": str}, pk=("group_name", "tool_name"))
+    db["tool_groups"].create_index(["tool_name"], index_name="tool_groups_tool")
+    db["confirmations"].create(
+        {"scope": str, "tool_name": str, "args_digest": str, "confirmed_by": str, "confirmed_at": float},
+        pk=("scope", "tool_name", "args_digest"),
+        not_null=["confirmed_by", "confirmed_at"],
+    )
+
+    db["audit"].create(
+        {"id": int, "at": float, "actor": str, "action": str, "subject": str, "details_json": str},
+        pk="id",
+        not_null=["at", "actor", "action", "subject", "details_json"],
+    )
+    db["audit"].create_index(["subject", "id"], index_name="audit_subject")
+    # Append-only, enforced by the database itself and not only by the absence of an update method.
+    db.execute(
+        "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+    db.execute(
+        "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+
+    db["events"].create({"event_key": str, "seen_at": float}, pk="event_key", not_null=["seen_at"])
+    db["events"].create_index(["seen_at"], index_name="events_seen_at")
+
+    db["conversations"].create(
+        {"key": str, "data_json": str, "updated_at": float}, pk="key", not_null=["data_json", "updated_at"]
+    )
+
+
+def _votes_and_message_refs(db: Database) -> None:
+    """Version 2: per-approver votes for quorum, where each approval was rendered, audit by actor."""
+    db["votes"].create(
+        {"approval_id": str, "voter": str, "vote": str, "voted_at": float},
+        pk=("approval_id", "voter"),
+        foreign_keys=[("approval_id", "approvals", "approval_id")],
+        not_null=["vote", "voted_at"],
+    )
+    db["approvals"].add_column("message_ref_json", str)
+    db["audit"].create_index(["actor", "id"], index_name="audit_actor")
+
+
+MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs]
+"""Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
+
+LATEST_VERSION = len(MIGRATIONS)
+
+
+def schema_version(db: Database) -> int:
+    """The database's schema version (0 for a new, empty file).
+
+    >>> schema_version(Database(memory=True))
+    0
+    """
+    if not db["schema_version"].exists():
+        return 0
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(db: Database, target: int | None = None) -> int:
+    """Bring ``db`` forward to ``target`` (default: the latest version) and return its version.
+
+    >>> migrate(Database(memory=True))
+    2
+
+    Raises :class:`UnknownSchemaVersion` for a database written by a newer countersign, before
+    changing anything.
+    """
+    target = LATEST_VERSION if target is None else target
+    if not 0 <= target <= LATEST_VERSION:
+        raise ValueError(f"target must be between 0 and {LATEST_VERSION}")
+    if db.conn.in_transaction:
+        raise StorageError("migrate() must not run inside an open transaction")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)"
+        )
+        current = schema_version(db)
+        if current > LATEST_VERSION:
+            raise UnknownSchemaVersion(current, LATEST_VERSION)
+        for version in range(current + 1, target + 1):
+            MIGRATIONS[version - 1](db)
+            db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [version, time.time()])
+        db.execute("COMMIT")
+    except BaseException:
+        if db.conn.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return max(current, target)

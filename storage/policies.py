@@ -1,0 +1,275 @@
+"""Confirmation policies: :class:`SQLitePolicyStore`, the resolver, tool groups and ask-once memory.
+
+A rule is keyed by a scope (global, a workspace, a channel) and a tool key (a tool name, a group name
+or ``"*"``). Each field is nullable; ``None`` means "inherit". :meth:`SQLitePolicyStore.resolve`
+takes every field from the most specific rule that sets it: channel beats workspace beats global,
+and within a scope a tool name beats a group beats ``"*"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from storage.codec import dumps, epoch, loads, to_datetime
+from storage.connection import Connector
+from storage.protocols import POLICY_MODES, RULE_FIELDS, EffectiveRule, Instant, PolicyRule
+
+ANY_TOOL = "*"
+_SCOPE_PREFIXES = ("workspace:", "channel:")
+_COLUMNS = "scope, tool_key, mode, approvers_json, quorum, four_eyes, ttl_seconds, updated_by, updated_at"
+
+
+def scope_global() -> str:
+    """The scope of rules that apply everywhere.
+
+    >>> scope_global()
+    'global'
+    """
+    return "global"
+
+
+def scope_workspace(platform: str, workspace: str) -> str:
+    """The scope of one Slack workspace or Teams tenant.
+
+    >>> scope_workspace("slack", "T1")
+    'workspace:slack:T1'
+    """
+    return f"workspace:{platform}:{workspace}"
+
+
+def scope_channel(platform: str, workspace: str, channel: str) -> str:
+    """The scope of one channel (or Teams conversation).
+
+    >>> scope_channel("slack", "T1", "C1")
+    'channel:slack:T1:C1'
+    """
+    return f"channel:{platform}:{workspace}:{channel}"
+
+
+def _check_scope(scope: str) -> str:
+    if scope != "global" and not (scope.startswith(_SCOPE_PREFIXES) and scope.count(":") >= 2):
+        raise ValueError(f"not a scope: {scope!r} (use scope_global/scope_workspace/scope_channel)")
+    return scope
+
+
+def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Validate rule fields and return their column values."""
+    unknown = set(fields) - set(RULE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown rule fields {sorted(unknown)}; a rule has {RULE_FIELDS}")
+    columns: dict[str, Any] = {}
+    for name, value in fields.items():
+        if value is None:
+            columns["approvers_json" if name == "approvers" else name] = None
+        elif name == "mode":
+            if value not in POLICY_MODES:
+                raise ValueError(f"mode must be one of {POLICY_MODES}, not {value!r}")
+            columns["mode"] = value
+        elif name == "approvers":
+            if isinstance(value, str) or not all(isinstance(user, str) for user in value):
+                raise ValueError("approvers must be a list of user ids")
+            columns["approvers_json"] = dumps(list(value))
+        elif name == "four_eyes":
+            if not isinstance(value, bool):
+                raise ValueError("four_eyes must be True or False")
+            columns["four_eyes"] = int(value)
+        else:  # quorum, ttl_seconds
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            columns[name] = value
+    return columns
+
+
+def _rule(row: Any) -> PolicyRule:
+    approvers = loads(row[3], kind="policy rule", record_id=f"{row[0]}/{row[1]}")
+    return PolicyRule(
+        scope=row[0],
+        tool_key=row[1],
+        mode=row[2],
+        approvers=None if approvers is None else tuple(approvers),
+        quorum=row[4],
+        four_eyes=None if row[5] is None else bool(row[5]),
+        ttl_seconds=row[6],
+        updated_by=row[7],
+        updated_at=to_datetime(row[8]),
+    )
+
+
+class SQLitePolicyStore:
+    """Rules per scope and tool key, named tool groups, and confirmations remembered for ``once``."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def define_group(self, name: str, tool_names: Sequence[str]) -> None:
+        """Make ``name`` the group of exactly ``tool_names`` (an empty list deletes the group).
+
+        >>> storage.policies.define_group("destructive", ["delete_file", "drop_table"])
+        """
+        if not name or name == ANY_TOOL:
+            raise ValueError(f"not a group name: {name!r}")
+        if isinstance(tool_names, str):
+            raise ValueError("tool_names must be a list of tool names")
+        with self.connector.writing() as db:
+            db.execute("DELETE FROM tool_groups WHERE group_name = ?", [name])
+            for tool_name in dict.fromkeys(tool_names):
+                db.execute("INSERT INTO tool_groups (group_name, tool_name) VALUES (?, ?)", [name, tool_name])
+
+    def groups(self) -> dict[str, list[str]]:
+        """Every group and its tools, sorted.
+
+        >>> storage.policies.groups()
+        {'destructive': ['delete_file', 'drop_table']}
+        """
+        with self.connector.reading() as db:
+            rows = db.execute("SELECT group_name, tool_name FROM tool_groups ORDER BY group_name, tool_name")
+            result: dict[str, list[str]] = {}
+            for group_name, tool_name in rows:
+                result.setdefault(group_name, []).append(tool_name)
+        return result
+
+    def set_rule(self, scope: str, tool_key: str, *, updated_by: str, **fields: Any) -> PolicyRule:
+        """Create or update a rule; only the given fields change (``None`` makes a field inherit again).
+
+        >>> storage.policies.set_rule(scope_channel("slack", "T1", "C1"), "delete_file",
+        ...     updated_by="U_ADMIN", mode="always", approvers=["U2", "U3"], quorum=2).quorum
+        2
+        """
+        _check_scope(scope)
+        if not tool_key:
+            raise ValueError("tool_key must be a tool name, a group name or '*'")
+        columns = _check_fields(fields)
+        if not columns:
+            raise ValueError(f"set at least one of {RULE_FIELDS}")
+        names = [*columns, "updated_by", "updated_at"]
+        values = [*columns.values(), updated_by, epoch(None)]
+        with self.connector.writing() as db:
+            db.execute(
+                f"INSERT INTO policy_rules (scope, tool_key, {', '.join(names)}) "
+                f"VALUES (?, ?, {', '.join('?' for _ in names)}) "
+                f"ON CONFLICT (scope, tool_key) DO UPDATE SET "
+                + ", ".join(f"{name} = excluded.{name}" for name in names),
+                [scope, tool_key, *values],
+            )
+            return self._get(db, scope, tool_key)  # type: ignore[return-value]
+
+    def get_rule(self, scope: str, tool_key: str) -> PolicyRule | None:
+        """The rule stored for exactly this scope and tool key, or ``None``.
+
+        >>> storage.policies.get_rule("global", "*") is None
+        True
+        """
+        with self.connector.reading() as db:
+            return self._get(db, scope, tool_key)
+
+    @staticmethod
+    def _get(db: Any, scope: str, tool_key: str) -> PolicyRule | None:
+        row = db.execute(
+            f"SELECT {_COLUMNS} FROM policy_rules WHERE scope = ? AND tool_key = ?", [scope, tool_key]
+        ).fetchone()
+        return None if row is None else _rule(row)
+
+    def reset_rule(self, scope: str, tool_key: str) -> bool:
+        """Delete the rule (everything inherits again); ``False`` if there was none.
+
+        >>> storage.policies.reset_rule(scope_channel("slack", "T1", "C1"), "delete_file")
+        True
+        """
+        with self.connector.writing() as db:
+            return (
+                db.execute("DELETE FROM policy_rules WHERE scope = ? AND tool_key = ?", [scope, tool_key]).rowcount
+                == 1
+            )
+
+    def list_rules(self, scope: str | None = None) -> list[PolicyRule]:
+        """Every rule (of one scope, if given), sorted by scope and tool key.
+
+        >>> [(r.scope, r.tool_key) for r in storage.policies.list_rules()]
+        [('global', '*')]
+        """
+        sql = f"SELECT {_COLUMNS} FROM policy_rules"
+        params: list[Any] = []
+        if scope is not None:
+            sql += " WHERE scope = ?"
+            params.append(scope)
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY scope, tool_key", params).fetchall()
+        return [_rule(row) for row in rows]
+
+    def resolve(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> EffectiveRule:
+        """The effective rule for ``tool_name`` in a channel, field by field, with where each came from.
+
+        >>> rule = storage.policies.resolve("delete_file", platform="slack", workspace="T1", channel="C1")
+        >>> rule.mode, rule.sources["mode"]
+        ('always', ('channel:slack:T1:C1', 'delete_file'))
+        """
+        scopes = [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+        with self.connector.reading() as db:
+            group_names = [
+                row[0]
+                for row in db.execute(
+                    "SELECT group_name FROM tool_groups WHERE tool_name = ? ORDER BY group_name", [tool_name]
+                )
+            ]
+            keys = list(dict.fromkeys([tool_name, *group_names, ANY_TOOL]))
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) "
+                f"AND tool_key IN ({', '.join('?' for _ in keys)})",
+                [*scopes, *keys],
+            ).fetchall()
+        rules = sorted((_rule(row) for row in rows), key=lambda r: (scopes.index(r.scope), keys.index(r.tool_key)))
+        values: dict[str, Any] = {}
+        sources: dict[str, tuple[str, str]] = {}
+        for rule in rules:  # most specific first: the first rule that sets a field wins it
+            for name in RULE_FIELDS:
+                value = getattr(rule, name)
+                if name not in values and value is not None:
+                    values[name] = value
+                    sources[name] = (rule.scope, rule.tool_key)
+        return EffectiveRule(tool_name=tool_name, sources=sources, **values)
+
+    def remember_confirmation(
+        self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None
+    ) -> None:
+        """Remember that ``confirmed_by`` approved these exact arguments (policy mode ``once``).
+
+        >>> storage.policies.remember_confirmation(scope_channel("slack", "T1", "C1"), "deploy", digest, "U2")
+        """
+        _check_scope(scope)
+        with self.connector.writing() as db:
+            db.execute(
+                "INSERT INTO confirmations (scope, tool_name, args_digest, confirmed_by, confirmed_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, tool_name, args_digest) DO UPDATE SET "
+                "confirmed_by = excluded.confirmed_by, confirmed_at = excluded.confirmed_at",
+                [scope, tool_name, args_digest, confirmed_by, epoch(now)],
+            )
+
+    def is_confirmed(self, scope: str, tool_name: str, args_digest: str) -> bool:
+        """Whether these exact arguments were confirmed before in this scope.
+
+        >>> storage.policies.is_confirmed(scope_channel("slack", "T1", "C1"), "deploy", digest)
+        True
+        """
+        with self.connector.reading() as db:
+            return (
+                db.execute(
+                    "SELECT 1 FROM confirmations WHERE scope = ? AND tool_name = ? AND args_digest = ?",
+                    [scope, tool_name, args_digest],
+                ).fetchone()
+                is not None
+            )
+
+    def revoke_confirmations(self, scope: str, tool_name: str | None = None) -> int:
+        """Forget remembered confirmations of the scope (of one tool, if given); returns how many.
+
+        >>> storage.policies.revoke_confirmations(scope_channel("slack", "T1", "C1"), "deploy")
+        1
+        """
+        sql = "DELETE FROM confirmations WHERE scope = ?"
+        params = [scope]
+        if tool_name is not None:
+            sql += " AND tool_name = ?"
+            params.append(tool_name)
+        with self.connector.writing() as db:
+            return db.execute(sql, params).rowcount

@@ -1,0 +1,341 @@
+"""What a storage backend offers: one small protocol per store, and the frozen records they return.
+
+The SQLite classes in this package implement these protocols; a PostgreSQL backend can follow them
+for deployments with several bot replicas. Every time in a record is a timezone-aware UTC
+``datetime``. Methods that take ``now`` accept an aware ``datetime``, epoch seconds, or ``None``
+(the current time), so tests can pin the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from bot.messages import ChatMessage
+
+Instant = datetime | float | None
+"""A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
+
+RunStatus = Literal["running", "paused", "resuming", "finished", "failed", "expired"]
+RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming", "finished", "failed", "expired")
+ACTIVE_RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming")
+TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired")
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
+APPROVAL_STATUSES: tuple[str, ...] = (
+    "pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled",
+)
+DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
+CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
+VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
+
+POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny")
+RULE_FIELDS: tuple[str, ...] = ("mode", "approvers", "quorum", "four_eyes", "ttl_seconds")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One agent invocation in a thread; its snapshot is read with ``runs.snapshot(run_id)``."""
+
+    run_id: str
+    chat_history_id: str
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+    requester: str
+    status: str
+    step: int
+    error: str | None
+    has_snapshot: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the run is running, paused or resuming."""
+        return self.status in ACTIVE_RUN_STATUSES
+
+
+@dataclass(frozen=True)
+class NewApproval:
+    """What the engine knows when a tool call pauses; ``approvals.create_many`` stores it.
+
+    ``approval_id`` defaults to an unguessable token (it travels in button values) and
+    ``args_digest`` to the digest of ``arguments``' canonical JSON (a given digest must match it).
+    """
+
+    run_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    requester: str
+    platform: str
+    chat_history_id: str
+    expires_at: datetime
+    mode: str = "always"
+    approvers: Sequence[str] = ()
+    quorum: int = 1
+    four_eyes: bool = False
+    approval_id: str | None = None
+    args_digest: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One paused tool call awaiting (or past) a human decision."""
+
+    approval_id: str
+    run_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    args_digest: str
+    requester: str
+    mode: str
+    approvers: tuple[str, ...]
+    quorum: int
+    four_eyes: bool
+    platform: str
+    chat_history_id: str
+    message_ref: dict[str, Any] | None
+    status: str
+    decided_by: str | None
+    decided_at: datetime | None
+    feedback: str | None
+    final_arguments: dict[str, Any] | None
+    created_at: datetime
+    expires_at: datetime
+
+    @property
+    def is_pending(self) -> bool:
+        """Whether nobody has decided yet (it may still be past its expiry; see ``is_expired_at``)."""
+        return self.status == "pending"
+
+    def is_expired_at(self, now: datetime) -> bool:
+        """Whether ``now`` is at or after the expiry time."""
+        return now >= self.expires_at
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One approver's vote on an approval (quorum counts the ``confirm`` votes)."""
+
+    approval_id: str
+    voter: str
+    vote: str
+    voted_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """The execution record of one tool call: ``executing`` → ``done`` | ``failed``."""
+
+    tool_call_id: str
+    run_id: str | None
+    tool_name: str | None
+    args_digest: str
+    status: str
+    result: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One stored rule; a ``None`` field means "inherit from a less specific rule"."""
+
+    scope: str
+    tool_key: str
+    mode: str | None
+    approvers: tuple[str, ...] | None
+    quorum: int | None
+    four_eyes: bool | None
+    ttl_seconds: int | None
+    updated_by: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class EffectiveRule:
+    """The rule that applies to one tool in one channel, field by field.
+
+    A field is ``None`` when no rule sets it (the engine applies its defaults). ``sources`` maps each
+    field that is set to the ``(scope, tool_key)`` of the rule it came from.
+    """
+
+    tool_name: str
+    mode: str | None = None
+    approvers: tuple[str, ...] | None = None
+    quorum: int | None = None
+    four_eyes: bool | None = None
+    ttl_seconds: int | None = None
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One append-only audit log line."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    subject: str
+    details: dict[str, Any]
+
+
+@runtime_checkable
+class ChatMessageStore(Protocol):
+    """Thread history: idempotent writes, ``last_k`` reads that never split a tool call from its results."""
+
+    def write_messages(self, chat_history_id: str, messages: Sequence[ChatMessage]) -> int: ...
+
+    def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]: ...
+
+    def count_messages(self, chat_history_id: str) -> int: ...
+
+    def delete_messages(self, chat_history_id: str) -> int: ...
+
+
+class RunStore(Protocol):
+    """Agent runs and their snapshots; status changes are compare-and-set."""
+
+    def create(
+        self,
+        run_id: str,
+        *,
+        chat_history_id: str,
+        platform: str,
+        workspace: str,
+        channel: str,
+        thread: str,
+        requester: str,
+        status: str = "running",
+        now: Instant = None,
+    ) -> RunRecord: ...
+
+    def get(self, run_id: str) -> RunRecord: ...
+
+    def transition(
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+    ) -> bool: ...
+
+    def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None: ...
+
+    def snapshot(self, run_id: str) -> dict[str, Any]: ...
+
+    def active_for_thread(self, chat_history_id: str) -> RunRecord | None: ...
+
+    def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
+
+
+class ApprovalStore(Protocol):
+    """Approvals, their votes, and the single compare-and-set that decides each one."""
+
+    def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]: ...
+
+    def get(self, approval_id: str) -> ApprovalRecord: ...
+
+    def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]: ...
+
+    def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int: ...
+
+    def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None: ...
+
+    def votes(self, approval_id: str) -> list[Vote]: ...
+
+    def decide(
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        decided_by: str,
+        feedback: str | None = None,
+        final_arguments: dict[str, Any] | None = None,
+        now: Instant = None,
+    ) -> bool: ...
+
+    def expire(self, approval_id: str, now: Instant = None) -> bool: ...
+
+    def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]: ...
+
+    def due_for_expiry(self, now: Instant = None, limit: int = 100) -> list[ApprovalRecord]: ...
+
+    def pending(
+        self, platform: str | None = None, chat_history_id: str | None = None, approver: str | None = None
+    ) -> list[ApprovalRecord]: ...
+
+
+class ToolLedger(Protocol):
+    """At-most-once execution: ``begin`` succeeds once per tool call, before the side effect."""
+
+    def begin(
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
+    ) -> bool: ...
+
+    def finish(self, tool_call_id: str, ok: bool, result: str) -> bool: ...
+
+    def get(self, tool_call_id: str) -> LedgerEntry | None: ...
+
+    def executing(self, run_id: str | None = None) -> list[LedgerEntry]: ...
+
+    def mark_unknown(self, tool_call_id: str, result: str) -> bool: ...
+
+
+class PolicyStore(Protocol):
+    """Per-scope, per-tool confirmation rules, tool groups, and the ask-once memory."""
+
+    def define_group(self, name: str, tool_names: Sequence[str]) -> None: ...
+
+    def groups(self) -> dict[str, list[str]]: ...
+
+    def set_rule(self, scope: str, tool_key: str, *, updated_by: str, **fields: Any) -> PolicyRule: ...
+
+    def get_rule(self, scope: str, tool_key: str) -> PolicyRule | None: ...
+
+    def reset_rule(self, scope: str, tool_key: str) -> bool: ...
+
+    def list_rules(self, scope: str | None = None) -> list[PolicyRule]: ...
+
+    def resolve(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> EffectiveRule: ...
+
+    def remember_confirmation(
+        self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None
+    ) -> None: ...
+
+    def is_confirmed(self, scope: str, tool_name: str, args_digest: str) -> bool: ...
+
+    def revoke_confirmations(self, scope: str, tool_name: str | None = None) -> int: ...
+
+
+class AuditLog(Protocol):
+    """Append-only record of decisions, denied attempts, policy changes and expiries."""
+
+    def append(
+        self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
+    ) -> int: ...
+
+    def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+
+
+class EventDedupe(Protocol):
+    """Platform event ids already handled (platforms retry deliveries)."""
+
+    def first_time(self, event_key: str, now: Instant = None) -> bool: ...
+
+    def prune(self, older_than_seconds: float, now: Instant = None) -> int: ...
+
+
+class ConversationStore(Protocol):
+    """Platform conversation references (e.g. for Teams proactive messages), by key."""
+
+    def save(self, key: str, data: dict[str, Any]) -> None: ...
+
+    def load(self, key: str) -> dict[str, Any] | None: ...

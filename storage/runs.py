@@ -1,0 +1,216 @@
+"""Agent runs: :class:`SQLiteRunStore`. Status changes are compare-and-set."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from storage.codec import dumps, epoch, loads, to_datetime
+from storage.connection import Connector
+from storage.errors import AlreadyExists, CorruptRecord, NotFound
+from storage.protocols import (
+    ACTIVE_RUN_STATUSES,
+    RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    Instant,
+    RunRecord,
+)
+
+_COLUMNS = (
+    "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
+    "snapshot_json IS NOT NULL, created_at, updated_at"
+)
+_SETTABLE = ("snapshot_json", "error", "step")
+
+
+def _record(row: Any) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        chat_history_id=row[1],
+        platform=row[2],
+        workspace=row[3],
+        channel=row[4],
+        thread=row[5],
+        requester=row[6],
+        status=row[7],
+        step=row[8],
+        error=row[9],
+        has_snapshot=bool(row[10]),
+        created_at=to_datetime(row[11]),
+        updated_at=to_datetime(row[12]),
+    )
+
+
+def _check_status(status: str) -> str:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
+    return status
+
+
+def _snapshot_text(run_id: str, snapshot_json: str | dict[str, Any]) -> str:
+    """Validate a snapshot before it is stored, so that a bad one fails the writer, not the resume."""
+    if isinstance(snapshot_json, dict):
+        return dumps(snapshot_json)
+    try:
+        parsed = json.loads(snapshot_json)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"snapshot of run {run_id!r} is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ValueError(f"snapshot of run {run_id!r} must be a JSON object")
+    return snapshot_json
+
+
+class SQLiteRunStore:
+    """One row per agent invocation: thread, requester, status, step, latest snapshot, timestamps.
+
+    Statuses: running, paused, resuming, finished, failed, expired (the last three are terminal).
+    """
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def create(
+        self,
+        run_id: str,
+        *,
+        chat_history_id: str,
+        platform: str,
+        workspace: str,
+        channel: str,
+        thread: str,
+        requester: str,
+        status: str = "running",
+        now: Instant = None,
+    ) -> RunRecord:
+        """Record a new run and return it.
+
+        >>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
+        ...     workspace="T1", channel="C1", thread="170.1", requester="U1").status
+        'running'
+        """
+        at = epoch(now)
+        with self.connector.writing() as db:
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+                raise AlreadyExists(f"run {run_id!r} exists already")
+            db.execute(
+                "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
+                "status, step, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+                [run_id, chat_history_id, platform, workspace, channel, thread, requester,
+                 _check_status(status), at, at],
+            )
+            return self._get(db, run_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run, or :class:`NotFound`.
+
+        >>> storage.runs.get("run-1").requester
+        'U1'
+        """
+        with self.connector.reading() as db:
+            return self._get(db, run_id)
+
+    @staticmethod
+    def _get(db: Any, run_id: str) -> RunRecord:
+        row = db.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            raise NotFound(f"run {run_id!r} not found")
+        return _record(row)
+
+    def transition(
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+    ) -> bool:
+        """Move the run to ``to_status`` if it is in ``from_status``; return whether this caller won.
+
+        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
+        Terminal runs never move again.
+
+        >>> storage.runs.transition("run-1", "paused", "resuming")
+        True
+        >>> storage.runs.transition("run-1", "paused", "resuming")  # a second click
+        False
+        """
+        sources = (from_status,) if isinstance(from_status, str) else tuple(from_status)
+        if not sources:
+            raise ValueError("from_status must name at least one status")
+        for status in (*sources, to_status):
+            _check_status(status)
+        if any(status in TERMINAL_RUN_STATUSES for status in sources):
+            raise ValueError(f"a run in a terminal status ({', '.join(TERMINAL_RUN_STATUSES)}) never moves")
+        unknown = set(fields) - set(_SETTABLE)
+        if unknown:
+            raise ValueError(f"transition() can only also set {_SETTABLE}, not {sorted(unknown)}")
+        if fields.get("snapshot_json") is not None:
+            fields["snapshot_json"] = _snapshot_text(run_id, fields["snapshot_json"])
+        assignments = "".join(f", {name} = ?" for name in fields)
+        placeholders = ", ".join("?" for _ in sources)
+        with self.connector.writing() as db:
+            changed = db.execute(
+                f"UPDATE runs SET status = ?, updated_at = ?{assignments} "
+                f"WHERE run_id = ? AND status IN ({placeholders})",
+                [to_status, epoch(None), *fields.values(), run_id, *sources],
+            ).rowcount
+            if not changed:
+                self._get(db, run_id)  # NotFound for an unknown run, rather than a silent False
+            return changed == 1
+
+    def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None:
+        """Store the run's latest snapshot (a JSON object, as text or as a dict).
+
+        >>> storage.runs.save_snapshot("run-1", snapshot.to_json())
+        """
+        text = _snapshot_text(run_id, snapshot_json)
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE runs SET snapshot_json = ?, updated_at = ? WHERE run_id = ?", [text, epoch(None), run_id]
+            ).rowcount
+        if not changed:
+            raise NotFound(f"run {run_id!r} not found")
+
+    def snapshot(self, run_id: str) -> dict[str, Any]:
+        """The run's latest snapshot, parsed; :class:`CorruptRecord` naming the run if it does not parse.
+
+        >>> AgentSnapshot.from_dict(storage.runs.snapshot("run-1"))
+        """
+        with self.connector.reading() as db:
+            row = db.execute("SELECT snapshot_json FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            raise NotFound(f"run {run_id!r} not found")
+        if row[0] is None:
+            raise NotFound(f"run {run_id!r} has no snapshot")
+        value = loads(row[0], kind="run", record_id=run_id)
+        if not isinstance(value, dict):
+            raise CorruptRecord("run", run_id, "the snapshot is not a JSON object")
+        return value
+
+    def active_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest running, paused or resuming run, if any.
+
+        >>> storage.runs.active_for_thread("slack:T1:C1:170.1").run_id
+        'run-1'
+        """
+        placeholders = ", ".join("?" for _ in ACTIVE_RUN_STATUSES)
+        with self.connector.reading() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE chat_history_id = ? AND status IN ({placeholders}) "
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                [chat_history_id, *ACTIVE_RUN_STATUSES],
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def list_by_status(self, *statuses: str) -> list[RunRecord]:
+        """Every run in one of ``statuses``, oldest first (e.g. runs left ``resuming`` by a crash).
+
+        >>> [r.run_id for r in storage.runs.list_by_status("paused", "resuming")]
+        ['run-1']
+        """
+        if not statuses:
+            raise ValueError("name at least one status")
+        for status in statuses:
+            _check_status(status)
+        placeholders = ", ".join("?" for _ in statuses)
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE status IN ({placeholders}) ORDER BY created_at, rowid",
+                list(statuses),
+            ).fetchall()
+        return [_record(row) for row in rows]
