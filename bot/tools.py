@@ -243,7 +243,8 @@ def tool(
     return build(function) if function is not None else build
 
 
-_PARAM_LINE = re.compile(r"^\s*(?::param\s+(\w+)\s*:|(\w+)\s*(?:\([^)]*\))?\s*:)\s*(.*)$")
+# reST ``:param x:`` or ``:param list[str] x:`` (typed), or Google ``x:`` / ``x (int):`` inside ``Args:``.
+_PARAM_LINE = re.compile(r"^\s*(?::param\s+(?:[^:]+?\s+)?(\w+)\s*:|(\w+)\s*(?:\([^)]*\))?\s*:)\s*(.*)$")
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -262,7 +263,7 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             in_args, current = True, None
             continue
         if stripped.lower() in ("returns:", "raises:", "yields:", "examples:") or stripped.startswith(
-            (":return", ":raises", ":rtype")
+            (":return", ":raises", ":rtype", ":type")
         ):
             in_args, current = False, None
             continue
@@ -285,7 +286,8 @@ def schema_from_signature(
     fn: Callable[..., Any], param_docs: dict[str, str] | None = None, exclude: set[str] | None = None
 ) -> dict[str, Any]:
     """The JSON schema (an object) of ``fn``'s parameters."""
-    hints = typing.get_type_hints(fn)
+    # include_extras keeps Annotated[..., "description"]; without it the descriptions are stripped.
+    hints = typing.get_type_hints(fn, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():
