@@ -164,6 +164,16 @@ def test_modify_explains_the_new_params_with_haystacks_template() -> None:
     )
 
 
+def test_modify_masks_secret_values_in_its_explanation_but_runs_with_them() -> None:
+    answer = ConfirmationUIResult(action="modify", new_tool_params={"api_token": "new-s3cret-value"})
+
+    decision = decide(strategy(answer), params={"repo": "acme/api", "api_token": "old-s3cret-value"})
+
+    assert decision.final_tool_params == {"repo": "acme/api", "api_token": "new-s3cret-value"}
+    assert "s3cret" not in decision.feedback
+    assert decision.feedback.endswith("{'repo': 'acme/api', 'api_token': '••••••'}")
+
+
 def test_modify_may_add_a_param_the_llm_left_out() -> None:
     answer = ConfirmationUIResult(action="modify", new_tool_params={"dry_run": True})
 

@@ -17,7 +17,7 @@ from bot.hitl.dataclasses import ConfirmationUIResult, ToolExecutionDecision
 from bot.hitl.policies import ConfirmationPolicy
 from bot.hitl.serialization import class_path, component_from_dict, component_to_dict, default_to_dict
 from bot.hitl.ui import ConfirmationUI
-from bot.redaction import scrub
+from bot.redaction import mask_secrets, scrub
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,8 @@ class BlockingConfirmationStrategy:
         if answer.action == "confirm":
             return decision(True, self._with_user_feedback(None, answer.feedback), dict(tool_params))
         if answer.action == "modify":
-            text = self.modify_template.format(tool_name=tool_name, final_tool_params=merged)
+            # The explanation is shown to people and the LLM as text: secret values stay masked in it.
+            text = self.modify_template.format(tool_name=tool_name, final_tool_params=mask_secrets(merged))
             return decision(True, self._with_user_feedback(text, answer.feedback), merged)
         text = self.reject_template.format(tool_name=tool_name)
         return decision(False, self._with_user_feedback(text, answer.feedback))

@@ -46,12 +46,13 @@ def validate_strategy_keys(strategies: ConfirmationStrategies | None, tool_names
 
     Raises ``ValueError`` for a key naming a tool that does not exist, ``"*"`` inside a tuple, an empty
     tuple, or a tool named by two tuple keys (which one would apply would be arbitrary). ``TypeError``
-    for a key that is neither a string nor a tuple of strings, or a value that is not a strategy.
+    for a key that is neither a string nor a tuple of strings, or a value without a ``run`` method.
     """
     known = set(tool_names)
     claimed_by: dict[str, tuple[str, ...]] = {}
     for key, strategy in (strategies or {}).items():
-        if not isinstance(strategy, ConfirmationStrategy):
+        # Only ``run`` is essential; serialisation and ``run_async`` are checked where they are used.
+        if not callable(getattr(strategy, "run", None)):
             raise TypeError(
                 f"The value for confirmation strategy key {key!r} is not a strategy: {strategy!r}"
             )
