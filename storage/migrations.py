@@ -8,7 +8,7 @@ failed upgrade leaves the file as it was. Never edit a released migration: appen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlite_utils import Database
 
@@ -194,18 +194,19 @@ def schema_version(db: Database) -> int:
     return int(row[0] or 0)
 
 
-def migrate(db: Database, target: int | None = None) -> int:
+def migrate(db: Database, target: int | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """Bring ``db`` forward to ``target`` (default: the latest version) and return its version.
 
     >>> migrate(Database(memory=True))
     2
 
     Raises :class:`UnknownSchemaVersion` for a database written by a newer countersign, before
-    changing anything.
+    changing anything. ``migrations`` defaults to :data:`MIGRATIONS`.
     """
-    target = LATEST_VERSION if target is None else target
-    if not 0 <= target <= LATEST_VERSION:
-        raise ValueError(f"target must be between 0 and {LATEST_VERSION}")
+    latest = len(migrations)
+    target = latest if target is None else target
+    if not 0 <= target <= latest:
+        raise ValueError(f"target must be between 0 and {latest}")
     if db.conn.in_transaction:
         raise StorageError("migrate() must not run inside an open transaction")
     db.execute("BEGIN IMMEDIATE")
@@ -214,10 +215,10 @@ def migrate(db: Database, target: int | None = None) -> int:
             "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)"
         )
         current = schema_version(db)
-        if current > LATEST_VERSION:
-            raise UnknownSchemaVersion(current, LATEST_VERSION)
+        if current > latest:
+            raise UnknownSchemaVersion(current, latest)
         for version in range(current + 1, target + 1):
-            MIGRATIONS[version - 1](db)
+            migrations[version - 1](db)
             db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [version, time.time()])
         db.execute("COMMIT")
     except BaseException:
