@@ -1,0 +1,161 @@
+"""Admin commands, one parser for Slack's ``/countersign`` and Teams messages.
+
+``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
+``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
+``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``help``.
+Without ``#channel`` a rule applies to the whole workspace.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from bot.engine.confirmation import MODES
+from bot.engine.errors import CommandError
+
+USAGE = """countersign admin commands:
+  policy list [#channel]                                   show the rules and each tool's effective mode
+  policy set <tool|group|*> <always|never|once|deny> [#channel]
+  policy reset <tool|group|*> [#channel]                   remove a rule
+  approvers <tool> <@user ...|none>                        who may approve (none: the requester and admins)
+  quorum <tool> <n>                                        approvals needed
+  four-eyes <tool> on|off                                  the requester may not approve
+  ttl <tool> <duration>                                    e.g. 30m, 4h, 2d
+  pending                                                  approvals waiting for a decision
+  audit [n]                                                the last n audit entries (default 10)
+  help                                                     this text
+Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
+
+COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "help")
+CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl"})
+_CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
+_USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class AdminCommand:
+    """A parsed command: ``name`` (e.g. ``"policy set"``), the tool key, the channel and the value."""
+
+    name: str
+    tool_key: str | None = None
+    channel: str | None = None
+    value: Any = None
+
+    @property
+    def is_change(self) -> bool:
+        """Whether the command changes policy (admins only)."""
+        return self.name in CHANGES
+
+
+def is_admin_command(text: str) -> bool:
+    """Whether ``text`` starts with an admin command word (Teams routes such messages here)."""
+    words = text.strip().split(maxsplit=1)
+    return bool(words) and words[0].lower().lstrip("/") in COMMAND_WORDS
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds."""
+    match = _DURATION.match(text.strip().lower())
+    if not match or int(match.group(1)) <= 0:
+        raise CommandError(f"'{text}' is not a duration; use e.g. 30m, 4h or 2d.\n\n{USAGE}")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_command(text: str) -> AdminCommand:
+    """Parse one command line; :class:`CommandError` (with usage help) for bad syntax."""
+    try:
+        words = shlex.split(text.strip())
+    except ValueError:
+        words = text.strip().split()
+    if not words:
+        return AdminCommand("help")
+    head = words[0].lower().lstrip("/")
+    args = words[1:]
+    if head == "help":
+        return AdminCommand("help")
+    if head == "pending" and not args:
+        return AdminCommand("pending")
+    if head == "audit" and len(args) <= 1:
+        count = 10
+        if args:
+            if not args[0].isdigit() or not 1 <= int(args[0]) <= 200:
+                raise _usage("audit takes a number between 1 and 200")
+            count = int(args[0])
+        return AdminCommand("audit", value=count)
+    if head == "policy" and args:
+        sub = args[0].lower()
+        rest = args[1:]
+        if sub == "list" and len(rest) <= 1:
+            return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
+        if sub == "set" and len(rest) in (2, 3):
+            mode = rest[1].lower()
+            if mode not in MODES:
+                raise _usage(f"mode must be one of {', '.join(MODES)}")
+            return AdminCommand("policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]))
+        if sub == "reset" and len(rest) in (1, 2):
+            return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]))
+    if head == "approvers" and len(args) >= 2:
+        if len(args) == 2 and args[1].lower() == "none":
+            return AdminCommand("approvers", tool_key=args[0], value=())
+        return AdminCommand("approvers", tool_key=args[0], value=tuple(_user(a) for a in args[1:]))
+    if head == "quorum" and len(args) == 2:
+        if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
+            raise _usage("quorum is a number between 1 and 10")
+        return AdminCommand("quorum", tool_key=args[0], value=int(args[1]))
+    if head == "four-eyes" and len(args) == 2 and args[1].lower() in ("on", "off"):
+        return AdminCommand("four-eyes", tool_key=args[0], value=args[1].lower() == "on")
+    if head == "ttl" and len(args) == 2:
+        return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1]))
+    raise _usage(f"I don't understand '{text.strip()[:80]}'")
+
+
+def _usage(problem: str) -> CommandError:
+    return CommandError(f"{problem}.\n\n{USAGE}")
+
+
+def _channel(word: str) -> str:
+    match = _CHANNEL.match(word)
+    if not match:
+        raise _usage(f"'{word}' is not a channel; write it as #channel")
+    return match.group(1) or match.group(2)
+
+
+def _channel_opt(words: list[str]) -> str | None:
+    return _channel(words[0]) if words else None
+
+
+def _user(word: str) -> str:
+    match = _USER.match(word)
+    if not match:
+        raise _usage(f"'{word}' is not a user; write it as @user")
+    return match.group(1) or match.group(2)
+
+
+def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
+    """One line describing a rule, e.g. ``delete_file @ channel:slack:T1:C1: mode=always, quorum=2``."""
+    shown = []
+    for name in ("mode", "approvers", "quorum", "four_eyes", "ttl_seconds"):
+        value = fields.get(name)
+        if value is None:
+            continue
+        if name == "approvers":
+            value = ", ".join(value) if value else "requester and admins"
+        if name == "four_eyes":
+            value = "on" if value else "off"
+        if name == "ttl_seconds":
+            name, value = "ttl", format_duration(value)
+        shown.append(f"{name}={value}")
+    return f"{tool_key} @ {scope}: {', '.join(shown) or '(inherits everything)'}"
+
+
+def format_duration(seconds: int) -> str:
+    """``86400`` → ``1d``; ``5400`` → ``90m``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

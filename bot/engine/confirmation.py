@@ -1,0 +1,105 @@
+"""The engine's confirmation strategy: per-channel policies from storage decide whether to pause."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bot.canonical import args_digest
+from bot.hitl.breakpoint import HITLBreakpointException
+from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.tools import Tool
+
+ALWAYS, NEVER, ONCE, DENY = "always", "never", "once", "deny"
+MODES = (ALWAYS, NEVER, ONCE, DENY)
+GLOBAL_DEFAULT_MODE = ALWAYS
+BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    """The rule that applies to one tool call, with every default filled in."""
+
+    mode: str
+    approvers: tuple[str, ...]
+    quorum: int
+    four_eyes: bool
+    ttl_seconds: int
+
+
+def channel_scope(context: Mapping[str, Any]) -> str:
+    """The ask-once memory scope of a run's channel."""
+    from storage.policies import scope_channel
+
+    return scope_channel(context["platform"], context["workspace"], context["channel"])
+
+
+async def effective_policy(
+    storage: Any, tool: Tool | None, context: Mapping[str, Any], default_ttl: int
+) -> EffectivePolicy:
+    """Stored rule (channel > workspace > global; name > group > ``*``), then the tool's default, then ``always``."""
+    rule = await storage.policies.resolve(
+        tool.name if tool else "*",
+        platform=context["platform"],
+        workspace=context["workspace"],
+        channel=context["channel"],
+    )
+    mode = rule.mode or (tool.confirmation_default if tool else None) or GLOBAL_DEFAULT_MODE
+    if mode not in MODES:  # fail closed on anything unexpected
+        mode = ALWAYS
+    return EffectivePolicy(
+        mode=mode,
+        approvers=tuple(rule.approvers or ()),
+        quorum=max(1, rule.quorum or 1),
+        four_eyes=bool(rule.four_eyes),
+        ttl_seconds=rule.ttl_seconds or default_ttl,
+    )
+
+
+class PolicyConfirmationStrategy:
+    """``never`` runs, ``deny`` rejects, ``once`` asks unless the channel confirmed the same call, ``always`` asks.
+
+    Pausing is a breakpoint: the engine stores the snapshot and renders the approvals.
+    """
+
+    def __init__(self, storage: Any, tools: Mapping[str, Tool], default_ttl: int) -> None:
+        self.storage = storage
+        self.tools = tools
+        self.default_ttl = default_ttl
+
+    async def run_async(
+        self,
+        *,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+        confirmation_strategy_context: dict[str, Any] | None = None,
+    ) -> ToolExecutionDecision:
+        """Decide from the stored policy, or raise :class:`HITLBreakpointException` to ask a human."""
+        context = confirmation_strategy_context or {}
+        policy = await effective_policy(self.storage, self.tools.get(tool_name), context, self.default_ttl)
+        if policy.mode == NEVER:
+            return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
+        if policy.mode == DENY:
+            return ToolExecutionDecision(
+                tool_name, False, tool_call_id, feedback=BLOCKED_FEEDBACK.format(tool_name=tool_name)
+            )
+        if policy.mode == ONCE and await self.storage.policies.is_confirmed(
+            channel_scope(context), tool_name, args_digest(tool_params)
+        ):
+            return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
+        raise HITLBreakpointException(
+            f"Tool '{tool_name}' needs approval ({policy.mode}).", tool_name=tool_name, tool_call_id=tool_call_id
+        )
+
+    def run(self, **kwargs: Any) -> ToolExecutionDecision:
+        """Sync twin of :meth:`run_async`."""
+        from bot.aio import run_sync
+
+        return run_sync(self.run_async(**kwargs))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Not serialisable: it is bound to a live storage."""
+        raise TypeError("PolicyConfirmationStrategy is bound to live storage and is not serialisable")

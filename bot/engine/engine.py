@@ -1,0 +1,865 @@
+"""The chat-ops engine: chat messages become agent runs, clicks become decisions that resume them.
+
+Everything that must survive a restart is written to storage before anyone is told anything. Every
+state change that could race (approval decided, run resumed, tool executed) is a compare-and-set in
+storage, so double clicks, concurrent approvers, retries, replicas and restarts change nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bot.agent import Agent, AgentSnapshot, SnapshotError
+from bot.agent.tool_runner import OUTCOME_UNKNOWN
+from bot.config import Config
+from bot.engine import admin as admin_commands
+from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
+from bot.engine.errors import (
+    AlreadyDecided,
+    ApprovalClosed,
+    ApprovalExpired,
+    ApprovalNotFound,
+    CommandError,
+    EngineError,
+    InvalidEdit,
+    NotAnAdmin,
+    NotAnApprover,
+    UnknownAction,
+)
+from bot.engine.ledger import StorageExecutionLedger
+from bot.engine.model import (
+    ACTIONS,
+    CONFIRM,
+    EXPIRED,
+    MODIFY,
+    PENDING,
+    REJECT,
+    SUPERSEDED,
+    AdminRequest,
+    ApprovalView,
+    DecisionRequest,
+    DecisionResult,
+    Inbound,
+    ThreadRef,
+)
+from bot.engine.params import merge_edit
+from bot.engine.surface import Surface
+from bot.hitl.apply import closing_results
+from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
+from bot.hitl.breakpoint import HITLBreakpointException
+from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.messages import ChatMessage
+from bot.tools import Tool
+
+logger = logging.getLogger(__name__)
+
+SUPERSEDED_RESULT = "superseded by a newer message"
+EXPIRED_FEEDBACK = "Tool execution for '{tool_name}' was rejected: expired without a decision."
+NOT_RUN_AFTER_CRASH = "not run: the bot stopped before running this call"
+STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified"}
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware."""
+    return datetime.now(UTC)
+
+
+class Engine:
+    """The platform-free workflow between adapters, the agent and storage (see DESIGN.md's flow)."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        storage: Any,
+        generator: Any,
+        tools: Sequence[Tool],
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.clock = clock or utcnow
+        self.tools = {t.name: t for t in tools}
+        self.agent = Agent(
+            generator,
+            tools=list(tools),
+            system_prompt=config.system_prompt,
+            confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
+            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage)},
+            chat_message_store=storage.messages,
+        )
+        self.surfaces: dict[str, Surface] = {}
+        self._thread_locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(
+        cls,
+        config: Config,
+        *,
+        generator: Any = None,
+        tools: Sequence[Tool] | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> Engine:
+        """Open storage at ``config.db_path`` and build the engine.
+
+        >>> engine = await Engine.create(Config.from_env())
+        """
+        from storage import AsyncStorage, open_storage
+
+        chosen_tools = list(tools) if tools is not None else config.load_tools()
+        chosen_generator = generator if generator is not None else config.build_generator()
+        sync_storage = await asyncio.to_thread(open_storage, config.db_path, last_k=config.history_last_k)
+        return cls(
+            config=config,
+            storage=AsyncStorage(sync_storage),
+            generator=chosen_generator,
+            tools=chosen_tools,
+            clock=clock,
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def register_surface(self, platform: str, surface: Surface) -> None:
+        """Route output for ``platform`` through ``surface``."""
+        self.surfaces[platform] = surface
+
+    async def start(self, *, sweep: bool = True) -> None:
+        """Recover from a crash, resume runs whose decisions are complete, start the expiry sweep."""
+        await self.recover()
+        if sweep and self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="countersign-expiry-sweep")
+
+    async def stop(self) -> None:
+        """Stop the sweep, wait for background work, close storage."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+        await self.wait_idle()
+        await self.storage.aclose()
+
+    async def wait_idle(self) -> None:
+        """Wait until every background resume has finished (tasks may start further tasks)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lock(self, thread_key: str) -> asyncio.Lock:
+        return self._thread_locks.setdefault(thread_key, asyncio.Lock())
+
+    def _surface(self, platform: str) -> Surface | None:
+        surface = self.surfaces.get(platform)
+        if surface is None:
+            logger.error("no surface registered for platform", extra={"platform": platform})
+        return surface
+
+    # --- messages -----------------------------------------------------------------------------------
+
+    async def handle_message(self, inbound: Inbound) -> None:
+        """Run the agent on a person's message; returns when the run has finished or paused."""
+        if not await self.storage.events.first_time(f"{inbound.platform}:event:{inbound.event_id}"):
+            logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
+            return
+        thread = inbound.thread_ref
+        surface = self._surface(inbound.platform)
+        async with self._lock(thread.key):
+            active = await self.storage.runs.active_for_thread(thread.key)
+            if active is not None and active.status == "paused":
+                await self._supersede(active)
+            elif active is not None:
+                if surface:
+                    await surface.post_reply(thread, "I'm still working on the previous message here; try again soon.")
+                return
+            run_id = _new_run_id()
+            await self.storage.runs.create(
+                run_id,
+                chat_history_id=thread.key,
+                platform=thread.platform,
+                workspace=thread.workspace,
+                channel=thread.channel,
+                thread=thread.thread,
+                requester=inbound.user,
+            )
+            message = ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
+            await self._run(
+                run_id,
+                thread,
+                inbound.user,
+                lambda ctx: self.agent.run_async(
+                    [message],
+                    run_id=run_id,
+                    chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
+                    confirmation_strategy_context=ctx,
+                ),
+                message_id=inbound.message_id,
+            )
+
+    async def _run(
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        invoke: Callable[[dict[str, Any]], Any],
+        message_id: str | None = None,
+    ) -> None:
+        """Run (or resume) the agent and turn its outcome into storage updates and messages."""
+        surface = self._surface(thread.platform)
+        context = {
+            "platform": thread.platform,
+            "workspace": thread.workspace,
+            "channel": thread.channel,
+            "thread": thread.key,
+            "requester": requester,
+            "run_id": run_id,
+        }
+        if surface:
+            await _quietly(surface.show_working(thread, True, message_id))
+        try:
+            result = await invoke(context)
+        except HITLBreakpointException as pause:
+            await self._on_pause(run_id, thread, requester, pause)
+        except Exception as exc:  # the run fails; the thread stays usable
+            await self._on_failure(run_id, thread, exc)
+        else:
+            await self._on_finish(run_id, thread, result)
+        finally:
+            if surface:
+                await _quietly(surface.show_working(thread, False, message_id))
+
+    async def _on_finish(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
+        await self.storage.runs.transition(run_id, "running", "finished")
+        text = _answer_text(result)
+        surface = self._surface(thread.platform)
+        if surface and text:
+            await surface.post_reply(thread, text)
+
+    async def _on_failure(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
+        logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
+        await self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
+        await self._close_dangling(thread, "not run: the run failed")
+        surface = self._surface(thread.platform)
+        if surface:
+            await surface.post_reply(thread, _failure_sentence(exc))
+
+    async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))
+        closing = closing_results(history, reason)
+        if closing:
+            await self.storage.messages.write_messages(thread.key, closing)
+
+    # --- pausing ------------------------------------------------------------------------------------
+
+    async def _on_pause(self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException) -> None:
+        """Store the snapshot and one approval per pending call, then render them."""
+        from storage import NewApproval
+
+        snapshot = pause.snapshot
+        assert snapshot is not None
+        run = await self.storage.runs.get(run_id)
+        step = run.step + 1
+        now = self.clock()
+        context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+        new_approvals = []
+        for position, call in enumerate(snapshot.step_message.tool_calls):
+            if not any(call is p for p in pause.pending_tool_calls):
+                continue
+            policy = await effective_policy(
+                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds
+            )
+            new_approvals.append(
+                NewApproval(
+                    run_id=run_id,
+                    step=step,
+                    tool_call_id=call.id or f"{snapshot.step_message.id}:{position}",
+                    tool_name=call.tool_name,
+                    arguments=call.arguments,
+                    requester=requester,
+                    platform=thread.platform,
+                    chat_history_id=thread.key,
+                    expires_at=now + timedelta(seconds=policy.ttl_seconds),
+                    mode=policy.mode,
+                    approvers=policy.approvers,
+                    quorum=policy.quorum,
+                    four_eyes=policy.four_eyes,
+                    created_at=now,
+                )
+            )
+        records = await self.storage.approvals.create_many(new_approvals)
+        paused = await self.storage.runs.transition(
+            run_id, "running", "paused", snapshot_json=snapshot.to_json(), step=step
+        )
+        if not paused:
+            await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
+            return
+        await self.storage.audit.append(
+            requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
+        )
+        surface = self._surface(thread.platform)
+        if surface is None:
+            return
+        views = [await self._view(r) for r in records]
+        message_ref = await surface.render_approvals(thread, views)
+        await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
+
+    # --- decisions ----------------------------------------------------------------------------------
+
+    async def get_approval(self, approval_id: str) -> ApprovalView:
+        """The approval as adapters render it; :class:`ApprovalNotFound` for an unknown id."""
+        return await self._view(await self._record(approval_id))
+
+    async def step_approvals(self, approval_id: str) -> list[ApprovalView]:
+        """Every approval of the paused step that ``approval_id`` belongs to."""
+        record = await self._record(approval_id)
+        return [await self._view(r) for r in await self.storage.approvals.for_run(record.run_id, step=record.step)]
+
+    async def check_can_decide(self, approval_id: str, actor: str) -> ApprovalView:
+        """Raise what :meth:`decide` would raise for this actor now (before opening a form)."""
+        record = await self._record(approval_id)
+        self._check_open(record)
+        self._authorize(record, actor)
+        return await self._view(record)
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        """Record one decision (exactly one wins), update the rendering, and resume when the step is decided."""
+        record = await self._record(request.approval_id)
+        try:
+            if request.action not in ACTIONS:
+                raise UnknownAction(request.action)
+            self._check_open(record)
+            self._authorize(record, request.actor)
+            action, final_arguments = request.action, None
+            if action == MODIFY:
+                final_arguments = self._merged_edit(record, request.edited_params or {})
+                if final_arguments == record.arguments:
+                    action, final_arguments = CONFIRM, None
+            if action in (CONFIRM, MODIFY) and record.quorum > 1:
+                if action == MODIFY:
+                    raise InvalidEdit(
+                        {
+                            "_": "this call needs several approvals, so it cannot be edited; reject it "
+                            "with feedback instead"
+                        }
+                    )
+                counted = await self._vote(record, request)
+                if counted is not None:
+                    return counted
+            won = await self.storage.approvals.decide(
+                record.approval_id,
+                status=STATUS_OF_ACTION[action],
+                decided_by=request.actor,
+                feedback=request.feedback,
+                final_arguments=final_arguments,
+                now=self.clock(),
+            )
+            if not won:
+                self._check_open(await self._record(record.approval_id))
+                raise AlreadyDecided("decided", None, None)
+        except EngineError as refusal:
+            await self.storage.audit.append(
+                request.actor,
+                "decision refused",
+                record.approval_id,
+                {"action": request.action, "reason": type(refusal).__name__, "tool": record.tool_name},
+                now=self.clock(),
+            )
+            raise
+        await self.storage.audit.append(
+            request.actor,
+            STATUS_OF_ACTION[action],
+            record.approval_id,
+            {
+                "tool": record.tool_name,
+                "run_id": record.run_id,
+                "feedback": request.feedback,
+                "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
+            },
+            now=self.clock(),
+        )
+        if action == CONFIRM and record.mode == ONCE:
+            scope = channel_scope(_thread_context(record))
+            from bot.canonical import args_digest
+
+            await self.storage.policies.remember_confirmation(
+                scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
+            )
+        return await self._after_decision(record, f"{STATUS_OF_ACTION[action].capitalize()}.")
+
+    async def approve_all(self, approval_id: str, actor: str, actor_name: str | None = None) -> DecisionResult:
+        """Approve every pending call of the step that ``actor`` may decide; refusals are reported, not raised."""
+        record = await self._record(approval_id)
+        approved, refused = 0, []
+        for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+            if other.status != PENDING:
+                continue
+            try:
+                await self.decide(DecisionRequest(other.approval_id, actor, CONFIRM, actor_name=actor_name))
+                approved += 1
+            except EngineError as exc:
+                refused.append(f"{other.tool_name}: {exc}")
+        if approved == 0 and refused:
+            raise NotAnApprover("Nothing was approved. " + " ".join(refused))
+        views = await self.step_approvals(approval_id)
+        clicked = next(v for v in views if v.approval_id == approval_id)
+        message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
+        return DecisionResult(approval=clicked, step=tuple(views), message=message)
+
+    async def _vote(self, record: Any, request: DecisionRequest) -> DecisionResult | None:
+        """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
+        prior = await self.storage.approvals.votes(record.approval_id)
+        if any(v.voter == request.actor for v in prior):
+            raise AlreadyDecided("approved", f"you (waiting for {record.quorum - len(prior)} more)", None)
+        count = await self.storage.approvals.add_vote(record.approval_id, request.actor, CONFIRM, now=self.clock())
+        if count is None:
+            self._check_open(await self._record(record.approval_id))
+            raise ApprovalExpired()
+        if count >= record.quorum:
+            return None
+        await self.storage.audit.append(
+            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
+        )
+        views = await self._update_rendering(record)
+        clicked = next(v for v in views if v.approval_id == record.approval_id)
+        return DecisionResult(
+            approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
+        )
+
+    async def _after_decision(self, record: Any, message: str) -> DecisionResult:
+        views = await self._update_rendering(record)
+        clicked = next(v for v in views if v.approval_id == record.approval_id)
+        complete = all(not v.is_pending for v in views)
+        if complete:
+            self._spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
+        return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
+
+    async def _update_rendering(self, record: Any) -> list[ApprovalView]:
+        records = await self.storage.approvals.for_run(record.run_id, step=record.step)
+        views = [await self._view(r) for r in records]
+        refs = [v.message_ref for v in views if v.message_ref]
+        surface = self.surfaces.get(record.platform)
+        if surface and refs:
+            thread = views[0].thread
+            await _quietly(surface.update_approvals(thread, refs[0], views))
+        return views
+
+    def _check_open(self, record: Any) -> None:
+        if record.status == PENDING and self.clock() >= record.expires_at:
+            raise ApprovalExpired()
+        if record.status == PENDING:
+            return
+        if record.status == EXPIRED:
+            raise ApprovalExpired()
+        if record.status in (SUPERSEDED, "cancelled"):
+            raise ApprovalClosed(record.status)
+        raise AlreadyDecided(record.status, record.decided_by, record.decided_at)
+
+    def _authorize(self, record: Any, actor: str) -> None:
+        if record.four_eyes and actor == record.requester:
+            raise NotAnApprover("Four-eyes policy: you asked for this call, so someone else must approve it.")
+        if record.approvers:
+            if actor not in record.approvers:
+                raise NotAnApprover("You are not one of the approvers for this tool.")
+            return
+        if actor != record.requester and not self.is_admin(actor):
+            raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
+
+    def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
+        tool = self.tools.get(record.tool_name)
+        if tool is None:
+            raise InvalidEdit({"_": f"the tool '{record.tool_name}' is no longer available"})
+        return merge_edit(tool, record.arguments, edited)
+
+    def is_admin(self, actor: str) -> bool:
+        """Whether ``actor`` is listed in ``COUNTERSIGN_ADMINS``."""
+        return actor in self.config.admins
+
+    # --- resuming -----------------------------------------------------------------------------------
+
+    async def resume(self, run_id: str) -> None:
+        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim."""
+        run = await self.storage.runs.get(run_id)
+        thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        async with self._lock(thread.key):
+            records = await self.storage.approvals.for_run(run_id, step=run.step)
+            if any(r.status == PENDING for r in records):
+                return
+            if not await self.storage.runs.transition(run_id, "paused", "resuming"):
+                return  # another worker, replica or a supersede got there first
+            try:
+                snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
+            except Exception as exc:  # a corrupt snapshot fails this run only
+                await self._on_failure(run_id, thread, exc)
+                return
+            decisions = [_decision_from_record(r) for r in records]
+            await self.storage.runs.transition(run_id, "resuming", "running")
+            await self._run(
+                run_id,
+                thread,
+                run.requester,
+                lambda ctx: self.agent.run_async(
+                    [],
+                    snapshot=snapshot,
+                    tool_execution_decisions=decisions,
+                    chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
+                    confirmation_strategy_context=ctx,
+                ),
+            )
+
+    async def _supersede(self, run: Any) -> None:
+        """A new message arrived while ``run`` was paused: close its approvals and its dangling calls."""
+        if not await self.storage.runs.transition(run.run_id, "paused", "finished", error=SUPERSEDED_RESULT):
+            return
+        closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
+        thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        try:
+            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
+            step_messages = [snapshot.step_message]
+            await self.storage.messages.write_messages(
+                thread.key, step_messages + closing_results(step_messages, SUPERSEDED_RESULT)
+            )
+        except (SnapshotError, Exception) as exc:  # history stays valid: the step was never written
+            logger.warning("could not record superseded step", extra={"run_id": run.run_id, "error": repr(exc)})
+        await self.storage.audit.append(
+            "countersign", "superseded", run.run_id, {"approvals": closed}, now=self.clock()
+        )
+        records = await self.storage.approvals.for_run(run.run_id, step=run.step)
+        if records:
+            await self._update_rendering(records[0])
+
+    # --- expiry -------------------------------------------------------------------------------------
+
+    async def sweep_expired(self) -> int:
+        """Expire every due approval (never approve), update renderings, resume fully decided runs."""
+        now = self.clock()
+        expired = 0
+        for record in await self.storage.approvals.due_for_expiry(now=now, limit=500):
+            if not await self.storage.approvals.expire(record.approval_id, now=now):
+                continue
+            expired += 1
+            await self.storage.audit.append(
+                "countersign",
+                "expired",
+                record.approval_id,
+                {"tool": record.tool_name, "run_id": record.run_id},
+                now=now,
+            )
+            await self._after_decision(record, "Expired.")
+        return expired
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                await self.sweep_expired()
+                await self.storage.events.prune(7 * 86400)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the sweep must outlive a transient storage error
+                logger.exception("expiry sweep failed")
+            await asyncio.sleep(self.config.sweep_interval_seconds)
+
+    # --- crash recovery -----------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Close runs a crash left running; resume paused runs whose decisions all landed."""
+        for run in await self.storage.runs.list_by_status("running", "resuming"):
+            thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+            unknown = await self.storage.ledger.executing(run.run_id)
+            for entry in unknown:
+                await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
+            history = await self.storage.messages.retrieve_messages(
+                thread.key, last_k=max(50, self.config.history_last_k)
+            )
+            unknown_keys = {e.tool_call_id.split(":", 1)[-1] for e in unknown}
+            closing = []
+            for message in closing_results(history, NOT_RUN_AFTER_CRASH):
+                origin = message.tool_call_result.origin
+                if origin.id in unknown_keys:
+                    message.tool_call_result.result = OUTCOME_UNKNOWN
+                closing.append(message)
+            if closing:
+                await self.storage.messages.write_messages(thread.key, closing)
+            await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
+            await self.storage.approvals.close_pending_for_run(run.run_id, "cancelled", "the bot restarted")
+            await self.storage.audit.append(
+                "countersign", "recovered", run.run_id, {"unknown_outcome": [e.tool_name for e in unknown]}
+            )
+            surface = self._surface(run.platform)
+            if surface:
+                names = ", ".join(sorted({e.tool_name or "a tool" for e in unknown}))
+                text = "I was restarted while working on this, so I stopped."
+                if unknown:
+                    text += f" The outcome of {names} is unknown: it was running when I stopped and was not re-run."
+                await _quietly(surface.post_reply(thread, text))
+        for run in await self.storage.runs.list_by_status("paused"):
+            records = await self.storage.approvals.for_run(run.run_id, step=run.step)
+            if records and all(r.status != PENDING for r in records):
+                self._spawn(self.resume(run.run_id), name=f"resume-{run.run_id}")
+
+    # --- admin --------------------------------------------------------------------------------------
+
+    async def admin(self, request: AdminRequest) -> str:
+        """Run one admin command; always answers with plain text (errors and usage included)."""
+        try:
+            command = admin_commands.parse_command(request.text)
+            if command.is_change and not self.is_admin(request.actor):
+                await self.storage.audit.append(
+                    request.actor, "policy change refused", command.tool_key or "", {"command": request.text[:200]}
+                )
+                raise NotAnAdmin()
+            return await self._run_admin(command, request)
+        except EngineError as exc:
+            return str(exc)
+
+    async def _run_admin(self, command: admin_commands.AdminCommand, request: AdminRequest) -> str:
+        from storage.policies import scope_channel, scope_workspace
+
+        if command.name == "help":
+            return admin_commands.USAGE
+        if command.name == "pending":
+            pending = await self.storage.approvals.pending(platform=request.platform)
+            if not pending:
+                return "No approvals are waiting."
+            return "\n".join(
+                f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
+                f"(id {r.approval_id[:8]})"
+                for r in pending
+            )
+        if command.name == "audit":
+            entries = await self.storage.audit.recent(command.value)
+            return (
+                "\n".join(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}" for e in entries)
+                or "The audit log is empty."
+            )
+        channel = command.channel
+        scope = (
+            scope_channel(request.platform, request.workspace, channel)
+            if channel
+            else scope_workspace(request.platform, request.workspace)
+        )
+        if command.name == "policy list":
+            return await self._policy_listing(request, channel or request.channel, scope if channel else None)
+        tool_key = command.tool_key or ""
+        await self._check_tool_key(tool_key)
+        if command.name == "policy reset":
+            removed = await self.storage.policies.reset_rule(scope, tool_key)
+            await self._audit_change(request, "policy reset", tool_key, scope, {})
+            return (
+                f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
+            )
+        field_of = {
+            "policy set": "mode",
+            "approvers": "approvers",
+            "quorum": "quorum",
+            "four-eyes": "four_eyes",
+            "ttl": "ttl_seconds",
+        }
+        fields = {field_of[command.name]: list(command.value) if command.name == "approvers" else command.value}
+        rule = await self.storage.policies.set_rule(scope, tool_key, updated_by=request.actor, **fields)
+        await self._audit_change(request, command.name, tool_key, scope, fields)
+        return "Rule updated: " + admin_commands.format_rule(
+            tool_key,
+            scope,
+            {
+                "mode": rule.mode,
+                "approvers": rule.approvers,
+                "quorum": rule.quorum,
+                "four_eyes": rule.four_eyes,
+                "ttl_seconds": rule.ttl_seconds,
+            },
+        )
+
+    async def _check_tool_key(self, tool_key: str) -> None:
+        groups = await self.storage.policies.groups()
+        if tool_key == "*" or tool_key in self.tools or tool_key in groups:
+            return
+        known = ", ".join(sorted(self.tools)) + (f"; groups: {', '.join(sorted(groups))}" if groups else "")
+        raise CommandError(f"Unknown tool '{tool_key[:64]}'. Known tools: {known}.")
+
+    async def _audit_change(self, request: AdminRequest, action: str, tool_key: str, scope: str, fields: dict) -> None:
+        await self.storage.audit.append(
+            request.actor, action, f"{scope}/{tool_key}", {"fields": fields, "platform": request.platform}
+        )
+
+    async def _policy_listing(self, request: AdminRequest, channel: str, scope: str | None) -> str:
+        context = {"platform": request.platform, "workspace": request.workspace, "channel": channel}
+        lines = [f"Effective policies in #{channel}:"]
+        for name, tool in sorted(self.tools.items()):
+            policy = await effective_policy(self.storage, tool, context, self.config.default_ttl_seconds)
+            approvers = ", ".join(policy.approvers) if policy.approvers else "requester and admins"
+            lines.append(
+                f"  {name}: {policy.mode}; approvers: {approvers}; quorum {policy.quorum}; "
+                f"four-eyes {'on' if policy.four_eyes else 'off'}; "
+                f"ttl {admin_commands.format_duration(policy.ttl_seconds)}"
+            )
+        rows = await self.policy_table(request.platform, request.workspace)
+        if rows:
+            lines.append("Rules:")
+            lines.extend(f"  {admin_commands.format_rule(r['tool'], r['scope'], r)}" for r in rows)
+        return "\n".join(lines)
+
+    async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
+        """Stored rules that apply in this workspace: global, workspace and its channels."""
+        from storage.policies import scope_global, scope_workspace
+
+        prefix = f"channel:{platform}:{workspace}:"
+        rows = []
+        for rule in await self.storage.policies.list_rules():
+            if rule.scope in (scope_global(), scope_workspace(platform, workspace)) or rule.scope.startswith(prefix):
+                rows.append(
+                    {
+                        "scope": rule.scope,
+                        "tool": rule.tool_key,
+                        "mode": rule.mode,
+                        "approvers": rule.approvers,
+                        "quorum": rule.quorum,
+                        "four_eyes": rule.four_eyes,
+                        "ttl_seconds": rule.ttl_seconds,
+                    }
+                )
+        return rows
+
+    async def pending_for(self, platform: str, actor: str) -> list[ApprovalView]:
+        """Pending approvals on ``platform`` that ``actor`` may decide now."""
+        views = []
+        for record in await self.storage.approvals.pending(platform=platform):
+            try:
+                self._check_open(record)
+                self._authorize(record, actor)
+            except EngineError:
+                continue
+            views.append(await self._view(record))
+        return views
+
+    # --- small services for adapters ------------------------------------------------------------------
+
+    async def first_time(self, key: str) -> bool:
+        """Durable dedupe of an adapter-level event key."""
+        return await self.storage.events.first_time(key)
+
+    async def save_conversation(self, key: str, reference: dict[str, Any]) -> None:
+        """Store a platform conversation reference (e.g. for Teams proactive messages)."""
+        await self.storage.conversations.save(key, reference)
+
+    async def load_conversation(self, key: str) -> dict[str, Any] | None:
+        """A stored conversation reference, or ``None``."""
+        return await self.storage.conversations.load(key)
+
+    async def _record(self, approval_id: str) -> Any:
+        from storage import NotFound
+
+        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
+            raise ApprovalNotFound(str(approval_id)[:40])
+        try:
+            return await self.storage.approvals.get(approval_id)
+        except NotFound:
+            raise ApprovalNotFound(approval_id) from None
+
+    async def _view(self, record: Any) -> ApprovalView:
+        tool = self.tools.get(record.tool_name)
+        votes = await self.storage.approvals.votes(record.approval_id) if record.quorum > 1 else []
+        context = _thread_context(record)
+        return ApprovalView(
+            approval_id=record.approval_id,
+            run_id=record.run_id,
+            thread=ThreadRef(record.platform, context["workspace"], context["channel"], context["thread"]),
+            tool_name=record.tool_name,
+            tool_description=tool.description if tool else "",
+            arguments=record.arguments,
+            parameters_schema=tool.parameters if tool else {"type": "object", "properties": {}},
+            requester=record.requester,
+            policy_mode=record.mode,
+            approvers=tuple(record.approvers),
+            quorum=record.quorum,
+            four_eyes=record.four_eyes,
+            votes=tuple(v.voter for v in votes if v.vote == CONFIRM),
+            created_at=record.created_at,
+            expires_at=record.expires_at,
+            status=record.status,
+            decided_by=record.decided_by,
+            decided_at=record.decided_at,
+            feedback=record.feedback,
+            final_arguments=record.final_arguments,
+            message_ref=record.message_ref,
+        )
+
+
+def _thread_context(record: Any) -> dict[str, str]:
+    """Split a chat-history id ``platform:workspace:channel:thread`` (the thread may contain ':')."""
+    platform, workspace, channel, thread = record.chat_history_id.split(":", 3)
+    return {"platform": platform, "workspace": workspace, "channel": channel, "thread": thread}
+
+
+def _decision_from_record(record: Any) -> ToolExecutionDecision:
+    call_id = (
+        None
+        if ":" in record.tool_call_id
+        and record.tool_call_id.count(":") == 1
+        and record.tool_call_id.split(":")[1].isdigit()
+        else record.tool_call_id
+    )
+    user_feedback = f" {USER_FEEDBACK_TEMPLATE.format(feedback=record.feedback)}" if record.feedback else ""
+    if record.status == "approved":
+        return ToolExecutionDecision(record.tool_name, True, call_id, final_tool_params=dict(record.arguments))
+    if record.status == "modified":
+        final = dict(record.final_arguments or record.arguments)
+        import json
+
+        feedback = MODIFICATION_FEEDBACK_TEMPLATE.format(
+            tool_name=record.tool_name, final_tool_params=json.dumps(final, ensure_ascii=False)
+        )
+        return ToolExecutionDecision(
+            record.tool_name, True, call_id, feedback=feedback + user_feedback, final_tool_params=final
+        )
+    if record.status == EXPIRED:
+        return ToolExecutionDecision(
+            record.tool_name, False, call_id, feedback=EXPIRED_FEEDBACK.format(tool_name=record.tool_name)
+        )
+    # rejected, and anything unexpected: fail closed
+    feedback = REJECTION_FEEDBACK_TEMPLATE.format(tool_name=record.tool_name) + user_feedback
+    return ToolExecutionDecision(record.tool_name, False, call_id, feedback=feedback)
+
+
+def _answer_text(result: dict[str, Any]) -> str:
+    last = result.get("last_message")
+    text = last.text if last is not None and last.role == "assistant" and last.text else ""
+    reason = result.get("exit_reason")
+    if reason == "max_agent_steps":
+        text = (text + "\n\n" if text else "") + "(I stopped after too many steps without finishing.)"
+    elif reason == "length":
+        text = (text + "\n\n" if text else "") + "(My answer was cut off: it hit the model's length limit.)"
+    elif reason == "content_filter":
+        text = (text + "\n\n" if text else "") + "(The model's content filter stopped this answer.)"
+    return text
+
+
+def _failure_sentence(exc: Exception) -> str:
+    from bot.llm import LLMError
+
+    if isinstance(exc, LLMError):
+        return (
+            "Sorry, the language model could not answer (it timed out or failed). Nothing was lost; please try again."
+        )
+    return "Sorry, something went wrong while working on this. Nothing was lost; please try again."
+
+
+async def _quietly(awaitable: Any) -> None:
+    """Cosmetic output (working indicators, re-renders) must never break a decision that already landed."""
+    try:
+        await awaitable
+    except Exception:
+        logger.warning("surface call failed", exc_info=True)
+
+
+def _new_run_id() -> str:
+    from bot.messages import new_id
+
+    return new_id()
