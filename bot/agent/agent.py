@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +39,7 @@ RESERVED_STATE_KEYS = frozenset({"step_count", "token_usage", "tool_call_counts"
 TRUNCATED_CALL_RESULT = "Not run: the model's reply was cut off (finish_reason={reason}); the call may be incomplete."
 MISSING_RESULT = "No result was recorded for this tool call."
 _TYPE_NAMES: dict[str, type] = {t.__name__: t for t in (list, dict, str, int, float, bool)}
+_UNSAFE_FILE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass
@@ -339,9 +341,7 @@ class Agent:
         if prompt and not (messages and messages[0].role == ChatRole.SYSTEM):
             ctx.messages.append(ChatMessage.from_system(prompt))
         if ctx.store is not None and ctx.history_id:
-            history = await _call_store(
-                ctx.store.retrieve_messages, ctx.history_id, last_k=store_kwargs.get("last_k")
-            )
+            history = await _call_store(ctx.store.retrieve_messages, ctx.history_id, last_k=store_kwargs.get("last_k"))
             ctx.messages.extend(history)
         await self._append(ctx, list(messages))
         return ctx
@@ -457,7 +457,9 @@ def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:
 def _write_snapshot_file(snapshot: AgentSnapshot, folder: str) -> str:
     directory = Path(folder)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{snapshot.run_id}-step{snapshot.step_count:03d}-{snapshot.snapshot_id[:8]}.json"
+    # The run id may come from outside (an engine, a chat platform): never let it name another folder.
+    run_part = _UNSAFE_FILE_NAME_CHARS.sub("_", snapshot.run_id).lstrip(".") or "run"
+    path = directory / f"{run_part}-step{snapshot.step_count:03d}-{snapshot.snapshot_id[:8]}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(snapshot.to_json(), encoding="utf-8")
     tmp.replace(path)
