@@ -186,9 +186,20 @@ def flatten_tools(tools: Iterable[Tool | Toolset] | None) -> list[Tool]:
 
 
 def tools_fingerprint(tools: Iterable[Tool]) -> str:
-    """A digest of the tools' names and parameter schemas; a snapshot refuses to resume on a change."""
-    spec = sorted(([t.name, t.parameters] for t in tools), key=lambda pair: pair[0])
+    """A digest of the tools' names and parameter schemas; a snapshot refuses to resume on a change.
+
+    Descriptions are left out: rewording a docstring must not strand every paused run.
+    """
+    spec = sorted(([t.name, _without_descriptions(t.parameters)] for t in tools), key=lambda pair: pair[0])
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
 
 
 def import_attribute(spec: str) -> Any:
