@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage, ChatRole, ToolCall
+from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool
 
 
@@ -106,9 +107,9 @@ def apply_decisions(
             try:
                 tool.validate(final)
             except InvalidToolArguments as exc:
-                applied.messages.extend(
-                    _split_rejected(assistant_message, call, f"The edited parameters were refused: {exc}")
-                )
+                # jsonschema quotes the offending values: a mistyped secret must not reach the transcript.
+                reason = scrub(f"The edited parameters were refused: {exc}", [call.arguments, final])
+                applied.messages.extend(_split_rejected(assistant_message, call, reason))
                 applied.rejected.append(call)
                 continue
         note = decision.feedback or MODIFICATION_FEEDBACK_TEMPLATE.format(
