@@ -146,17 +146,24 @@ def _derived_meta(message: ChatMessage) -> dict:
 def dangling_tool_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
     """Every assistant tool call in ``messages`` that has no tool result after it."""
     answered: set[int] = set()
-    pending: list[tuple[int, ToolCall]] = []
+    groups: list[list[ToolCall]] = []  # the calls of each assistant message, in order
     for message in messages:
         if message.role == ChatRole.ASSISTANT:
-            pending.extend((id(call), call) for call in message.tool_calls)
+            if message.tool_calls:
+                groups.append(message.tool_calls)
         elif message.role == ChatRole.TOOL and message.tool_call_result is not None:
-            origin = message.tool_call_result.origin
-            for key, call in reversed(pending):
-                if key not in answered and _same_call(call, origin):
-                    answered.add(key)
-                    break
-    return [call for key, call in pending if key not in answered]
+            _mark_answered(groups, answered, message.tool_call_result.origin)
+    return [call for group in groups for call in group if id(call) not in answered]
+
+
+def _mark_answered(groups: list[list[ToolCall]], answered: set[int], origin: ToolCall) -> None:
+    # The latest message first (a reused id belongs to the newest call), but within a message in
+    # call order: results of id-less calls come in the order of their calls.
+    for group in reversed(groups):
+        for call in group:
+            if id(call) not in answered and _same_call(call, origin):
+                answered.add(id(call))
+                return
 
 
 def _same_call(call: ToolCall, origin: ToolCall) -> bool:
