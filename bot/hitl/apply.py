@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bot.canonical import canonical_json
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage, ChatRole, ToolCall
@@ -99,7 +100,8 @@ def apply_decisions(
             applied.rejected.append(call)
             continue
         final = call.arguments if decision.final_tool_params is None else dict(decision.final_tool_params)
-        if final == call.arguments:
+        # Compared canonically, as the blocking strategy does: in Python 1 == True == 1.0.
+        if final is call.arguments or canonical_json(final) == canonical_json(call.arguments):
             surviving.append(call)
             continue
         tool = tools.get(call.tool_name)
@@ -118,7 +120,8 @@ def apply_decisions(
         applied.messages.append(ChatMessage.from_user(note, meta={"modification_of": call.id}))
         surviving.append(ToolCall(tool_name=call.tool_name, arguments=final, id=call.id))
     if surviving:
-        if surviving == list(calls):
+        # Identity, not ==: an edited call can compare equal to its original (1 == True).
+        if len(surviving) == len(calls) and all(s is c for s, c in zip(surviving, calls, strict=True)):
             applied.messages.append(assistant_message)
         else:
             applied.messages.append(
