@@ -1,0 +1,188 @@
+"""A ``Surface`` for tests that records every call the engine makes and lets a test await the next one.
+
+>>> surface = RecordingSurface()
+>>> engine.register_surface("slack", surface)
+>>> await engine.handle_message(inbound)
+>>> rendering = surface.renders[-1]          # the approvals of the paused step
+>>> await engine.decide(DecisionRequest(rendering.approvals[0].approval_id, "U1", "confirm"))
+>>> reply = await surface.next_reply(within=5)   # the answer posted after the resume
+
+Every call lands in :attr:`calls` in order, and in a list per kind (:attr:`replies`, :attr:`renders`,
+:attr:`updates`, :attr:`tells`, :attr:`working`). Waiting is bounded (``within`` seconds): ``next_*`` raise
+``TimeoutError`` instead of hanging a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.engine.model import ApprovalView, ThreadRef
+
+DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    """``post_reply(thread, text)``."""
+
+    thread: ThreadRef
+    text: str
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """``render_approvals(thread, approvals)`` and the message reference it returned."""
+
+    thread: ThreadRef
+    approvals: tuple[ApprovalView, ...]
+    message_ref: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """``update_approvals(thread, message_ref, approvals)``."""
+
+    thread: ThreadRef
+    message_ref: dict[str, Any]
+    approvals: tuple[ApprovalView, ...]
+
+
+@dataclass(frozen=True)
+class Tell:
+    """``tell_user(thread, user, text)``."""
+
+    thread: ThreadRef
+    user: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Working:
+    """``show_working(thread, working, message_id)``."""
+
+    thread: ThreadRef
+    working: bool
+    message_id: str | None
+
+
+Call = Reply | Rendering | Update | Tell | Working
+
+
+class RecordingSurface:
+    """Implements :class:`bot.engine.surface.Surface`; records calls, returns ``{"ref": n}`` from renders."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._refs = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._cursor: dict[type, int] = {}
+
+    # --- the Surface protocol -------------------------------------------------------------------
+
+    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+        """Record an answer posted in the thread."""
+        await self._record(Reply(thread, text))
+
+    async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+        """Record the approvals of a paused step; the reference is ``{"ref": n}``, counting from 1."""
+        ref = {"ref": next(self._refs)}
+        await self._record(Rendering(thread, tuple(approvals), ref))
+        return ref
+
+    async def update_approvals(
+        self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Sequence[ApprovalView]
+    ) -> None:
+        """Record a re-rendering of an approval message."""
+        await self._record(Update(thread, dict(message_ref), tuple(approvals)))
+
+    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+        """Record a private message to one person."""
+        await self._record(Tell(thread, user, text))
+
+    async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
+        """Record the working indicator being switched on or off."""
+        await self._record(Working(thread, working, message_id))
+
+    # --- what was recorded ----------------------------------------------------------------------
+
+    @property
+    def replies(self) -> list[Reply]:
+        """Every ``post_reply``, in order."""
+        return [c for c in self.calls if isinstance(c, Reply)]
+
+    @property
+    def renders(self) -> list[Rendering]:
+        """Every ``render_approvals``, in order."""
+        return [c for c in self.calls if isinstance(c, Rendering)]
+
+    @property
+    def updates(self) -> list[Update]:
+        """Every ``update_approvals``, in order."""
+        return [c for c in self.calls if isinstance(c, Update)]
+
+    @property
+    def tells(self) -> list[Tell]:
+        """Every ``tell_user``, in order."""
+        return [c for c in self.calls if isinstance(c, Tell)]
+
+    @property
+    def working(self) -> list[Working]:
+        """Every ``show_working``, in order."""
+        return [c for c in self.calls if isinstance(c, Working)]
+
+    def replies_in(self, thread: ThreadRef) -> list[str]:
+        """The texts posted in one thread, in order."""
+        return [r.text for r in self.replies if r.thread == thread]
+
+    def last_update_for(self, approval_id: str) -> ApprovalView | None:
+        """The approval as it was last re-rendered, or ``None`` if it never was."""
+        for update in reversed(self.updates):
+            for view in update.approvals:
+                if view.approval_id == approval_id:
+                    return view
+        return None
+
+    # --- waiting --------------------------------------------------------------------------------
+
+    async def next_reply(self, within: float = DEFAULT_TIMEOUT) -> Reply:
+        """The first reply not returned by an earlier ``next_reply`` (waits for it, at most ``within`` s)."""
+        return await self._next(Reply, within)
+
+    async def next_render(self, within: float = DEFAULT_TIMEOUT) -> Rendering:
+        """The first rendering not returned by an earlier ``next_render``."""
+        return await self._next(Rendering, within)
+
+    async def next_update(self, within: float = DEFAULT_TIMEOUT) -> Update:
+        """The first update not returned by an earlier ``next_update``."""
+        return await self._next(Update, within)
+
+    async def wait_for(self, predicate: Callable[[Call], bool], within: float = DEFAULT_TIMEOUT) -> Call:
+        """The first recorded call (past or future) that satisfies ``predicate``."""
+
+        def found() -> Call | None:
+            return next((c for c in self.calls if predicate(c)), None)
+
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: found() is not None), within)
+        result = found()
+        assert result is not None
+        return result
+
+    async def _next(self, kind: type, within: float) -> Any:
+        def available() -> list[Call]:
+            return [c for c in self.calls if isinstance(c, kind)]
+
+        position = self._cursor.get(kind, 0)
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: len(available()) > position), within)
+        self._cursor[kind] = position + 1
+        return available()[position]
+
+    async def _record(self, call: Call) -> None:
+        async with self._changed:
+            self.calls.append(call)
+            self._changed.notify_all()

@@ -1,0 +1,325 @@
+"""End to end through the engine: clicks become decisions that resume the paused run exactly once.
+
+Real engine, real SQLite file, scripted model, recording surface; tools record every execution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.engine.errors import AlreadyDecided, InvalidEdit, NotAnApprover, UnknownAction
+from bot.engine.model import AdminRequest, DecisionRequest
+from bot.hitl.blocking import REJECTION_FEEDBACK_TEMPLATE
+from bot.messages import ChatRole
+from tests.fakes.engine_kit import (
+    ADMIN,
+    CHANNEL,
+    OTHER,
+    PLATFORM,
+    REQUESTER,
+    WORKSPACE,
+    Harnesses,
+    asks,
+    asks_for,
+    bounded,
+    call,
+    dangling_calls,
+    echoes_results,
+    sent_to_llm,
+    tool_results,
+)
+
+
+@pytest.fixture
+async def harnesses(tmp_path):
+    opened = Harnesses(tmp_path)
+    yield opened
+    await opened.aclose()
+
+
+async def admin(h, text: str, actor: str = ADMIN) -> str:
+    return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
+
+
+def decision(approval, actor: str = REQUESTER, action: str = "confirm", **kwargs) -> DecisionRequest:
+    return DecisionRequest(approval.approval_id, actor, action, **kwargs)
+
+
+# --- approve, reject, modify ---------------------------------------------------------------------------
+
+
+async def test_approving_runs_the_tool_once_and_posts_the_answer(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    [approval] = await h.paused_approvals("delete old.log")
+    assert approval.tool_name == "delete_file" and approval.arguments == {"path": "old.log"}
+    assert h.tools.executed == []
+    assert (await h.run_of(approval.run_id)).status == "paused"
+
+    result = await h.engine.decide(decision(approval))
+    assert result.resumed and result.approval.status == "approved" and result.approval.decided_by == REQUESTER
+    reply = await h.surface.next_reply()
+    await h.engine.wait_idle()
+
+    assert h.tools.executed == [("delete_file", {"path": "old.log"})]
+    assert reply.text == "results: deleted old.log"
+    assert (await h.run_of(approval.run_id)).status == "finished"
+    assert h.surface.last_update_for(approval.approval_id).status == "approved"
+    assert h.surface.updates[-1].message_ref == h.surface.renders[-1].message_ref
+    assert [e.subject for e in await h.audit("approved")] == [approval.approval_id]
+    assert dangling_calls(await h.history()) == []
+
+
+async def test_rejecting_with_feedback_tells_the_model_and_never_runs_the_tool(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="prod.db"), echoes_results])
+    [approval] = await h.paused_approvals("delete prod.db")
+
+    result = await h.engine.decide(decision(approval, action="reject", feedback="that is the production database"))
+    await h.engine.wait_idle()
+
+    assert result.approval.status == "rejected" and result.resumed
+    assert h.tools.executed == []
+    told = tool_results(sent_to_llm(h.generator))
+    expected = REJECTION_FEEDBACK_TEMPLATE.format(tool_name="delete_file")
+    assert told == [("delete_file", f"{expected} With user feedback: that is the production database", True)]
+    assert h.surface.last_update_for(approval.approval_id).feedback == "that is the production database"
+    assert dangling_calls(sent_to_llm(h.generator)) == []
+
+
+async def test_modifying_runs_the_tool_with_exactly_the_merged_params_coerced_by_schema(harnesses):
+    h = await harnesses.open(replies=[asks_for("scale_service", service="web", replicas=2), echoes_results])
+    [approval] = await h.paused_approvals("scale web")
+
+    edited = {"replicas": "5", "dry_run": "true", "zones": '["eu-1", "eu-2"]'}
+    result = await h.engine.decide(decision(approval, action="modify", edited_params=edited))
+    await h.engine.wait_idle()
+
+    final = {"service": "web", "replicas": 5, "dry_run": True, "zones": ["eu-1", "eu-2"]}
+    assert h.tools.executed == [("scale_service", final)]
+    assert result.approval.status == "modified" and result.approval.final_arguments == final
+    stored = await h.engine.storage.approvals.get(approval.approval_id)
+    assert stored.final_arguments == final and stored.arguments == {"service": "web", "replicas": 2}
+    sent = sent_to_llm(h.generator)
+    assert any(m.role == ChatRole.USER and '"replicas": 5' in (m.text or "") for m in sent), "the model is told"
+    assert tool_results(sent) == [("scale_service", "web scaled to 5", False)]
+    [audited] = await h.audit("modified")
+    assert audited.details["changed"] == ["dry_run", "replicas", "zones"]
+
+
+async def test_modifying_to_the_same_values_is_a_plain_approval(harnesses):
+    h = await harnesses.open(replies=[asks_for("scale_service", service="web", replicas=2), echoes_results])
+    [approval] = await h.paused_approvals("scale web")
+
+    result = await h.engine.decide(decision(approval, action="modify", edited_params={"replicas": "2"}))
+    await h.engine.wait_idle()
+
+    assert result.approval.status == "approved"
+    assert h.tools.runs_of("scale_service") == [{"service": "web", "replicas": 2, "dry_run": False, "zones": None}]
+
+
+async def test_an_invalid_modification_is_refused_per_field_and_decides_nothing(harnesses):
+    h = await harnesses.open(replies=[asks_for("scale_service", service="web", replicas=2), echoes_results])
+    [approval] = await h.paused_approvals("scale web")
+
+    with pytest.raises(InvalidEdit) as refused:
+        await h.engine.decide(
+            decision(approval, action="modify", edited_params={"replicas": "many", "colour": "blue"})
+        )
+    await h.engine.wait_idle()
+
+    assert set(refused.value.errors) == {"replicas", "colour"}
+    assert "replicas" in str(refused.value)
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert (await h.run_of(approval.run_id)).status == "paused"
+    assert h.tools.executed == [] and len(h.generator.calls) == 1
+    [audited] = await h.audit("decision refused")
+    assert audited.details["reason"] == "InvalidEdit"
+
+    await h.engine.decide(decision(approval, action="modify", edited_params={"replicas": "3"}))
+    await h.engine.wait_idle()
+    assert h.tools.runs_of("scale_service") == [{"service": "web", "replicas": 3, "dry_run": False, "zones": None}]
+
+
+# --- exactly once ---------------------------------------------------------------------------------------
+
+
+async def test_fifty_concurrent_approvers_make_one_decision_and_one_execution(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    approvers = [f"U_AP{i:02d}" for i in range(50)]
+    assert (await admin(h, "approvers delete_file " + " ".join(f"@{a}" for a in approvers))).startswith("Rule updated")
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    outcomes = await bounded(
+        asyncio.gather(*(h.engine.decide(decision(approval, actor=a)) for a in approvers), return_exceptions=True),
+        within=20,
+    )
+    await h.engine.wait_idle()
+
+    won = [o for o in outcomes if not isinstance(o, BaseException)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(won) == 1 and len(lost) == 49
+    winner = won[0].approval.decided_by
+    assert winner in approvers
+    assert all(isinstance(o, AlreadyDecided) and o.decided_by == winner for o in lost), lost[:3]
+    assert all(winner in str(o) for o in lost)
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert len(h.generator.calls) == 2 and len(h.surface.replies) == 1
+    assert len(await h.audit("approved")) == 1 and len(await h.audit("decision refused")) == 49
+
+
+async def test_a_double_click_decides_once_and_tells_the_second_click_who_decided(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    both = await asyncio.gather(
+        h.engine.decide(decision(approval)), h.engine.decide(decision(approval)), return_exceptions=True
+    )
+    with pytest.raises(AlreadyDecided) as later:
+        await h.engine.decide(decision(approval, action="reject"))
+    await h.engine.wait_idle()
+
+    assert sorted(type(o).__name__ for o in both) == ["AlreadyDecided", "DecisionResult"]
+    assert later.value.decided_by == REQUESTER and later.value.status == "approved"
+    assert str(later.value) == f"This approval was already approved by {REQUESTER}."
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert (await h.engine.get_approval(approval.approval_id)).status == "approved"
+
+
+async def test_an_unauthorized_actor_changes_nothing_and_is_audited(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    with pytest.raises(NotAnApprover) as refused:
+        await h.engine.decide(decision(approval, actor=OTHER))
+    with pytest.raises(NotAnApprover):
+        await h.engine.check_can_decide(approval.approval_id, OTHER)
+    await h.engine.wait_idle()
+
+    assert "Only the person who asked" in str(refused.value)
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert h.tools.executed == [] and h.surface.updates == []
+    [audited] = await h.audit("decision refused")
+    assert (audited.actor, audited.subject, audited.details["reason"]) == (OTHER, approval.approval_id, "NotAnApprover")
+    assert await h.engine.pending_for(PLATFORM, OTHER) == []
+    assert [v.approval_id for v in await h.engine.pending_for(PLATFORM, ADMIN)] == [approval.approval_id]
+
+    await h.engine.decide(decision(approval, actor=ADMIN))  # an admin may decide for the requester
+    await h.engine.wait_idle()
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+async def test_an_unknown_action_decides_nothing(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    with pytest.raises(UnknownAction):
+        await h.engine.decide(decision(approval, action="approve_everything"))
+    await h.engine.wait_idle()
+
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert h.tools.executed == [] and len(h.generator.calls) == 1
+    [audited] = await h.audit("decision refused")
+    assert audited.details["reason"] == "UnknownAction"
+
+
+# --- quorum and four-eyes ---------------------------------------------------------------------------------
+
+
+async def test_quorum_two_records_the_first_vote_refuses_a_repeat_and_decides_on_the_second(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    await admin(h, "approvers delete_file @U_ANA @U_BEN")
+    assert "quorum=2" in await admin(h, "quorum delete_file 2")
+    [approval] = await h.paused_approvals("delete a.txt")
+    assert approval.quorum == 2
+
+    first = await h.engine.decide(decision(approval, actor="U_ANA"))
+    assert first.message == "Your approval was recorded (1/2)." and not first.resumed
+    assert first.approval.status == "pending" and first.approval.votes == ("U_ANA",)
+    assert h.surface.last_update_for(approval.approval_id).votes == ("U_ANA",)
+    with pytest.raises(AlreadyDecided):
+        await h.engine.decide(decision(approval, actor="U_ANA"))
+    await h.engine.wait_idle()
+    assert h.tools.executed == [] and (await h.run_of(approval.run_id)).status == "paused"
+
+    second = await h.engine.decide(decision(approval, actor="U_BEN"))
+    await h.engine.wait_idle()
+
+    assert second.resumed and second.approval.status == "approved" and second.approval.decided_by == "U_BEN"
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert [e.actor for e in await h.audit("voted")] == ["U_ANA"]
+
+
+async def test_four_eyes_refuses_the_requester_and_lets_another_approver_decide(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    await admin(h, "four-eyes delete_file on")
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    with pytest.raises(NotAnApprover) as refused:
+        await h.engine.decide(decision(approval, actor=REQUESTER))
+    assert "Four-eyes" in str(refused.value)
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+
+    await h.engine.decide(decision(approval, actor=ADMIN))
+    await h.engine.wait_idle()
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+# --- several approvals in one step ------------------------------------------------------------------------
+
+
+async def test_a_step_with_two_approvals_resumes_only_after_both_are_decided(harnesses):
+    h = await harnesses.open(
+        replies=[
+            asks(
+                call("delete_file", path="a.txt"), call("read_logs", service="web"), call("delete_file", path="b.txt")
+            ),
+            echoes_results,
+        ]
+    )
+    first, second = await h.paused_approvals("clean up")
+    assert [a.arguments for a in (first, second)] == [{"path": "a.txt"}, {"path": "b.txt"}]
+    assert h.tools.executed == [], "nothing in a paused step runs before it is decided"
+
+    partial = await h.engine.decide(decision(first))
+    await h.engine.wait_idle()
+    assert not partial.resumed and h.tools.executed == []
+    assert [v.status for v in partial.step] == ["approved", "pending"]
+
+    final = await h.engine.decide(decision(second, action="reject"))
+    await h.engine.wait_idle()
+
+    assert final.resumed
+    assert sorted(h.tools.executed) == [("delete_file", {"path": "a.txt"}), ("read_logs", {"service": "web"})]
+    results = tool_results(sent_to_llm(h.generator))
+    assert sorted(r[0] for r in results) == ["delete_file", "delete_file", "read_logs"]
+    assert dangling_calls(sent_to_llm(h.generator)) == []
+
+
+async def test_approve_all_decides_every_pending_call_of_the_step_at_once(harnesses):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, second = await h.paused_approvals("clean up")
+
+    result = await h.engine.approve_all(first.approval_id, REQUESTER)
+    await h.engine.wait_idle()
+
+    assert result.message == "Approved 2 call(s)."
+    assert [v.status for v in await h.engine.step_approvals(second.approval_id)] == ["approved", "approved"]
+    assert sorted(h.tools.runs_of("delete_file"), key=str) == [{"path": "a.txt"}, {"path": "b.txt"}]
+    assert len(h.surface.replies) == 1
+
+
+async def test_approve_all_by_someone_who_may_not_decide_approves_nothing(harnesses):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, _ = await h.paused_approvals("clean up")
+
+    with pytest.raises(NotAnApprover):
+        await h.engine.approve_all(first.approval_id, OTHER)
+    await h.engine.wait_idle()
+
+    assert [v.status for v in await h.engine.step_approvals(first.approval_id)] == ["pending", "pending"]
+    assert h.tools.executed == []
