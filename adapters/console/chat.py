@@ -1,0 +1,233 @@
+"""``countersign chat``: a terminal conversation with the agent, through the same engine as Slack and Teams.
+
+:func:`run_chat` is registered as the entry point ``countersign.console:chat``; ``bot.cli`` finds it
+there, so ``bot/`` never imports this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import getpass
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from adapters.console.dialog import ApprovalDialog
+from adapters.console.reader import InputFunc, LineReader
+from adapters.console.surface import ConsoleSurface, inert
+from bot.config import DEFAULT_TOOLS, Config
+from bot.demo_tools import DEFAULT_SANDBOX_NAME
+from bot.engine.engine import Engine
+from bot.engine.model import AdminRequest, ApprovalView, Inbound, ThreadRef
+from bot.tools import Tool, Toolset
+
+PLATFORM = "console"
+WORKSPACE = "local"
+CHANNEL = "console"
+ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit")
+QUIT_WORDS = ("/quit", "/exit", "/q")
+
+CONSOLE_HELP = """\
+Type a request for the assistant, e.g. "list files", "read notes.txt" or "delete old.log".
+When a tool call needs approval you answer y (approve), n (reject, then optional feedback) or
+m (modify: edit each parameter, Enter keeps it). Enter alone never approves.
+
+Commands:
+  /help                 this text
+  /quit                 leave (so do Ctrl-D and Ctrl-C); pending approvals wait for you:
+                        continue with `countersign chat --thread NAME`
+  /policy list          each tool's effective policy here
+  /policy set <tool|*> <always|never|once|deny>, /policy reset <tool>
+  /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
+  /ttl <tool> <duration>
+  /pending              approvals waiting for a decision
+  /audit [n]            the last n audit entries
+Policy changes need your user id in COUNTERSIGN_ADMINS."""
+
+
+def default_user() -> str:
+    """The console user id: the OS user name (``console-user`` when it cannot be found)."""
+    try:
+        return getpass.getuser() or "console-user"
+    except (KeyError, OSError):  # no passwd entry, no USER variable (some containers)
+        return "console-user"
+
+
+def run_chat(
+    config: Config,
+    *,
+    thread: str = "default",
+    user: str | None = None,
+    input_func: InputFunc = builtins.input,
+    console: Console | None = None,
+    generator: Any = None,
+    tools: Sequence[Tool | Toolset] | None = None,
+) -> int:
+    """Chat in the terminal until EOF, Ctrl-C or ``/quit``; returns the exit code (0).
+
+    ``thread`` names the conversation (the same name continues it after a restart); ``user`` is the
+    person's id (default: the OS user name). ``input_func``, ``console``, ``generator`` and ``tools``
+    replace the terminal, the configured model and the configured tools (tests, embedding).
+    Configuration errors (``bot.config.ConfigError``) propagate to the caller.
+    """
+    console = console or Console()
+    session = ChatSession(
+        config,
+        thread=thread,
+        user=user or default_user(),
+        reader=LineReader(input_func, console),
+        console=console,
+    )
+    try:
+        return asyncio.run(session.run(generator=generator, tools=tools))
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        console.print()
+        return 0
+
+
+class ChatSession:
+    """One terminal conversation: the banner, the read-send-ask loop and the slash commands."""
+
+    def __init__(self, config: Config, *, thread: str, user: str, reader: LineReader, console: Console) -> None:
+        """Everything but the engine, which :meth:`run` opens and closes."""
+        self.config = config
+        self.user = user
+        self.thread = ThreadRef(PLATFORM, WORKSPACE, CHANNEL, thread)
+        self.reader = reader
+        self.console = console
+        self.surface = ConsoleSurface(console, thread=self.thread)
+
+    async def run(self, *, generator: Any = None, tools: Sequence[Tool | Toolset] | None = None) -> int:
+        """Open the engine, chat until the input ends, stop the engine; returns 0."""
+        from bot.tools import flatten_tools
+
+        chosen = flatten_tools(list(tools)) if tools is not None else self.config.load_tools()
+        engine = await Engine.create(self.config, generator=generator, tools=chosen)
+        engine.register_surface(PLATFORM, self.surface)
+        dialog = ApprovalDialog(engine, self.surface, self.reader, self.user)
+        try:
+            await engine.start()
+            self._banner(engine, chosen, generator, demo_sandbox=tools is None and self._default_tools)
+            await self._continue_thread(engine, dialog)
+            await self._loop(engine, dialog)
+        except (EOFError, KeyboardInterrupt, asyncio.CancelledError):
+            # Ctrl-D, or Ctrl-C (asyncio.run turns it into a cancellation of this task): leave quietly.
+            self.console.print()
+        finally:
+            self.surface.stop_working()
+            await self._say_goodbye(engine)
+            await engine.stop()
+        return 0
+
+    async def _loop(self, engine: Engine, dialog: ApprovalDialog) -> None:
+        while True:
+            text = (await self.reader.read(f"{self.user} › ")).strip()
+            if not text:
+                continue
+            if text.startswith("/"):
+                if text.split()[0].lower() in QUIT_WORDS:
+                    return
+                await self._command(engine, text)
+                continue
+            inbound = Inbound(
+                platform=PLATFORM,
+                workspace=WORKSPACE,
+                channel=CHANNEL,
+                thread=self.thread.thread,
+                user=self.user,
+                text=text,
+                event_id=uuid.uuid4().hex,
+                user_name=self.user,
+            )
+            with self.surface.busy():
+                await engine.handle_message(inbound)
+            await dialog.settle(self.surface.take_rendered())
+
+    async def _command(self, engine: Engine, text: str) -> None:
+        """``/help`` here; admin words go to the engine's admin parser; anything else is unknown."""
+        command = text[1:].strip()
+        word = command.split()[0].lower() if command else ""
+        if word == "help":
+            self.console.print(Text(CONSOLE_HELP))
+            return
+        if word == "admin":  # "/admin policy list" works too
+            command = command[len("admin") :].strip() or "help"
+        elif word not in ADMIN_WORDS:
+            self.console.print(Text(f"Unknown command /{inert(word)}. Type /help for the commands.", style="yellow"))
+            return
+        request = AdminRequest(platform=PLATFORM, workspace=WORKSPACE, channel=CHANNEL, actor=self.user, text=command)
+        answer = await engine.admin(request)
+        self.console.print(Text(inert(answer)))
+
+    async def _continue_thread(self, engine: Engine, dialog: ApprovalDialog) -> None:
+        """Show again the calls of this thread that still wait for this person, and ask about them."""
+        pending = await self._pending_here(engine)
+        if not pending:
+            return
+        self.console.print(
+            Text(f"This thread has {len(pending)} tool call(s) waiting for your decision:", style="bold yellow")
+        )
+        self.surface.show_approvals(pending)
+        await dialog.settle(pending)
+
+    async def _pending_here(self, engine: Engine) -> list[ApprovalView]:
+        pending = [v for v in await engine.pending_for(PLATFORM, self.user) if v.thread == self.thread]
+        return sorted(pending, key=lambda v: v.created_at)
+
+    async def _say_goodbye(self, engine: Engine) -> None:
+        try:
+            waiting = await self._pending_here(engine)
+        except Exception:  # storage already unusable: nothing more to say
+            waiting = []
+        if waiting:
+            self.console.print(
+                Text(
+                    f"{len(waiting)} tool call(s) still wait for your decision; continue with "
+                    f"`countersign chat --thread {self.thread.thread}`.",
+                    style="yellow",
+                )
+            )
+        self.console.print(Text("Bye.", style="dim"))
+
+    @property
+    def _default_tools(self) -> bool:
+        return tuple(self.config.tool_specs) == DEFAULT_TOOLS
+
+    def _banner(self, engine: Engine, tools: Sequence[Tool], generator: Any, *, demo_sandbox: bool) -> None:
+        lines = Text()
+        lines.append("countersign chat", style="bold")
+        lines.append(": an LLM agent whose sensitive tool calls wait for your approval.\n")
+        lines.append("model     ", style="cyan").append(self._model_text(generator) + "\n")
+        lines.append("tools     ", style="cyan").append(", ".join(t.name for t in tools) or "(none)")
+        lines.append("  (/policy list shows which ones ask)\n", style="dim")
+        if demo_sandbox:
+            sandbox = Path.cwd() / DEFAULT_SANDBOX_NAME
+            lines.append("sandbox   ", style="cyan").append(f"{sandbox} (the demo tools touch nothing else)\n")
+        lines.append("database  ", style="cyan").append(f"{self.config.db_path.resolve()}\n")
+        lines.append("thread    ", style="cyan").append(
+            f"{self.thread.thread}  (continue it later with --thread {self.thread.thread})\n"
+        )
+        lines.append("you       ", style="cyan").append(self.user)
+        if engine.is_admin(self.user):
+            lines.append("  (admin: you may change policies)\n")
+        else:
+            lines.append(f"  (not an admin: to change policies, start with COUNTERSIGN_ADMINS={self.user})\n")
+        lines.append('Try "list files" or "delete old.log". /help for commands; Ctrl-D or /quit to leave.', style="dim")
+        self.console.print(Panel(lines, border_style="blue"))
+
+    def _model_text(self, generator: Any) -> str:
+        from bot.llm import ANNOUNCEMENT, OfflineDemoChatGenerator
+
+        if generator is not None:
+            if isinstance(generator, OfflineDemoChatGenerator):
+                return ANNOUNCEMENT
+            return str(getattr(generator, "model", None) or type(generator).__name__)
+        if not self.config.llm_configured:
+            return ANNOUNCEMENT
+        return f"{self.config.model} at {self.config.openai_base_url or 'api.openai.com'}"

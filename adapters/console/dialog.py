@@ -1,0 +1,154 @@
+"""Asking the person at the terminal about each pending call: ``y`` approve, ``n`` reject, ``m`` modify.
+
+The dialog only translates answers into :class:`~bot.engine.model.DecisionRequest` s; the engine
+decides whether they are allowed and what they mean, and its refusals are shown as they are.
+Enter alone never approves: an empty or unknown answer asks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from adapters.console.reader import LineReader
+from adapters.console.surface import ConsoleSurface, inert
+from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
+from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
+from bot.engine.presentation import truncate, value_text
+from bot.redaction import MASK, is_secret_key
+
+if TYPE_CHECKING:
+    from bot.engine.engine import Engine
+
+CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "m": MODIFY, "modify": MODIFY}
+REASK = "Please answer y (run it), n (reject it) or m (modify its parameters); Enter alone does not approve."
+CURRENT_LIMIT = 200
+
+
+class ApprovalDialog:
+    """Asks about pending calls until none is left that this person can answer."""
+
+    def __init__(self, engine: Engine, surface: ConsoleSurface, reader: LineReader, user: str) -> None:
+        """``user`` is the actor of every decision (the console user id)."""
+        self._engine = engine
+        self._surface = surface
+        self._reader = reader
+        self._user = user
+
+    async def settle(self, approvals: Sequence[ApprovalView]) -> None:
+        """Ask about each of ``approvals``, wait for the resumed run, then ask about the next step's calls."""
+        batch = list(approvals)
+        while batch:
+            for index, view in enumerate(batch, start=1):
+                await self.decide(view, index, len(batch))
+            with self._surface.busy():
+                await self._engine.wait_idle()  # the resumed run's answer prints before the next prompt
+            batch = self._surface.take_rendered()
+
+    async def decide(self, view: ApprovalView, index: int = 1, total: int = 1) -> None:
+        """Ask about one call and send the decision; re-ask an edit the engine finds invalid."""
+        try:
+            view = await self._engine.get_approval(view.approval_id)
+        except ApprovalNotFound:
+            return
+        if not view.is_pending:  # decided meanwhile (expired, or decided elsewhere)
+            return
+        request = await self._ask(view, index, total)
+        while True:
+            try:
+                with self._surface.busy():
+                    result = await self._engine.decide(request)
+            except InvalidEdit as err:
+                self._say(str(err), "red")
+                request = await self._fix_edit(view, index, total, request, set(err.errors))
+                continue
+            except EngineError as err:
+                self._say(str(err), "red")
+                return
+            if result.approval.is_pending:  # a vote towards a quorum: say where it stands
+                self._say(result.message, "yellow")
+            return
+
+    async def _fix_edit(
+        self, view: ApprovalView, index: int, total: int, request: DecisionRequest, invalid: set[str]
+    ) -> DecisionRequest:
+        """Ask again for the invalid fields (Enter now restores the original value), or start over."""
+        edits = dict(request.edited_params or {})
+        fields = [name for name in self._fields(view) if name in invalid]
+        if fields:
+            for name in fields:
+                edits.pop(name, None)
+            edits = await self._ask_edits(view, edits, only=fields)
+            if edits:
+                return replace(request, edited_params=edits)
+            self._say("Nothing is changed now; choose again.", "yellow")
+        return await self._ask(view, index, total)
+
+    async def _ask(self, view: ApprovalView, index: int, total: int) -> DecisionRequest | None:
+        label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
+        while True:
+            action = await self._ask_choice(label)
+            if action == CONFIRM:
+                return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user)
+            if action == REJECT:
+                feedback = await self._ask_feedback("Why? Feedback for the assistant (optional, Enter to skip): ")
+                return DecisionRequest(view.approval_id, self._user, REJECT, feedback=feedback, actor_name=self._user)
+            if not self._fields(view):
+                self._say("This tool has no parameters to modify.", "yellow")
+                continue
+            edits = await self._ask_edits(view, {})
+            if not edits:
+                # Pressing Enter through every field must not turn into an approval.
+                self._say("Nothing was changed; choose again.", "yellow")
+                continue
+            feedback = await self._ask_feedback("Note for the assistant (optional, Enter to skip): ")
+            return DecisionRequest(
+                view.approval_id, self._user, MODIFY, feedback=feedback, edited_params=edits, actor_name=self._user
+            )
+
+    async def _ask_choice(self, label: str) -> str:
+        while True:
+            answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify: ")
+            action = CHOICES.get(answer.strip().lower())
+            if action is not None:
+                return action
+            self._say(REASK, "yellow")
+
+    async def _ask_feedback(self, prompt: str) -> str | None:
+        return (await self._reader.read(prompt)).strip() or None
+
+    async def _ask_edits(
+        self, view: ApprovalView, edits: dict[str, Any], only: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """Ask for each field (or only the fields in ``only``); Enter keeps the shown value.
+
+        Values are sent as typed: the engine reads them by the tool's JSON schema (numbers, booleans,
+        JSON for lists and objects).
+        """
+        fields = list(only) if only is not None else self._fields(view)
+        self._say("Type a new value for each parameter, or press Enter to keep it.", "dim")
+        edits = dict(edits)
+        for name in fields:
+            secret = is_secret_key(name)
+            if name in edits:
+                current = MASK if secret else truncate(value_text(edits[name]), CURRENT_LIMIT)[0]
+            elif name in view.arguments:
+                current = MASK if secret else truncate(value_text(view.arguments[name]), CURRENT_LIMIT)[0]
+            else:
+                current = "not set"
+            raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
+            if raw.strip():
+                edits[name] = raw
+        return edits
+
+    @staticmethod
+    def _fields(view: ApprovalView) -> list[str]:
+        """The call's arguments, then the schema's other parameters (so an optional one can be set)."""
+        properties = view.parameters_schema.get("properties") or {}
+        return list(view.arguments) + [name for name in properties if name not in view.arguments]
+
+    def _say(self, text: str, style: str) -> None:
+        self._surface.say(Text(inert(text), style=style))

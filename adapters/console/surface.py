@@ -1,0 +1,200 @@
+"""``ConsoleSurface``: the engine's output in a terminal, rendered with rich.
+
+Everything that comes from the model, a tool or a person is untrusted: it is shown through
+:class:`rich.text.Text` or :class:`rich.markdown.Markdown` (neither interprets rich markup) after
+:func:`inert` has removed terminal control sequences, so it cannot restyle, clear or move the screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.status import Status
+from rich.table import Table
+from rich.text import Text
+
+from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
+from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+
+DESCRIPTION_LIMIT = 300
+VALUE_LIMIT = 500
+
+# C0 controls except tab and newline, DEL, and C1 controls: ESC sequences could clear the screen,
+# move the cursor or fake a prompt; a carriage return could overwrite what was printed before it.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` without terminal control characters (tabs and newlines are kept).
+
+    >>> inert("ok\\x1b[2J done\\r")
+    'ok[2J done'
+    """
+    return _CONTROL.sub("", text)
+
+
+def chat_markdown(text: str) -> Markdown:
+    """``text`` as Markdown where a single newline breaks the line, as it does in chat apps.
+
+    Models (and the offline demo) write line-per-item answers; plain Markdown would join those lines
+    into one paragraph. Fenced code blocks are left as written.
+    """
+    lines, fenced = [], False
+    for line in inert(text).split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and line.strip():
+            line = line.rstrip() + "  "  # a Markdown hard line break
+        lines.append(line)
+    return Markdown("\n".join(lines))
+
+
+def policy_text(view: ApprovalView) -> str:
+    """Who may decide this approval, in one line (mode, approvers, quorum, four-eyes)."""
+    who = ", ".join(view.approvers) if view.approvers else "the requester or an admin"
+    parts = [view.policy_mode, f"approvers: {who}"]
+    if view.quorum > 1:
+        parts.append(f"quorum {view.quorum} ({len(view.votes)} so far)")
+    if view.four_eyes:
+        parts.append("four-eyes: not the requester")
+    return " · ".join(parts)
+
+
+def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
+    """One pending call as a panel: tool, description, arguments (masked, truncated), who, policy, expiry."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="cyan", no_wrap=True)
+    table.add_column(overflow="fold")
+    for argument in display_arguments(view.arguments, limit=VALUE_LIMIT):
+        note = " (secret, masked)" if argument.secret else " (truncated)" if argument.truncated else ""
+        table.add_row(Text(inert(argument.name)), Text(inert(argument.text)).append(note, style="dim"))
+    if not view.arguments:
+        table.add_row("arguments", Text("(none)", style="dim"))
+    table.add_row("requested by", Text(inert(view.requester)))
+    table.add_row("policy", Text(inert(policy_text(view))))
+    table.add_row("expires", Text(format_time(view.expires_at)))
+    description, _ = truncate(view.tool_description.strip(), DESCRIPTION_LIMIT)
+    body = Group(Text(inert(description), style="italic"), Text(""), table)
+    title = Text.assemble(
+        ("Approval needed" if total == 1 else f"Approval {index} of {total}", "bold yellow"),
+        (" · ", "dim"),
+        (inert(view.tool_name), "bold"),
+    )
+    subtitle = Text(f"id {view.approval_id}", style="dim")
+    return Panel(
+        body, title=title, title_align="left", subtitle=subtitle, subtitle_align="right", border_style="yellow"
+    )
+
+
+def outcome_text(view: ApprovalView) -> Text:
+    """The outcome of a decided approval as one styled line, e.g. ``✔ delete_file: Approved by ana at …``."""
+    good = view.status in (APPROVED, MODIFIED)
+    mark, style = ("✔", "green") if good else ("✘", "red")
+    return Text.assemble((f"{mark} ", style), (inert(view.tool_name), "bold"), ": ", inert(outcome_sentence(view)))
+
+
+class ConsoleSurface:
+    """The :class:`~bot.engine.surface.Surface` of ``countersign chat``: one terminal, one person.
+
+    Approvals the engine renders are also queued, so the chat loop can ask about them
+    (:meth:`take_rendered`) once the engine has returned control.
+    """
+
+    def __init__(self, console: Console, thread: ThreadRef | None = None) -> None:
+        """Render on ``console`` (a rich Console over the terminal, or over a StringIO in tests).
+
+        ``thread`` is the conversation at the terminal; output for another console thread (say, a
+        recovery note after a restart) is labelled with that thread's name and never asked about here.
+        """
+        self.console = console
+        self.thread = thread
+        self._rendered: list[ApprovalView] = []
+        self._shown_outcomes: dict[str, str] = {}
+        self._status: Status | None = None
+        self._batches = 0
+
+    # --- the Surface protocol ----------------------------------------------------------------
+
+    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+        """Print the agent's answer as Markdown (rich markup in it stays literal text)."""
+        self.console.print(Text("countersign ›", style="bold green").append(self._elsewhere(thread), style="dim"))
+        self.console.print(chat_markdown(text))
+
+    async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+        """Print one panel per pending call and queue them for the chat loop to ask about."""
+        if self._elsewhere(thread):
+            self.console.print(Text(f"Approvals are waiting{self._elsewhere(thread)}.", style="yellow"))
+        else:
+            self.show_approvals(approvals)
+            self._rendered.extend(approvals)
+        self._batches += 1
+        return {"surface": "console", "batch": self._batches}
+
+    async def update_approvals(
+        self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Sequence[ApprovalView]
+    ) -> None:
+        """Print the outcome of every approval that was decided since it was last shown."""
+        for view in approvals:
+            if view.is_pending or self._shown_outcomes.get(view.approval_id) == view.status:
+                continue
+            self._shown_outcomes[view.approval_id] = view.status
+            self.console.print(outcome_text(view).append(self._elsewhere(thread), style="dim"))
+
+    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+        """Print a note for the person at the terminal (there is only one)."""
+        self.console.print(Text(inert(text), style="italic yellow").append(self._elsewhere(thread), style="dim"))
+
+    async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
+        """Nothing: the chat loop shows a spinner whenever it waits for the engine (see :meth:`busy`).
+
+        A spinner started from here could also come from background work (an expiry) while the person
+        is typing, and would draw over their line.
+        """
+
+    # --- for the chat loop -------------------------------------------------------------------
+
+    def show_approvals(self, approvals: Sequence[ApprovalView]) -> None:
+        """Print the panels of ``approvals`` (also used to show a continued thread's pending calls again)."""
+        pending = [view for view in approvals if view.is_pending]
+        for index, view in enumerate(pending, start=1):
+            self.console.print(approval_panel(view, index, len(pending)))
+
+    def take_rendered(self) -> list[ApprovalView]:
+        """The approvals rendered since the last call, in order, and forget them."""
+        taken, self._rendered = self._rendered, []
+        return taken
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Show a spinner while the chat loop waits for the engine (only on a real terminal)."""
+        if self._status is not None or not self.console.is_terminal:
+            yield
+            return
+        self._status = self.console.status("working…", spinner="dots")
+        self._status.start()
+        try:
+            yield
+        finally:
+            self.stop_working()
+
+    def stop_working(self) -> None:
+        """Remove the spinner, if any."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _elsewhere(self, thread: ThreadRef) -> str:
+        """`` (thread NAME)`` when ``thread`` is not the one at the terminal, else ``""``."""
+        if self.thread is None or thread == self.thread:
+            return ""
+        return f" (thread {inert(thread.thread)})"
+
+    def say(self, renderable: RenderableType) -> None:
+        """Print something of the console adapter's own (prompts' notes, command answers)."""
+        self.console.print(renderable)

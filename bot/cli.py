@@ -1,0 +1,261 @@
+"""The ``countersign`` command: ``chat`` in the terminal, ``serve`` for Slack and Teams, ``--version``.
+
+Nothing here imports ``adapters/``: the console runner is found through the ``countersign.console``
+entry-point group and the chat platforms through ``countersign.server_plugins`` (see bot/server.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, entry_points, version
+from pathlib import Path
+from typing import Any
+
+from bot.config import Config, ConfigError
+
+logger = logging.getLogger("countersign")
+
+CONSOLE_GROUP = "countersign.console"
+CONSOLE_ENTRY = "chat"
+EXIT_CONFIG_ERROR = 2
+
+ENVIRONMENT_HELP = """\
+configuration (environment variables; a .env file in the working folder is read too):
+  COUNTERSIGN_DB                   SQLite database file (default: countersign.db in the working folder)
+  COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
+                                   list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
+                                   tools confined to ./countersign-sandbox)
+  COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies (default: none;
+                                   in `countersign chat` your user id is your OS user name or --user)
+  COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
+  OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
+                                   Ollama, llama.cpp). Neither set: the offline demo model answers
+  COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
+  COUNTERSIGN_DEFAULT_TTL_SECONDS  how long an approval waits before it expires and the call is
+                                   rejected (default: 86400, 24 hours)
+  SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN
+                                   Slack credentials; the app token (xapp-...) selects Socket Mode
+  COUNTERSIGN_SLACK_API_URL        base URL of the Slack Web API (default: Slack's own)
+  CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID, ...CLIENTSECRET, ...TENANTID
+                                   Teams: the Microsoft 365 Agents SDK's own connection settings
+  COUNTERSIGN_TEAMS_ANONYMOUS      1 accepts Teams requests without a JWT: local testing only; the server
+                                   warns loudly at start (default: off)
+"""
+
+DESCRIPTION = (
+    "countersign: a chat-ops bot. People chat with an LLM agent; every sensitive tool call waits for a "
+    "human's approval (approve, reject with feedback, or edit its parameters) and then runs exactly once."
+)
+
+CHAT_DESCRIPTION = """\
+Chat with the agent in this terminal, through the same engine as Slack and Teams: the same
+policies, history, expiry and audit log, stored in COUNTERSIGN_DB.
+
+When a tool call needs approval it is shown with its arguments (secrets masked), and you answer:
+  y  approve: the call runs as shown
+  n  reject: the call does not run; you may tell the model why
+  m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
+Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
+/quorum, /four-eyes, /ttl, /pending, /audit (changes need your user in COUNTERSIGN_ADMINS).
+Ctrl-D or Ctrl-C ends the chat; pending approvals wait for you: continue with --thread NAME.
+"""
+
+SERVE_DESCRIPTION = """\
+Serve the chat platforms over HTTP until SIGINT or SIGTERM:
+  POST /slack/events   Slack events, interactivity and slash commands (when Slack is configured;
+                       with SLACK_APP_TOKEN, Socket Mode is used instead of this route)
+  POST /api/messages   Microsoft Teams (when Teams is configured)
+  GET  /healthz        liveness, always served
+A surface whose credentials are missing is skipped and logged; with none configured, only /healthz
+is served.
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the hand-wrapped description and epilog as written."""
+
+
+def _version() -> str:
+    try:
+        return version("countersign")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--log-level",
+        default=default,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help=f"how much to log on stderr (default: {default})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``countersign`` (its ``--help`` is the user's manual)."""
+    parser = argparse.ArgumentParser(
+        prog="countersign",
+        description=DESCRIPTION,
+        epilog=ENVIRONMENT_HELP + "\nRun `countersign chat --help` or `countersign serve --help` for details.",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"countersign {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="{chat,serve}")
+    commands.required = True
+
+    chat = commands.add_parser(
+        "chat",
+        help="chat with the agent in this terminal and approve its tool calls",
+        description=CHAT_DESCRIPTION,
+        epilog=ENVIRONMENT_HELP,
+        formatter_class=_Formatter,
+    )
+    chat.add_argument(
+        "--thread",
+        default="default",
+        metavar="NAME",
+        help="conversation to use; the same NAME continues its history and pending approvals after a restart "
+        "(default: default)",
+    )
+    chat.add_argument("--db", type=Path, metavar="PATH", help="SQLite database file (overrides COUNTERSIGN_DB)")
+    chat.add_argument(
+        "--user",
+        metavar="NAME",
+        help="your user id in policies, approvals and the audit log (default: your OS user name)",
+    )
+    _add_log_level(chat, "WARNING")
+    chat.set_defaults(handler=_run_chat)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve Slack and Teams over HTTP (and /healthz)",
+        description=SERVE_DESCRIPTION,
+        epilog=ENVIRONMENT_HELP,
+        formatter_class=_Formatter,
+    )
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    serve.add_argument(
+        "--port", type=int, default=3000, help="TCP port to listen on; 0 picks a free one (default: 3000)"
+    )
+    _add_log_level(serve, "INFO")
+    serve.set_defaults(handler=_run_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``countersign`` with ``argv`` (default: the command line); returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler: Callable[[argparse.Namespace, Config], int] = args.handler
+    try:
+        config = Config.from_env()
+        return handler(args, config)
+    except ConfigError as exc:
+        print(f"countersign: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+
+
+# --- chat ---------------------------------------------------------------------------------------
+
+
+def load_console_runner() -> Callable[..., int]:
+    """The console runner registered under ``countersign.console`` / ``chat`` (adapters.console)."""
+    for entry in entry_points(group=CONSOLE_GROUP):
+        if entry.name == CONSOLE_ENTRY:
+            runner: Callable[..., int] = entry.load()
+            return runner
+    raise ConfigError(
+        f"no console adapter is installed (entry point {CONSOLE_GROUP}:{CONSOLE_ENTRY}); reinstall countersign"
+    )
+
+
+def _run_chat(args: argparse.Namespace, config: Config) -> int:
+    if args.db is not None:
+        config = config.with_overrides(db_path=args.db)
+    run_chat = load_console_runner()
+    return run_chat(config, thread=args.thread, user=args.user)
+
+
+# --- serve --------------------------------------------------------------------------------------
+
+
+def _run_serve(args: argparse.Namespace, config: Config) -> int:
+    try:
+        asyncio.run(serve(config, host=args.host, port=args.port))
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        pass
+    return 0
+
+
+async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], Any] | None = None) -> None:
+    """Run the engine and the HTTP server until SIGINT or SIGTERM, then stop both.
+
+    ``ready`` is called with the base URL once the socket listens (the bound port when ``port`` is 0).
+    """
+    from aiohttp import web
+
+    from bot.engine.engine import Engine
+    from bot.server import build_web_app
+
+    engine = await Engine.create(config)
+    await engine.start()
+    runner: web.AppRunner | None = None
+    try:
+        app = await build_web_app(engine, config)
+        active = [plugin.name for plugin in app["countersign.plugins"]]
+        if active:
+            logger.info("active surfaces: %s", ", ".join(active))
+        else:
+            logger.warning(
+                "no chat surface is configured (set SLACK_BOT_TOKEN + SLACK_SIGNING_SECRET or SLACK_APP_TOKEN "
+                "for Slack, the Teams connection settings for Teams); serving /healthz only"
+            )
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        url = _bound_url(runner, host, port)
+        logger.info("listening on %s (GET /healthz)", url)
+        if ready is not None:
+            ready(url)
+        await _wait_for_stop_signal()
+        logger.info("stopping")
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await engine.stop()
+
+
+def _bound_url(runner: Any, host: str, port: int) -> str:
+    """``http://host:port`` with the port actually bound (``--port 0`` picks one)."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            port = address[1]
+            break
+    return f"http://{host}:{port}"
+
+
+async def _wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
