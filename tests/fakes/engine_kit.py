@@ -27,7 +27,7 @@ from bot.config import Config
 from bot.engine.engine import Engine
 from bot.engine.model import ApprovalView, Inbound, ThreadRef
 from bot.llm import ScriptedChatGenerator
-from bot.messages import ChatMessage, ChatRole, ToolCall
+from bot.messages import ChatMessage, ChatRole, ToolCall, new_id
 from bot.tools import Tool, tool
 from tests.fakes.recording_surface import RecordingSurface
 
@@ -260,8 +260,8 @@ class Harness:
             thread=thread,
             user=user,
             text=text,
-            event_id=event_id or f"Ev{next(self._events)}",
-            message_id=f"m{next(self._events)}",
+            event_id=event_id or f"Ev-{new_id()}",  # unique across engines on one database
+            message_id=f"m-{next(self._events)}",
         )
 
     async def say(self, text: str, **kwargs: Any) -> None:
