@@ -1,0 +1,101 @@
+"""AgentSnapshot: lossless serialisation, refusal of what cannot be resumed, and reading its calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.agent import Agent, AgentSnapshot, SnapshotError, get_tool_calls_and_descriptions_from_snapshot
+from bot.agent.snapshot import SNAPSHOT_SCHEMA_VERSION
+from bot.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
+from bot.llm import ScriptedChatGenerator
+from bot.messages import ChatMessage
+from tests.fakes.agent_kit import ToolBox, asks, call
+
+
+async def paused_snapshot() -> AgentSnapshot:
+    box = ToolBox()
+    gen = ScriptedChatGenerator(
+        [asks(call("delete", "c1", target="a.log"), call("lookup", "c2", target="disk"), usage={"total_tokens": 7})]
+    )
+    agent = Agent(
+        gen,
+        tools=[box.make("delete"), box.make("lookup")],
+        system_prompt="Be careful.",
+        state_schema={"notes": {"type": list}},
+        confirmation_strategies={"delete": BreakpointConfirmationStrategy()},
+    )
+    with pytest.raises(HITLBreakpointException) as info:
+        await agent.run_async([ChatMessage.from_user("clean up")], notes=["from the user"])
+    return info.value.snapshot
+
+
+async def test_a_snapshot_round_trips_through_json_losslessly() -> None:
+    snapshot = await paused_snapshot()
+
+    restored = AgentSnapshot.from_json(snapshot.to_json())
+
+    assert restored.to_dict() == snapshot.to_dict()
+    assert [m.id for m in restored.messages] == [m.id for m in snapshot.messages]
+    assert restored.pending_tool_calls == snapshot.pending_tool_calls
+    assert restored.decisions == snapshot.decisions
+    assert restored.state == {"notes": ["from the user"]}
+    assert restored.token_usage == {"total_tokens": 7}
+
+
+async def test_a_snapshot_holds_everything_needed_to_resume() -> None:
+    snapshot = await paused_snapshot()
+    data = snapshot.to_dict()
+
+    assert data["schema_version"] == SNAPSHOT_SCHEMA_VERSION
+    assert data["tools_fingerprint"]
+    assert [m["role"] for m in data["messages"]] == ["system", "user", "assistant"]
+    assert data["pending_tool_calls"] == [{"tool_name": "delete", "arguments": {"target": "a.log"}, "id": "c1"}]
+    assert data["decisions"] == [
+        ToolExecutionDecision("lookup", True, tool_call_id="c2", final_tool_params={"target": "disk"}).to_dict()
+    ]
+    assert data["step_count"] == 1
+    assert snapshot.step_message.tool_calls[0].id == "c1"
+
+
+def test_a_snapshot_of_an_unknown_schema_version_is_refused() -> None:
+    with pytest.raises(SnapshotError, match="schema version 99"):
+        AgentSnapshot.from_dict({"schema_version": 99, "run_id": "r"})
+
+
+async def test_a_malformed_snapshot_is_refused_with_a_snapshot_error() -> None:
+    data = (await paused_snapshot()).to_dict()
+    del data["messages"]
+
+    with pytest.raises(SnapshotError, match="Malformed"):
+        AgentSnapshot.from_dict(data)
+
+
+def test_text_that_is_not_json_is_refused_with_a_snapshot_error() -> None:
+    with pytest.raises(SnapshotError, match="not valid JSON"):
+        AgentSnapshot.from_json("{not json")
+
+
+def test_a_snapshot_whose_state_is_not_json_serialisable_says_so() -> None:
+    snapshot = AgentSnapshot(run_id="r", messages=[], pending_tool_calls=[], state={"handle": object()})
+
+    with pytest.raises(SnapshotError, match="not JSON-serialisable"):
+        snapshot.to_json()
+
+
+def test_a_snapshot_error_is_a_value_error() -> None:
+    assert issubclass(SnapshotError, ValueError)
+
+
+async def test_the_pending_calls_and_their_descriptions_can_be_read_from_a_snapshot() -> None:
+    snapshot = AgentSnapshot.from_json((await paused_snapshot()).to_json())
+
+    calls, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot)
+    every_call, every_description = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
+
+    assert calls == [{"tool_name": "delete", "arguments": {"target": "a.log"}, "id": "c1"}]
+    assert descriptions == {"delete": "The delete tool."}
+    assert [c["id"] for c in every_call] == ["c1", "c2"]
+    assert every_description == {"delete": "The delete tool.", "lookup": "The lookup tool."}
+    json.dumps([calls, descriptions])  # ready to render or to send
