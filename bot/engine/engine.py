@@ -625,7 +625,13 @@ class Engine:
         if command.name == "help":
             return admin_commands.USAGE
         if command.name == "pending":
-            pending = await self.storage.approvals.pending(platform=request.platform)
+            # One install may serve several workspaces: never list another workspace's approvals.
+            prefix = f"{request.platform}:{request.workspace}:"
+            pending = [
+                r
+                for r in await self.storage.approvals.pending(platform=request.platform)
+                if r.chat_history_id.startswith(prefix)
+            ]
             if not pending:
                 return "No approvals are waiting."
             return "\n".join(
