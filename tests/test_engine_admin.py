@@ -61,7 +61,8 @@ async def test_an_admin_change_is_stored_answered_with_the_rule_and_audited(harn
     assert {k: row[k] for k in expected} == expected
     [audited] = await h.audit()
     assert audited.actor == ADMIN and audited.subject == f"{row['scope']}/{row['tool']}"
-    assert audited.action == " ".join(text.split()[:2]) if text.startswith("policy") else text.split()[0]
+    words = text.split()
+    assert audited.action == (" ".join(words[:2]) if words[0] == "policy" else words[0])
 
 
 @pytest.mark.parametrize("text", [c[0] for c in CHANGES] + ["policy reset delete_file"])
