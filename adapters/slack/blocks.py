@@ -1,0 +1,493 @@
+"""Block Kit rendering: the approval message, the Reject and Edit modals, and the App Home tab.
+
+Everything is built with ``slack_sdk.models`` classes, whose ``to_dict()`` checks Slack's per-field
+limits; the block count and the total size (Slack's undocumented ``msg_blocks_too_long``) are kept
+here. Untrusted text (tool arguments, descriptions, feedback) is escaped through :mod:`.mrkdwn`, and
+secrets are masked by :func:`bot.engine.presentation.display_arguments`; full values stay in storage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ConfirmObject,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    InputBlock,
+    MarkdownTextObject,
+    NumberInputElement,
+    Option,
+    PlainTextInputElement,
+    SectionBlock,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
+
+from adapters.slack.mrkdwn import escape, escape_truncated, mention
+from bot.engine.model import (
+    APPROVED,
+    CANCELLED,
+    EXPIRED,
+    MODIFIED,
+    PENDING,
+    REJECTED,
+    SUPERSEDED,
+    ApprovalView,
+)
+from bot.engine.presentation import display_arguments, outcome_sentence, value_text
+from bot.redaction import is_secret_key
+
+ACTION_APPROVE = "cs_approve"
+ACTION_REJECT = "cs_reject"
+ACTION_EDIT = "cs_edit"
+ACTION_APPROVE_ALL = "cs_approve_all"
+DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL)
+
+REJECT_CALLBACK = "cs_reject_modal"
+EDIT_CALLBACK = "cs_edit_modal"
+FEEDBACK_BLOCK = "cs_feedback"
+FEEDBACK_ACTION = "feedback"
+EDIT_INPUT_ACTION = "value"
+
+MAX_MESSAGE_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
+SECTION_TEXT_LIMIT = 3_000
+BUTTON_VALUE_LIMIT = 2_000
+MESSAGE_SIZE_BUDGET = 12_000
+"""Characters of compactly serialised blocks per message (see :func:`blocks_size`): Slack answers
+``msg_blocks_too_long`` near 13 k."""
+PLAIN_INPUT_LIMIT = 3_000
+FEEDBACK_LIMIT = 2_000
+_FULL_CALL_BLOCKS = 4  # section, context, actions, divider
+_COMPACT_CALL_BLOCKS = 2  # section (context folded in), actions
+_MIN_VALUE_BUDGET = 60
+
+_STATUS_ICON = {
+    PENDING: ":hourglass_flowing_sand:",
+    APPROVED: ":white_check_mark:",
+    MODIFIED: ":pencil2:",
+    REJECTED: ":x:",
+    EXPIRED: ":alarm_clock:",
+    SUPERSEDED: ":fast_forward:",
+    CANCELLED: ":no_entry_sign:",
+}
+_WHO = "\x00who\x00"
+
+
+@dataclass(frozen=True)
+class RenderedMessage:
+    """A message ready for ``chat.postMessage`` / ``chat.update``: notification text plus blocks."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- the approval message
+
+
+def approval_message(approvals: Sequence[ApprovalView]) -> RenderedMessage:
+    """One message for every call of a paused step; pending calls get Approve / Reject / Edit.
+
+    Argument values shrink until the serialised blocks fit :data:`MESSAGE_SIZE_BUDGET`. With too many
+    calls for 50 blocks (or the size budget), calls are shown compactly and, past that, the rest is
+    summarised and Approve all is withheld, so nobody approves a call they could not see.
+    """
+    calls = sorted(approvals, key=lambda c: not c.is_pending)  # waiting calls first, if any must hide
+    blocks: list[dict[str, Any]] = []
+    for compact, shown in _layouts(len(calls)):
+        value_budget = min(2_400, MESSAGE_SIZE_BUDGET // max(1, shown) // 2)
+        while value_budget >= _MIN_VALUE_BUDGET:
+            blocks = _approval_blocks(list(approvals) if not compact else calls, value_budget, compact, shown)
+            if blocks_size(blocks) <= MESSAGE_SIZE_BUDGET:
+                return RenderedMessage(text=_fallback_text(calls), blocks=blocks)
+            value_budget //= 2
+    return RenderedMessage(text=_fallback_text(calls), blocks=blocks)
+
+
+def blocks_size(blocks: Sequence[Mapping[str, Any]]) -> int:
+    """The size Slack sees: the blocks as compact JSON."""
+    return len(json.dumps(list(blocks), separators=(",", ":"), ensure_ascii=False))
+
+
+def _layouts(count: int) -> list[tuple[bool, int]]:
+    """(compact?, calls shown) from the most to the least detailed layout that fits 50 blocks."""
+    layouts = []
+    if 1 + count * _FULL_CALL_BLOCKS + 1 <= MAX_MESSAGE_BLOCKS:
+        layouts.append((False, count))
+    shown = min(count, (MAX_MESSAGE_BLOCKS - 3) // _COMPACT_CALL_BLOCKS)
+    while shown >= 1:
+        layouts.append((True, shown))
+        shown = shown * 2 // 3 if shown > 1 else 0
+    return layouts
+
+
+def _approval_blocks(calls: list[ApprovalView], value_budget: int, compact: bool, shown: int) -> list[dict[str, Any]]:
+    pending = [c for c in calls if c.is_pending]
+    head: list[Block] = [HeaderBlock(text="Approval needed" if pending else "Approval decided")]
+    body: list[Block] = []
+    for i, call in enumerate(calls[:shown]):
+        if compact:
+            body.extend(_compact_call(call, i + 1, value_budget))
+        else:
+            body.extend(_full_call(call, i + 1, len(calls), value_budget))
+    hidden = calls[shown:]
+    if hidden:
+        waiting = sum(1 for c in hidden if c.is_pending)
+        note = f"…and {len(hidden)} more calls ({waiting} waiting). Decide them from the countersign *Home* tab."
+        body.append(SectionBlock(text=MarkdownTextObject(text=note)))
+    elif len(pending) > 1:
+        body.append(_approve_all(pending))
+    return [block.to_dict() for block in head + body]
+
+
+def _full_call(call: ApprovalView, number: int, total: int, value_budget: int) -> list[Block]:
+    blocks: list[Block] = [
+        SectionBlock(block_id=f"cs_call:{call.approval_id}", text=_call_text(call, number, total, value_budget)),
+        ContextBlock(elements=[MarkdownTextObject(text=_status_line(call))]),
+    ]
+    if call.is_pending:
+        blocks.append(_decision_buttons(call))
+    blocks.append(DividerBlock())
+    return blocks
+
+
+def _compact_call(call: ApprovalView, number: int, value_budget: int) -> list[Block]:
+    text = _call_text(call, number, 0, value_budget, describe=False).text or ""
+    status = _status_line(call)
+    if len(text) + len(status) < SECTION_TEXT_LIMIT:
+        text += "\n" + status
+    blocks: list[Block] = [SectionBlock(block_id=f"cs_call:{call.approval_id}", text=MarkdownTextObject(text=text))]
+    if call.is_pending:
+        blocks.append(_decision_buttons(call))
+    return blocks
+
+
+def _call_text(
+    call: ApprovalView, number: int, total: int, value_budget: int, describe: bool = True
+) -> MarkdownTextObject:
+    counter = f"{number}/{total} " if total > 1 else ""
+    lines = [f"{counter}*{escape_truncated(call.tool_name, 150)}*"]
+    if describe and call.tool_description:
+        lines[0] += " — " + escape_truncated(call.tool_description, 300)
+    shown_args = display_arguments(call.arguments, limit=max(20, value_budget // max(1, len(call.arguments))))
+    for arg in shown_args:
+        lines.append(f"• *{escape_truncated(arg.name, 100)}*: {_value_markup(arg.text, value_budget)}")
+    if not shown_args:
+        lines.append("_no arguments_")
+    text = "\n".join(lines)
+    if len(text) > SECTION_TEXT_LIMIT:
+        text = _cut_markup(text, SECTION_TEXT_LIMIT)
+    return MarkdownTextObject(text=text)
+
+
+def _value_markup(value: str, limit: int) -> str:
+    escaped = escape_truncated(value, limit)
+    if "`" in value:
+        return escaped  # a backtick would end the code span early; plain (escaped) text is still inert
+    if "\n" in value or len(value) > 60:
+        return f"```{escaped}```"
+    return f"`{escaped}`"
+
+
+def _cut_markup(text: str, limit: int) -> str:
+    # Only reached with very many arguments; never split an entity, and close an open code fence.
+    body = text[: limit - 8]
+    amp = body.rfind("&")
+    if amp != -1 and ";" not in body[amp:]:
+        body = body[:amp]
+    if body.count("```") % 2:
+        body += "```"
+    return body + "…"
+
+
+def _status_line(call: ApprovalView) -> str:
+    icon = _STATUS_ICON.get(call.status, "")
+    if call.is_pending:
+        policy = f"policy `{escape(call.policy_mode)}`"
+        if call.quorum > 1:
+            policy += f", {call.quorum} approvals needed"
+        if call.four_eyes:
+            policy += ", four-eyes"
+        return (
+            f"{icon} Requested by {mention(call.requester)} · {policy} · "
+            f"{escape(outcome_sentence(call))}"
+        )
+    return f"{icon} {outcome_markup(call)}"
+
+
+def outcome_markup(call: ApprovalView) -> str:
+    """The outcome sentence, escaped, with the decider shown as a mention when it is a Slack user id."""
+    sentence = escape_truncated(outcome_sentence(replace(call, decided_by=_WHO)), 2_500)
+    return sentence.replace(_WHO, mention(call.decided_by))
+
+
+def _decision_buttons(call: ApprovalView) -> ActionsBlock:
+    aid = call.approval_id
+    buttons = [
+        ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary"),
+        ButtonElement(text="Reject", action_id=ACTION_REJECT, value=aid, style="danger"),
+    ]
+    if _editable_parameters(call):
+        buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
+    return ActionsBlock(block_id=f"cs_actions:{aid}", elements=buttons)
+
+
+def _approve_all(pending: list[ApprovalView]) -> ActionsBlock:
+    first = pending[0].approval_id
+    confirm = ConfirmObject(
+        title="Approve all?",
+        text=f"Run all {len(pending)} waiting calls as shown?",
+        confirm="Approve all",
+        deny="Cancel",
+    )
+    button = ButtonElement(
+        text=f"Approve all ({len(pending)})",
+        action_id=ACTION_APPROVE_ALL,
+        value=first,
+        style="primary",
+        confirm=confirm,
+    )
+    return ActionsBlock(block_id=f"cs_all:{first}", elements=[button])
+
+
+def _fallback_text(calls: list[ApprovalView]) -> str:
+    pending = [c for c in calls if c.is_pending]
+    if not pending:
+        return "Approval decided."
+    names = ", ".join(sorted({c.tool_name for c in pending}))
+    return escape_truncated(f"Approval needed: {names} ({len(pending)} waiting)", 1_000)
+
+
+# ---------------------------------------------------------------- modals
+
+
+def reject_modal(call: ApprovalView) -> dict[str, Any]:
+    """The Reject modal: the call shown read-only, and optional feedback for the agent."""
+    blocks: list[Block] = [
+        SectionBlock(text=_call_text(call, 1, 1, 1_500)),
+        InputBlock(
+            block_id=FEEDBACK_BLOCK,
+            label="Feedback for the agent (optional)",
+            optional=True,
+            element=PlainTextInputElement(
+                action_id=FEEDBACK_ACTION, multiline=True, max_length=FEEDBACK_LIMIT, placeholder="Why not?"
+            ),
+        ),
+    ]
+    return View(
+        type="modal",
+        callback_id=REJECT_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Reject tool call",
+        submit="Reject",
+        close="Cancel",
+        blocks=blocks,
+    ).to_dict()
+
+
+def edit_modal(call: ApprovalView) -> dict[str, Any]:
+    """The Edit modal: one input per parameter (``block_id`` = parameter name), pre-filled.
+
+    An empty field keeps the current value; that is how secrets (never pre-filled) and values too
+    long for a text input stay unchanged.
+    """
+    intro = (
+        f"*{escape_truncated(call.tool_name, 150)}* — {escape_truncated(call.tool_description, 1_000)}\n"
+        "Change what should differ; an empty field keeps the current value. "
+        "Submitting approves the call with exactly these values."
+    )
+    inputs = [_edit_input(name, schema, call.arguments) for name, schema in _editable_parameters(call).items()]
+    return View(
+        type="modal",
+        callback_id=EDIT_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Edit tool call",
+        submit="Approve edited",
+        close="Cancel",
+        blocks=[SectionBlock(text=MarkdownTextObject(text=intro)), *inputs[: MAX_VIEW_BLOCKS - 1]],
+    ).to_dict()
+
+
+def notice_modal(text: str) -> dict[str, Any]:
+    """A modal that only says something (replaces a form whose decision was refused)."""
+    return View(
+        type="modal",
+        title="countersign",
+        close="Close",
+        blocks=[SectionBlock(text=MarkdownTextObject(text=escape_truncated(text, SECTION_TEXT_LIMIT)))],
+    ).to_dict()
+
+
+def _editable_parameters(call: ApprovalView) -> dict[str, dict[str, Any]]:
+    properties = call.parameters_schema.get("properties") or {}
+    return {name: schema if isinstance(schema, dict) else {} for name, schema in properties.items()}
+
+
+def _edit_input(name: str, schema: dict[str, Any], arguments: Mapping[str, Any]) -> InputBlock:
+    present = name in arguments
+    current = arguments.get(name)
+    kind = _schema_kind(schema)
+    hints = [schema.get("description") or ""]
+    secret = is_secret_key(name)
+    if secret and present:
+        hints.append("Secret: not shown. Leave empty to keep the current value.")
+        present = False
+    element: Any
+    options = _enum_options(schema, kind)
+    if options is not None:
+        initial = next((o for o in options if present and o.value == json.dumps(current)), None)
+        element = StaticSelectElement(action_id=EDIT_INPUT_ACTION, options=options, initial_option=initial)
+    elif kind in ("integer", "number"):
+        element = NumberInputElement(
+            action_id=EDIT_INPUT_ACTION,
+            is_decimal_allowed=kind == "number",
+            initial_value=current if present and isinstance(current, int | float) else None,
+            min_value=schema.get("minimum"),
+            max_value=schema.get("maximum"),
+        )
+    else:
+        text = value_text(current) if present else None
+        if kind in ("array", "object") and present:
+            text = json.dumps(current, indent=2, ensure_ascii=False)
+            hints.append("JSON.")
+        if text is not None and len(text) > PLAIN_INPUT_LIMIT:
+            hints.append(f"The current value ({len(text)} characters) is too long to edit here; empty keeps it.")
+            text = None
+        element = PlainTextInputElement(
+            action_id=EDIT_INPUT_ACTION,
+            initial_value=text,
+            multiline=kind in ("array", "object") or (text is not None and (len(text) > 80 or "\n" in text)),
+            max_length=PLAIN_INPUT_LIMIT,
+        )
+    hint = " ".join(h for h in hints if h)[:2_000] or None
+    return InputBlock(block_id=name, label=name[:2_000], element=element, hint=hint, optional=True)
+
+
+def _schema_kind(schema: dict[str, Any]) -> str | None:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind is None and "anyOf" in schema:
+        kinds = [s.get("type") for s in schema["anyOf"] if isinstance(s, dict) and s.get("type") != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    return kind
+
+
+def _enum_options(schema: dict[str, Any], kind: str | None) -> list[Option] | None:
+    values = schema.get("enum")
+    if values is None and kind == "boolean":
+        values = [True, False]
+    if not isinstance(values, list) or not values or len(values) > 100:
+        return None
+    options = []
+    for value in values:
+        encoded = json.dumps(value, ensure_ascii=False)
+        if len(encoded) > 150:
+            return None  # Slack caps option values; fall back to a text input
+        label = value_text(value)
+        options.append(Option(text=label[:75] or " ", value=encoded))
+    return options
+
+
+def edit_values(state_values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The raw values of a submitted Edit modal, by parameter; empty fields are left out.
+
+    Select values come back as the JSON they were encoded with; everything else as the typed string,
+    which the engine coerces by the tool's schema.
+    """
+    edited: dict[str, Any] = {}
+    for block_id, actions in state_values.items():
+        state = actions.get(EDIT_INPUT_ACTION)
+        if not isinstance(state, Mapping):
+            continue
+        selected = state.get("selected_option")
+        if isinstance(selected, Mapping):
+            edited[block_id] = json.loads(selected["value"])
+        elif state.get("value") not in (None, ""):
+            edited[block_id] = state["value"]
+    return edited
+
+
+def feedback_value(state_values: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The feedback typed into the Reject modal, or ``None``."""
+    value = (state_values.get(FEEDBACK_BLOCK, {}).get(FEEDBACK_ACTION) or {}).get("value")
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def field_errors(errors: Mapping[str, str], view: Mapping[str, Any]) -> dict[str, str]:
+    """Map engine field errors onto the modal's input block ids (unknown fields go to the first input)."""
+    input_ids = [b["block_id"] for b in view.get("blocks", []) if b.get("type") == "input"]
+    mapped: dict[str, str] = {}
+    for name, message in errors.items():
+        target = name if name in input_ids else (input_ids[0] if input_ids else name)
+        prefix = "" if target == name else f"{name}: "
+        mapped[target] = (mapped.get(target, "") + " " + prefix + message).strip()[:2_000]
+    return mapped
+
+
+# ---------------------------------------------------------------- App Home
+
+
+def home_view(
+    pending: Sequence[ApprovalView], policies: Sequence[Mapping[str, Any]], notice: str | None = None
+) -> dict[str, Any]:
+    """The App Home tab: approvals this person may decide (with buttons), then the policy table."""
+    blocks: list[Block] = []
+    if notice:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f":warning: {escape_truncated(notice, 2_900)}")))
+    blocks.append(HeaderBlock(text="Approvals waiting for you"))
+    policy_blocks = _policy_blocks(policies)
+    room = MAX_VIEW_BLOCKS - len(blocks) - len(policy_blocks) - 2
+    calls = list(pending)
+    fits = min(len(calls), room // _COMPACT_CALL_BLOCKS)
+    for i, call in enumerate(calls[:fits]):
+        blocks.extend(_compact_call(call, i + 1, 600))
+    if not calls:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text="_Nothing is waiting for you._")))
+    elif fits < len(calls):
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"…and {len(calls) - fits} more.")))
+    blocks.append(DividerBlock())
+    blocks.extend(policy_blocks)
+    return View(type="home", blocks=blocks).to_dict()
+
+
+def _policy_blocks(policies: Sequence[Mapping[str, Any]]) -> list[Block]:
+    blocks: list[Block] = [HeaderBlock(text="Policies")]
+    if not policies:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text="_No policies set: every tool asks._")))
+        return blocks
+    columns = ("scope", "tool", "mode", "approvers", "quorum", "four_eyes", "ttl")
+    rows = [[_cell(row.get(c)) for c in columns] for row in policies]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    chunk: list[str] = []
+    for line in [escape(line) for line in lines]:
+        if sum(len(x) + 1 for x in chunk) + len(line) > SECTION_TEXT_LIMIT - 10:
+            blocks.append(SectionBlock(text=MarkdownTextObject(text="```" + "\n".join(chunk) + "```")))
+            chunk = []
+        chunk.append(line[: SECTION_TEXT_LIMIT - 10])
+        if len(blocks) >= 20:
+            break
+    if chunk:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text="```" + "\n".join(chunk) + "```")))
+    return blocks
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ",".join(str(v) for v in value) or "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)[:80]

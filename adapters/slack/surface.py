@@ -1,0 +1,108 @@
+"""``SlackSurface``: the engine's output through the Slack Web API (``AsyncWebClient``).
+
+Threads: a :class:`~bot.engine.model.ThreadRef`'s ``thread`` is the Slack thread ts, except for the
+top level of a direct message, which is one conversation, marked :data:`DIRECT_THREAD` (answers there
+are posted unthreaded).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.blocks import approval_message
+from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape_truncated, markdown_to_mrkdwn, split_message
+from bot.engine.model import ApprovalView, ThreadRef
+
+logger = logging.getLogger(__name__)
+
+DIRECT_THREAD = "dm"
+"""The ``thread`` of a direct message's top level: the whole DM is one conversation."""
+WORKING_REACTION = "eyes"
+SLACK_API_URL = "https://slack.com/api/"
+
+
+def web_client(token: str | None, api_url: str | None = None) -> AsyncWebClient:
+    """The Web API client, optionally pointed elsewhere (``COUNTERSIGN_SLACK_API_URL``)."""
+    base_url = api_url or SLACK_API_URL
+    return AsyncWebClient(token=token, base_url=base_url if base_url.endswith("/") else base_url + "/")
+
+
+def thread_ts(thread: ThreadRef) -> str | None:
+    """The ``thread_ts`` to post into, or ``None`` for the top level of a direct message."""
+    return None if thread.thread == DIRECT_THREAD else thread.thread
+
+
+class SlackSurface:
+    """Posts answers, approval messages, ephemeral notes, reactions, modals and the App Home."""
+
+    def __init__(self, client: AsyncWebClient, working_reaction: str = WORKING_REACTION) -> None:
+        self.client = client
+        self.working_reaction = working_reaction
+
+    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+        """Post model text as mrkdwn (escaped, links shown with their address) in as many messages as needed."""
+        for chunk in split_message(markdown_to_mrkdwn(text)):
+            await self.client.chat_postMessage(
+                channel=thread.channel,
+                thread_ts=thread_ts(thread),
+                text=chunk,
+                # Belt and braces on top of escaping: no "@channel" linking, no previews of model links.
+                link_names=False,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+
+    async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+        """Post the approval message in the thread; its ``{"channel", "ts"}`` is the message reference."""
+        message = approval_message(approvals)
+        response = await self.client.chat_postMessage(
+            channel=thread.channel, thread_ts=thread_ts(thread), text=message.text, blocks=message.blocks
+        )
+        return {"channel": response["channel"], "ts": response["ts"]}
+
+    async def update_approvals(
+        self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Sequence[ApprovalView]
+    ) -> None:
+        """Re-render the approval message with ``chat.update`` (``response_url`` expires; channel + ts do not)."""
+        message = approval_message(approvals)
+        await self.client.chat_update(
+            channel=message_ref["channel"], ts=message_ref["ts"], text=message.text, blocks=message.blocks
+        )
+
+    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+        """An ephemeral message only ``user`` sees, in the thread."""
+        await self.client.chat_postEphemeral(
+            channel=thread.channel,
+            user=user,
+            thread_ts=thread_ts(thread),
+            text=escape_truncated(text, MESSAGE_TEXT_LIMIT),
+        )
+
+    async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
+        """Add (or remove) a reaction on the message being worked on; nothing without a message id."""
+        if not message_id:
+            return
+        try:
+            if working:
+                await self.client.reactions_add(
+                    channel=thread.channel, timestamp=message_id, name=self.working_reaction
+                )
+            else:
+                await self.client.reactions_remove(
+                    channel=thread.channel, timestamp=message_id, name=self.working_reaction
+                )
+        except SlackApiError as exc:  # already_reacted / no_reaction: cosmetic only
+            logger.info("working reaction not changed", extra={"error": exc.response.get("error")})
+
+    async def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
+        """Open a modal (the trigger id is valid for 3 seconds, once)."""
+        await self.client.views_open(trigger_id=trigger_id, view=view)
+
+    async def publish_home(self, user: str, view: dict[str, Any]) -> None:
+        """Show ``view`` as ``user``'s App Home tab."""
+        await self.client.views_publish(user_id=user, view=view)

@@ -1,0 +1,216 @@
+"""A fake Slack Web API for tests: real HTTP on 127.0.0.1, answers like Slack, records every call.
+
+Point ``slack_sdk``'s ``AsyncWebClient(base_url=fake.base_url)`` (countersign:
+``COUNTERSIGN_SLACK_API_URL``) at it. ``POST /api/<method>`` is answered like Slack for the methods
+countersign uses (``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``,
+``views.open``, ``views.publish``, ``views.update``, ``reactions.add``, ``reactions.remove``,
+``users.info``); anything else gets ``{"ok": false, "error": "unknown_method"}``. Like Slack it
+refuses messages with more than 50 blocks (``invalid_blocks``) or blocks too large in total
+(``msg_blocks_too_long``). ``POST /respond/<name>`` stands in for a slash command's
+``response_url``; those calls are recorded under the method name ``"response_url"``.
+
+::
+
+    async with FakeSlackAPI() as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.base_url)
+        await client.chat_postMessage(channel="C1", text="hi")
+        [call] = await slack.wait_for("chat.postMessage")
+        assert call.args["text"] == "hi"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+MAX_BLOCKS = 50
+MAX_BLOCKS_CHARS = 13_000
+
+
+@dataclass(frozen=True)
+class SlackCall:
+    """One recorded request: the API method, its arguments (query, form and JSON merged), the token,
+    and the fake's answer (``response["ts"]`` is the ts of a posted message)."""
+
+    method: str
+    args: dict[str, Any]
+    token: str | None = None
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FakeSlackAPI:
+    """The fake server. ``calls`` holds every request in arrival order."""
+
+    team_id: str = "T0TEAM"
+    bot_user_id: str = "U0BOT"
+    bot_id: str = "B0BOT"
+    calls: list[SlackCall] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    """``method -> error``: answer every call of that method with ``{"ok": false, "error": ...}``."""
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _runner: web.AppRunner | None = None
+    _port: int = 0
+    _changed: asyncio.Condition | None = None
+    _ts: Any = field(default_factory=lambda: itertools.count(1))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> FakeSlackAPI:
+        """Serve on an ephemeral port of 127.0.0.1."""
+        self._changed = asyncio.Condition()
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)
+        app.router.add_post("/respond/{name}", self._respond)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlackAPI:
+        return await self.start()
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """The Web API base URL, with the trailing slash ``slack_sdk`` expects."""
+        return f"http://127.0.0.1:{self._port}/api/"
+
+    def response_url(self, name: str = "cmd") -> str:
+        """A ``response_url`` for a slash command payload."""
+        return f"http://127.0.0.1:{self._port}/respond/{name}"
+
+    # ------------------------------------------------------------------ queries
+
+    def calls_to(self, method: str, where: Callable[[SlackCall], bool] | None = None) -> list[SlackCall]:
+        """Every recorded call of ``method`` (optionally filtered), oldest first."""
+        return [c for c in self.calls if c.method == method and (where is None or where(c))]
+
+    async def wait_for(
+        self,
+        method: str,
+        count: int = 1,
+        where: Callable[[SlackCall], bool] | None = None,
+        seconds: float = 5.0,
+    ) -> list[SlackCall]:
+        """Wait until at least ``count`` calls of ``method`` (matching ``where``) arrived; return them all."""
+        assert self._changed is not None, "start() the fake first"
+
+        def enough() -> bool:
+            return len(self.calls_to(method, where)) >= count
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(enough), seconds)
+            except TimeoutError:
+                seen = [c.method for c in self.calls]
+                raise AssertionError(f"expected {count} x {method} within {seconds}s; calls so far: {seen}") from None
+        return self.calls_to(method, where)
+
+    # ------------------------------------------------------------------ serving
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.can_read_body:
+            if request.content_type == "application/json":
+                args.update(await request.json())
+            else:
+                args.update(dict(await request.post()))
+        for key in ("blocks", "view"):
+            if isinstance(args.get(key), str):
+                args[key] = json.loads(args[key])
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.get("token")
+        call = SlackCall(method=method, args=args, token=token)
+        answer = self._answer(call)
+        await self._record(SlackCall(method=method, args=args, token=token, response=answer))
+        return web.json_response(answer)
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        await self._record(SlackCall(method="response_url", args={"name": request.match_info["name"], **body}))
+        return web.Response(text="ok")
+
+    async def _record(self, call: SlackCall) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self.calls.append(call)
+            self._changed.notify_all()
+
+    def _next_ts(self) -> str:
+        return f"1700000{next(self._ts):03d}.000100"
+
+    def _answer(self, call: SlackCall) -> dict[str, Any]:
+        if call.method in self.failures:
+            return {"ok": False, "error": self.failures[call.method]}
+        args = call.args
+        if call.method == "auth.test":
+            return {
+                "ok": True,
+                "url": "https://countersign-test.slack.com/",
+                "team": "Test Team",
+                "user": "countersign",
+                "team_id": self.team_id,
+                "user_id": self.bot_user_id,
+                "bot_id": self.bot_id,
+                "is_enterprise_install": False,
+            }
+        if call.method in ("chat.postMessage", "chat.update"):
+            if not args.get("channel"):
+                return {"ok": False, "error": "channel_not_found"}
+            if not args.get("text") and not args.get("blocks"):
+                return {"ok": False, "error": "no_text"}
+            problem = _blocks_problem(args.get("blocks"))
+            if problem:
+                return {"ok": False, "error": problem}
+            ts = self._next_ts() if call.method == "chat.postMessage" else args.get("ts")
+            if call.method == "chat.update" and not ts:
+                return {"ok": False, "error": "message_not_found"}
+            message = {"type": "message", "text": args.get("text", ""), "ts": ts, "bot_id": self.bot_id}
+            return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
+        if call.method == "chat.postEphemeral":
+            if not args.get("channel") or not args.get("user"):
+                return {"ok": False, "error": "invalid_arguments"}
+            return {"ok": True, "message_ts": self._next_ts()}
+        if call.method in ("views.open", "views.publish", "views.update", "views.push"):
+            view = args.get("view")
+            if not isinstance(view, dict) or not view.get("blocks"):
+                return {"ok": False, "error": "invalid_arguments"}
+            return {"ok": True, "view": {"id": f"V{next(self._ts):08d}", **view}}
+        if call.method in ("reactions.add", "reactions.remove"):
+            if not args.get("channel") or not args.get("timestamp") or not args.get("name"):
+                return {"ok": False, "error": "invalid_arguments"}
+            return {"ok": True}
+        if call.method == "users.info":
+            user_id = args.get("user", "")
+            user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}
+            return {"ok": True, "user": user}
+        return {"ok": False, "error": "unknown_method"}
+
+
+def _blocks_problem(blocks: Any) -> str | None:
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        return "invalid_blocks"
+    if len(json.dumps(blocks, separators=(",", ":"), ensure_ascii=False)) > MAX_BLOCKS_CHARS:
+        return "msg_blocks_too_long"
+    return None
