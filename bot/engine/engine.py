@@ -819,8 +819,12 @@ def _decision_from_record(record: Any) -> ToolExecutionDecision:
         final = dict(record.final_arguments or record.arguments)
         import json
 
+        from bot.redaction import mask_secrets
+
+        # The explanation is text for the LLM and the thread's history: secret values stay masked in it
+        # (as in bot.hitl.blocking); the call itself still runs with ``final``.
         feedback = MODIFICATION_FEEDBACK_TEMPLATE.format(
-            tool_name=record.tool_name, final_tool_params=json.dumps(final, ensure_ascii=False)
+            tool_name=record.tool_name, final_tool_params=json.dumps(mask_secrets(final), ensure_ascii=False)
         )
         return ToolExecutionDecision(
             record.tool_name, True, call_id, feedback=feedback + user_feedback, final_tool_params=final
