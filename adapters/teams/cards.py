@@ -1,0 +1,417 @@
+"""Adaptive Cards (schema 1.5) for approvals: one card per paused step, rebuilt from ``ApprovalView``s.
+
+Every pending call shows its tool, description, arguments (secrets masked, long values truncated by
+:func:`bot.engine.presentation.display_arguments`), who asked, the policy and the expiry, with
+``Action.Execute`` buttons **Approve**, **Reject** (optional feedback) and **Edit** (one input per
+parameter, typed by the parameter's JSON schema), plus **Approve all** when several calls wait.
+Decided calls show their outcome and no buttons.
+
+Untrusted text (arguments, feedback, names, ids, the engine's sentences) only goes into ``TextRun``
+inlines of ``RichTextBlock``s and into input values: Adaptive Cards never read Markdown there, and the
+card carries no mention entities, so such text can neither mention anyone nor forge a link.
+
+An action's ``data`` carries only the approval id and the verb; Teams merges the inputs into it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.engine.model import APPROVED, EXPIRED, MODIFIED, REJECTED, ApprovalView
+from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+from bot.redaction import MASK, is_secret_key, mask_secrets
+
+CARD_VERSION = "1.5"
+CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
+CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+MAX_CARD_BYTES = 27_000
+"""Teams refuses cards above about 28 KB; stay under it with some room for the activity envelope."""
+
+VERB_APPROVE = "approve"
+VERB_REJECT = "reject"
+VERB_EDIT = "edit"
+VERB_APPROVE_ALL = "approve_all"
+VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL)
+
+EDIT_VALUE_LIMIT = 1_000
+"""Longer values are not offered for editing on the card (a truncated value must never be sent back)."""
+
+_VALUE_LIMITS = (500, 200, 80, 30)
+_STATUS_COLORS = {APPROVED: "good", MODIFIED: "good", REJECTED: "attention", EXPIRED: "warning"}
+
+
+@dataclass(frozen=True)
+class EditForm:
+    """An edit that came back invalid: shown open on the card, with the submitted values and the errors."""
+
+    approval_id: str
+    values: Mapping[str, str] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One editable parameter: its input kind and the text the form starts with."""
+
+    name: str
+    kind: str
+    prefill: str
+    required: bool
+    choices: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def feedback_input_id(approval_id: str) -> str:
+    """The id of the Reject feedback input of one approval."""
+    return f"{approval_id}.feedback"
+
+
+def param_input_id(approval_id: str, name: str) -> str:
+    """The id of the Edit input of one parameter of one approval."""
+    return f"{approval_id}.param.{name}"
+
+
+def action_data(approval_id: str, verb: str) -> dict[str, str]:
+    """What an ``Action.Execute`` carries: the approval id and the verb, nothing else."""
+    return {"approval_id": approval_id, "verb": verb}
+
+
+# --- parameters and the edit form --------------------------------------------------------------
+
+
+def schema_kind(schema: Mapping[str, Any]) -> str:
+    """``string``, ``integer``, ``number``, ``boolean``, ``array``, ``object`` or ``enum`` for one parameter."""
+    if "enum" in schema:
+        return "enum"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind is None and "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        if len(options) == 1:
+            return schema_kind(options[0])
+    return kind if kind in ("string", "integer", "number", "boolean", "array", "object") else "string"
+
+
+def _enum_values(schema: Mapping[str, Any]) -> list[Any]:
+    if "enum" in schema:
+        return list(schema["enum"])
+    for option in schema.get("anyOf", []):
+        if "enum" in option:
+            return list(option["enum"])
+    return []
+
+
+def _prefill_text(kind: str, value: Any) -> str:
+    if value is None:
+        return "false" if kind == "boolean" else ""
+    if kind in ("array", "object"):
+        return json.dumps(value, ensure_ascii=False)
+    return _scalar_text(value)
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def form_fields(view: ApprovalView) -> list[FormField]:
+    """The editable parameters of ``view`` in schema order, each with the text its input starts with.
+
+    Secret parameters start empty (an empty secret means "unchanged"); values too long for the card,
+    or objects holding secrets, are listed with a note and no input.
+    """
+    properties: Mapping[str, Any] = view.parameters_schema.get("properties", {}) or {}
+    required = set(view.parameters_schema.get("required", []) or [])
+    names = list(properties) + [n for n in view.arguments if n not in properties]
+    fields = []
+    for name in names:
+        schema = properties.get(name, {})
+        kind = schema_kind(schema)
+        value = view.arguments.get(name)
+        choices = tuple(_scalar_text(v) for v in _enum_values(schema))
+        if is_secret_key(name):
+            fields.append(FormField(name, "secret", "", name in required))
+            continue
+        if kind in ("array", "object") and mask_secrets(value) != value:
+            fields.append(FormField(name, kind, "", name in required, note="holds secrets; not editable here"))
+            continue
+        prefill = _prefill_text(kind, value)
+        if len(prefill) > EDIT_VALUE_LIMIT:
+            fields.append(FormField(name, kind, "", name in required, note="too long to edit here"))
+            continue
+        fields.append(FormField(name, kind, prefill, name in required, choices))
+    return fields
+
+
+def _same_number(submitted: str, prefill: str) -> bool:
+    try:
+        return float(submitted) == float(prefill)
+    except ValueError:
+        return False
+
+
+def _same_json(submitted: str, prefill: str) -> bool:
+    try:
+        return json.loads(submitted) == json.loads(prefill)
+    except json.JSONDecodeError:
+        return False
+
+
+def edited_params(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]:
+    """The raw values of the inputs the person changed (only those: untouched fields keep their value).
+
+    Teams sends every input as a string; the engine coerces them by the tool's schema.
+    """
+    changed: dict[str, str] = {}
+    for f in form_fields(view):
+        if f.note is not None:
+            continue
+        raw = data.get(param_input_id(view.approval_id, f.name))
+        if raw is None:
+            continue
+        submitted = raw if isinstance(raw, str) else _scalar_text(raw)
+        if f.kind == "secret":
+            if submitted != "":
+                changed[f.name] = submitted
+            continue
+        if submitted == f.prefill:
+            continue
+        if f.kind in ("integer", "number") and _same_number(submitted, f.prefill):
+            continue
+        if f.kind in ("array", "object") and _same_json(submitted, f.prefill):
+            continue
+        changed[f.name] = submitted
+    return changed
+
+
+def _input(view: ApprovalView, f: FormField, value: str | None) -> dict[str, Any]:
+    text = f.prefill if value is None else value
+    label = f"{f.name}{'' if f.required else ' (optional)'}"
+    base: dict[str, Any] = {"id": param_input_id(view.approval_id, f.name), "label": label}
+    if f.kind == "boolean":
+        return {"type": "Input.Toggle", **base, "title": f.name, "value": "true" if text == "true" else "false"}
+    if f.kind in ("integer", "number"):
+        element: dict[str, Any] = {"type": "Input.Number", **base}
+        for candidate in (text, f.prefill):  # an invalid submission cannot sit in a number input
+            try:
+                number = float(candidate)
+            except ValueError:
+                continue
+            element["value"] = int(number) if number.is_integer() else number
+            break
+        return element
+    if f.kind == "enum" and f.choices:
+        choices = [{"title": c, "value": c} for c in f.choices]
+        return {"type": "Input.ChoiceSet", **base, "choices": choices, "value": text, "style": "compact"}
+    if f.kind == "secret":
+        return {"type": "Input.Text", **base, "value": text, "placeholder": f"{MASK} (unchanged unless you type)"}
+    multiline = f.kind in ("array", "object") or "\n" in text or len(text) > 80
+    placeholder = "JSON" if f.kind in ("array", "object") else ""
+    element = {"type": "Input.Text", **base, "value": text, "isMultiline": multiline}
+    if placeholder:
+        element["placeholder"] = placeholder
+    return element
+
+
+def edit_form_items(view: ApprovalView, edit: EditForm | None = None) -> list[dict[str, Any]]:
+    """The inputs of the Edit form, pre-filled; with ``edit``, the submitted values and errors by the fields."""
+    items: list[dict[str, Any]] = []
+    for f in form_fields(view):
+        if f.note is not None:
+            items.append(_runs(_run(f"{f.name}: ", weight="bolder"), _run(f.note, isSubtle=True)))
+            continue
+        value = edit.values.get(f.name) if edit else None
+        items.append(_input(view, f, value))
+        error = edit.errors.get(f.name) if edit else None
+        if error:
+            items.append(_runs(_run(f"{f.name} {error}", color="attention")))
+    if edit:
+        for name, error in edit.errors.items():
+            if name not in {f.name for f in form_fields(view)}:
+                items.append(_runs(_run(f"{name} {error}", color="attention")))
+    if not items:
+        items.append(_runs(_run("This tool has no parameters to edit.", isSubtle=True)))
+    return items
+
+
+# --- elements ----------------------------------------------------------------------------------
+
+
+def _run(text: str, **style: Any) -> dict[str, Any]:
+    return {"type": "TextRun", "text": text, **style}
+
+
+def _runs(*inlines: dict[str, Any], **props: Any) -> dict[str, Any]:
+    return {"type": "RichTextBlock", "inlines": list(inlines), **props}
+
+
+def _fact(label: str, value: str, monospace: bool = False) -> dict[str, Any]:
+    style = {"fontType": "monospace"} if monospace else {}
+    return _runs(_run(f"{label}: ", weight="bolder"), _run(value, **style), spacing="small")
+
+
+def _execute(title: str, approval_id: str, verb: str, style: str | None = None, inputs: bool = True) -> dict:
+    action: dict[str, Any] = {
+        "type": "Action.Execute",
+        "title": title,
+        "verb": verb,
+        "data": action_data(approval_id, verb),
+    }
+    if style:
+        action["style"] = style
+    if not inputs:
+        action["associatedInputs"] = "None"
+    return action
+
+
+def policy_text(view: ApprovalView) -> str:
+    """The policy that asked, in one line: mode, approvers, quorum, four-eyes."""
+    parts = [view.policy_mode]
+    parts.append("approvers: " + ", ".join(view.approvers) if view.approvers else "approvers: requester or admins")
+    if view.quorum > 1:
+        parts.append(f"{view.quorum} approvals needed")
+    if view.four_eyes:
+        parts.append("four-eyes: the requester may not approve")
+    return " · ".join(parts)
+
+
+def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> list[dict[str, Any]]:
+    approve = _execute("Approve", view.approval_id, VERB_APPROVE, style="positive", inputs=False)
+    reject_card = {
+        "type": "AdaptiveCard",
+        "body": [
+            {
+                "type": "Input.Text",
+                "id": feedback_input_id(view.approval_id),
+                "label": "Feedback for the agent (optional)",
+                "isMultiline": True,
+                "maxLength": 1000,
+            }
+        ],
+        "actions": [_execute("Reject", view.approval_id, VERB_REJECT, style="destructive")],
+    }
+    actions = [approve, {"type": "Action.ShowCard", "title": "Reject", "card": reject_card}]
+    if with_forms and not (edit and edit.approval_id == view.approval_id):
+        edit_card = {
+            "type": "AdaptiveCard",
+            "body": edit_form_items(view),
+            "actions": [_execute("Save and approve", view.approval_id, VERB_EDIT, style="positive")],
+        }
+        actions.append({"type": "Action.ShowCard", "title": "Edit", "card": edit_card})
+    return actions
+
+
+def _section(view: ApprovalView, index: int, total: int, value_limit: int, with_forms: bool, edit: EditForm | None):
+    heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
+    items: list[dict[str, Any]] = [
+        _runs(*heading, _run(view.tool_name, weight="bolder", fontType="monospace", size="medium")),
+    ]
+    if view.tool_description and with_forms:
+        description, _ = truncate(view.tool_description, 300)
+        items.append(_runs(_run(description, isSubtle=True), spacing="none"))
+    shown = display_arguments(view.arguments, limit=value_limit)
+    if shown:
+        items.extend(_fact(arg.name, arg.text, monospace=True) for arg in shown)
+    else:
+        items.append(_runs(_run("No arguments.", isSubtle=True)))
+    items.append(_fact("Requested by", view.requester))
+    items.append(_fact("Policy", policy_text(view)))
+    if view.is_pending:
+        items.append(_fact("Expires", format_time(view.expires_at)))
+    color = _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
+    items.append(_runs(_run(outcome_sentence(view), weight="bolder", color=color)))
+    if view.is_pending:
+        if edit and edit.approval_id == view.approval_id:
+            items.append(_runs(_run("Edit the parameters, then save:", weight="bolder")))
+            items.extend(edit_form_items(view, edit))
+            save = _execute("Save and approve", view.approval_id, VERB_EDIT, style="positive")
+            items.append({"type": "ActionSet", "actions": [save]})
+        items.append({"type": "ActionSet", "actions": _actions(view, edit, with_forms)})
+    return {"type": "Container", "separator": index > 1, "spacing": "large", "items": items}
+
+
+def _build(
+    approvals: Sequence[ApprovalView], notice: str | None, edit: EditForm | None, value_limit: int, with_forms: bool
+) -> dict[str, Any]:
+    pending = [v for v in approvals if v.is_pending]
+    title = "Approval needed" if pending else "Approval decided"
+    count = len(approvals)
+    subtitle = (
+        f"{len(pending)} of {count} tool calls wait for a decision."
+        if pending
+        else f"{'Every' if count > 1 else 'The'} tool call of this step has been decided."
+    )
+    body: list[dict[str, Any]] = []
+    if notice:
+        body.append({"type": "Container", "style": "warning", "items": [_runs(_run(notice, weight="bolder"))]})
+    body.append({"type": "TextBlock", "text": title, "style": "heading", "size": "large", "wrap": True})
+    body.append({"type": "TextBlock", "text": subtitle, "isSubtle": True, "wrap": True, "spacing": "none"})
+    for index, view in enumerate(approvals, start=1):
+        body.append(_section(view, index, count, value_limit, with_forms, edit))
+    card: dict[str, Any] = {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: a tool call needs approval. Open this message in Teams to decide.",
+        "body": body,
+    }
+    if len(pending) > 1:
+        card["actions"] = [_execute("Approve all", pending[0].approval_id, VERB_APPROVE_ALL, "positive", False)]
+    return card
+
+
+def card_size(card: Mapping[str, Any]) -> int:
+    """The card's size in bytes as Teams counts it (UTF-8 JSON)."""
+    return len(json.dumps(card, ensure_ascii=False).encode("utf-8"))
+
+
+def approval_card(
+    approvals: Sequence[ApprovalView], *, notice: str | None = None, edit: EditForm | None = None
+) -> dict[str, Any]:
+    """The card for the approvals of one paused step, under :data:`MAX_CARD_BYTES`.
+
+    ``notice`` (e.g. why a click changed nothing) is shown on top; ``edit`` opens an invalid edit with
+    its errors by the fields. Values are truncated harder until the card fits; as a last resort the
+    Edit forms and descriptions are left out.
+    """
+    for limit in _VALUE_LIMITS:
+        card = _build(approvals, notice, edit, limit, with_forms=True)
+        if card_size(card) <= MAX_CARD_BYTES:
+            return card
+    return _build(approvals, notice, None, _VALUE_LIMITS[-1], with_forms=False)
+
+
+def card_attachment(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The card as an activity attachment."""
+    return {"contentType": CARD_CONTENT_TYPE, "content": dict(card)}
+
+
+def invoke_card_response(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of an ``adaptiveCard/action`` invoke response that replaces the card for the clicker."""
+    return {"statusCode": 200, "type": CARD_CONTENT_TYPE, "value": dict(card)}
+
+
+def invoke_message_response(text: str) -> dict[str, Any]:
+    """The body of an invoke response that shows a short message instead of a card."""
+    return {"statusCode": 200, "type": "application/vnd.microsoft.activity.message", "value": text}
+
+
+TEXT_CARD_LIMIT = 20_000
+
+
+def text_card(text: str) -> dict[str, Any]:
+    """A card that shows ``text`` literally in a monospace font (admin answers: aligned, never Markdown)."""
+    shown, _ = truncate(text, TEXT_CARD_LIMIT)
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: open this message in Teams to read the answer.",
+        "body": [_runs(_run(shown, fontType="monospace"))],
+    }

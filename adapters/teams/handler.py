@@ -1,0 +1,161 @@
+"""Translation of Teams activities into the engine's terms: threads, people, messages, card clicks.
+
+Pure functions over :class:`microsoft_agents.activity.Activity`; no I/O, no rules.
+
+* A person is identified by ``from.id`` (the ``29:…`` id Teams gives each user for this bot). Mention
+  entities carry the same ids, so ``approvers <tool> @Ana`` names the same person who clicks.
+* A thread is the conversation: a personal chat, a group chat, or one reply chain of a channel
+  (Teams puts ``;messageid=<root>`` into the conversation id of a channel reply chain).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from microsoft_agents.activity import Activity
+
+from adapters.teams.cards import VERBS
+from bot.engine.model import AdminRequest, Inbound, ThreadRef
+
+PLATFORM = "teams"
+_AT_TAG = re.compile(r"<at>(.*?)</at>", re.IGNORECASE | re.DOTALL)
+_CHANNEL_ID_PREFIX = "19:"
+
+
+@dataclass(frozen=True)
+class CardAction:
+    """One ``Action.Execute`` click: which approval, which verb, and every value Teams sent (inputs merged)."""
+
+    approval_id: str
+    verb: str
+    data: Mapping[str, Any]
+
+
+def actor_of(activity: Activity) -> str:
+    """The id of the person who sent ``activity``."""
+    sender = activity.from_property
+    return sender.id if sender and sender.id else ""
+
+
+def actor_name_of(activity: Activity) -> str | None:
+    """The display name of the sender, when Teams sends one."""
+    sender = activity.from_property
+    return sender.name if sender and sender.name else None
+
+
+def tenant_of(activity: Activity) -> str:
+    """The Microsoft 365 tenant of the conversation (the engine's workspace)."""
+    if activity.conversation and activity.conversation.tenant_id:
+        return activity.conversation.tenant_id
+    data = activity.channel_data if isinstance(activity.channel_data, dict) else {}
+    tenant = data.get("tenant") or {}
+    return str(tenant.get("id") or "default")
+
+
+def thread_of(activity: Activity) -> ThreadRef:
+    """The thread ``activity`` belongs to: channel = the conversation without its reply-chain suffix."""
+    conversation_id = activity.conversation.id if activity.conversation else ""
+    return ThreadRef(PLATFORM, tenant_of(activity), conversation_id.split(";", 1)[0], conversation_id)
+
+
+def is_personal(activity: Activity) -> bool:
+    """Whether ``activity`` comes from a one-to-one chat with the bot."""
+    conversation = activity.conversation
+    return bool(conversation and conversation.conversation_type == "personal")
+
+
+def personal_key(tenant: str, user: str) -> str:
+    """Where the personal chat of one person is stored (to tell them things privately)."""
+    return f"{PLATFORM}:personal:{tenant}:{user}"
+
+
+def is_from_bot_itself(activity: Activity) -> bool:
+    """Whether the bot sent ``activity`` (Teams can echo the bot's own messages)."""
+    sender, recipient = activity.from_property, activity.recipient
+    return bool(sender and recipient and sender.id and sender.id == recipient.id)
+
+
+def _mention_ids(activity: Activity) -> dict[str, str]:
+    """Mention text (``<at>Ana</at>``) → the mentioned id, for everyone but the bot itself."""
+    bot_id = activity.recipient.id if activity.recipient else None
+    found = {}
+    for mention in activity.get_mentions():
+        mentioned = mention.mentioned
+        if mention.text and mentioned and mentioned.id and mentioned.id != bot_id:
+            found[mention.text] = mentioned.id
+    return found
+
+
+def _without_bot_mention(activity: Activity) -> str:
+    """``activity.text`` without the bot's own ``<at>…</at>`` (left untouched: the SDK's helper mutates)."""
+    text = activity.text or ""
+    bot_id = activity.recipient.id if activity.recipient else None
+    for mention in activity.get_mentions():
+        if not bot_id or not mention.mentioned or mention.mentioned.id != bot_id:
+            continue
+        pattern = re.escape(mention.text) if mention.text else f"<at>{re.escape(mention.mentioned.name or '')}</at>"
+        text = re.sub(pattern, "", text, flags=re.IGNORECASE)
+    return text.strip()
+
+
+def message_text(activity: Activity) -> str:
+    """The text a person wrote, without the bot's @mention; other mentions become ``@Name``."""
+    text = _without_bot_mention(activity)
+    return _AT_TAG.sub(lambda m: "@" + m.group(1).strip(), text).strip()
+
+
+def admin_text(activity: Activity) -> str:
+    """The text of an admin command: mentions become ids (``@29:…`` people, ``#19:…`` channels)."""
+    text = _without_bot_mention(activity)
+    for mention_text, mentioned_id in _mention_ids(activity).items():
+        sigil = "#" if mentioned_id.startswith(_CHANNEL_ID_PREFIX) else "@"
+        text = text.replace(mention_text, sigil + mentioned_id)
+    return _AT_TAG.sub(lambda m: m.group(1).strip(), text).strip()
+
+
+def inbound_from(activity: Activity, text: str) -> Inbound:
+    """The engine's view of a message to the bot."""
+    thread = thread_of(activity)
+    return Inbound(
+        platform=PLATFORM,
+        workspace=thread.workspace,
+        channel=thread.channel,
+        thread=thread.thread,
+        user=actor_of(activity),
+        text=text,
+        event_id=activity.id or "",
+        message_id=activity.id,
+        user_name=actor_name_of(activity),
+        is_direct=is_personal(activity),
+    )
+
+
+def admin_request(activity: Activity) -> AdminRequest:
+    """An admin command typed to the bot."""
+    thread = thread_of(activity)
+    return AdminRequest(
+        platform=PLATFORM,
+        workspace=thread.workspace,
+        channel=thread.channel,
+        actor=actor_of(activity),
+        text=admin_text(activity),
+    )
+
+
+def card_action(value: Any) -> CardAction | None:
+    """The click inside an ``adaptiveCard/action`` invoke value, or ``None`` if it is not one of ours."""
+    if not isinstance(value, Mapping):
+        return None
+    action = value.get("action")
+    if not isinstance(action, Mapping):
+        return None
+    data = action.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    verb = action.get("verb") or data.get("verb")
+    approval_id = data.get("approval_id")
+    if verb not in VERBS or not isinstance(approval_id, str) or not approval_id:
+        return None
+    return CardAction(approval_id=approval_id, verb=verb, data=dict(data))

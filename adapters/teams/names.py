@@ -1,0 +1,55 @@
+"""Display names of Teams users, remembered from the activities they send.
+
+Cards say "Requested by Ana Lopez", not ``29:1a2b…``. Teams sends the sender's name with every
+activity; we keep the latest one in the engine's small key → JSON store (``save_conversation``).
+Names are untrusted text: cards show them only as plain ``TextRun``s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from adapters.teams.store import ConversationStore
+from bot.engine.model import ApprovalView
+
+NAME_LIMIT = 100
+
+
+def name_key(person_id: str) -> str:
+    """Where the display name of one person is kept."""
+    return f"teams:name:{person_id}"
+
+
+async def remember_name(store: ConversationStore, person_id: str, name: str | None) -> None:
+    """Keep ``name`` as the display name of ``person_id`` (nothing without a name)."""
+    if person_id and name:
+        await store.save_conversation(name_key(person_id), {"name": name[:NAME_LIMIT]})
+
+
+async def display_names(store: ConversationStore, person_ids: Iterable[str | None]) -> dict[str, str]:
+    """The known names of ``person_ids`` (unknown ids are left out)."""
+    names = {}
+    for person_id in {p for p in person_ids if p}:
+        record = await store.load_conversation(name_key(person_id))
+        if record and isinstance(record.get("name"), str):
+            names[person_id] = record["name"]
+    return names
+
+
+def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[ApprovalView]:
+    """``views`` with requester and decider shown by name where known (for rendering only)."""
+    return [
+        replace(
+            view,
+            requester=names.get(view.requester, view.requester),
+            decided_by=names.get(view.decided_by, view.decided_by) if view.decided_by else view.decided_by,
+        )
+        for view in views
+    ]
+
+
+async def with_names(store: ConversationStore, views: Sequence[ApprovalView]) -> list[ApprovalView]:
+    """Look up and apply the names of everyone ``views`` mention."""
+    ids = [v.requester for v in views] + [v.decided_by for v in views]
+    return named(views, await display_names(store, ids))

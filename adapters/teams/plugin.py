@@ -1,0 +1,152 @@
+"""``TeamsPlugin``: serves ``POST /api/messages`` with the Microsoft 365 Agents SDK's ``CloudAdapter``.
+
+Every request to that route passes the SDK's JWT check (``jwt_authorization_decorator``: Bot
+Framework / Entra token, signature, audience = our app id); a missing or bad token gets 401. The
+check guards only this route, never ``/healthz``. Anonymous access exists only with
+``COUNTERSIGN_TEAMS_ANONYMOUS=1`` and is announced with a loud warning at start.
+
+Credentials are the SDK's own ``CONNECTIONS__SERVICE_CONNECTION__SETTINGS__…`` variables
+(``Config.teams_settings``), read by ``load_configuration_from_env``; outgoing calls get their
+tokens from MSAL (``MsalAuth``) unless another token provider factory is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from aiohttp.web_exceptions import NotAppKeyWarning
+from microsoft_agents.activity import Activity, ActivityTypes, load_configuration_from_env
+from microsoft_agents.hosting.aiohttp import CloudAdapter, jwt_authorization_decorator
+from microsoft_agents.hosting.core import (
+    AccessTokenProviderBase,
+    AgentAuthConfiguration,
+    AnonymousTokenProvider,
+    ConnectionManager,
+    TurnContext,
+)
+
+from adapters.teams.agent import TeamsAgent
+from adapters.teams.handler import PLATFORM
+from adapters.teams.surface import TeamsSurface
+from bot.config import Config
+
+if TYPE_CHECKING:
+    from bot.engine.engine import Engine
+
+logger = logging.getLogger(__name__)
+
+MESSAGES_ROUTE = "/api/messages"
+AGENT_CONFIGURATION_KEY = "agent_configuration"
+"""The application key the SDK's JWT check reads its ``AgentAuthConfiguration`` from."""
+
+TokenProviderFactory = Callable[[AgentAuthConfiguration], AccessTokenProviderBase]
+
+ANONYMOUS_WARNING = (
+    "!!! TEAMS ANONYMOUS MODE: POST /api/messages accepts requests WITHOUT a Bot Framework token "
+    "(COUNTERSIGN_TEAMS_ANONYMOUS=1). Anyone who can reach this server can talk to the bot and approve "
+    "tool calls as any user. Use it for local testing only. !!!"
+)
+
+
+def _msal_factory() -> TokenProviderFactory:
+    from microsoft_agents.authentication.msal import MsalAuth
+
+    return MsalAuth
+
+
+def build_connections(
+    config: Config, token_provider_factory: TokenProviderFactory | None = None
+) -> tuple[AgentAuthConfiguration, ConnectionManager]:
+    """The JWT check's configuration and the connection manager for outgoing calls.
+
+    With credentials in ``config.teams_settings``, both come from the SDK's connection settings (the
+    ``SERVICE_CONNECTION``); ``config.teams_anonymous`` additionally lets token-less requests in.
+    With anonymous mode alone there are no credentials: requests and replies carry no tokens.
+    """
+    settings = dict(config.teams_settings)
+    if any(key.upper().endswith("CLIENTID") for key in settings):
+        sdk_config = load_configuration_from_env(settings)
+        factory = token_provider_factory or _msal_factory()
+        connections = ConnectionManager(provider_factory=factory, **sdk_config)
+        auth_config = connections.get_default_connection_configuration()
+        if config.teams_anonymous:
+            auth_config.ANONYMOUS_ALLOWED = True
+        return auth_config, connections
+    if not config.teams_anonymous:
+        raise ValueError("Teams needs CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID or anonymous mode")
+    auth_config = AgentAuthConfiguration(anonymous_allowed=True)
+    connections = ConnectionManager(
+        provider_factory=lambda _config: AnonymousTokenProvider(),
+        connections_configurations={"SERVICE_CONNECTION": auth_config},
+    )
+    return auth_config, connections
+
+
+async def _on_turn_error(context: TurnContext, error: Exception) -> None:
+    """Log the failure; tell the person one generic sentence (never the exception text)."""
+    logger.error("teams turn failed", exc_info=error)
+    if context.activity and context.activity.type == ActivityTypes.message:
+        try:
+            await context.send_activity(
+                Activity(type=ActivityTypes.message, text="Sorry, something went wrong on the bot's side.")
+            )
+        except Exception:
+            logger.warning("could not tell the person about the failure", exc_info=True)
+
+
+class TeamsPlugin:
+    """The Teams surface of ``countersign serve`` (``countersign.server_plugins`` entry point ``teams``).
+
+    ``token_provider_factory`` makes the token provider of each SDK connection (default: MSAL); tests
+    pass one that hands out a fixed token so outgoing calls reach a fake Bot Connector offline.
+    """
+
+    name = PLATFORM
+
+    def __init__(self, token_provider_factory: TokenProviderFactory | None = None) -> None:
+        self._token_provider_factory = token_provider_factory
+        self.adapter: CloudAdapter | None = None
+        self.agent: TeamsAgent | None = None
+        self.surface: TeamsSurface | None = None
+
+    def is_configured(self, config: Config) -> bool:
+        """Credentials are configured, or anonymous mode is switched on explicitly."""
+        return config.teams_configured
+
+    async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
+        """Mount ``POST /api/messages`` behind the SDK's JWT check and register the Teams surface."""
+        auth_config, connections = build_connections(config, self._token_provider_factory)
+        adapter = CloudAdapter(connection_manager=connections)
+        adapter.on_turn_error = _on_turn_error
+        self.adapter = adapter
+        self.surface = TeamsSurface(adapter, engine)
+        self.agent = TeamsAgent(engine)
+        engine.register_surface(PLATFORM, self.surface)
+        with warnings.catch_warnings():
+            # The SDK reads this plain string key; aiohttp would prefer an AppKey.
+            warnings.simplefilter("ignore", NotAppKeyWarning)
+            app[AGENT_CONFIGURATION_KEY] = auth_config
+        app.router.add_post(MESSAGES_ROUTE, jwt_authorization_decorator(self._messages))
+        if auth_config.ANONYMOUS_ALLOWED:
+            logger.warning(ANONYMOUS_WARNING)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        assert self.adapter is not None and self.agent is not None, "setup() mounts this route"
+        response = await self.adapter.process(request, self.agent)
+        return response if response is not None else web.Response(status=202)
+
+    async def wait_idle(self) -> None:
+        """Wait until every message handed to the engine has been handled (tests)."""
+        if self.agent is not None:
+            await self.agent.drain()
+
+    async def close(self) -> None:
+        """Stop typing indicators and cancel runs still in flight."""
+        if self.agent is not None:
+            await self.agent.close()
+        if self.surface is not None:
+            await self.surface.close()
