@@ -55,12 +55,19 @@ class Storage:
         return self.connector.database()
 
     def schema_version(self) -> int:
-        """The schema version of the database."""
+        """The schema version of the database.
+
+        >>> storage.schema_version()
+        2
+        """
         with self.connector.reading() as db:
             return schema_version(db)
 
     def close(self) -> None:
-        """Close every connection this storage opened (in every thread)."""
+        """Close every connection this storage opened (in every thread); later calls raise StorageError.
+
+        >>> storage.close()
+        """
         if self._owned:
             self.connector.close()
 

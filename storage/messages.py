@@ -158,6 +158,9 @@ class SQLiteChatMessageStore:
             return db.execute("DELETE FROM messages WHERE chat_history_id = ?", [chat_history_id]).rowcount
 
     def close(self) -> None:
-        """Close the connections if this store opened the file itself."""
+        """Close the connections if this store opened the file itself.
+
+        >>> SQLiteChatMessageStore("countersign.db").close()
+        """
         if self._owned:
             self.connector.close()

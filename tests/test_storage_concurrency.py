@@ -10,9 +10,16 @@ import multiprocessing
 
 import pytest
 
-from storage import open_storage
+from storage import LATEST_VERSION, open_storage
 from tests.fakes.storage_data import create_run, new_approval
-from tests.fakes.storage_workers import RACES, attempt, in_threads, race_process, writer_process
+from tests.fakes.storage_workers import (
+    RACES,
+    attempt,
+    in_threads,
+    open_process,
+    race_process,
+    writer_process,
+)
 
 DEADLINE = 120  # seconds; a bound for a hung child, not a synchronisation
 
@@ -85,3 +92,13 @@ def test_4_processes_of_50_writers_never_see_a_locked_database(storage):
     assert storage.db["messages"].count == expected
     assert storage.db["audit"].count == expected
     assert len(storage.runs.list_by_status("finished")) == expected
+
+
+def test_processes_creating_the_same_new_file_at_once_migrate_it_once(tmp_path):
+    path = str(tmp_path / "fresh.db")
+    reports = run_children(open_process, [(path,)] * 4)
+    assert [r["errors"] for r in reports] == [[]] * 4
+    assert {r["version"] for r in reports} == {LATEST_VERSION}
+    with open_storage(path) as storage:
+        assert [r["version"] for r in storage.db.query("SELECT version FROM schema_version")] == [1, 2]
+        assert storage.db["events"].count == 1

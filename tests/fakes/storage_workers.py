@@ -98,3 +98,16 @@ def writer_process(path: str, prefix: str, n_threads: int, rounds: int, processe
     except BaseException as exc:
         report["errors"].append(repr(exc))
     queue.put(report)
+
+
+def open_process(path: str, processes_ready, queue) -> None:
+    """In a child process: open (and so create and migrate) the file at the same moment as the others."""
+    report: dict[str, Any] = {"errors": [], "version": None}
+    try:
+        processes_ready.wait()
+        with open_storage(path) as storage:
+            report["version"] = storage.schema_version()
+            storage.events.first_time("opened")
+    except BaseException as exc:
+        report["errors"].append(repr(exc))
+    queue.put(report)
