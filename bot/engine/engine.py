@@ -30,7 +30,7 @@ from bot.engine.errors import (
     NotAnApprover,
     UnknownAction,
 )
-from bot.engine.ledger import StorageExecutionLedger
+from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -584,6 +584,13 @@ class Engine:
                 origin = message.tool_call_result.origin
                 if origin.id in unknown_keys:
                     message.tool_call_result.result = OUTCOME_UNKNOWN
+                elif origin.id:
+                    # A call of the same step may have finished before the crash: its real outcome is in
+                    # the ledger, and telling the model "not run" would invite it to run the call again.
+                    entry = await self.storage.ledger.get(ledger_key(run.run_id, origin.id))
+                    if entry is not None and entry.status in ("done", "failed") and entry.result is not None:
+                        message.tool_call_result.result = entry.result
+                        message.tool_call_result.error = entry.status != "done"
                 closing.append(message)
             if closing:
                 await self.storage.messages.write_messages(thread.key, closing)
