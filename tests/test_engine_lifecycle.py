@@ -19,8 +19,10 @@ from tests.fakes.engine_kit import (
     REQUESTER,
     WORKSPACE,
     Harnesses,
+    asks,
     asks_for,
     bounded,
+    call,
     dangling_calls,
     echoes_results,
     says,
@@ -248,3 +250,41 @@ async def test_a_model_failure_after_an_approval_closes_the_executed_step_cleanl
     await h.say("and now?")
     assert dangling_calls(sent_to_llm(h.generator)) == []
     assert h.surface.replies_in(h.thread())[-1] == "ok"
+
+
+async def test_a_crash_mid_step_keeps_the_real_result_of_a_call_that_had_finished(harnesses):
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def drain_node(node: str) -> str:
+        """Drain a node (slow).
+
+        :param node: The node.
+        """
+        started.set()
+        await release.wait()
+        return f"drained {node}"
+
+    logs = call("read_logs", service="web")
+    before = await harnesses.open(replies=[asks(logs, call("drain_node", node="n1"))], extra_tools=[drain_node])
+    # One tool at a time, in call order: read_logs has finished (ledger 'done') once drain_node starts.
+    before.engine.agent.tool_invoker_kwargs["max_workers"] = 1
+    running = asyncio.create_task(before.engine.handle_message(before.inbound("drain n1")))
+    await bounded(started.wait())
+    [run] = await before.engine.storage.runs.list_by_status("running")
+    finished = await before.engine.storage.ledger.get(f"{run.run_id}:{logs.id}")
+    assert finished.status == "done"
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+
+    assert before.tools.runs_of("read_logs") == [{"service": "web"}]
+    history = await after.history()
+    assert dangling_calls(history) == []
+    assert sorted(tool_results(history)) == [
+        ("drain_node", OUTCOME_UNKNOWN, True),
+        ("read_logs", finished.result, False),
+    ], "a call that ran is not reported to the model as not run"
+    release.set()
