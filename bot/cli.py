@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``countersign`` with ``argv`` (default: the command line); returns the exit code."""
     args = build_parser().parse_args(argv)
+    _importable_working_folder()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     try:
@@ -160,6 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"countersign: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+
+
+def _importable_working_folder() -> None:
+    """Let COUNTERSIGN_TOOLS name modules in the working folder, as ``python -m`` would (uvicorn does too).
+
+    A console script's ``sys.path`` starts with the script's own folder, not the working folder.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 # --- chat ---------------------------------------------------------------------------------------

@@ -1,0 +1,278 @@
+"""The ``countersign`` command: help, version, configuration errors, and the real console script.
+
+Most tests run the real program in a subprocess (``python -m bot.cli``) in a tmp folder with a clean
+environment, so entry-point discovery, exit codes and stderr are exactly what a user gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from bot.cli import build_parser, main
+
+TIMEOUT = 60
+ENV_VARS = (
+    "COUNTERSIGN_DB",
+    "COUNTERSIGN_TOOLS",
+    "COUNTERSIGN_ADMINS",
+    "COUNTERSIGN_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "SLACK_BOT_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_APP_TOKEN",
+    "COUNTERSIGN_SLACK_API_URL",
+    "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
+    "COUNTERSIGN_TEAMS_ANONYMOUS",
+    "COUNTERSIGN_HISTORY_LAST_K",
+    "COUNTERSIGN_DEFAULT_TTL_SECONDS",
+)
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The current environment without any countersign, OpenAI, Slack or Teams setting (offline demo)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
+    }
+    env.update(COUNTERSIGN_DB=str(tmp_path / "cs.db"), PYTHONUNBUFFERED="1", COLUMNS="120", **extra)
+    return env
+
+
+def countersign(tmp_path: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, **env),
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def help_text(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+# --- help and version ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [(), ("chat",), ("serve",)], ids=["countersign", "chat", "serve"])
+def test_help_mentions_every_environment_variable(capsys, command):
+    text = help_text(capsys, *command)
+
+    missing = [name for name in ENV_VARS if name not in text]
+    assert missing == []
+
+
+def test_chat_help_explains_its_flags_and_the_approval_answers(capsys):
+    text = help_text(capsys, "chat")
+
+    for flag in ("--thread NAME", "--db PATH", "--user NAME", "--log-level"):
+        assert flag in text
+    assert "Enter alone never approves" in text
+    assert "y  approve" in text and "n  reject" in text and "m  modify" in text
+
+
+def test_serve_help_explains_its_routes_and_flags(capsys):
+    text = help_text(capsys, "serve")
+
+    for part in ("--host", "--port", "POST /slack/events", "POST /api/messages", "GET  /healthz"):
+        assert part in text
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"countersign {version('countersign')}"
+
+
+def test_a_command_is_required():
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([])
+
+    assert exit_info.value.code == 2
+
+
+# --- configuration errors --------------------------------------------------------------------------------
+
+
+def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):
+    result = countersign(tmp_path, "chat", COUNTERSIGN_TOOLS="no_such_module:tools")
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "countersign: configuration error: COUNTERSIGN_TOOLS: cannot import 'no_such_module:tools'"
+    )
+
+
+def test_a_bad_number_setting_exits_2_naming_the_variable(tmp_path):
+    result = countersign(tmp_path, "serve", COUNTERSIGN_HISTORY_LAST_K="lots")
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'"
+    )
+
+
+# --- the real console script ------------------------------------------------------------------------------
+
+
+def test_chat_through_the_console_script_approves_and_deletes(tmp_path):
+    result = countersign(tmp_path, "chat", "--user", "ana", stdin="delete old.log\ny\n")
+
+    assert result.returncode == 0, result.stderr
+    assert "offline demo model" in result.stdout
+    assert "Approval needed · delete_file" in result.stdout
+    assert "Deleted old.log." in result.stdout
+    assert not (tmp_path / "countersign-sandbox" / "old.log").exists()
+    assert (tmp_path / "cs.db").exists()
+    assert "Traceback" not in result.stderr
+
+
+def test_chat_db_flag_overrides_the_environment(tmp_path):
+    result = countersign(tmp_path, "chat", "--db", "elsewhere.db", stdin="")
+
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "elsewhere.db").exists()
+    assert not (tmp_path / "cs.db").exists()
+
+
+def test_ctrl_c_at_the_chat_prompt_exits_0_at_once(tmp_path):
+    """A real terminal: Ctrl-C while the prompt waits for a line ends the process (nothing blocks exit)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes the countersign process on the pty
+        os.chdir(tmp_path)
+        os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], clean_env(tmp_path))
+    code = None
+    try:
+        seen = read_until(fd, "ana › ")
+        os.write(fd, b"\x03")
+        code = wait_for_exit(pid)
+        seen += read_all(fd)
+    finally:
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert code == 0, seen
+    assert "Bye." in seen and "Traceback" not in seen
+
+
+def read_until(fd: int, marker: str) -> str:
+    deadline, seen = time.monotonic() + TIMEOUT, ""
+    while marker not in seen:
+        assert time.monotonic() < deadline, f"no {marker!r} within {TIMEOUT}s: {seen!r}"
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            seen += os.read(fd, 4096).decode(errors="replace")
+    return seen
+
+
+def read_all(fd: int) -> str:
+    chunks = []
+    while select.select([fd], [], [], 0)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the pty
+            break
+        if not chunk:
+            break
+        chunks.append(chunk.decode(errors="replace"))
+    return "".join(chunks)
+
+
+def wait_for_exit(pid: int) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        select.select([], [], [], 0.05)  # poll the child's state, not a stand-in for an event
+    raise AssertionError("countersign did not exit within 10 s of Ctrl-C")
+
+
+# --- serve ---------------------------------------------------------------------------------------------------
+
+
+def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", "0"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = []
+        url = None
+        deadline = time.monotonic() + TIMEOUT
+        while url is None:
+            assert time.monotonic() < deadline and process.poll() is None, "".join(log)
+            line = process.stderr.readline()
+            log.append(line)
+            if match := re.search(r"listening on (http://127\.0\.0\.1:\d+)", line):
+                url = match.group(1)
+        with urllib.request.urlopen(f"{url}/healthz", timeout=10) as response:
+            assert response.status == 200
+            assert json.loads(response.read()) == {"status": "ok"}
+        process.send_signal(signal.SIGTERM)
+        rest = process.communicate(timeout=TIMEOUT)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert "serving /healthz only" in "".join(log)
+    assert "Traceback" not in "".join(log) + rest
+
+
+# --- your own tools ---------------------------------------------------------------------------------------
+
+
+def test_the_readme_tool_example_loads_from_the_working_folder_through_the_installed_script(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n# mytools\.py\n(.*?)```", readme, re.DOTALL)
+    assert example, "README.md lost its mytools.py example"
+    (tmp_path / "mytools.py").write_text(example.group(1), encoding="utf-8")
+    script = Path(sys.executable).with_name("countersign")
+
+    result = subprocess.run(
+        [str(script), "chat", "--user", "ana"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, COUNTERSIGN_TOOLS="mytools:tools"),
+        input="/policy list\n",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "scale_service: always" in result.stdout
+    assert "service_status: never" in result.stdout
