@@ -114,7 +114,9 @@ async def stack(
     await running.stop()
 
 
-async def start_stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock) -> SlackStack:
+async def start_stack(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock
+) -> SlackStack:
     generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
     return await SlackStack.start(
         db_path=tmp_path / "cs.db",
@@ -300,7 +302,11 @@ async def test_a_double_click_runs_the_tool_once_and_tells_the_second_clicker(
 
     clicks = [
         stack.requests.click(
-            "cs_approve", approval_id, user=user, channel=CHANNEL, message_ts=approval.response["ts"],
+            "cs_approve",
+            approval_id,
+            user=user,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
             thread_ts=mention_ts,
         )
         for user in (ALICE, ADMIN)
@@ -377,7 +383,11 @@ async def test_a_restart_between_the_approval_message_and_the_click_loses_nothin
     second = await start_stack(tmp_path, slack, openai, ops, clock)
     try:
         reply = await second.requests.click(
-            "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"],
+            "cs_approve",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
             thread_ts=mention_ts,
         )
         assert reply.status == 200
@@ -423,7 +433,9 @@ async def test_model_text_and_tool_arguments_cannot_ping_mention_or_forge_links(
     )
     await stack.settle()
 
-    sent = [all_text(c.args.get("blocks", [])) + c.args.get("text", "") for c in slack.calls if c.method.startswith("chat.")]
+    sent = [
+        all_text(c.args.get("blocks", [])) + c.args.get("text", "") for c in slack.calls if c.method.startswith("chat.")
+    ]
     for text in sent:
         for token in ("<!channel>", "<!here>", "<@U123>", "<http://evil|click>", "<http"):
             assert token not in text

@@ -32,6 +32,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from adapters.slack.mrkdwn import escape, escape_truncated, mention
+from bot.engine.admin import format_duration
 from bot.engine.model import (
     APPROVED,
     CANCELLED,
@@ -216,10 +217,7 @@ def _status_line(call: ApprovalView) -> str:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
-        return (
-            f"{icon} Requested by {mention(call.requester)} · {policy} · "
-            f"{escape(outcome_sentence(call))}"
-        )
+        return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
     return f"{icon} {outcome_markup(call)}"
 
 
@@ -466,10 +464,10 @@ def _policy_blocks(policies: Sequence[Mapping[str, Any]]) -> list[Block]:
         blocks.append(SectionBlock(text=MarkdownTextObject(text="_No policies set: every tool asks._")))
         return blocks
     columns = ("scope", "tool", "mode", "approvers", "quorum", "four_eyes", "ttl")
-    rows = [[_cell(row.get(c)) for c in columns] for row in policies]
+    rows = [[_cell(row.get(c)) for c in columns[:-1]] + [_ttl(row.get("ttl_seconds"))] for row in policies]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     chunk: list[str] = []
     for line in [escape(line) for line in lines]:
         if sum(len(x) + 1 for x in chunk) + len(line) > SECTION_TEXT_LIMIT - 10:
@@ -483,9 +481,13 @@ def _policy_blocks(policies: Sequence[Mapping[str, Any]]) -> list[Block]:
     return blocks
 
 
+def _ttl(seconds: Any) -> str:
+    return format_duration(seconds) if isinstance(seconds, int) and seconds > 0 else "-"
+
+
 def _cell(value: Any) -> str:
     if value is None:
-        return "-"
+        return "-"  # not set by this rule: inherited
     if isinstance(value, list | tuple | set | frozenset):
         return ",".join(str(v) for v in value) or "-"
     if isinstance(value, bool):

@@ -59,7 +59,7 @@ class SlackRequests:
         """POST ``body`` signed with the signing secret (or with the given bad ``signature``)."""
         stamp = str(int(time.time()) if timestamp is None else timestamp)
         verifier = SignatureVerifier(self.signing_secret)
-        signed = signature or verifier.generate_signature(timestamp=stamp, body=body)
+        signed = verifier.generate_signature(timestamp=stamp, body=body) if signature is None else signature
         all_headers = {
             "Content-Type": content_type,
             "X-Slack-Request-Timestamp": stamp,
@@ -71,8 +71,9 @@ class SlackRequests:
             text = await response.text()
         return SlackReply(response.status, text, time.perf_counter() - started)
 
-    async def event(self, event: dict[str, Any], *, event_id: str | None = None, retry_num: int | None = None,
-                    **send_options: Any) -> SlackReply:
+    async def event(
+        self, event: dict[str, Any], *, event_id: str | None = None, retry_num: int | None = None, **send_options: Any
+    ) -> SlackReply:
         """An Events API callback; ``retry_num`` adds Slack's retry headers."""
         body = {
             "token": "legacy",
@@ -100,33 +101,66 @@ class SlackRequests:
         """A fresh message timestamp."""
         return f"1710000000.{next(self._counter):06d}"
 
-    def mention(self, user: str, channel: str, text: str, *, thread_ts: str | None = None,
-                ts: str | None = None) -> dict[str, Any]:
+    def mention(
+        self, user: str, channel: str, text: str, *, thread_ts: str | None = None, ts: str | None = None
+    ) -> dict[str, Any]:
         """An ``app_mention`` event."""
-        event = {"type": "app_mention", "user": user, "channel": channel, "text": text, "ts": ts or self.next_ts(),
-                 "team": self.team_id, "event_ts": ts}
+        event = {
+            "type": "app_mention",
+            "user": user,
+            "channel": channel,
+            "text": text,
+            "ts": ts or self.next_ts(),
+            "team": self.team_id,
+            "event_ts": ts,
+        }
         if thread_ts:
             event["thread_ts"] = thread_ts
         return event
 
-    def message(self, user: str, channel: str, text: str, *, thread_ts: str | None = None, ts: str | None = None,
-                channel_type: str = "channel", **extra: Any) -> dict[str, Any]:
+    def message(
+        self,
+        user: str,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        ts: str | None = None,
+        channel_type: str = "channel",
+        **extra: Any,
+    ) -> dict[str, Any]:
         """A ``message`` event (``channel_type="im"`` for a DM; ``extra`` for subtype, bot_id, …)."""
-        event = {"type": "message", "user": user, "channel": channel, "text": text, "ts": ts or self.next_ts(),
-                 "team": self.team_id, "channel_type": channel_type, **extra}
+        event = {
+            "type": "message",
+            "user": user,
+            "channel": channel,
+            "text": text,
+            "ts": ts or self.next_ts(),
+            "team": self.team_id,
+            "channel_type": channel_type,
+            **extra,
+        }
         if thread_ts:
             event["thread_ts"] = thread_ts
         return event
 
     def home_opened(self, user: str) -> dict[str, Any]:
         """An ``app_home_opened`` event for the Home tab."""
-        return {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home",
-                "event_ts": self.next_ts()}
+        return {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home", "event_ts": self.next_ts()}
 
     # ------------------------------------------------------------------ interactivity
 
-    async def click(self, action_id: str, value: str, *, user: str, channel: str, message_ts: str,
-                    thread_ts: str | None = None, **send_options: Any) -> SlackReply:
+    async def click(
+        self,
+        action_id: str,
+        value: str,
+        *,
+        user: str,
+        channel: str,
+        message_ts: str,
+        thread_ts: str | None = None,
+        **send_options: Any,
+    ) -> SlackReply:
         """A button click on a message."""
         message = {"type": "message", "ts": message_ts, "text": "approval", "user": "U0BOT"}
         if thread_ts:
@@ -190,8 +224,13 @@ class SlackRequests:
         }
 
     def _button(self, action_id: str, value: str) -> dict[str, Any]:
-        return {"type": "button", "action_id": action_id, "block_id": f"cs_actions:{value}", "value": value,
-                "action_ts": str(time.time())}
+        return {
+            "type": "button",
+            "action_id": action_id,
+            "block_id": f"cs_actions:{value}",
+            "value": value,
+            "action_ts": str(time.time()),
+        }
 
 
 def text_input(value: str | None) -> dict[str, Any]:
