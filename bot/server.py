@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "countersign.server_plugins"
+ACTIVE_PLUGINS: web.AppKey[list] = web.AppKey("countersign.plugins", list)
 
 
 class ServerPlugin(Protocol):
@@ -72,5 +73,5 @@ async def build_web_app(engine: Engine, config: Config, plugins: list[ServerPlug
             await plugin.close()
 
     app.on_cleanup.append(close_plugins)
-    app["countersign.plugins"] = active
+    app[ACTIVE_PLUGINS] = active
     return app
