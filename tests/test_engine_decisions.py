@@ -323,3 +323,63 @@ async def test_approve_all_by_someone_who_may_not_decide_approves_nothing(harnes
 
     assert [v.status for v in await h.engine.step_approvals(first.approval_id)] == ["pending", "pending"]
     assert h.tools.executed == []
+
+
+async def test_two_approvals_decided_at_the_same_moment_resume_the_run_once(harnesses):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, second = await h.paused_approvals("clean up")
+
+    results = await asyncio.gather(h.engine.decide(decision(first)), h.engine.decide(decision(second, actor=ADMIN)))
+    await h.engine.wait_idle()
+
+    assert any(r.resumed for r in results)
+    assert sorted(h.tools.runs_of("delete_file"), key=str) == [{"path": "a.txt"}, {"path": "b.txt"}]
+    assert len(h.generator.calls) == 2 and len(h.surface.replies) == 1
+
+
+async def test_concurrent_votes_on_a_quorum_make_one_decision(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    voters = [f"U_V{i}" for i in range(10)]
+    await admin(h, "approvers delete_file " + " ".join(f"@{v}" for v in voters))
+    await admin(h, "quorum delete_file 3")
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    outcomes = await bounded(
+        asyncio.gather(*(h.engine.decide(decision(approval, actor=v)) for v in voters), return_exceptions=True)
+    )
+    await h.engine.wait_idle()
+
+    counted = [o for o in outcomes if not isinstance(o, BaseException)]
+    decided = [o for o in counted if o.message == "Approved."]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(decided) == 1 and decided[0].resumed
+    assert all(o.message.startswith("Your approval was recorded") for o in counted if o is not decided[0])
+    assert refused and all(isinstance(o, AlreadyDecided) for o in refused)
+    assert len(await h.audit("approved")) == 1
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert len(h.surface.replies) == 1
+
+
+async def test_a_run_that_pauses_twice_is_resumed_twice_and_each_call_runs_once(harnesses):
+    h = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.txt"), asks_for("delete_file", path="b.txt"), echoes_results]
+    )
+    [first] = await h.paused_approvals("delete a.txt then b.txt")
+
+    await h.engine.decide(decision(first))
+    second_rendering = await h.surface.next_render()  # the first one
+    second_rendering = await h.surface.next_render()
+    await h.engine.wait_idle()
+    [second] = second_rendering.approvals
+    assert second.arguments == {"path": "b.txt"} and second.run_id == first.run_id
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert (await h.run_of(first.run_id)).status == "paused"
+
+    await h.engine.decide(decision(second))
+    await h.engine.wait_idle()
+
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}, {"path": "b.txt"}]
+    assert h.surface.replies_in(h.thread()) == ["results: deleted b.txt"]
+    assert dangling_calls(await h.history()) == []
