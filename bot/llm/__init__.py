@@ -1,0 +1,27 @@
+"""LLM chat generators: the protocol, the OpenAI-compatible client, and two local stand-ins.
+
+- :class:`OpenAIChatGenerator` talks to OpenAI or any OpenAI-compatible server.
+- :class:`ScriptedChatGenerator` replays prepared replies (tests).
+- :class:`OfflineDemoChatGenerator` follows a few rules so the demo runs without a model.
+
+Every failure of a model call is an :class:`LLMError`; a malformed answer is an :class:`LLMResponseError`.
+"""
+
+from bot.llm.base import ChatGenerator, LLMError, LLMResponseError, StreamingCallback, StreamingChunk
+from bot.llm.offline_demo import ANNOUNCEMENT, OfflineDemoChatGenerator
+from bot.llm.openai_generator import OpenAIChatGenerator
+from bot.llm.scripted import ScriptedChatGenerator
+from bot.llm.serde import chat_generator_from_dict
+
+__all__ = [
+    "ANNOUNCEMENT",
+    "ChatGenerator",
+    "LLMError",
+    "LLMResponseError",
+    "OfflineDemoChatGenerator",
+    "OpenAIChatGenerator",
+    "ScriptedChatGenerator",
+    "StreamingCallback",
+    "StreamingChunk",
+    "chat_generator_from_dict",
+]

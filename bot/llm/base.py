@@ -1,0 +1,116 @@
+"""The contract every chat generator honours: the protocol, streaming chunks and errors.
+
+A chat generator turns a conversation (a list of :class:`~bot.messages.ChatMessage`) and the tools
+on offer into replies. Every reply carries ``meta["usage"]`` and ``meta["finish_reason"]`` so the
+agent can count tokens and tell why the model stopped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from bot.messages import ChatMessage, ToolCall, new_id
+from bot.tools import Tool, Toolset, flatten_tools
+
+
+class LLMError(Exception):
+    """The model call failed: timeout, connection error, or an HTTP error left after the client's retries.
+
+    The message says what happened in one sentence and never contains the API key. ``status_code``
+    is the HTTP status when the server answered, else ``None``.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class LLMResponseError(LLMError):
+    """The model answered, but malformed: e.g. tool-call arguments that are not a JSON object."""
+
+
+@dataclass(frozen=True)
+class StreamingChunk:
+    """One piece of a streamed reply, handed to a ``streaming_callback`` as it arrives.
+
+    ``tool_call_deltas`` holds plain dicts ``{"index", "id", "name", "arguments"}``: the name and id
+    come in the first delta of a call, argument fragments in the later ones.
+    """
+
+    content: str
+    tool_call_deltas: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+StreamingCallback = Callable[[StreamingChunk], None] | Callable[[StreamingChunk], Awaitable[None]]
+"""A sync or async callable that receives each :class:`StreamingChunk`."""
+
+
+@runtime_checkable
+class ChatGenerator(Protocol):
+    """Anything that answers a conversation with ``{"replies": [ChatMessage]}``.
+
+    >>> generator.run([ChatMessage.from_user("hi")])["replies"][0].text
+    """
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages`` from sync code (works inside or outside a running event loop)."""
+        ...
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages`` from async code."""
+        ...
+
+
+async def emit_chunk(callback: StreamingCallback | None, chunk: StreamingChunk) -> None:
+    """Hand ``chunk`` to ``callback``, awaiting it when it is async."""
+    if callback is None:
+        return
+    result = callback(chunk)
+    if inspect.isawaitable(result):
+        await result
+
+
+ZERO_USAGE: dict[str, int] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def finalize_local_reply(reply: ChatMessage, *, model: str) -> ChatMessage:
+    """A fresh copy of a locally made reply with the meta every generator promises.
+
+    The copy gets a new ``meta["id"]`` (stores dedupe by id, so replaying one object twice must not
+    collide), an id for every tool call that lacks one (decisions bind to tool-call ids), and
+    ``finish_reason`` / ``usage`` / ``model`` unless the reply already sets them.
+    """
+    data = reply.to_dict()
+    data["meta"]["id"] = new_id()
+    copy = ChatMessage.from_dict(data)
+    copy.tool_calls = [
+        ToolCall(tool_name=tc.tool_name, arguments=tc.arguments, id=tc.id or f"call_{new_id()[:24]}")
+        for tc in copy.tool_calls
+    ]
+    copy.meta.setdefault("finish_reason", "tool_calls" if copy.tool_calls else "stop")
+    copy.meta.setdefault("usage", dict(ZERO_USAGE))
+    copy.meta.setdefault("model", model)
+    copy.meta.setdefault("index", 0)
+    return copy
+
+
+def tool_names(tools: Sequence[Tool | Toolset] | None) -> list[str]:
+    """The names of ``tools`` after expanding toolsets."""
+    return [t.name for t in flatten_tools(tools)]

@@ -1,0 +1,190 @@
+"""A rule-based stand-in for an LLM, so ``countersign chat`` shows a pause, an approval and an answer offline.
+
+It reads the last user message for a few commands ("list files", "read notes.txt", "delete old.log",
+"restart nginx", "what time is it?"), calls the matching demo tool, and once tool results are back it
+summarises them, saying plainly when a call failed or was rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bot.aio import run_sync
+from bot.llm.base import StreamingCallback, StreamingChunk, emit_chunk, finalize_local_reply, tool_names
+from bot.messages import ChatMessage, ChatRole, ToolCall
+from bot.tools import Tool, Toolset
+
+ANNOUNCEMENT = "offline demo model — set OPENAI_API_KEY or OPENAI_BASE_URL for a real LLM"
+
+_ARG = r"[\"'`]?(?P<arg>[^\s,;!?\"'`]+)"
+# Commands that take one argument: (tool, argument name, pattern). Several may appear in one message.
+_ARG_RULES: list[tuple[str, str, re.Pattern[str]]] = [
+    (
+        "delete_file",
+        "path",
+        re.compile(r"\b(?:delete|remove|rm)\s+(?:the\s+)?(?:file\s+)?" + _ARG, re.IGNORECASE),
+    ),
+    (
+        "read_file",
+        "path",
+        re.compile(r"\b(?:read|cat|show|open)\s+(?:the\s+)?(?:file\s+)?" + _ARG, re.IGNORECASE),
+    ),
+    (
+        "restart_service",
+        "service",
+        re.compile(r"\brestart\s+(?:the\s+)?(?:service\s+)?" + _ARG, re.IGNORECASE),
+    ),
+]
+_LIST = re.compile(r"\b(?:list|files|ls)\b", re.IGNORECASE)
+_TIME = re.compile(r"\btime\b", re.IGNORECASE)
+_FORCE = re.compile(r"\bforce", re.IGNORECASE)
+
+_EXAMPLES = {
+    "list_files": '"list files"',
+    "read_file": '"read notes.txt"',
+    "delete_file": '"delete old.log"',
+    "restart_service": '"restart nginx"',
+    "get_time": '"what time is it?"',
+}
+
+
+class OfflineDemoChatGenerator:
+    """Answers like a (very small) LLM without any network, using only the tools it is given.
+
+    >>> gen = OfflineDemoChatGenerator()
+    >>> gen.run([ChatMessage.from_user("delete old.log")], tools=demo_tools)["replies"][0].tool_call
+    ToolCall(tool_name='delete_file', arguments={'path': 'old.log'}, id='call_...')
+
+    Its first text reply in a conversation says it is the offline demo model.
+    """
+
+    model = "offline-demo"
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages``; works inside or outside a running event loop."""
+        if streaming_callback is None:
+            return {"replies": [self._reply(messages, tools)]}
+        return run_sync(self.run_async(messages, tools, generation_kwargs, streaming_callback))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Async twin of :meth:`run`; a streaming callback gets the text as one chunk."""
+        reply = self._reply(messages, tools)
+        if streaming_callback is not None:
+            meta = {"model": self.model, "index": 0, "usage": reply.meta["usage"]}
+            await emit_chunk(
+                streaming_callback,
+                StreamingChunk(
+                    content=reply.text or "", meta=meta, finish_reason=reply.meta["finish_reason"]
+                ),
+            )
+        return {"replies": [reply]}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise (there is nothing to configure)."""
+        return {"type": "bot.llm.OfflineDemoChatGenerator", "init_parameters": {}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OfflineDemoChatGenerator:
+        """Inverse of :meth:`to_dict`."""
+        return cls()
+
+    # --- the rules ----------------------------------------------------------------------------
+
+    def _reply(self, messages: list[ChatMessage], tools: Sequence[Tool | Toolset] | None) -> ChatMessage:
+        available = set(tool_names(tools))
+        if messages and messages[-1].role is ChatRole.TOOL:
+            reply = ChatMessage.from_assistant(
+                self._announced(messages, _summarise(_trailing_results(messages)))
+            )
+        else:
+            user_text = next((m.text or "" for m in reversed(messages) if m.role is ChatRole.USER), "")
+            calls, missing = _calls_for(user_text, available)
+            if calls:
+                reply = ChatMessage.from_assistant(tool_calls=calls)
+            else:
+                reply = ChatMessage.from_assistant(self._announced(messages, _help_text(available, missing)))
+        return finalize_local_reply(reply, model=self.model)
+
+    @staticmethod
+    def _announced(messages: list[ChatMessage], text: str) -> str:
+        already = any(m.role is ChatRole.ASSISTANT and ANNOUNCEMENT in (m.text or "") for m in messages)
+        return text if already else f"({ANNOUNCEMENT})\n{text}"
+
+
+def _calls_for(text: str, available: set[str]) -> tuple[list[ToolCall], list[str]]:
+    """The tool calls a user message asks for, in the order written, and the requested tools not on offer."""
+    found: list[tuple[int, str, dict[str, Any]]] = []
+    for name, arg_name, pattern in _ARG_RULES:
+        for match in pattern.finditer(text):
+            arguments: dict[str, Any] = {arg_name: match.group("arg").rstrip(".")}
+            if name == "restart_service" and _FORCE.search(text):
+                arguments["force"] = True
+            found.append((match.start(), name, arguments))
+    if not found:
+        if match := _LIST.search(text):
+            found.append((match.start(), "list_files", {}))
+        if match := _TIME.search(text):
+            found.append((match.start(), "get_time", {}))
+    found.sort(key=lambda item: item[0])
+    calls = [ToolCall(tool_name=name, arguments=args) for _, name, args in found if name in available]
+    missing = sorted({name for _, name, _ in found if name not in available})
+    return calls, missing
+
+
+def _trailing_results(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The tool-result messages at the end of the conversation (the results of the last step)."""
+    results: list[ChatMessage] = []
+    for message in reversed(messages):
+        if message.role is not ChatRole.TOOL:
+            break
+        results.append(message)
+    return list(reversed(results))
+
+
+def _summarise(results: list[ChatMessage]) -> str:
+    lines = ["Here is what happened:"]
+    for message in results:
+        result = message.tool_call_result
+        if result is None:
+            continue
+        call = result.origin
+        label = f"{call.tool_name}({_format_args(call.arguments)})"
+        if result.error:
+            lines.append(f"- {label} failed or was rejected: {result.result}")
+        elif "\n" in result.result.strip():
+            body = "\n".join(f"    {line}" for line in result.result.strip().splitlines())
+            lines.append(f"- {label} returned:\n{body}")
+        else:
+            lines.append(f"- {label}: {result.result.strip()}")
+    return "\n".join(lines)
+
+
+def _format_args(arguments: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
+
+
+def _help_text(available: set[str], missing: list[str]) -> str:
+    lines: list[str] = []
+    if missing:
+        lines.append(f"I can't do that here: {', '.join(missing)} is not among the tools I was given.")
+    offered = [example for name, example in _EXAMPLES.items() if name in available]
+    if offered:
+        lines.append(f"I understand a few commands: {', '.join(offered)}.")
+    else:
+        lines.append("I have no tools to call, so I can only answer with this message.")
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""The chat generator for OpenAI and every OpenAI-compatible server (Ollama, vLLM, LM Studio, ...).
+
+It speaks chat completions through ``openai.AsyncOpenAI``: tools, parallel tool calls and streaming.
+The client's own environment variables apply (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``), and its
+retries (connection errors, 408, 409, 429, 5xx, with backoff) run before any failure reaches us; what
+is left becomes one :class:`~bot.llm.base.LLMError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from bot.aio import run_sync
+from bot.llm.base import LLMError, StreamingCallback, StreamingChunk, emit_chunk
+from bot.llm.openai_format import StreamAssembler, reply_from_choice, to_openai_messages, usage_to_dict
+from bot.messages import ChatMessage
+from bot.tools import Tool, Toolset, flatten_tools
+
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent when a base URL is set but no key is: local servers such as Ollama ignore it, the client needs one."""
+
+
+class OpenAIChatGenerator:
+    """Chat completions over the ``openai`` client.
+
+    >>> gen = OpenAIChatGenerator(model="gpt-4o-mini", generation_kwargs={"temperature": 0})
+    >>> gen.run([ChatMessage.from_user("What time is it?")], tools=[get_time])["replies"][0].tool_calls
+
+    ``api_key`` / ``api_base_url`` default to the client's own ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
+    ``timeout`` (seconds) and ``max_retries`` default to the client's (600 s, 2 retries).
+    The API key is never serialised nor shown in an error.
+    """
+
+    def __init__(
+        self,
+        model: str = "gpt-4o-mini",
+        api_key: str | None = None,
+        api_base_url: str | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.api_base_url = api_base_url
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.timeout = timeout
+        self.max_retries = max_retries
+        # An AsyncOpenAI client's connection pool is bound to the loop it was first used on, so
+        # async callers get one client per event loop; sync callers get a fresh one per call.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._clients_lock = threading.Lock()
+
+    # --- public API ---------------------------------------------------------------------------
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages`` from sync code; works inside or outside a running event loop."""
+        return run_sync(self._run_with_fresh_client(messages, tools, generation_kwargs, streaming_callback))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages``; returns ``{"replies": [ChatMessage]}`` (one reply per choice)."""
+        client = self._client_for_running_loop()
+        return await self._generate(client, messages, tools, generation_kwargs, streaming_callback)
+
+    async def aclose(self) -> None:
+        """Close the client of the running event loop (others close when their loop is collected)."""
+        loop = asyncio.get_running_loop()
+        with self._clients_lock:
+            client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the settings; the API key is deliberately left out (it comes from the environment)."""
+        return {
+            "type": "bot.llm.OpenAIChatGenerator",
+            "init_parameters": {
+                "model": self.model,
+                "api_base_url": self.api_base_url,
+                "generation_kwargs": dict(self.generation_kwargs),
+                "timeout": self.timeout,
+                "max_retries": self.max_retries,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OpenAIChatGenerator:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data.get("init_parameters", {}))
+
+    # --- the client ---------------------------------------------------------------------------
+
+    def _new_client(self) -> openai.AsyncOpenAI:
+        kwargs: dict[str, Any] = {"api_key": self.api_key, "base_url": self.api_base_url}
+        base_url_set = bool(self.api_base_url or os.environ.get("OPENAI_BASE_URL"))
+        if self.api_key is None and not os.environ.get("OPENAI_API_KEY") and base_url_set:
+            kwargs["api_key"] = PLACEHOLDER_API_KEY
+        if self.timeout is not None:
+            kwargs["timeout"] = self.timeout
+        if self.max_retries is not None:
+            kwargs["max_retries"] = self.max_retries
+        try:
+            return openai.AsyncOpenAI(**kwargs)
+        except openai.OpenAIError as err:
+            raise LLMError(
+                "No credentials for the model server: "
+                "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)."
+            ) from err
+
+    def _client_for_running_loop(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        with self._clients_lock:
+            client = self._clients.get(loop)
+            if client is None:
+                client = self._clients[loop] = self._new_client()
+        return client
+
+    async def _run_with_fresh_client(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None,
+        generation_kwargs: dict[str, Any] | None,
+        streaming_callback: StreamingCallback | None,
+    ) -> dict[str, list[ChatMessage]]:
+        client = self._new_client()
+        try:
+            return await self._generate(client, messages, tools, generation_kwargs, streaming_callback)
+        finally:
+            await client.close()
+
+    # --- one call -----------------------------------------------------------------------------
+
+    async def _generate(
+        self,
+        client: openai.AsyncOpenAI,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None,
+        generation_kwargs: dict[str, Any] | None,
+        streaming_callback: StreamingCallback | None,
+    ) -> dict[str, list[ChatMessage]]:
+        request: dict[str, Any] = {**self.generation_kwargs, **(generation_kwargs or {})}
+        request.pop("stream", None)  # streaming is chosen by passing a streaming_callback
+        request["model"] = self.model
+        request["messages"] = to_openai_messages(messages)
+        specs = [t.tool_spec for t in flatten_tools(tools)]
+        if specs:
+            request["tools"] = specs
+        try:
+            if streaming_callback is None:
+                completion = await client.chat.completions.create(**request)
+                return {"replies": self._replies_from_completion(completion)}
+            return {"replies": await self._stream(client, request, streaming_callback)}
+        except openai.OpenAIError as err:
+            raise self._llm_error(client, err) from err
+
+    def _replies_from_completion(self, completion: Any) -> list[ChatMessage]:
+        model = completion.model or self.model
+        usage = usage_to_dict(completion.usage)
+        return [reply_from_choice(choice, model=model, usage=usage) for choice in completion.choices]
+
+    async def _stream(
+        self, client: openai.AsyncOpenAI, request: dict[str, Any], callback: StreamingCallback
+    ) -> list[ChatMessage]:
+        stream_options = {"include_usage": True, **(request.pop("stream_options", None) or {})}
+        stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
+        assemblers: dict[int, StreamAssembler] = {}
+        usage = usage_to_dict(None)
+        model = self.model
+        async with stream:
+            async for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    usage = usage_to_dict(chunk.usage)
+                    if not chunk.choices:  # the final usage-only chunk
+                        await emit_chunk(
+                            callback, StreamingChunk(content="", meta={"model": model, "usage": usage})
+                        )
+                for choice in chunk.choices:
+                    assembler = assemblers.setdefault(choice.index, StreamAssembler(index=choice.index))
+                    deltas = assembler.add_delta(choice.delta, choice.finish_reason)
+                    content = getattr(choice.delta, "content", None) or ""
+                    meta = {"model": model, "index": choice.index}
+                    await emit_chunk(
+                        callback,
+                        StreamingChunk(
+                            content=content,
+                            tool_call_deltas=deltas,
+                            meta=meta,
+                            finish_reason=choice.finish_reason,
+                        ),
+                    )
+        if not assemblers:
+            raise LLMError("The model server ended the stream without sending any reply.")
+        return [assemblers[i].reply(model=model, usage=usage) for i in sorted(assemblers)]
+
+    def _llm_error(self, client: openai.AsyncOpenAI, err: openai.OpenAIError) -> LLMError:
+        where = _without_userinfo(str(client.base_url)).rstrip("/")
+        if isinstance(err, openai.APITimeoutError):
+            limit = f" after {self.timeout:g} s" if self.timeout is not None else ""
+            message, status = f"The model call to {where} timed out{limit}.", None
+        elif isinstance(err, openai.APIConnectionError):
+            message, status = f"Could not connect to the model server at {where}: {err.message}", None
+        elif isinstance(err, openai.APIStatusError):
+            message = f"The model server at {where} answered HTTP {err.status_code}: {_status_detail(err)}"
+            status = err.status_code
+        else:
+            message, status = f"The model call to {where} failed: {err}", None
+        key = client.api_key
+        if key and key != PLACEHOLDER_API_KEY and len(key) >= 4:
+            message = message.replace(key, "••••••")
+        return LLMError(message, status_code=status)
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without ``user:password@`` (never echo credentials embedded in a base URL)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _status_detail(err: openai.APIStatusError) -> str:
+    """The server's own error message when it sent one, else the client's summary."""
+    body = err.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
+        return body["message"]
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:300]
+    return err.message

@@ -1,0 +1,130 @@
+"""A chat generator that replays prepared replies: for tests and demos that must not call a model."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bot.llm.base import (
+    LLMError,
+    StreamingCallback,
+    StreamingChunk,
+    emit_chunk,
+    finalize_local_reply,
+    tool_names,
+)
+from bot.messages import ChatMessage
+from bot.tools import Tool, Toolset
+
+ScriptedReply = ChatMessage | Callable[[list[ChatMessage]], ChatMessage] | BaseException
+"""A prepared reply, a callable ``messages -> ChatMessage`` that makes one, or an exception to raise."""
+
+
+class ScriptedChatGenerator:
+    """Replays ``replies`` in order, one per call, and records every call in :attr:`calls`.
+
+    >>> gen = ScriptedChatGenerator([
+    ...     ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": "a.txt"})]),
+    ...     lambda messages: ChatMessage.from_assistant(f"Done: {messages[-1].tool_call_result.result}"),
+    ... ])
+    >>> gen.run([ChatMessage.from_user("delete a.txt")])["replies"][0].tool_call.tool_name
+    'delete_file'
+    >>> gen.calls[0]["tools"]
+    []
+
+    Each reply comes back as a fresh copy with a new ``meta["id"]``, ids for tool calls that have
+    none, and ``finish_reason`` / ``usage`` (zeros) unless set. An exception in ``replies`` is
+    raised by the call that reaches it (to script failures). Running out raises :class:`LLMError`.
+    """
+
+    def __init__(self, replies: Sequence[ScriptedReply]) -> None:
+        self.replies: list[ScriptedReply] = list(replies)
+        self.calls: list[dict[str, Any]] = []
+        self._position = 0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int:
+        """How many replies are left."""
+        return len(self.replies) - self._position
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Return the next reply (see the class docstring); works inside or outside an event loop."""
+        if streaming_callback is None:
+            return {"replies": [self._next_reply(messages, tools, generation_kwargs)]}
+        from bot.aio import run_sync
+
+        return run_sync(self.run_async(messages, tools, generation_kwargs, streaming_callback))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Async twin of :meth:`run`; a streaming callback gets the reply's text as one chunk."""
+        reply = self._next_reply(messages, tools, generation_kwargs)
+        if streaming_callback is not None:
+            chunk = StreamingChunk(
+                content=reply.text or "",
+                meta={"model": reply.meta.get("model"), "index": 0, "usage": reply.meta.get("usage")},
+                finish_reason=reply.meta.get("finish_reason"),
+            )
+            await emit_chunk(streaming_callback, chunk)
+        return {"replies": [reply]}
+
+    def _next_reply(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None,
+        generation_kwargs: dict[str, Any] | None,
+    ) -> ChatMessage:
+        copies = [ChatMessage.from_dict(m.to_dict()) for m in messages]
+        with self._lock:
+            self.calls.append(
+                {
+                    "messages": copies,
+                    "tools": tool_names(tools),
+                    "generation_kwargs": dict(generation_kwargs or {}),
+                }
+            )
+            if self._position >= len(self.replies):
+                raise LLMError("ScriptedChatGenerator has no more replies")
+            scripted = self.replies[self._position]
+            self._position += 1
+        if isinstance(scripted, BaseException):
+            raise scripted
+        if isinstance(scripted, ChatMessage):
+            reply = scripted
+        else:
+            reply = scripted([ChatMessage.from_dict(m.to_dict()) for m in messages])
+            if isinstance(reply, str):
+                reply = ChatMessage.from_assistant(reply)
+        if not isinstance(reply, ChatMessage):
+            raise TypeError(f"A scripted reply must be a ChatMessage, got {type(reply).__name__}.")
+        return finalize_local_reply(reply, model="scripted")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the replies; callables and exceptions cannot be serialised and raise ``TypeError``."""
+        if not all(isinstance(r, ChatMessage) for r in self.replies):
+            raise TypeError(
+                "ScriptedChatGenerator.to_dict() can only serialise ChatMessage replies, "
+                "not callables or exceptions."
+            )
+        return {
+            "type": "bot.llm.ScriptedChatGenerator",
+            "init_parameters": {"replies": [r.to_dict() for r in self.replies]},  # type: ignore[union-attr]
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScriptedChatGenerator:
+        """Inverse of :meth:`to_dict` (starts again from the first reply)."""
+        return cls([ChatMessage.from_dict(r) for r in data["init_parameters"]["replies"]])

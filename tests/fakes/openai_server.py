@@ -1,0 +1,336 @@
+"""A fake OpenAI chat-completions server for tests: real HTTP on 127.0.0.1, scripted answers.
+
+It answers ``POST /v1/chat/completions`` like OpenAI, as JSON or as a server-sent-event stream
+(``data: {...}`` chunks, tool-call deltas split into name/id then argument fragments, a usage-only
+chunk when ``stream_options.include_usage``, then ``data: [DONE]``). Every request body is kept in
+:attr:`FakeOpenAIServer.requests`. Answers come from a queue the test fills, then from
+:attr:`FakeOpenAIServer.responder` when the queue is empty.
+
+From async tests::
+
+    async with FakeOpenAIServer() as srv:
+        srv.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+        srv.enqueue_text("Deleted old.log.")
+        gen = OpenAIChatGenerator(api_key="test", api_base_url=srv.base_url, max_retries=0)
+        reply = (await gen.run_async([ChatMessage.from_user("delete old.log")]))["replies"][0]
+        assert srv.requests[0]["messages"][0] == {"role": "user", "content": "delete old.log"}
+
+From sync code (the server runs its own event loop in a thread)::
+
+    srv = FakeOpenAIServer().start_in_thread()
+    try:
+        srv.responder = lambda body: TextResponse(f"you said {body['messages'][-1]['content']}")
+        ...
+    finally:
+        srv.stop()
+
+``with FakeOpenAIServer() as srv:`` does the same as ``start_in_thread()`` / ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import itertools
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_USAGE = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
+FAST_RETRY_HEADERS = {"retry-after-ms": "10"}
+"""Sent with every error so the openai client's retry backoff takes 10 ms, not half a second."""
+
+
+@dataclass(frozen=True)
+class TextResponse:
+    """A plain assistant text answer."""
+
+    text: str
+    finish_reason: str = "stop"
+    usage: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_USAGE))
+
+
+@dataclass(frozen=True)
+class ToolCallsResponse:
+    """An answer with tool calls: ``(name, arguments)`` or ``(name, arguments, id)`` each.
+
+    ``arguments`` is a dict (sent as JSON) or a str (sent verbatim, e.g. to send invalid JSON).
+    """
+
+    calls: list[tuple[Any, ...]]
+    text: str | None = None
+    finish_reason: str = "tool_calls"
+    usage: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_USAGE))
+
+
+@dataclass(frozen=True)
+class ErrorResponse:
+    """An HTTP error; ``body`` defaults to OpenAI's ``{"error": {...}}`` shape."""
+
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DelayResponse:
+    """Wait ``seconds`` (cut short when the server stops), then answer with ``then``."""
+
+    seconds: float
+    then: ResponseSpec | None = None
+
+
+ResponseSpec = TextResponse | ToolCallsResponse | ErrorResponse | DelayResponse
+Responder = Callable[[dict[str, Any]], "ResponseSpec | str | Awaitable[ResponseSpec | str]"]
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` endpoint on an ephemeral port (see the module docstring)."""
+
+    def __init__(self, responder: Responder | None = None) -> None:
+        self.responder: Responder | None = responder
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self.port: int | None = None
+        self._queue: collections.deque[ResponseSpec] = collections.deque()
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+
+    # --- scripting ------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, for ``OpenAIChatGenerator(api_base_url=...)``."""
+        if self.port is None:
+            raise RuntimeError("FakeOpenAIServer is not started.")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def enqueue(self, spec: ResponseSpec) -> None:
+        """Answer a later request with ``spec`` (first in, first out)."""
+        self._queue.append(spec)
+
+    def enqueue_text(self, text: str, *, finish_reason: str = "stop") -> None:
+        """Answer a later request with ``text``."""
+        self.enqueue(TextResponse(text, finish_reason=finish_reason))
+
+    def enqueue_tool_calls(self, calls: list[tuple[Any, ...]], *, text: str | None = None) -> None:
+        """Answer a later request with tool calls ``[(name, args_dict_or_raw_str[, id]), ...]``."""
+        self.enqueue(ToolCallsResponse(list(calls), text=text))
+
+    def enqueue_error(self, status: int, body: Any = None, *, headers: dict[str, str] | None = None) -> None:
+        """Answer a later request with HTTP ``status`` (retry-after-ms: 10 unless overridden)."""
+        self.enqueue(ErrorResponse(status, body, dict(headers or {})))
+
+    def enqueue_delay(self, seconds: float, then: ResponseSpec | str | None = None) -> None:
+        """Hold a later request for ``seconds`` (cancelled when the server stops), then answer ``then``."""
+        self.enqueue(DelayResponse(seconds, TextResponse(then) if isinstance(then, str) else then))
+
+    # --- async lifecycle ----------------------------------------------------------------------
+
+    async def start_async(self) -> FakeOpenAIServer:
+        """Start serving on the running event loop."""
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop_async(self) -> None:
+        """Stop serving; requests held by a delay are released first."""
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        return await self.start_async()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop_async()
+
+    # --- sync lifecycle (own loop in a thread) ------------------------------------------------
+
+    def start_in_thread(self) -> FakeOpenAIServer:
+        """Start serving on a private event loop in a daemon thread; returns once the port is bound."""
+        loop = asyncio.new_event_loop()
+        started: asyncio.Future[Any] | None = None
+        ready = threading.Event()
+
+        def serve() -> None:
+            nonlocal started
+            asyncio.set_event_loop(loop)
+            started = asyncio.ensure_future(self.start_async(), loop=loop)
+            started.add_done_callback(lambda fut: (ready.set(), fut.exception() and loop.stop()))
+            loop.run_forever()
+            loop.close()
+
+        self._thread_loop = loop
+        self._thread = threading.Thread(target=serve, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        ready.wait()
+        assert started is not None
+        started.result()  # re-raises a failure to bind
+        return self
+
+    def stop(self) -> None:
+        """Stop a server started with :meth:`start_in_thread` and join its thread."""
+        if self._thread is None or self._thread_loop is None:
+            raise RuntimeError("stop() is for start_in_thread(); from async code use `await stop_async()`.")
+        loop = self._thread_loop
+        asyncio.run_coroutine_threadsafe(self.stop_async(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join()
+        self._thread = self._thread_loop = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "body is not JSON", "type": "invalid_request"}}, status=400)
+        self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
+        spec = await self._next_spec(body)
+        return await self._answer(request, body, spec)
+
+    async def _next_spec(self, body: dict[str, Any]) -> ResponseSpec:
+        if self._queue:
+            return self._queue.popleft()
+        if self.responder is None:
+            return ErrorResponse(
+                500,
+                {"error": {"message": "FakeOpenAIServer: no scripted response left", "type": "fake_exhausted"}},
+                {"x-should-retry": "false"},
+            )
+        spec = self.responder(body)
+        if inspect.isawaitable(spec):
+            spec = await spec
+        return TextResponse(spec) if isinstance(spec, str) else spec
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], spec: ResponseSpec) -> web.StreamResponse:
+        if isinstance(spec, DelayResponse):
+            assert self._stopping is not None
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=spec.seconds)
+                return web.json_response({"error": {"message": "server stopping"}}, status=503)
+            except TimeoutError:
+                return await self._answer(request, body, spec.then or TextResponse("(after a delay)"))
+        if isinstance(spec, ErrorResponse):
+            payload = spec.body
+            if payload is None:
+                payload = {"error": {"message": f"fake error {spec.status}", "type": "server_error", "code": None}}
+            headers = {**FAST_RETRY_HEADERS, **spec.headers}
+            if isinstance(payload, str):
+                return web.Response(text=payload, status=spec.status, headers=headers)
+            return web.json_response(payload, status=spec.status, headers=headers)
+        model = body.get("model", "fake-model")
+        calls = self._normalise_calls(spec) if isinstance(spec, ToolCallsResponse) else []
+        text = spec.text
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, model, text, calls, spec.finish_reason, spec.usage, include_usage)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for name, args, cid in calls
+            ]
+        completion = {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": spec.finish_reason, "logprobs": None}],
+            "usage": spec.usage,
+        }
+        return web.json_response(completion)
+
+    def _normalise_calls(self, spec: ToolCallsResponse) -> list[tuple[str, str, str]]:
+        """``(name, arguments as sent, id)`` for every scripted call."""
+        out = []
+        for call in spec.calls:
+            name, args = call[0], call[1]
+            cid = call[2] if len(call) > 2 else f"call_{next(self._ids)}"
+            out.append((name, args if isinstance(args, str) else json.dumps(args), cid))
+        return out
+
+    async def _stream(
+        self,
+        request: web.Request,
+        model: str,
+        text: str | None,
+        calls: list[tuple[str, str, str]],
+        finish_reason: str,
+        usage: dict[str, int],
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        chunk_id = f"chatcmpl-{next(self._ids)}"
+        created = int(time.time())
+
+        async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            chunk = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": choices,
+                **extra,
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        def delta(d: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}]
+
+        await send(delta({"role": "assistant", "content": ""}))
+        for piece in _split_text(text or ""):
+            await send(delta({"content": piece}))
+        for index, (name, args, cid) in enumerate(calls):
+            head = {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+            await send(delta({"tool_calls": [head]}))
+            for fragment in _split_in_three(args):
+                await send(delta({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
+        await send(delta({}, finish_reason))
+        if include_usage:
+            await send([], usage=usage)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _split_text(text: str) -> list[str]:
+    """Word-sized pieces that join back to ``text``."""
+    pieces: list[str] = []
+    for word in text.split(" "):
+        pieces.append(word if not pieces else " " + word)
+    return [p for p in pieces if p]
+
+
+def _split_in_three(text: str) -> list[str]:
+    """``text`` cut into (up to) three fragments, as a model streams JSON arguments."""
+    if len(text) < 3:
+        return [text] if text else []
+    third = len(text) // 3
+    return [text[:third], text[third : 2 * third], text[2 * third :]]
