@@ -19,6 +19,9 @@ from bot.messages import ChatMessage, ChatRole, ToolCall
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool
 
+_ASSISTANT = ChatRole.ASSISTANT
+_TOOL = ChatRole.TOOL
+
 
 def call_key(call: ToolCall) -> str:
     """How a call is named in errors: its id, or its tool name when it has none."""
@@ -147,32 +150,44 @@ def _derived_meta(message: ChatMessage) -> dict:
 
 
 def dangling_tool_calls(messages: Sequence[ChatMessage]) -> list[ToolCall]:
-    """Every assistant tool call in ``messages`` that has no tool result after it."""
+    """Every assistant tool call in ``messages`` that has no tool result after it.
+
+    A result answers the open call with its id, the newest first (some servers reuse ids); a result
+    without an id answers the first open id-less call of its tool in the newest message that has one.
+    """
+    # This runs on every history before it reaches the LLM: one pass, dict lookups, no per-message
+    # function calls (and the roles are module constants: ``ChatRole.X`` is a slow attribute access).
     answered: set[int] = set()
     groups: list[list[ToolCall]] = []  # the calls of each assistant message, in order
+    open_by_id: dict[str, list[ToolCall]] = {}
     for message in messages:
-        if message.role == ChatRole.ASSISTANT:
-            if message.tool_calls:
-                groups.append(message.tool_calls)
-        elif message.role == ChatRole.TOOL and message.tool_call_result is not None:
-            _mark_answered(groups, answered, message.tool_call_result.origin)
+        role = message.role
+        if role == _ASSISTANT:
+            calls = message.tool_calls
+            if calls:
+                groups.append(calls)
+                for call in calls:
+                    if call.id is not None:
+                        open_by_id.setdefault(call.id, []).append(call)
+        elif role == _TOOL and message.tool_call_result is not None:
+            origin = message.tool_call_result.origin
+            if origin.id is not None:
+                candidates = open_by_id.get(origin.id)
+                if candidates:
+                    answered.add(id(candidates.pop()))
+            else:
+                _answer_id_less(groups, answered, origin.tool_name)
     return [call for group in groups for call in group if id(call) not in answered]
 
 
-def _mark_answered(groups: list[list[ToolCall]], answered: set[int], origin: ToolCall) -> None:
-    # The latest message first (a reused id belongs to the newest call), but within a message in
-    # call order: results of id-less calls come in the order of their calls.
+def _answer_id_less(groups: list[list[ToolCall]], answered: set[int], tool_name: str) -> None:
+    # The newest message first, but within a message in call order: results of id-less calls come
+    # in the order of their calls.
     for group in reversed(groups):
         for call in group:
-            if id(call) not in answered and _same_call(call, origin):
+            if call.id is None and call.tool_name == tool_name and id(call) not in answered:
                 answered.add(id(call))
                 return
-
-
-def _same_call(call: ToolCall, origin: ToolCall) -> bool:
-    if call.id is not None or origin.id is not None:
-        return call.id == origin.id
-    return call.tool_name == origin.tool_name
 
 
 def close_dangling_tool_calls(messages: Sequence[ChatMessage], reason: str) -> list[ChatMessage]:
@@ -187,11 +202,11 @@ def close_dangling_tool_calls(messages: Sequence[ChatMessage], reason: str) -> l
     result: list[ChatMessage] = []
     owed: list[ToolCall] = []
     for message in messages:
-        if owed and message.role != ChatRole.TOOL:
+        if owed and message.role != _TOOL:
             result.extend(ChatMessage.from_tool(reason, origin=c, error=True) for c in owed)
             owed = []
         result.append(message)
-        if message.role == ChatRole.ASSISTANT:
+        if message.role == _ASSISTANT:
             owed.extend(c for c in message.tool_calls if id(c) in dangling)
     result.extend(ChatMessage.from_tool(reason, origin=c, error=True) for c in owed)
     return result
