@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from bot.hitl.dataclasses import ToolExecutionDecision
-from bot.messages import ChatMessage, ToolCall, new_id
+from bot.messages import ChatMessage, ToolCall, ToolCallResult, new_id
 
 SNAPSHOT_SCHEMA_VERSION = 1
 
@@ -48,12 +49,15 @@ class AgentSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise to JSON-compatible data."""
+        return self._data([m.to_dict() for m in self.messages])
+
+    def _data(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
             "snapshot_id": self.snapshot_id,
             "run_id": self.run_id,
             "created_at": self.created_at,
-            "messages": [m.to_dict() for m in self.messages],
+            "messages": messages,
             "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
             "decisions": [d.to_dict() for d in self.decisions],
             "state": self.state,
@@ -68,18 +72,21 @@ class AgentSnapshot:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentSnapshot:
         """Inverse of :meth:`to_dict`; refuses unknown schema versions and malformed data."""
+        return cls._from_data(data, ChatMessage.from_dict)
+
+    @classmethod
+    def _from_data(cls, data: Any, message_from: Callable[[dict[str, Any]], ChatMessage]) -> AgentSnapshot:
         version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SNAPSHOT_SCHEMA_VERSION:
             raise SnapshotError(
-                f"Unsupported snapshot schema version {version!r} (this countersign reads "
-                f"{SNAPSHOT_SCHEMA_VERSION})."
+                f"Unsupported snapshot schema version {version!r} (this countersign reads {SNAPSHOT_SCHEMA_VERSION})."
             )
         try:
             return cls(
                 run_id=data["run_id"],
                 snapshot_id=data["snapshot_id"],
                 created_at=data["created_at"],
-                messages=[ChatMessage.from_dict(m) for m in data["messages"]],
+                messages=[message_from(m) for m in data["messages"]],
                 pending_tool_calls=[ToolCall.from_dict(c) for c in data["pending_tool_calls"]],
                 decisions=[ToolExecutionDecision.from_dict(d) for d in data.get("decisions", [])],
                 state=dict(data.get("state") or {}),
@@ -96,7 +103,9 @@ class AgentSnapshot:
     def to_json(self) -> str:
         """Serialise to a JSON string."""
         try:
-            return json.dumps(self.to_dict(), ensure_ascii=False)
+            # Messages without to_dict()'s defensive deep copies: json.dumps only reads them. Resuming
+            # crosses this path on every approval, and deep copies were most of its cost.
+            return json.dumps(self._data([_message_data(m) for m in self.messages]), ensure_ascii=False)
         except TypeError as exc:
             raise SnapshotError(f"Snapshot of run {self.run_id} is not JSON-serialisable: {exc}") from exc
 
@@ -107,4 +116,35 @@ class AgentSnapshot:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SnapshotError(f"Snapshot is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        # json.loads built fresh objects, so from_dict()'s deep copy of every message's meta is skipped.
+        return cls._from_data(data, _message_from_data)
+
+
+def _call_data(call: ToolCall) -> dict[str, Any]:
+    return {"tool_name": call.tool_name, "arguments": call.arguments, "id": call.id}
+
+
+def _message_data(message: ChatMessage) -> dict[str, Any]:
+    """``ChatMessage.to_dict()`` sharing instead of copying (tests pin that both give the same JSON)."""
+    result = message.tool_call_result
+    return {
+        "role": message.role.value,
+        "text": message.text,
+        "tool_calls": [_call_data(c) for c in message.tool_calls],
+        "tool_call_result": (
+            {"result": result.result, "origin": _call_data(result.origin), "error": result.error} if result else None
+        ),
+        "meta": message.meta,
+    }
+
+
+def _message_from_data(data: dict[str, Any]) -> ChatMessage:
+    """``ChatMessage.from_dict()`` for data nobody else holds: the meta dict is taken over, not copied."""
+    result = data.get("tool_call_result")
+    return ChatMessage(
+        role=data["role"],  # __post_init__ makes it a ChatRole (and refuses an unknown one)
+        text=data.get("text"),
+        tool_calls=[ToolCall.from_dict(tc) for tc in data.get("tool_calls") or []],
+        tool_call_result=ToolCallResult.from_dict(result) if result else None,
+        meta=data.get("meta") or {},
+    )
