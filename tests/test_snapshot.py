@@ -44,6 +44,22 @@ async def test_a_snapshot_round_trips_through_json_losslessly() -> None:
     assert restored.token_usage == {"total_tokens": 7}
 
 
+async def test_to_json_and_from_json_agree_exactly_with_to_dict_and_from_dict() -> None:
+    # to_json/from_json skip the deep copies of to_dict/from_dict; the data must be the same.
+    snapshot = await paused_snapshot()
+    snapshot.messages.append(
+        ChatMessage.from_tool(
+            "ok", origin=snapshot.step_message.tool_calls[1], meta={"nested": {"a": [1, {"b": None}]}}
+        )
+    )
+
+    assert json.loads(snapshot.to_json()) == snapshot.to_dict()
+    from_json = AgentSnapshot.from_json(snapshot.to_json())
+    from_dict = AgentSnapshot.from_dict(json.loads(json.dumps(snapshot.to_dict())))
+    assert from_json == from_dict
+    assert from_json.messages[-1].meta is not snapshot.messages[-1].meta
+
+
 async def test_a_snapshot_holds_everything_needed_to_resume() -> None:
     snapshot = await paused_snapshot()
     data = snapshot.to_dict()
