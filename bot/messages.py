@@ -82,7 +82,8 @@ class ChatMessage:
 
     def __post_init__(self) -> None:
         self.role = ChatRole(self.role)
-        self.meta.setdefault("id", new_id())
+        if "id" not in self.meta:  # not setdefault: it would draw a uuid4 for every copy too
+            self.meta["id"] = new_id()
 
     @property
     def id(self) -> str:
