@@ -8,16 +8,29 @@ against the Adaptive Card 1.5 schema.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from adapters.teams.cards import feedback_input_id, param_input_id
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
-from tests.fakes.engine_kit import asks_for, echoes_results
+from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
 from tests.fakes.teams_stack import (
+    ADA,
     ANA,
+    BEN,
+    BOT_ID,
+    BOT_NAME,
+    CHANNEL_THREAD,
     OUTGOING_TOKEN,
+    PERSONAL_CHAT,
+    TENANT,
+    Person,
     TeamsStack,
+    action_value,
     approval_ids,
     assert_valid_card,
+    execute_actions,
     texts_of,
 )
 
@@ -65,3 +78,289 @@ async def test_approving_on_the_card_runs_the_tool_once_updates_the_card_and_pos
     assert approval_ids(update.cards[0]) == []
     assert stack.connector.texts()[-1] == "results: deleted old.log"
 
+    assert [r.activity_type for r in stack.connector.requests][:2] == ["typing", "message"]
+
+
+async def test_rejecting_with_feedback_never_runs_the_tool_and_tells_the_model_why(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="prod.db"), echoes_results])
+    await stack.say("delete prod.db")
+    _, card = stack.last_card()
+    [approval_id] = approval_ids(card)
+
+    status, body = await stack.click(
+        "reject", ANA, approval_id, typed={feedback_input_id(approval_id): "that is the production database"}
+    )
+
+    assert status == 200
+    assert stack.tools.executed == []
+    shown = " ".join(texts_of(body["value"]))
+    assert "Rejected by Ana Lopez" in shown and "Feedback: that is the production database" in shown
+    assert "Rejected by Ana Lopez" in " ".join(texts_of(stack.connector.updates()[-1].cards[0]))
+    answer = stack.connector.texts()[-1]
+    assert "was rejected by the user" in answer and "that is the production database" in answer
+
+
+async def test_editing_runs_the_tool_with_the_changed_value_and_keeps_the_untouched_ones(open_stack):
+    stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
+    await stack.say("scale web to 3")
+    _, card = stack.last_card()
+    [approval_id] = approval_ids(card)
+    inputs = {i["id"]: i for _, ins in execute_actions(card) for i in ins}
+    assert inputs[param_input_id(approval_id, "replicas")]["type"] == "Input.Number"
+    assert inputs[param_input_id(approval_id, "replicas")]["value"] == 3
+    assert inputs[param_input_id(approval_id, "dry_run")]["type"] == "Input.Toggle"
+    assert inputs[param_input_id(approval_id, "zones")]["isMultiline"] is True
+
+    status, body = await stack.click("edit", ANA, approval_id, typed={param_input_id(approval_id, "replicas"): "5"})
+
+    assert status == 200
+    assert stack.tools.executed == [
+        ("scale_service", {"service": "web", "replicas": 5, "dry_run": False, "zones": None})
+    ]
+    assert any("Edited and approved by Ana Lopez" in t and "replicas=5" in t for t in texts_of(body["value"]))
+    assert stack.connector.texts()[-1] == "results: web scaled to 5"
+
+
+async def test_an_invalid_edit_shows_the_error_by_the_field_and_decides_nothing(open_stack):
+    stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
+    await stack.say("scale web to 3")
+    _, card = stack.last_card()
+    [approval_id] = approval_ids(card)
+    zones = param_input_id(approval_id, "zones")
+
+    status, body = await stack.click("edit", ANA, approval_id, typed={zones: "eu-west-1, not json"})
+
+    assert status == 200
+    returned = body["value"]
+    assert_valid_card(returned)
+    items = [i for section in returned["body"] if section["type"] == "Container" for i in section["items"]]
+    position = next(n for n, item in enumerate(items) if item.get("id") == zones)
+    assert items[position]["value"] == "eu-west-1, not json"
+    assert "zones must be JSON (a list)" in texts_of(items[position + 1])
+    assert approval_ids(returned) == [approval_id]
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+
+    # The form came back open with the submitted values: fixing the field and saving works.
+    await stack.click("edit", ANA, approval_id, typed={zones: '["eu-west-1"]'}, card=returned)
+    assert stack.tools.runs_of("scale_service") == [
+        {"service": "web", "replicas": 3, "dry_run": False, "zones": ["eu-west-1"]}
+    ]
+
+
+async def test_approve_all_runs_every_call_of_the_step_once(open_stack):
+    stack = await open_stack(
+        replies=[asks(call("delete_file", path="a.log"), call("delete_file", path="b.log")), echoes_results]
+    )
+    await stack.say("delete a.log and b.log")
+    _, card = stack.last_card()
+    assert len(approval_ids(card)) == 2
+
+    status, body = await stack.click("approve_all", ANA)
+
+    assert status == 200 and approval_ids(body["value"]) == []
+    assert sorted(args["path"] for args in stack.tools.runs_of("delete_file")) == ["a.log", "b.log"]
+    assert approval_ids(stack.connector.updates()[-1].cards[0]) == []
+    assert stack.connector.texts()[-1] == "results: deleted a.log | deleted b.log"
+
+
+async def test_a_retried_invoke_decides_nothing_twice_and_runs_the_tool_once(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    _, card = stack.last_card()
+
+    first = await stack.click("approve", ANA, activity_id="invoke-retried")
+    again = await stack.click("approve", ANA, activity_id="invoke-retried", card=card)
+
+    assert first[0] == again[0] == 200
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+    retried = texts_of(again[1]["value"])
+    assert retried[0] == "Approval decided", "a retry is answered with the card as it stands, no refusal"
+    assert approval_ids(again[1]["value"]) == [] and "Approved by Ana Lopez" in " ".join(retried)
+    assert len(stack.connector.updates()) == 1
+    assert stack.connector.texts() == ["results: deleted old.log"]
+
+
+async def test_a_second_click_after_the_decision_changes_nothing_and_says_who_decided(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    _, card = stack.last_card()
+    await stack.click("approve", ANA)
+
+    status, body = await stack.click("reject", ADA, card=card)
+
+    assert status == 200
+    assert texts_of(body["value"])[0] == "This approval was already approved by Ana Lopez."
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+    assert len(stack.connector.updates()) == 1
+
+
+async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    [approval_id] = approval_ids(stack.last_card()[1])
+
+    status, body = await stack.click("approve", BEN, approval_id)
+
+    assert status == 200
+    assert texts_of(body["value"])[0] == "Only the person who asked and countersign admins can decide this call."
+    assert approval_ids(body["value"]) == [approval_id]
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+
+
+async def test_a_click_after_a_restart_resumes_the_run_and_the_answer_arrives_proactively(open_stack, tmp_path):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log")])
+    await stack.say("delete old.log")
+    card_request, card = stack.last_card()
+
+    restarted = await stack.restart(replies=[echoes_results])
+    status, body = await restarted.click("approve", ANA, card=card)
+    await restarted.aclose()
+
+    assert status == 200 and approval_ids(body["value"]) == []
+    assert restarted.tools.executed == [("delete_file", {"path": "old.log"})]
+    update = restarted.connector.updates()[-1]
+    assert update.activity_id == card_request.answered_id and update.conversation_id == CHANNEL_THREAD
+    answer = restarted.connector.posted()[-1]
+    assert answer.text == "results: deleted old.log"
+    assert answer.conversation_id == CHANNEL_THREAD and answer.authorization == f"Bearer {OUTGOING_TOKEN}"
+
+
+async def test_a_personal_chat_needs_no_mention_and_gets_its_answer_there(open_stack):
+    stack = await open_stack(replies=[says("Hello Ana.")])
+    await stack.say("hi", conversation=PERSONAL_CHAT, conversation_type="personal")
+
+    [answer] = stack.connector.posted()
+    assert answer.conversation_id == PERSONAL_CHAT and answer.text == "Hello Ana."
+    assert stack.generator.calls[0]["messages"][-1].text == "hi"
+
+
+async def test_the_bot_ignores_its_own_messages(open_stack):
+    stack = await open_stack(replies=[says("never sent")])
+    own = stack.message("echo", person=Person(BOT_ID, BOT_NAME))
+
+    status, _ = await stack.post(own)
+    await stack.settle()
+
+    assert status == 202
+    assert stack.connector.requests == [] and stack.generator.calls == []
+
+
+# --- admin commands ------------------------------------------------------------------------------------
+
+
+async def test_an_admin_changes_a_policy_by_message_and_the_answer_comes_as_a_literal_text_card(open_stack):
+    stack = await open_stack()
+    await stack.say("policy set delete_file never", person=ADA)
+
+    [reply] = stack.connector.posted()
+    assert "Rule updated" in texts_of(reply.cards[0])[0]
+    [rule] = await stack.engine.policy_table("teams", TENANT)
+    assert (rule["tool"], rule["mode"]) == ("delete_file", "never")
+    assert stack.generator.calls == []
+
+
+async def test_someone_who_is_not_an_admin_cannot_change_a_policy(open_stack):
+    stack = await open_stack()
+    await stack.say("policy set delete_file never", person=BEN)
+
+    [reply] = stack.connector.posted()
+    assert texts_of(reply.cards[0]) == ["Only countersign admins can change policies."]
+    assert await stack.engine.policy_table("teams", TENANT) == []
+
+
+async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log")])
+    await stack.say("delete old.log")
+    await stack.say("help", person=BEN)
+    await stack.say("pending", person=BEN)
+
+    help_card, pending_card = (r.cards[0] for r in stack.connector.posted()[-2:])
+    assert "countersign admin commands" in texts_of(help_card)[0]
+    assert "delete_file asked by 29:1ana-requester" in texts_of(pending_card)[0]
+
+
+async def test_approvers_can_be_named_by_mentioning_them(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say(f"approvers delete_file <at>{BEN.name}</at>", person=ADA, mentions=[BEN])
+    [rule] = await stack.engine.policy_table("teams", TENANT)
+    assert list(rule["approvers"]) == [BEN.id]
+
+    await stack.say("delete old.log")
+    refused = await stack.click("approve", ANA)
+    approved = await stack.click("approve", BEN)
+
+    assert texts_of(refused[1]["value"])[0] == "You are not one of the approvers for this tool."
+    assert "Approved by Ben Okafor" in " ".join(texts_of(approved[1]["value"]))
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+
+
+# --- untrusted text ------------------------------------------------------------------------------------
+
+
+HOSTILE = "<at>Ben Okafor</at> [reset your password](https://evil.example/login) <a href='https://evil.example'>x</a>"
+
+
+async def test_model_text_can_neither_mention_anyone_nor_forge_a_link(open_stack):
+    stack = await open_stack(replies=[says(f"**Done.** {HOSTILE}")])
+    await stack.say("hello")
+
+    [answer] = stack.connector.posted()
+    assert "entities" not in answer.body
+    assert "<at>" not in answer.text and "<a " not in answer.text and "](" not in answer.text
+    assert "**Done.**" in answer.text
+    assert "reset your password (https://evil.example/login)" in answer.text
+
+
+async def test_hostile_arguments_and_feedback_stay_plain_text_on_the_card(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path=HOSTILE), echoes_results])
+    await stack.say("delete that")
+    _, card = stack.last_card()
+    [approval_id] = approval_ids(card)
+    await stack.click("reject", ANA, approval_id, typed={feedback_input_id(approval_id): HOSTILE})
+
+    for sent in stack.connector.all_cards():
+        assert "msteams" not in sent
+        assert not any(HOSTILE in block for block in markdown_texts(sent))
+    assert any(HOSTILE in run for run in texts_of(stack.connector.updates()[-1].cards[0]))
+
+
+def markdown_texts(card) -> list[str]:
+    """Texts Adaptive Cards render as Markdown (TextBlocks and Fact values), unlike TextRuns."""
+    found = []
+
+    def visit(node) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+        elif isinstance(node, dict):
+            if node.get("type") == "TextBlock":
+                found.append(node.get("text", ""))
+            if node.get("type") == "FactSet":
+                found.extend(f"{f['title']} {f['value']}" for f in node.get("facts", []))
+            for value in node.values():
+                visit(value)
+
+    visit(card)
+    return found
+
+
+# --- anonymous mode ------------------------------------------------------------------------------------
+
+
+async def test_explicit_anonymous_mode_works_without_tokens_and_sends_none(open_stack, caplog):
+    with caplog.at_level(logging.WARNING, logger="adapters.teams.plugin"):
+        stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results], anonymous=True)
+    assert any("ANONYMOUS MODE" in r.getMessage() for r in caplog.records)
+
+    status, _ = await stack.post(stack.message("delete old.log"), token=None)
+    await stack.settle()
+    request, card = stack.last_card()
+    value = action_value(card, "approve")
+    status_click, _ = await stack.post(stack.invoke(value, card_activity_id=request.answered_id), token=None)
+    await stack.settle()
+
+    assert status == 202 and status_click == 200
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+    assert {r.authorization for r in stack.connector.requests} == {None}

@@ -42,10 +42,10 @@ from adapters.teams.cards import (
     param_input_id,
     text_card,
 )
-from adapters.teams.names import remember_name, with_names
+from adapters.teams.names import display_names, remember_name, with_names
 from adapters.teams.surface import conversation_record
 from bot.engine.admin import is_admin_command
-from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
+from bot.engine.errors import AlreadyDecided, ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
 
 if TYPE_CHECKING:
@@ -145,6 +145,12 @@ class TeamsAgent(ActivityHandler):
             return invoke_card_response(approval_card(step, notice=str(exc), edit=edit))
         except ApprovalNotFound as exc:
             return invoke_message_response(str(exc))
+        except AlreadyDecided as exc:
+            notice = str(exc)
+            if exc.decided_by:  # "already approved by 29:1a2b…" reads better with the name
+                for person_id, name in (await display_names(engine, [exc.decided_by])).items():
+                    notice = notice.replace(person_id, name)
+            return await self._current_card(action.approval_id, notice=notice)
         except EngineError as exc:
             return await self._current_card(action.approval_id, notice=str(exc))
         return invoke_card_response(approval_card(await with_names(engine, result.step)))

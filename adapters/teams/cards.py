@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.engine.model import APPROVED, EXPIRED, MODIFIED, REJECTED, ApprovalView
@@ -307,23 +307,42 @@ def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> lis
     return actions
 
 
-def _section(view: ApprovalView, index: int, total: int, value_limit: int, with_forms: bool, edit: EditForm | None):
+@dataclass(frozen=True)
+class _Layout:
+    """How much detail fits: full sections with edit forms, or compact ones; maybe not every section."""
+
+    value_limit: int
+    forms: bool = True
+    compact: bool = False
+    max_sections: int | None = None
+
+
+def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
     items: list[dict[str, Any]] = [
         _runs(*heading, _run(view.tool_name, weight="bolder", fontType="monospace", size="medium")),
     ]
-    if view.tool_description and with_forms:
+    if view.tool_description and not layout.compact:
         description, _ = truncate(view.tool_description, 300)
         items.append(_runs(_run(description, isSubtle=True), spacing="none"))
-    shown = display_arguments(view.arguments, limit=value_limit)
-    if shown:
-        items.extend(_fact(arg.name, arg.text, monospace=True) for arg in shown)
-    else:
+    shown = display_arguments(view.arguments, limit=layout.value_limit)
+    if not shown:
         items.append(_runs(_run("No arguments.", isSubtle=True)))
-    items.append(_fact("Requested by", view.requester))
-    items.append(_fact("Policy", policy_text(view)))
-    if view.is_pending:
-        items.append(_fact("Expires", format_time(view.expires_at)))
+    elif layout.compact:
+        runs = []
+        for arg in shown:
+            runs += [_run(f"{arg.name}: ", weight="bolder"), _run(f"{arg.text}  ", fontType="monospace")]
+        items.append(_runs(*runs))
+    else:
+        items.extend(_fact(arg.name, arg.text, monospace=True) for arg in shown)
+    expires = f" · expires {format_time(view.expires_at)}" if view.is_pending else ""
+    if layout.compact:
+        items.append(_runs(_run(f"Requested by {view.requester} · {policy_text(view)}{expires}", isSubtle=True)))
+    else:
+        items.append(_fact("Requested by", view.requester))
+        items.append(_fact("Policy", policy_text(view)))
+        if view.is_pending:
+            items.append(_fact("Expires", format_time(view.expires_at)))
     color = _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
     items.append(_runs(_run(outcome_sentence(view), weight="bolder", color=color)))
     if view.is_pending:
@@ -332,12 +351,12 @@ def _section(view: ApprovalView, index: int, total: int, value_limit: int, with_
             items.extend(edit_form_items(view, edit))
             save = _execute("Save and approve", view.approval_id, VERB_EDIT, style="positive")
             items.append({"type": "ActionSet", "actions": [save]})
-        items.append({"type": "ActionSet", "actions": _actions(view, edit, with_forms)})
+        items.append({"type": "ActionSet", "actions": _actions(view, edit, layout.forms)})
     return {"type": "Container", "separator": index > 1, "spacing": "large", "items": items}
 
 
 def _build(
-    approvals: Sequence[ApprovalView], notice: str | None, edit: EditForm | None, value_limit: int, with_forms: bool
+    approvals: Sequence[ApprovalView], notice: str | None, edit: EditForm | None, layout: _Layout
 ) -> dict[str, Any]:
     pending = [v for v in approvals if v.is_pending]
     title = "Approval needed" if pending else "Approval decided"
@@ -352,8 +371,13 @@ def _build(
         body.append({"type": "Container", "style": "warning", "items": [_runs(_run(notice, weight="bolder"))]})
     body.append({"type": "TextBlock", "text": title, "style": "heading", "size": "large", "wrap": True})
     body.append({"type": "TextBlock", "text": subtitle, "isSubtle": True, "wrap": True, "spacing": "none"})
-    for index, view in enumerate(approvals, start=1):
-        body.append(_section(view, index, count, value_limit, with_forms, edit))
+    shown = approvals if layout.max_sections is None else approvals[: layout.max_sections]
+    for index, view in enumerate(shown, start=1):
+        body.append(_section(view, index, count, layout, edit))
+    if len(shown) < count:
+        hidden = count - len(shown)
+        note = f"{hidden} more call(s) do not fit on this card: use Approve all, or send 'pending' to list them."
+        body.append({"type": "TextBlock", "text": note, "wrap": True, "weight": "bolder"})
     card: dict[str, Any] = {
         "type": "AdaptiveCard",
         "$schema": CARD_SCHEMA,
@@ -377,14 +401,26 @@ def approval_card(
     """The card for the approvals of one paused step, under :data:`MAX_CARD_BYTES`.
 
     ``notice`` (e.g. why a click changed nothing) is shown on top; ``edit`` opens an invalid edit with
-    its errors by the fields. Values are truncated harder until the card fits; as a last resort the
-    Edit forms and descriptions are left out.
+    its errors by the fields. Values are truncated harder until the card fits; then the sections get
+    compact (no Edit forms, no descriptions); as a last resort the last sections are left out, with a
+    note saying how many.
     """
     for limit in _VALUE_LIMITS:
-        card = _build(approvals, notice, edit, limit, with_forms=True)
+        card = _build(approvals, notice, edit, _Layout(limit))
         if card_size(card) <= MAX_CARD_BYTES:
             return card
-    return _build(approvals, notice, None, _VALUE_LIMITS[-1], with_forms=False)
+    compact = _Layout(_VALUE_LIMITS[-1], forms=False, compact=True)
+    card = _build(approvals, notice, None, compact)
+    if card_size(card) <= MAX_CARD_BYTES:
+        return card
+    fits, too_many = 1, len(approvals)  # binary search for the most sections that fit
+    while too_many - fits > 1:
+        middle = (fits + too_many) // 2
+        if card_size(_build(approvals, notice, None, replace(compact, max_sections=middle))) <= MAX_CARD_BYTES:
+            fits = middle
+        else:
+            too_many = middle
+    return _build(approvals, notice, None, replace(compact, max_sections=fits))
 
 
 def card_attachment(card: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""The Teams app package: manifest with the admin command list, icons of the required sizes, the zip."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+
+import pytest
+
+from adapters.teams.icons import draw
+from adapters.teams.package import APP_PACKAGE, PLACEHOLDER, build_package, manifest_for
+from bot.engine.admin import COMMAND_WORDS
+
+APP_ID = "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_the_manifest_lists_every_admin_command_within_teams_limits():
+    manifest = json.loads((APP_PACKAGE / "manifest.json").read_text(encoding="utf-8"))
+    [bot] = manifest["bots"]
+    [command_list] = bot["commandLists"]
+    titles = [c["title"] for c in command_list["commands"]]
+    assert sorted(titles) == sorted(COMMAND_WORDS)
+    assert len(titles) <= 10
+    assert all(len(c["title"]) <= 32 and len(c["description"]) <= 128 for c in command_list["commands"])
+    assert set(bot["scopes"]) == {"personal", "team", "groupChat"}
+    assert len(manifest["name"]["short"]) <= 30 and len(manifest["description"]["short"]) <= 80
+    assert manifest["id"] == bot["botId"] == PLACEHOLDER
+
+
+def test_the_icons_have_the_sizes_teams_requires():
+    assert png_size((APP_PACKAGE / "color.png").read_bytes()) == (192, 192)
+    assert png_size((APP_PACKAGE / "outline.png").read_bytes()) == (32, 32)
+    regenerated = draw(32, 3.5, None)
+    assert (APP_PACKAGE / "outline.png").read_bytes() == regenerated, "regenerate: python -m adapters.teams.icons"
+
+
+def test_the_package_is_a_zip_with_the_app_id_filled_in(tmp_path):
+    package = build_package(APP_ID, tmp_path / "countersign-teams.zip")
+    with zipfile.ZipFile(package) as archive:
+        assert sorted(archive.namelist()) == ["color.png", "manifest.json", "outline.png"]
+        manifest = json.loads(archive.read("manifest.json"))
+    assert manifest["id"] == manifest["bots"][0]["botId"] == APP_ID
+    assert PLACEHOLDER not in json.dumps(manifest)
+
+
+def test_the_package_refuses_an_app_id_that_is_not_a_guid():
+    with pytest.raises(ValueError, match="GUID"):
+        manifest_for("my-bot")
