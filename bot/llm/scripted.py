@@ -17,8 +17,8 @@ from bot.llm.base import (
 from bot.messages import ChatMessage
 from bot.tools import Tool, Toolset
 
-ScriptedReply = ChatMessage | Callable[[list[ChatMessage]], ChatMessage] | BaseException
-"""A prepared reply, a callable ``messages -> ChatMessage`` that makes one, or an exception to raise."""
+ScriptedReply = ChatMessage | Callable[[list[ChatMessage]], ChatMessage | str] | BaseException
+"""A prepared reply, a callable ``messages -> ChatMessage | str`` that makes one, or an exception to raise."""
 
 
 class ScriptedChatGenerator:

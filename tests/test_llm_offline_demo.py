@@ -1,0 +1,124 @@
+"""OfflineDemoChatGenerator: a rule-based stand-in that drives the demo tools without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.demo_tools import build_demo_toolset
+from bot.llm import ANNOUNCEMENT, ChatGenerator, OfflineDemoChatGenerator, StreamingChunk
+from bot.messages import ChatMessage, ToolCall
+from bot.tools import Toolset
+
+PHRASE = "offline demo model — set OPENAI_API_KEY or OPENAI_BASE_URL for a real LLM"
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Toolset:
+    return build_demo_toolset(tmp_path / "sandbox")
+
+
+def ask(text: str, tools: Toolset, history: list[ChatMessage] | None = None) -> ChatMessage:
+    messages = [*(history or []), ChatMessage.from_user(text)]
+    return OfflineDemoChatGenerator().run(messages, tools=tools)["replies"][0]
+
+
+def test_the_announcement_is_the_exact_phrase() -> None:
+    assert ANNOUNCEMENT == PHRASE
+    assert isinstance(OfflineDemoChatGenerator(), ChatGenerator)
+
+
+def test_the_first_text_reply_announces_the_offline_model_and_later_ones_do_not(tools: Toolset) -> None:
+    first = ask("hello", tools)
+    second = ask("hello again", tools, history=[ChatMessage.from_user("hello"), first])
+
+    assert PHRASE in (first.text or "")
+    assert PHRASE not in (second.text or "")
+
+
+def test_unknown_requests_get_a_help_text_listing_what_it_can_do(tools: Toolset) -> None:
+    reply = ask("what's the weather?", tools)
+
+    assert reply.tool_calls == []
+    for example in ("list files", "read notes.txt", "delete old.log", "restart nginx", "what time is it?"):
+        assert example in (reply.text or "")
+    assert reply.meta["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("list the files please", [("list_files", {})]),
+        ("ls", [("list_files", {})]),
+        ("read notes.txt", [("read_file", {"path": "notes.txt"})]),
+        ("please delete old.log", [("delete_file", {"path": "old.log"})]),
+        ("Remove the file 'notes.txt'.", [("delete_file", {"path": "notes.txt"})]),
+        ("restart nginx", [("restart_service", {"service": "nginx"})]),
+        ("force restart the service postgres", [("restart_service", {"service": "postgres", "force": True})]),
+        ("what time is it?", [("get_time", {})]),
+        (
+            "delete old.log and delete notes.txt",
+            [("delete_file", {"path": "old.log"}), ("delete_file", {"path": "notes.txt"})],
+        ),
+    ],
+)
+def test_commands_become_tool_calls(tools: Toolset, text: str, expected: list[tuple[str, dict]]) -> None:
+    reply = ask(text, tools)
+
+    assert [(c.tool_name, c.arguments) for c in reply.tool_calls] == expected
+    assert all(c.id for c in reply.tool_calls)
+    assert reply.meta["finish_reason"] == "tool_calls"
+    assert reply.meta["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_only_tools_it_was_given_are_called(tools: Toolset) -> None:
+    without_delete = Toolset(t for t in tools if t.name != "delete_file")
+
+    reply = ask("delete old.log", without_delete)
+
+    assert reply.tool_calls == []
+    assert "delete_file is not among the tools" in (reply.text or "")
+
+
+def test_a_rejected_call_is_summarised_as_failed_or_rejected_with_its_text(tools: Toolset) -> None:
+    call = ToolCall(tool_name="delete_file", arguments={"path": "old.log"}, id="call_1")
+    rejection = "Tool execution for 'delete_file' was rejected by the user. With user feedback: keep it"
+    history = [
+        ChatMessage.from_user("delete old.log"),
+        ChatMessage.from_assistant(tool_calls=[call]),
+        ChatMessage.from_tool(rejection, origin=call, error=True),
+    ]
+
+    reply = OfflineDemoChatGenerator().run(history, tools=tools)["replies"][0]
+
+    assert reply.tool_calls == []
+    assert "failed or was rejected" in (reply.text or "")
+    assert rejection in (reply.text or "")
+
+
+def test_it_drives_delete_then_summarises_the_result(tools: Toolset, tmp_path: Path) -> None:
+    generator = OfflineDemoChatGenerator()
+    messages = [ChatMessage.from_user("delete old.log")]
+
+    [call_reply] = generator.run(messages, tools=tools)["replies"]
+    [call] = call_reply.tool_calls
+    tool = next(t for t in tools if t.name == call.tool_name)
+    result = tool.invoke(**call.arguments)
+    messages += [call_reply, ChatMessage.from_tool(result, origin=call)]
+    [summary] = generator.run(messages, tools=tools)["replies"]
+
+    assert not (tmp_path / "sandbox" / "old.log").exists()
+    assert "Deleted old.log." in (summary.text or "")
+    assert PHRASE in (summary.text or "")  # its first text reply of the conversation
+    assert summary.meta["finish_reason"] == "stop"
+
+
+async def test_run_async_streams_the_text_as_one_chunk(tools: Toolset) -> None:
+    chunks: list[StreamingChunk] = []
+
+    result = await OfflineDemoChatGenerator().run_async(
+        [ChatMessage.from_user("hi")], tools=tools, streaming_callback=chunks.append
+    )
+
+    assert [c.content for c in chunks] == [result["replies"][0].text]
