@@ -262,8 +262,9 @@ class Agent:
         folder = first_pause.snapshot_file_path if first_pause else None
         file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
         names = ", ".join(c.tool_name for c in pending)
+        saved = f"; snapshot saved to {file_path}" if file_path else ""
         exc = HITLBreakpointException(
-            f"{len(pending)} tool call(s) need a human decision: {names}",
+            f"{len(pending)} tool call(s) need a human decision: {names}{saved}",
             tool_name=pending[0].tool_name,
             snapshot_file_path=file_path,
             tool_call_id=pending[0].id,
