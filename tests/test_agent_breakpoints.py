@@ -277,6 +277,7 @@ def test_each_pause_writes_its_own_snapshot_file_named_for_the_run_and_the_step(
     assert {str(f) for f in files} == {pause1.snapshot_file_path, pause2.snapshot_file_path}
     name1, name2 = Path(pause1.snapshot_file_path).name, Path(pause2.snapshot_file_path).name
     assert name1 != name2
+    assert pause2.snapshot_file_path in str(pause2)  # a log line of the pause says where to look
     assert "run-42" in name1 and "step001" in name1
     assert "run-42" in name2 and "step002" in name2
     on_disk = AgentSnapshot.from_json(Path(pause2.snapshot_file_path).read_text(encoding="utf-8"))
