@@ -413,3 +413,41 @@ def test_a_message_without_a_tool_call_id_is_refused_before_sending() -> None:
 
     with pytest.raises(ValueError, match="no id"):
         generator.run([ChatMessage.from_user("t"), ChatMessage.from_assistant(tool_calls=[call])])
+
+
+async def test_the_fake_server_releases_a_delayed_request_when_it_stops() -> None:
+    srv = await FakeOpenAIServer().start_async()
+    srv.enqueue_delay(30.0, then="never sent")
+    generator = OpenAIChatGenerator(api_key=API_KEY, api_base_url=srv.base_url, max_retries=0)
+    pending = asyncio.ensure_future(generator.run_async(user("hi")))
+    async with asyncio.timeout(5):
+        await srv.wait_for_requests(1)  # the request is now held by the delay
+
+    started = time.monotonic()
+    await srv.stop_async()
+    with pytest.raises(LLMError):
+        await pending
+    await generator.aclose()
+
+    assert time.monotonic() - started < 3.0
+
+
+async def test_an_empty_script_answers_an_error_the_client_does_not_retry(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator]
+) -> None:
+    with pytest.raises(LLMError, match="no scripted response left"):
+        await make_generator(max_retries=2).run_async(user("hi"))
+
+    assert len(server.requests) == 1
+
+
+async def test_an_async_responder_drives_the_conversation(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator]
+) -> None:
+    async def responder(body: dict[str, Any]) -> str:
+        return f"{len(body['messages'])} messages seen"
+
+    server.responder = responder
+    [reply] = (await make_generator().run_async(user("a") + user("b")))["replies"]
+
+    assert reply.text == "2 messages seen"

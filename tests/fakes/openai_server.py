@@ -102,6 +102,7 @@ class FakeOpenAIServer:
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._stopping: asyncio.Event | None = None
+        self._arrived: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
 
@@ -134,11 +135,19 @@ class FakeOpenAIServer:
         """Hold a later request for ``seconds`` (cancelled when the server stops), then answer ``then``."""
         self.enqueue(DelayResponse(seconds, TextResponse(then) if isinstance(then, str) else then))
 
+    async def wait_for_requests(self, count: int) -> None:
+        """Wait until ``count`` requests have arrived (async mode; wrap in ``asyncio.timeout`` to bound it)."""
+        assert self._arrived is not None, "start the server with start_async() / async with"
+        while len(self.requests) < count:
+            self._arrived.clear()
+            await self._arrived.wait()
+
     # --- async lifecycle ----------------------------------------------------------------------
 
     async def start_async(self) -> FakeOpenAIServer:
         """Start serving on the running event loop."""
         self._stopping = asyncio.Event()
+        self._arrived = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=None)
@@ -211,6 +220,8 @@ class FakeOpenAIServer:
             return web.json_response({"error": {"message": "body is not JSON", "type": "invalid_request"}}, status=400)
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
+        if self._arrived is not None:
+            self._arrived.set()
         spec = await self._next_spec(body)
         return await self._answer(request, body, spec)
 
