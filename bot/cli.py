@@ -214,14 +214,14 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from aiohttp import web
 
     from bot.engine.engine import Engine
-    from bot.server import build_web_app
+    from bot.server import ACTIVE_PLUGINS, build_web_app
 
     engine = await Engine.create(config)
     await engine.start()
     runner: web.AppRunner | None = None
     try:
         app = await build_web_app(engine, config)
-        active = [plugin.name for plugin in app["countersign.plugins"]]
+        active = [plugin.name for plugin in app[ACTIVE_PLUGINS]]
         if active:
             logger.info("active surfaces: %s", ", ".join(active))
         else:
