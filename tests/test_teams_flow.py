@@ -8,11 +8,14 @@ against the Adaptive Card 1.5 schema.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 
 from adapters.teams.cards import feedback_input_id, param_input_id
+from adapters.teams.surface import TeamsSurface, typing_task_name
+from bot.engine.model import ThreadRef
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
 from tests.fakes.teams_stack import (
@@ -21,6 +24,7 @@ from tests.fakes.teams_stack import (
     BEN,
     BOT_ID,
     BOT_NAME,
+    CHANNEL,
     CHANNEL_THREAD,
     OUTGOING_TOKEN,
     PERSONAL_CHAT,
@@ -278,6 +282,7 @@ async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
 
     help_card, pending_card = (r.cards[0] for r in stack.connector.posted()[-2:])
     assert "countersign admin commands" in texts_of(help_card)[0]
+    assert texts_of(help_card)[0].endswith(f"Your Teams user id: {BEN.id}")
     assert "delete_file asked by 29:1ana-requester" in texts_of(pending_card)[0]
 
 
@@ -364,3 +369,88 @@ async def test_explicit_anonymous_mode_works_without_tokens_and_sends_none(open_
     assert status == 202 and status_click == 200
     assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
     assert {r.authorization for r in stack.connector.requests} == {None}
+
+
+# --- stale clicks --------------------------------------------------------------------------------------
+
+
+async def test_a_click_on_a_superseded_card_changes_nothing_and_says_so(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), says("Okay, I won't.")])
+    await stack.say("delete old.log")
+    _, card = stack.last_card()
+    await stack.say("never mind")
+
+    status, body = await stack.click("approve", ANA, card=card)
+
+    assert status == 200
+    assert texts_of(body["value"])[0] == "This approval was superseded; the call was not run."
+    assert "Superseded by a newer message; the call was not run." in texts_of(stack.connector.updates()[-1].cards[0])
+    assert stack.tools.executed == []
+
+
+async def test_a_click_after_expiry_changes_nothing_and_the_card_already_says_it_expired(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    stack.clock.advance(days=2)
+    assert await stack.engine.sweep_expired() == 1
+    await stack.settle()
+    assert any(t.startswith("Expired without a decision") for t in texts_of(stack.connector.updates()[-1].cards[0]))
+
+    status, body = await stack.click("approve", ANA)
+
+    assert status == 200
+    assert texts_of(body["value"])[0] == "This approval expired without a decision; the call was not run."
+    assert stack.tools.executed == []
+
+
+# --- the surface's other outputs -----------------------------------------------------------------------
+
+
+async def test_telling_someone_privately_uses_their_personal_chat_when_there_is_one(open_stack):
+    stack = await open_stack(replies=[says("Hi."), says("Hi again.")])
+    await stack.say("hello")
+    channel = thread_of_last_answer(stack)
+    surface = stack.plugin.surface
+
+    await surface.tell_user(channel, ANA.id, "Only <at>you</at> should see [this](https://evil.example).")
+    in_thread = stack.connector.posted()[-1]
+    await stack.say("hi", conversation=PERSONAL_CHAT, conversation_type="personal")
+    await surface.tell_user(channel, ANA.id, "Psst.")
+    privately = stack.connector.posted()[-1]
+
+    assert in_thread.conversation_id == CHANNEL_THREAD and "entities" not in in_thread.body
+    assert "<at>" not in in_thread.text and "](" not in in_thread.text
+    assert privately.conversation_id == PERSONAL_CHAT and privately.text == "Psst."
+
+
+async def test_the_typing_indicator_repeats_until_the_bot_stops_working(open_stack):
+    stack = await open_stack(replies=[says("Hi.")])
+    await stack.say("hello")
+    thread = thread_of_last_answer(stack)
+    surface = TeamsSurface(stack.plugin.adapter, stack.engine, typing_interval=0.01)
+    before = len(stack.connector.typing())
+
+    await surface.show_working(thread, True)
+    await stack.connector.wait_for(lambda r: r.activity_type == "typing", count=before + 3)
+    await surface.show_working(thread, False)
+
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == typing_task_name(thread)]
+
+
+def thread_of_last_answer(stack: TeamsStack) -> ThreadRef:
+    return ThreadRef("teams", TENANT, CHANNEL, stack.connector.posted()[-1].conversation_id)
+
+
+async def test_with_a_quorum_each_click_counts_and_the_tool_runs_when_enough_approved(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("quorum delete_file 2", person=ADA)
+    await stack.say("delete old.log")
+
+    first = await stack.click("approve", ANA)
+    edit = await stack.click("edit", ADA, typed={param_input_id(approval_ids(first[1]["value"])[0], "path"): "x.log"})
+    second = await stack.click("approve", ADA)
+
+    assert "(1/2 approvals)" in " ".join(texts_of(first[1]["value"]))
+    assert texts_of(edit[1]["value"])[0].startswith("Nothing was decided: this call needs several approvals")
+    assert "Approved by Ada Admin" in " ".join(texts_of(second[1]["value"]))
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]

@@ -82,6 +82,9 @@ class TeamsAgent(ActivityHandler):
             await self._engine.save_conversation(personal, record)
         if is_admin_command(text):
             answer = await self._engine.admin(handler.admin_request(activity))
+            if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
+                # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.
+                answer += f"\n\nYour Teams user id: {handler.actor_of(activity)}"
             await turn_context.send_activity(_card_message(text_card(answer)))
             return
         self._spawn(self._engine.handle_message(handler.inbound_from(activity, text)), thread.key)
@@ -140,9 +143,11 @@ class TeamsAgent(ActivityHandler):
                 for f in form_fields(view)
                 if f.kind != "secret" and param_input_id(view.approval_id, f.name) in action.data
             }
-            edit = EditForm(view.approval_id, submitted, exc.errors)
+            fields = {k: v for k, v in exc.errors.items() if k != "_"}
+            edit = EditForm(view.approval_id, submitted, fields) if fields else None
+            problems = "; ".join(v if k == "_" else f"{k} {v}" for k, v in exc.errors.items())
             step = await with_names(engine, await engine.step_approvals(action.approval_id))
-            return invoke_card_response(approval_card(step, notice=str(exc), edit=edit))
+            return invoke_card_response(approval_card(step, notice=f"Nothing was decided: {problems}.", edit=edit))
         except ApprovalNotFound as exc:
             return invoke_message_response(str(exc))
         except AlreadyDecided as exc:

@@ -37,6 +37,11 @@ TYPING_INTERVAL_SECONDS = 3.0
 """Teams shows a typing indicator for a few seconds; repeat it while the agent works."""
 
 
+def typing_task_name(thread: ThreadRef) -> str:
+    """The name of the task that repeats the typing indicator in ``thread``."""
+    return f"teams-typing:{thread.key}"
+
+
 class ConversationUnknown(LookupError):
     """No conversation reference is stored for a thread: the bot cannot post there."""
 
@@ -161,7 +166,7 @@ class TeamsSurface:
         except Exception:  # cosmetic: never let a typing indicator fail the run
             logger.warning("typing indicator failed", extra={"thread": thread.key}, exc_info=True)
             return
-        self._typing[thread.key] = asyncio.create_task(self._keep_typing(thread.key))
+        self._typing[thread.key] = asyncio.create_task(self._keep_typing(thread.key), name=typing_task_name(thread))
 
     async def _send_typing(self, key: str) -> None:
         await self._send(key, Activity(type=ActivityTypes.typing))
