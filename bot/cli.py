@@ -25,6 +25,7 @@ logger = logging.getLogger("countersign")
 CONSOLE_GROUP = "countersign.console"
 CONSOLE_ENTRY = "chat"
 EXIT_CONFIG_ERROR = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 ENVIRONMENT_HELP = """\
 configuration (environment variables; a .env file in the working folder is read too):
@@ -154,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``countersign`` with ``argv`` (default: the command line); returns the exit code."""
     args = build_parser().parse_args(argv)
     _importable_working_folder()
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
+    configure_logging(args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG")
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     try:
         config = Config.from_env()
@@ -162,6 +164,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"countersign: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+
+
+class ConciseFormatter(logging.Formatter):
+    """One line per record: an exception is summarised as ``(Type: message)`` instead of its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Format ``record``, folding its exception (if any) into the message line."""
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            record = logging.makeLogRecord(record.__dict__)
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return super().format(record)
+
+
+def configure_logging(level: str, *, tracebacks: bool) -> None:
+    """Log to stderr at ``level`` in a concise format; without ``tracebacks`` exceptions take one line."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter_class = logging.Formatter if tracebacks else ConciseFormatter
+    handler.setFormatter(formatter_class(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _importable_working_folder() -> None:

@@ -6,7 +6,9 @@ environment, so entry-point discovery, exit codes and stderr are exactly what a 
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import pty
 import re
@@ -21,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import build_parser, main
+from bot.cli import ConciseFormatter, build_parser, main
+from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
 ENV_VARS = (
@@ -64,6 +67,22 @@ def countersign(tmp_path: Path, *args: str, stdin: str | None = None, **env: str
         text=True,
         timeout=TIMEOUT,
     )
+
+
+@pytest.fixture
+def terminal(tmp_path, monkeypatch):
+    """In-process runs of ``main``: a clean environment, the tmp folder as working folder, typed stdin."""
+    for name in list(os.environ):
+        if name.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("COUNTERSIGN_DB", str(tmp_path / "cs.db"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main() may add the working folder
+
+    def type_lines(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+    return type_lines
 
 
 def help_text(capsys, *argv: str) -> str:
@@ -130,34 +149,81 @@ def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):
     )
 
 
-def test_a_bad_number_setting_exits_2_naming_the_variable(tmp_path):
-    result = countersign(tmp_path, "serve", COUNTERSIGN_HISTORY_LAST_K="lots")
+def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
+    monkeypatch.setenv("COUNTERSIGN_HISTORY_LAST_K", "lots")
 
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'"
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == (
+        "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'\n"
     )
 
 
 # --- the real console script ------------------------------------------------------------------------------
 
 
-def test_chat_through_the_console_script_approves_and_deletes(tmp_path):
-    result = countersign(tmp_path, "chat", "--user", "ana", stdin="delete old.log\ny\n")
+def test_chat_finds_the_console_adapter_and_approves_a_delete(terminal, tmp_path, capsys):
+    terminal("delete old.log\ny\n")
 
-    assert result.returncode == 0, result.stderr
-    assert "offline demo model" in result.stdout
-    assert "Approval needed · delete_file" in result.stdout
-    assert "Deleted old.log." in result.stdout
+    assert main(["chat", "--user", "ana"]) == 0
+
+    out = capsys.readouterr().out
+    assert "offline demo model" in out
+    assert "Approval needed · delete_file" in out
+    assert "Deleted old.log." in out
     assert not (tmp_path / "countersign-sandbox" / "old.log").exists()
     assert (tmp_path / "cs.db").exists()
-    assert "Traceback" not in result.stderr
 
 
-def test_chat_db_flag_overrides_the_environment(tmp_path):
-    result = countersign(tmp_path, "chat", "--db", "elsewhere.db", stdin="")
+def test_chat_with_an_openai_compatible_server_pauses_asks_and_answers(terminal, tmp_path, monkeypatch, capsys):
+    with FakeOpenAIServer() as llm:
+        llm.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+        llm.enqueue_text("I deleted **old.log** for you.")
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        monkeypatch.setenv("COUNTERSIGN_MODEL", "fake-model")
+        terminal("clean up the old log\ny\n")
 
-    assert result.returncode == 0, result.stderr
+        assert main(["chat", "--user", "ana"]) == 0
+
+    out = capsys.readouterr().out
+    assert "fake-model at http://127.0.0.1" in out
+    assert "Approval needed · delete_file" in out
+    assert "I deleted old.log for you." in out
+    assert not (tmp_path / "countersign-sandbox" / "old.log").exists()
+    assert [r["model"] for r in llm.requests] == ["fake-model", "fake-model"]
+    assert llm.requests[1]["messages"][-1]["role"] == "tool"
+
+
+def test_a_failing_model_gets_an_apology_in_the_chat(terminal, monkeypatch, capsys):
+    with FakeOpenAIServer() as llm:
+        llm.enqueue_error(400)
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        terminal("hello\n")
+
+        assert main(["chat"]) == 0
+
+    assert "Sorry, the language model could not answer" in capsys.readouterr().out
+
+
+def test_chat_logs_an_exception_as_one_line_without_its_traceback():
+    try:
+        raise ConnectionError("model server unreachable")
+    except ConnectionError:
+        record = logging.getLogger("bot.engine.engine").makeRecord(
+            "bot.engine.engine", logging.ERROR, __file__, 1, "run failed %s", ("run_1",), sys.exc_info()
+        )
+
+    line = ConciseFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+
+    assert line == "ERROR bot.engine.engine: run failed run_1 (ConnectionError: model server unreachable)"
+
+
+def test_chat_db_flag_overrides_the_environment(terminal, tmp_path):
+    terminal("")
+
+    assert main(["chat", "--db", "elsewhere.db"]) == 0
+
     assert (tmp_path / "elsewhere.db").exists()
     assert not (tmp_path / "cs.db").exists()
 
