@@ -1,0 +1,302 @@
+"""Engine benchmark: many threads at once, each pausing for one approval and resumed by a decision.
+
+    python bench/engine.py                      # 1,000 threads, a model that answers after 200 ms
+    python bench/engine.py --threads 200 --llm-delay 0.05 --profile
+
+Every thread sends one message; the model asks for one tool call that needs approval (the run pauses
+and the approval is rendered); the thread's requester approves it; the run resumes, the tool runs, and
+the model's second answer is posted. One conversation is therefore two model calls (2 x 200 ms).
+
+Figures: the total wall time for all threads (target: under 2x one conversation's model time, i.e. no
+serialization across threads) and the median decision-to-resume latency excluding the model (from
+``decide()`` returning to the approved tool starting to run). The real engine runs on a temporary
+SQLite file. The figures are printed as one JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.aio import run_sync  # noqa: E402
+from bot.config import Config  # noqa: E402
+from bot.engine.engine import Engine  # noqa: E402
+from bot.engine.model import ApprovalView, DecisionRequest, Inbound, ThreadRef  # noqa: E402
+from bot.llm.base import finalize_local_reply  # noqa: E402
+from bot.messages import ChatMessage, ChatRole, ToolCall  # noqa: E402
+from bot.tools import Tool, Toolset, tool  # noqa: E402
+from storage.aio import EXECUTOR_THREADS  # noqa: E402
+
+TARGET_FACTOR = 2.0
+
+
+class SlowChatGenerator:
+    """A ChatGenerator that answers after ``delay`` seconds: a tool call to a person's message, text after."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.calls = 0
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: Any = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Sleep like a model, then ask for ``delete_file`` or sum up the tool result."""
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        last = messages[-1]
+        if last.role == ChatRole.USER:
+            path = last.text.removeprefix("please delete ")
+            reply = ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": path})])
+        else:
+            reply = ChatMessage.from_assistant(f"Done: {last.tool_call_result.result}")
+        return {"replies": [finalize_local_reply(reply, model="bench")]}
+
+    def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, list[ChatMessage]]:
+        """Sync twin of :meth:`run_async`."""
+        return run_sync(self.run_async(messages, **kwargs))
+
+
+class BenchSurface:
+    """A Surface that hands each thread's rendered approvals and final answer to the waiting conversation."""
+
+    def __init__(self) -> None:
+        self.rendered: dict[str, asyncio.Future[ApprovalView]] = collections.defaultdict(_future)
+        self.answered: dict[str, asyncio.Future[str]] = collections.defaultdict(_future)
+
+    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+        future = self.answered[thread.key]
+        if not future.done():
+            future.set_result(text)
+
+    async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+        self.rendered[thread.key].set_result(approvals[0])
+        return {"thread": thread.key}
+
+    async def update_approvals(self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Any) -> None:
+        return None
+
+    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+        return None
+
+    async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
+        return None
+
+
+def _future() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
+def bench_tools(started: dict[str, float]) -> list[Tool]:
+    """``delete_file``: notes when it starts (the end of the decision-to-resume interval)."""
+
+    @tool
+    async def delete_file(path: str) -> str:
+        """Delete a file.
+
+        :param path: The file to delete.
+        """
+        started[path] = time.perf_counter()
+        return f"deleted {path}"
+
+    return [delete_file]
+
+
+class ExecutorProfile:
+    """Wraps the engine's storage executor: per storage method, calls, queue wait and run time."""
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self.executor = executor
+        self.stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        self.cpu_s = 0.0
+        self.lock = threading.Lock()
+        self.original_submit = executor.submit
+        executor.submit = self.submit  # type: ignore[method-assign]
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        queued = time.perf_counter()
+        name = getattr(getattr(fn, "func", fn), "__qualname__", repr(fn))
+
+        def timed() -> Any:
+            began, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ended = time.perf_counter()
+                with self.lock:
+                    self.cpu_s += time.thread_time() - cpu
+                    entry = self.stats[name]
+                    entry[0] += 1
+                    entry[1] += began - queued
+                    entry[2] += ended - began
+
+        return self.original_submit(timed)
+
+    def top(self, n: int = 12) -> list[dict[str, Any]]:
+        rows = sorted(self.stats.items(), key=lambda kv: -kv[1][2])[:n]
+        return [
+            {"call": name, "n": int(c), "run_ms_total": round(r * 1000), "wait_ms_avg": round(w / c * 1000, 2)}
+            for name, (c, w, r) in rows
+        ]
+
+
+async def run_conversations(
+    n_threads: int,
+    delay: float,
+    db_path: Path,
+    profile: bool = False,
+    synchronous: str | None = None,
+    db_threads: int | None = None,
+) -> tuple[dict[str, Any], ExecutorProfile | None]:
+    """Run ``n_threads`` conversations at once on a fresh engine; return the figures."""
+    started: dict[str, float] = {}
+    generator = SlowChatGenerator(delay)
+    config = Config(db_path=db_path, admins=frozenset())
+    if synchronous is None and db_threads is None:
+        engine = await Engine.create(config, generator=generator, tools=bench_tools(started))
+    else:  # the same as Engine.create, with the storage knobs turned
+        from storage import AsyncStorage, open_storage
+
+        sync_storage = open_storage(db_path, synchronous=synchronous or "FULL", last_k=config.history_last_k)
+        executor = ThreadPoolExecutor(max_workers=db_threads or EXECUTOR_THREADS, thread_name_prefix="countersign-db")
+        storage = AsyncStorage(sync_storage, executor=executor)
+        engine = Engine(config=config, storage=storage, generator=generator, tools=bench_tools(started))
+    profiler = ExecutorProfile(engine.storage.executor) if profile else None
+    surface = BenchSurface()
+    engine.register_surface("slack", surface)
+    await engine.start(sweep=False)
+    decided_at: dict[str, float] = {}
+    decide_ms: list[float] = []
+    failures: list[str] = []
+
+    async def conversation(i: int) -> None:
+        thread = f"1700000000.{i:06d}"
+        key = f"slack:T1:C{i % 50}:{thread}"
+        path = f"file-{i}.log"
+        inbound = Inbound("slack", "T1", f"C{i % 50}", thread, f"U{i}", f"please delete {path}", f"Ev{i}")
+        await engine.handle_message(inbound)
+        approval = await asyncio.wait_for(surface.rendered[key], 120)
+        asked = time.perf_counter()
+        result = await engine.decide(DecisionRequest(approval.approval_id, f"U{i}", "confirm"))
+        decided_at[path] = time.perf_counter()
+        decide_ms.append((decided_at[path] - asked) * 1000)
+        if not result.resumed:
+            failures.append(f"{key}: not resumed")
+        answer = await asyncio.wait_for(surface.answered[key], 120)
+        if answer != f"Done: deleted {path}":
+            failures.append(f"{key}: {answer[:80]}")
+
+    began, loop_cpu = time.perf_counter(), time.thread_time()
+    await asyncio.gather(*(conversation(i) for i in range(n_threads)))
+    wall = time.perf_counter() - began
+    loop_cpu = time.thread_time() - loop_cpu
+    await engine.wait_idle()
+    await engine.stop()
+    if db_threads is not None or synchronous is not None:
+        executor.shutdown(wait=True)  # AsyncStorage leaves a borrowed executor running
+    resume_ms = sorted((started[p] - decided_at[p]) * 1000 for p in decided_at if p in started)
+    figures = {
+        "threads": n_threads,
+        "wall_s": round(wall, 3),
+        "llm_calls": generator.calls,
+        "decision_to_resume_ms_median": round(statistics.median(resume_ms), 2) if resume_ms else None,
+        "decision_to_resume_ms_p95": round(resume_ms[int(len(resume_ms) * 0.95) - 1], 2) if resume_ms else None,
+        "decide_ms_median": round(statistics.median(decide_ms), 2) if decide_ms else None,
+        "event_loop_cpu_s": round(loop_cpu, 2),
+        "storage_cpu_s": round(profiler.cpu_s, 2) if profiler else None,
+        "failures": len(failures) + (n_threads - len(resume_ms)),
+        "failure_examples": failures[:3],
+    }
+    return figures, profiler
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="countersign-bench-") as folder:
+        knobs = {"synchronous": args.synchronous, "db_threads": args.db_threads}
+        single, _ = await run_conversations(1, args.llm_delay, Path(folder) / "single.db", **knobs)
+        many, profiler = await run_conversations(
+            args.threads, args.llm_delay, Path(folder) / "many.db", profile=args.profile, **knobs
+        )
+    llm_time = 2 * args.llm_delay
+    target = TARGET_FACTOR * llm_time
+    figures = {
+        "bench": "engine",
+        "threads": args.threads,
+        "llm_delay_s": args.llm_delay,
+        "single_conversation_llm_s": llm_time,
+        "single_conversation_wall_s": single["wall_s"],
+        "single_decision_to_resume_ms": single["decision_to_resume_ms_median"],
+        "wall_s": many["wall_s"],
+        "target_wall_s": target,
+        "meets_target": many["wall_s"] < target,
+        "wall_over_single_llm": round(many["wall_s"] / llm_time, 2),
+        "decision_to_resume_ms_median": many["decision_to_resume_ms_median"],
+        "decision_to_resume_ms_p95": many["decision_to_resume_ms_p95"],
+        "decide_ms_median": many["decide_ms_median"],
+        "llm_calls": many["llm_calls"],
+        "sqlite_synchronous": args.synchronous or "FULL",
+        "db_executor_threads": args.db_threads or EXECUTOR_THREADS,
+        "failures": many["failures"],
+        "failure_examples": many["failure_examples"],
+        "machine": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+        },
+    }
+    if profiler is not None:
+        figures["event_loop_cpu_s"] = many["event_loop_cpu_s"]
+        figures["storage_cpu_s"] = many["storage_cpu_s"]
+        figures["storage_profile"] = profiler.top()
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1000)
+    parser.add_argument("--llm-delay", type=float, default=0.2, help="seconds before each model reply")
+    parser.add_argument("--profile", action="store_true", help="time every storage call on the executor")
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], help="SQLite synchronous mode (engine: FULL)")
+    parser.add_argument("--db-threads", type=int, help=f"storage executor threads (engine: {EXECUTOR_THREADS})")
+    args = parser.parse_args()
+    figures = asyncio.run(main_async(args))
+    print(f"engine bench: {figures['threads']} threads, model answers after {args.llm_delay * 1000:.0f} ms")
+    print(f"  one conversation: {figures['single_conversation_wall_s']:.3f} s wall "
+          f"({figures['single_conversation_llm_s']:.1f} s of it the model), "
+          f"decision to resume {figures['single_decision_to_resume_ms']} ms")
+    print(f"  all threads:      {figures['wall_s']:.3f} s wall, target < {figures['target_wall_s']:.1f} s "
+          f"({'met' if figures['meets_target'] else 'NOT met'})")
+    print(f"  decision to resume (tool starts), excluding the model: median "
+          f"{figures['decision_to_resume_ms_median']} ms, p95 {figures['decision_to_resume_ms_p95']} ms")
+    print(f"  decide() itself: median {figures['decide_ms_median']} ms; failures: {figures['failures']}")
+    if "storage_profile" in figures:
+        print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
+    for row in figures.get("storage_profile", []):
+        print(f"    {row['call']:<45} n={row['n']:<6} run={row['run_ms_total']:>6} ms  "
+              f"queue wait avg={row['wait_ms_avg']} ms")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
