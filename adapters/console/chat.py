@@ -167,13 +167,16 @@ class ChatSession:
 
     async def _continue_thread(self, engine: Engine, dialog: ApprovalDialog) -> None:
         """Show again the calls of this thread that still wait for this person, and ask about them."""
+        # engine.start() may already have resumed a run of this thread that paused again: its panels
+        # are on screen, so only the older pending calls need showing.
+        just_rendered = {view.approval_id for view in self.surface.take_rendered()}
         pending = await self._pending_here(engine)
         if not pending:
             return
         self.console.print(
             Text(f"This thread has {len(pending)} tool call(s) waiting for your decision:", style="bold yellow")
         )
-        self.surface.show_approvals(pending)
+        self.surface.show_approvals([view for view in pending if view.approval_id not in just_rendered])
         await dialog.settle(pending)
 
     async def _pending_here(self, engine: Engine) -> list[ApprovalView]:
