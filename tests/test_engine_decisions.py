@@ -250,6 +250,35 @@ async def test_quorum_two_records_the_first_vote_refuses_a_repeat_and_decides_on
     assert [e.actor for e in await h.audit("voted")] == ["U_ANA"]
 
 
+async def test_under_a_quorum_one_reject_by_an_approver_rejects(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    await admin(h, "approvers delete_file @U_ANA @U_BEN")
+    await admin(h, "quorum delete_file 2")
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    await h.engine.decide(decision(approval, actor="U_ANA"))
+    result = await h.engine.decide(decision(approval, actor="U_BEN", action="reject", feedback="not today"))
+    await h.engine.wait_idle()
+
+    assert result.resumed and result.approval.status == "rejected" and result.approval.decided_by == "U_BEN"
+    assert h.tools.executed == []
+    assert [r[2] for r in tool_results(sent_to_llm(h.generator))] == [True]
+
+
+async def test_a_call_that_needs_a_quorum_cannot_be_edited(harnesses):
+    h = await harnesses.open(replies=[asks_for("scale_service", service="web", replicas=2), echoes_results])
+    await admin(h, "approvers scale_service @U_ANA @U_BEN")
+    await admin(h, "quorum scale_service 2")
+    [approval] = await h.paused_approvals("scale web")
+
+    with pytest.raises(InvalidEdit):
+        await h.engine.decide(decision(approval, actor="U_ANA", action="modify", edited_params={"replicas": "9"}))
+
+    view = await h.engine.get_approval(approval.approval_id)
+    assert view.status == "pending" and view.votes == ()
+    assert h.tools.executed == []
+
+
 async def test_four_eyes_refuses_the_requester_and_lets_another_approver_decide(harnesses):
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     await admin(h, "four-eyes delete_file on")

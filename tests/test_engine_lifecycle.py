@@ -65,6 +65,24 @@ async def test_a_click_after_a_restart_resumes_the_run_in_the_new_engine_and_run
     assert (await after.run_of(approval.run_id)).status == "finished"
 
 
+async def test_a_paused_run_whose_tools_changed_across_a_restart_fails_cleanly_without_running(harnesses):
+    before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    [approval] = await before.paused_approvals("delete a.txt")
+    await before.close()
+    before.tool_list = [t for t in before.tool_list if t.name != "scale_service"]  # a new deploy drops a tool
+
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([says("still here")]))
+    await after.engine.decide(confirm(approval))
+    await after.engine.wait_idle()
+
+    assert before.tools.executed == []
+    assert (await after.run_of(approval.run_id)).status == "failed"
+    assert after.surface.replies_in(after.thread())[-1].startswith("Sorry, something went wrong")
+    await after.say("hello?")
+    assert after.surface.replies_in(after.thread())[-1] == "still here"
+    assert dangling_calls(sent_to_llm(after.generator)) == []
+
+
 async def test_a_step_decided_before_a_crash_is_resumed_when_the_engine_starts(harnesses):
     before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
     [approval] = await before.paused_approvals("delete a.txt")

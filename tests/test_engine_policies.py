@@ -162,3 +162,13 @@ async def test_adapter_level_dedupe_and_conversation_references_are_durable(harn
     assert await again.engine.first_time("teams:invoke:abc") is False
     assert await again.engine.load_conversation("teams:conv1") == {"serviceUrl": "http://127.0.0.1:1/", "id": "conv1"}
     assert await again.engine.load_conversation("teams:unknown") is None
+
+
+async def test_a_call_to_a_tool_that_does_not_exist_is_answered_not_found_without_asking(harnesses):
+    h = await harnesses.open(replies=[asks_for("format_disk", device="/dev/sda"), echoes_results])
+
+    await h.say("format the disk")
+
+    assert h.surface.renders == [] and h.tools.executed == []
+    [(name, result, error)] = tool_results(sent_to_llm(h.generator))
+    assert (name, error) == ("format_disk", True) and "not found" in result
