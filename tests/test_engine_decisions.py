@@ -398,8 +398,8 @@ async def test_a_run_that_pauses_twice_is_resumed_twice_and_each_call_runs_once(
     [first] = await h.paused_approvals("delete a.txt then b.txt")
 
     await h.engine.decide(decision(first))
-    second_rendering = await h.surface.next_render()  # the first one
-    second_rendering = await h.surface.next_render()
+    assert (await h.surface.next_render()).approvals[0].approval_id == first.approval_id
+    second_rendering = await h.surface.next_render()  # the resumed run paused again
     await h.engine.wait_idle()
     [second] = second_rendering.approvals
     assert second.arguments == {"path": "b.txt"} and second.run_id == first.run_id
