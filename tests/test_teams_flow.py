@@ -44,8 +44,6 @@ async def fakes(monkeypatch):
     async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
         trust_issuer(monkeypatch, issuer)
         yield connector, issuer
-        for card in connector.all_cards():
-            assert_valid_card(card)
 
 
 @pytest.fixture

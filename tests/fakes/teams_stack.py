@@ -5,7 +5,8 @@ app with :class:`~adapters.teams.plugin.TeamsPlugin` (the SDK's ``CloudAdapter``
 serves it on 127.0.0.1. Tests play Teams: they POST activities signed by a
 :class:`~tests.fakes.bot_connector.FakeBotFrameworkIssuer` whose ``serviceUrl`` is a
 :class:`~tests.fakes.bot_connector.FakeBotConnector`, and click the cards the bot sent there the way
-Teams does (the action's ``data`` merged with the card's input values, as strings).
+Teams does (the action's ``data`` merged with the card's input values, as strings). Every card the
+bot sends (posted, updated, or in an invoke response) is validated against the Adaptive Card 1.5 schema.
 
 Outgoing calls authenticate with :class:`FixedTokenProvider` (a fixed bearer token instead of MSAL),
 plugged in through the SDK's ``ConnectionManager(provider_factory=...)``.
@@ -292,6 +293,8 @@ class TeamsStack:
         await self.session.close()
         await self.runner.cleanup()  # runs the plugins' close()
         await self.engine.stop()
+        for card in self.connector.all_cards():  # every card the bot posted or updated
+            assert_valid_card(card)
 
     # --- playing Teams ---------------------------------------------------------------------------
 
@@ -359,7 +362,9 @@ class TeamsStack:
             headers["Authorization"] = f"Bearer {token}"
         async with self.session.post(f"{self.url}/api/messages", json=dict(activity), headers=headers) as response:
             body = await response.json() if response.content_type == "application/json" else None
-            return response.status, body
+        if isinstance(body, dict) and body.get("type") == "application/vnd.microsoft.card.adaptive":
+            assert_valid_card(body["value"])  # every card the bot answers a click with
+        return response.status, body
 
     async def settle(self) -> None:
         """Wait until every handed-over message and every background resume has finished."""
