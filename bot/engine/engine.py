@@ -386,7 +386,10 @@ class Engine:
             now=self.clock(),
         )
         if action == CONFIRM and record.mode == ONCE:
-            scope = channel_scope(_thread_context(record))
+            thread = await self._thread_of(record)
+            scope = channel_scope(
+                {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+            )
             from bot.canonical import args_digest
 
             await self.storage.policies.remember_confirmation(
@@ -776,14 +779,18 @@ class Engine:
         except NotFound:
             raise ApprovalNotFound(approval_id) from None
 
+    async def _thread_of(self, record: Any) -> ThreadRef:
+        """The thread of an approval, from its run (ids like Teams channels contain ':', so never split keys)."""
+        run = await self.storage.runs.get(record.run_id)
+        return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+
     async def _view(self, record: Any) -> ApprovalView:
         tool = self.tools.get(record.tool_name)
         votes = await self.storage.approvals.votes(record.approval_id) if record.quorum > 1 else []
-        context = _thread_context(record)
         return ApprovalView(
             approval_id=record.approval_id,
             run_id=record.run_id,
-            thread=ThreadRef(record.platform, context["workspace"], context["channel"], context["thread"]),
+            thread=await self._thread_of(record),
             tool_name=record.tool_name,
             tool_description=tool.description if tool else "",
             arguments=record.arguments,
@@ -803,12 +810,6 @@ class Engine:
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
         )
-
-
-def _thread_context(record: Any) -> dict[str, str]:
-    """Split a chat-history id ``platform:workspace:channel:thread`` (the thread may contain ':')."""
-    platform, workspace, channel, thread = record.chat_history_id.split(":", 3)
-    return {"platform": platform, "workspace": workspace, "channel": channel, "thread": thread}
 
 
 def _decision_from_record(record: Any) -> ToolExecutionDecision:
