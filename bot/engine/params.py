@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from bot.engine.errors import InvalidEdit
+from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool
 
 
@@ -68,5 +69,6 @@ def merge_edit(tool: Tool, original: dict[str, Any], edited: dict[str, Any]) -> 
         except InvalidToolArguments as exc:
             errors.update(exc.errors)
     if errors:
-        raise InvalidEdit(errors)
+        # jsonschema quotes offending values; a secret typed into a form must not come back in an error
+        raise InvalidEdit({name: scrub(message, [merged, edited]) for name, message in errors.items()})
     return merged
