@@ -25,7 +25,7 @@ from bot.config import DEFAULT_TOOLS, Config
 from bot.demo_tools import DEFAULT_SANDBOX_NAME
 from bot.engine.engine import Engine
 from bot.engine.model import AdminRequest, ApprovalView, Inbound, ThreadRef
-from bot.tools import Tool, Toolset
+from bot.tools import Tool, Toolset, flatten_tools
 
 PLATFORM = "console"
 WORKSPACE = "local"
@@ -105,8 +105,6 @@ class ChatSession:
 
     async def run(self, *, generator: Any = None, tools: Sequence[Tool | Toolset] | None = None) -> int:
         """Open the engine, chat until the input ends, stop the engine; returns 0."""
-        from bot.tools import flatten_tools
-
         chosen = flatten_tools(list(tools)) if tools is not None else self.config.load_tools()
         engine = await Engine.create(self.config, generator=generator, tools=chosen)
         engine.register_surface(PLATFORM, self.surface)
