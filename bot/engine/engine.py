@@ -308,7 +308,17 @@ class Engine:
         if surface is None:
             return
         views = [await self._view(r) for r in records]
-        message_ref = await surface.render_approvals(thread, views)
+        try:
+            message_ref = await surface.render_approvals(thread, views)
+        except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
+            logger.exception("could not render approvals", extra={"run_id": run_id})
+            names = ", ".join(v.tool_name for v in views)
+            await _quietly(
+                surface.post_reply(
+                    thread, f"I need approval to run {names}, but could not show the buttons. Try `pending`."
+                )
+            )
+            return
         await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
 
     # --- decisions ----------------------------------------------------------------------------------

@@ -1,0 +1,32 @@
+"""A platform error while showing approvals loses nothing: the approvals stay stored and decidable."""
+
+from __future__ import annotations
+
+from bot.engine.model import DecisionRequest
+from tests.fakes.engine_kit import REQUESTER, Harness, asks_for, says
+from tests.fakes.recording_surface import RecordingSurface
+
+
+class BrokenRenderSurface(RecordingSurface):
+    """A surface whose platform refuses the approval message (e.g. Slack answering an error)."""
+
+    async def render_approvals(self, thread, approvals):
+        raise RuntimeError("platform said no")
+
+
+async def test_approvals_survive_a_failed_rendering_and_the_thread_is_told(tmp_path):
+    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+    broken = BrokenRenderSurface()
+    harness.engine.register_surface("slack", broken)
+    try:
+        await harness.say("delete a.txt")
+        assert any("could not show the buttons" in r.text for r in broken.replies)
+        pending = await harness.engine.pending_for("slack", REQUESTER)
+        assert [p.tool_name for p in pending] == ["delete_file"]
+
+        await harness.engine.decide(DecisionRequest(pending[0].approval_id, REQUESTER, "confirm"))
+        await harness.engine.wait_idle()
+        assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+        assert broken.replies[-1].text == "Deleted."
+    finally:
+        await harness.close()
