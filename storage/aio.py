@@ -13,11 +13,36 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
+from storage.connection import ThreadLocalConnector
 from storage.database import Storage
+from storage.group_commit import GroupCommitWriter
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations")
+READ_METHODS = frozenset(
+    {
+        "get",
+        "retrieve_messages",
+        "count_messages",
+        "for_run",
+        "votes",
+        "pending",
+        "due_for_expiry",
+        "snapshot",
+        "active_for_thread",
+        "list_by_status",
+        "executing",
+        "resolve",
+        "get_rule",
+        "list_rules",
+        "groups",
+        "is_confirmed",
+        "recent",
+        "load",
+    }
+)
+"""Methods that only read: they run in parallel on the pool; every other method is a write."""
 
 
 class AsyncStore:
@@ -26,20 +51,24 @@ class AsyncStore:
     >>> await AsyncStore(storage.runs, executor).get("run-1")
     """
 
-    def __init__(self, store: Any, executor: Executor) -> None:
+    def __init__(self, store: Any, executor: Executor, writer: GroupCommitWriter | None = None) -> None:
         self._store = store
         self._executor = executor
+        self._writer = writer
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
         executor = self._executor
+        writer = None if name in READ_METHODS else self._writer
 
         @functools.wraps(attribute)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(executor, functools.partial(attribute, *args, **kwargs))
+            operation = functools.partial(attribute, *args, **kwargs)
+            if writer is not None:
+                return await asyncio.wrap_future(writer.submit(operation))
+            return await asyncio.get_running_loop().run_in_executor(executor, operation)
 
         return call
 
@@ -68,8 +97,12 @@ class AsyncStorage:
         self.executor: Executor = executor or ThreadPoolExecutor(
             max_workers=EXECUTOR_THREADS, thread_name_prefix=THREAD_NAME_PREFIX
         )
+        # Writes share commits only on a file of our own; a shared connection (":memory:") keeps the pool.
+        self.writer = (
+            GroupCommitWriter(storage.connector) if isinstance(storage.connector, ThreadLocalConnector) else None
+        )
         for name in STORE_NAMES:
-            setattr(self, name, AsyncStore(getattr(storage, name), self.executor))
+            setattr(self, name, AsyncStore(getattr(storage, name), self.executor, self.writer))
 
     async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run any blocking storage call (e.g. a few statements together) on the executor.
@@ -81,6 +114,8 @@ class AsyncStorage:
 
     def close(self) -> None:
         """Stop the executor (waiting for running calls) and close the storage."""
+        if self.writer is not None:
+            self.writer.close()
         if self._owns_executor:
             self.executor.shutdown(wait=True)
         self.storage.close()
