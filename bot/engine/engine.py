@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -93,7 +94,8 @@ class Engine:
             chat_message_store=storage.messages,
         )
         self.surfaces: dict[str, Surface] = {}
-        self._thread_locks: dict[str, asyncio.Lock] = {}
+        # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
+        self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -155,7 +157,11 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     def _lock(self, thread_key: str) -> asyncio.Lock:
-        return self._thread_locks.setdefault(thread_key, asyncio.Lock())
+        lock = self._thread_locks.get(thread_key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._thread_locks[thread_key] = lock
+        return lock
 
     def _surface(self, platform: str) -> Surface | None:
         surface = self.surfaces.get(platform)
@@ -610,7 +616,11 @@ class Engine:
             await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
             await self.storage.approvals.close_pending_for_run(run.run_id, "cancelled", "the bot restarted")
             await self.storage.audit.append(
-                "countersign", "recovered", run.run_id, {"unknown_outcome": [e.tool_name for e in unknown]}
+                "countersign",
+                "recovered",
+                run.run_id,
+                {"unknown_outcome": [e.tool_name for e in unknown]},
+                now=self.clock(),
             )
             surface = self._surface(run.platform)
             if surface:
@@ -632,7 +642,11 @@ class Engine:
             command = admin_commands.parse_command(request.text)
             if command.is_change and not self.is_admin(request.actor):
                 await self.storage.audit.append(
-                    request.actor, "policy change refused", command.tool_key or "", {"command": request.text[:200]}
+                    request.actor,
+                    "policy change refused",
+                    command.tool_key or "",
+                    {"command": request.text[:200]},
+                    now=self.clock(),
                 )
                 raise NotAnAdmin()
             return await self._run_admin(command, request)
@@ -712,7 +726,11 @@ class Engine:
 
     async def _audit_change(self, request: AdminRequest, action: str, tool_key: str, scope: str, fields: dict) -> None:
         await self.storage.audit.append(
-            request.actor, action, f"{scope}/{tool_key}", {"fields": fields, "platform": request.platform}
+            request.actor,
+            action,
+            f"{scope}/{tool_key}",
+            {"fields": fields, "platform": request.platform},
+            now=self.clock(),
         )
 
     async def _policy_listing(self, request: AdminRequest, channel: str, scope: str | None) -> str:

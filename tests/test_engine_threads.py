@@ -1,0 +1,101 @@
+"""One run at a time per thread; different threads run at the same time; thread ids may contain ':'."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from bot.engine.model import DecisionRequest
+from bot.messages import ChatMessage
+from tests.fakes.engine_kit import REQUESTER, Harness, asks_for, bounded, says
+
+
+class GatedGenerator:
+    """A model whose every answer waits until the test opens the gate; it records who is waiting."""
+
+    def __init__(self) -> None:
+        self.waiting: list[str] = []
+        self.gate = asyncio.Event()
+        self.arrived = asyncio.Condition()
+
+    async def run_async(self, messages, tools=None, generation_kwargs=None, streaming_callback=None):
+        last_user = next(m.text for m in reversed(messages) if m.role == "user")
+        async with self.arrived:
+            self.waiting.append(last_user)
+            self.arrived.notify_all()
+        await self.gate.wait()
+        return {"replies": [ChatMessage.from_assistant(f"answer to {last_user}")]}
+
+    async def wait_for_waiting(self, count: int) -> None:
+        async with self.arrived:
+            await self.arrived.wait_for(lambda: len(self.waiting) >= count)
+
+
+async def test_different_threads_run_at_the_same_time(tmp_path):
+    generator = GatedGenerator()
+    harness = await Harness.open(tmp_path, generator=generator)
+    try:
+        first = asyncio.create_task(harness.say("one", thread="100.1"))
+        second = asyncio.create_task(harness.say("two", thread="200.2"))
+        await bounded(generator.wait_for_waiting(2))  # both model calls are in flight at once
+        generator.gate.set()
+        await bounded(asyncio.gather(first, second))
+        assert sorted(r.text for r in harness.surface.replies) == ["answer to one", "answer to two"]
+    finally:
+        await harness.close()
+
+
+async def test_a_second_message_in_a_thread_waits_for_the_first_run_to_finish(tmp_path):
+    generator = GatedGenerator()
+    harness = await Harness.open(tmp_path, generator=generator)
+    try:
+        first = asyncio.create_task(harness.say("one"))
+        await bounded(generator.wait_for_waiting(1))
+        second = asyncio.create_task(harness.say("two"))
+        # The second message must not reach the model while the first runs (bounded wait, expected to time out).
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(generator.wait_for_waiting(2), 0.5)
+        assert generator.waiting == ["one"]
+        generator.gate.set()
+        await bounded(asyncio.gather(first, second))
+        assert generator.waiting == ["one", "two"]
+        assert [r.text for r in harness.surface.replies] == ["answer to one", "answer to two"]
+    finally:
+        await harness.close()
+
+
+async def test_ask_once_is_remembered_for_a_channel_whose_id_contains_colons(tmp_path):
+    channel = "19:abc@thread.tacv2"
+    replies = [
+        asks_for("delete_file", path="a.txt"),
+        says("Deleted."),
+        asks_for("delete_file", path="a.txt"),
+        says("Again."),
+    ]
+    harness = await Harness.open(tmp_path, replies=replies)
+    try:
+        await harness.engine.storage.policies.set_rule("global", "delete_file", updated_by="test", mode="once")
+        approvals = await harness.paused_approvals("delete a.txt", channel=channel, thread=f"{channel};messageid=1")
+        await harness.engine.decide(DecisionRequest(approvals[0].approval_id, REQUESTER, "confirm"))
+        await harness.engine.wait_idle()
+        renders_before = len(harness.surface.renders)
+        await harness.say("delete a.txt again", channel=channel, thread=f"{channel};messageid=1")
+        assert len(harness.surface.renders) == renders_before  # not asked again
+        assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}, {"path": "a.txt"}]
+    finally:
+        await harness.close()
+
+
+async def test_an_unreadable_stored_policy_mode_fails_closed_and_asks(tmp_path):
+    harness = await Harness.open(tmp_path, replies=[asks_for("read_logs", service="web"), says("ok")])
+    try:
+        await harness.engine.storage.policies.set_rule("global", "read_logs", updated_by="test", mode="never")
+        with sqlite3.connect(harness.db_path) as raw:  # a row damaged outside countersign
+            assert raw.execute("UPDATE policy_rules SET mode = 'bogus' WHERE tool_key = 'read_logs'").rowcount == 1
+        approvals = await harness.paused_approvals("read the logs")
+        assert [a.tool_name for a in approvals] == ["read_logs"]
+        assert harness.tools.runs_of("read_logs") == []
+    finally:
+        await harness.close()
