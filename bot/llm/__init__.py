@@ -9,9 +9,19 @@ Every failure of a model call is an :class:`LLMError`; a malformed answer is an 
 
 from bot.llm.base import ChatGenerator, LLMError, LLMResponseError, StreamingCallback, StreamingChunk
 from bot.llm.offline_demo import ANNOUNCEMENT, OfflineDemoChatGenerator
-from bot.llm.openai_generator import OpenAIChatGenerator
 from bot.llm.scripted import ScriptedChatGenerator
 from bot.llm.serde import chat_generator_from_dict
+
+
+def __getattr__(name: str) -> object:
+    # The openai client takes over a second to import; the offline demo and the tests of other parts
+    # should not pay for it.
+    if name == "OpenAIChatGenerator":
+        from bot.llm.openai_generator import OpenAIChatGenerator
+
+        return OpenAIChatGenerator
+    raise AttributeError(f"module 'bot.llm' has no attribute {name!r}")
+
 
 __all__ = [
     "ANNOUNCEMENT",
