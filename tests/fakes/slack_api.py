@@ -9,6 +9,10 @@ refuses messages with more than 50 blocks (``invalid_blocks``) or blocks too lar
 (``msg_blocks_too_long``). ``POST /respond/<name>`` stands in for a slash command's
 ``response_url``; those calls are recorded under the method name ``"response_url"``.
 
+Socket Mode too: ``apps.connections.open`` hands out ``ws://…/socket``; :meth:`FakeSlackAPI.socket_send`
+pushes an envelope to the connected app and every frame the app sends back (its acks) is recorded under
+the method name ``"socket"``.
+
 ::
 
     async with FakeSlackAPI() as slack:
@@ -27,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 MAX_BLOCKS = 50
 MAX_BLOCKS_CHARS = 13_000
@@ -59,6 +63,7 @@ class FakeSlackAPI:
     _port: int = 0
     _changed: asyncio.Condition | None = None
     _ts: Any = field(default_factory=lambda: itertools.count(1))
+    _sockets: list[web.WebSocketResponse] = field(default_factory=list)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -69,6 +74,7 @@ class FakeSlackAPI:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/api/{method}", self._api)
         app.router.add_post("/respond/{name}", self._respond)
+        app.router.add_get("/socket", self._socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -78,6 +84,8 @@ class FakeSlackAPI:
 
     async def stop(self) -> None:
         """Stop serving."""
+        for socket in list(self._sockets):
+            await socket.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -124,7 +132,30 @@ class FakeSlackAPI:
                 raise AssertionError(f"expected {count} x {method} within {seconds}s; calls so far: {seen}") from None
         return self.calls_to(method, where)
 
+    async def socket_send(self, envelope: dict[str, Any], seconds: float = 5.0) -> None:
+        """Send a Socket Mode envelope to the connected app (waits for it to connect)."""
+        assert self._changed is not None, "start() the fake first"
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: bool(self._sockets)), seconds)
+        await self._sockets[-1].send_json(envelope)
+
     # ------------------------------------------------------------------ serving
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0APP"}})
+        assert self._changed is not None
+        async with self._changed:
+            self._sockets.append(socket)
+            self._changed.notify_all()
+        try:
+            async for frame in socket:
+                if frame.type == WSMsgType.TEXT:
+                    await self._record(SlackCall(method="socket", args=json.loads(frame.data)))
+        finally:
+            self._sockets.remove(socket)
+        return socket
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -199,6 +230,8 @@ class FakeSlackAPI:
             if not args.get("channel") or not args.get("timestamp") or not args.get("name"):
                 return {"ok": False, "error": "invalid_arguments"}
             return {"ok": True}
+        if call.method == "apps.connections.open":
+            return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
         if call.method == "users.info":
             user_id = args.get("user", "")
             user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}

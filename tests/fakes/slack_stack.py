@@ -54,14 +54,14 @@ class SlackStack:
         **config_overrides: Any,
     ) -> SlackStack:
         """Create the engine, start it (no periodic sweep: tests call ``sweep_expired``) and serve."""
-        config = Config(
-            db_path=db_path,
-            admins=frozenset(admins),
-            slack_bot_token=BOT_TOKEN,
-            slack_signing_secret=SIGNING_SECRET,
-            slack_api_url=slack.base_url,
-            **config_overrides,
-        )
+        settings: dict[str, Any] = {
+            "db_path": db_path,
+            "admins": frozenset(admins),
+            "slack_bot_token": BOT_TOKEN,
+            "slack_signing_secret": SIGNING_SECRET,
+            "slack_api_url": slack.base_url,
+        }
+        config = Config(**(settings | config_overrides))
         engine = await Engine.create(config, generator=generator, tools=list(tools), clock=clock)
         plugin = SlackPlugin()
         app = await build_web_app(engine, config, plugins=[plugin])

@@ -1,0 +1,177 @@
+"""How Slack is served: Socket Mode instead of HTTP, acks before post-ack work, the plugin, the manifest."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.slack.app import BackgroundTasks
+from adapters.slack.plugin import SlackPlugin
+from bot.config import Config
+from bot.llm import ScriptedChatGenerator
+from bot.messages import ChatMessage, ToolCall
+from bot.tools import Tool
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+
+ROOT = Path(__file__).resolve().parents[1]
+ALICE = "U0ALICE"
+CHANNEL = "C0OPS"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI() as api:
+        yield api
+        assert_every_payload_valid([c for c in api.calls if c.method != "socket"])
+
+
+# ---------------------------------------------------------------------- Socket Mode
+
+
+async def test_with_an_app_token_slack_is_served_over_socket_mode_not_http(tmp_path: Path, slack: FakeSlackAPI) -> None:
+    cleaned: list[str] = []
+    tool = Tool(
+        name="clean_cache",
+        description="Empty a cache.",
+        parameters={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        function=lambda name: cleaned.append(name) or "cleaned",
+    )
+    model = ScriptedChatGenerator(
+        [
+            ChatMessage.from_assistant(tool_calls=[ToolCall("clean_cache", {"name": "cdn"})]),
+            ChatMessage.from_assistant("Cache emptied."),
+        ]
+    )
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=model,
+        tools=[tool],
+        slack_signing_secret=None,
+        slack_app_token="xapp-test-token",
+    )
+    try:
+        async with stack.session.post(stack.server.make_url("/slack/events"), data=b"{}") as response:
+            assert response.status == 404  # no HTTP route in Socket Mode
+        [opened] = slack.calls_to("apps.connections.open")
+        assert opened.token == "xapp-test-token"
+
+        mention = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> clean the cdn cache")
+        envelope = {
+            "envelope_id": "env-1",
+            "type": "events_api",
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+            "payload": {"type": "event_callback", "team_id": slack.team_id, "event_id": "Ev1", "event": mention},
+        }
+        await slack.socket_send(envelope)
+        [ack] = await slack.wait_for("socket")
+        assert ack.args["envelope_id"] == "env-1"
+        [approval] = await slack.wait_for("chat.postMessage")
+        await stack.settle()
+        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+
+        click = {
+            "type": "block_actions",
+            "team": {"id": slack.team_id},
+            "user": {"id": ALICE, "username": "alice"},
+            "trigger_id": "trig-1",
+            "container": {"type": "message", "message_ts": approval.response["ts"], "channel_id": CHANNEL},
+            "channel": {"id": CHANNEL},
+            "message": {"ts": approval.response["ts"], "thread_ts": mention["ts"]},
+            "actions": [{"type": "button", "action_id": "cs_approve", "value": approval_id, "block_id": "b"}],
+        }
+        await slack.socket_send({"envelope_id": "env-2", "type": "interactive", "payload": click})
+        await slack.wait_for("socket", count=2)
+        await slack.wait_for("chat.postMessage", count=2)
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    assert cleaned == ["cdn"]
+    assert slack.calls_to("chat.postMessage")[-1].args["text"] == "Cache emptied."
+
+
+# ---------------------------------------------------------------------- acks first
+
+
+async def test_post_ack_work_waits_until_no_request_is_in_flight() -> None:
+    tasks = BackgroundTasks(max_defer_seconds=5.0)
+    started: list[str] = []
+
+    async def work(name: str) -> None:
+        started.append(name)
+
+    with tasks.request():
+        tasks.spawn(work("decision"), name="decision")
+        tasks.spawn(work("modal"), name="modal", urgent=True)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert started == ["modal"]  # a modal's trigger id cannot wait
+    await tasks.wait_idle()
+    assert started == ["modal", "decision"]
+
+
+async def test_deferred_work_starts_anyway_after_the_longest_deferral() -> None:
+    tasks = BackgroundTasks(max_defer_seconds=0.05)
+    done = asyncio.Event()
+
+    async def work() -> None:
+        done.set()
+
+    with tasks.request():
+        tasks.spawn(work(), name="decision")
+        await asyncio.wait_for(done.wait(), 2.0)
+
+
+async def test_a_failing_background_task_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = BackgroundTasks()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    tasks.spawn(broken(), name="broken")
+    await tasks.wait_idle()
+    assert "slack background task failed" in caplog.text
+
+
+# ---------------------------------------------------------------------- plugin and manifest
+
+
+def test_the_plugin_needs_a_bot_token_and_a_signing_secret_or_an_app_token() -> None:
+    plugin = SlackPlugin()
+    assert plugin.name == "slack"
+    assert not plugin.is_configured(Config())
+    assert not plugin.is_configured(Config(slack_bot_token="xoxb-1"))
+    assert plugin.is_configured(Config(slack_bot_token="xoxb-1", slack_signing_secret="s"))
+    assert plugin.is_configured(Config(slack_bot_token="xoxb-1", slack_app_token="xapp-1"))
+
+
+def test_the_manifest_creates_the_whole_app_in_http_mode() -> None:
+    manifest = (ROOT / "manifest.yml").read_text()
+    listed = set(re.findall(r"^\s+- ([a-z_.:]+)\s*$", manifest, flags=re.M))
+
+    scopes = {
+        "app_mentions:read",
+        "channels:history",
+        "groups:history",
+        "im:history",
+        "chat:write",
+        "commands",
+        "users:read",
+        "reactions:write",
+    }
+    events = {"app_mention", "message.channels", "message.groups", "message.im", "app_home_opened"}
+    assert scopes | events <= listed
+    assert re.search(r"^\s+home_tab_enabled: true$", manifest, flags=re.M)
+    assert re.search(r"interactivity:\n\s+is_enabled: true\n\s+request_url: https://YOUR_HOST/slack/events", manifest)
+    assert re.search(r"- command: /countersign\n\s+url: https://YOUR_HOST/slack/events", manifest)
+    assert re.search(r"event_subscriptions:\n\s+request_url: https://YOUR_HOST/slack/events", manifest)
+    assert re.search(r"^\s+socket_mode_enabled: false$", manifest, flags=re.M)
+    assert "Socket Mode" in manifest and "connections:write" in manifest  # the comment on switching
