@@ -443,3 +443,27 @@ async def test_model_text_and_tool_arguments_cannot_ping_mention_or_forge_links(
     assert answer.startswith("&lt;!channel&gt; hi &lt;@U123&gt; see &lt;http://evil|click&gt; &amp; &lt;!here&gt;")
     assert answer.endswith("docs (http://evil.example)")
     assert ops.deleted == [hostile]
+
+
+async def test_a_new_message_in_the_thread_supersedes_the_approval_and_a_late_click_is_refused(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    openai.enqueue_text("Never mind then.")
+    mention_ts, approval = await ask(stack, slack, "delete old.log")
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+
+    follow_up = stack.requests.message(ALICE, CHANNEL, "actually, keep it", thread_ts=mention_ts)
+    await stack.requests.event(follow_up)
+    await stack.settle()
+    update = slack.calls_to("chat.update")[-1]
+    assert button_values(update.args["blocks"], "cs_approve") == []
+    assert "Superseded by a newer message" in all_text(update.args["blocks"])
+
+    await stack.requests.click(
+        "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    await stack.settle()
+    [told] = slack.calls_to("chat.postEphemeral")
+    assert "superseded" in told.args["text"]
+    assert ops.deleted == []

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from slack_sdk.errors import SlackObjectFormationError
 
 from adapters.slack.blocks import (
     approval_message,
@@ -379,3 +380,13 @@ def test_the_home_view_fits_a_hundred_blocks_with_many_approvals_and_policies() 
 
 def _buttons(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+def test_the_payload_validator_itself_rejects_what_slack_would() -> None:
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "ok"}}
+    assert_valid_message_blocks([section])
+    too_long = {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3_001}}
+    button = {"type": "button", "text": {"type": "plain_text", "text": "Go"}, "action_id": "a", "value": "v" * 2_001}
+    for bad in ([too_long], [section] * 51, [{"type": "actions", "elements": [button]}]):
+        with pytest.raises((AssertionError, SlackObjectFormationError)):
+            assert_valid_message_blocks(bad)
