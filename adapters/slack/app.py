@@ -19,7 +19,7 @@ import logging
 import re
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncApp
 
@@ -42,6 +42,9 @@ from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
 from bot.engine.errors import EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, AdminRequest, DecisionRequest, Inbound, ThreadRef
+
+if TYPE_CHECKING:
+    from bot.engine.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ class BackgroundTasks:
 class SlackListeners:
     """The listeners of one AsyncApp, bound to an engine and a surface."""
 
-    def __init__(self, engine: Any, surface: SlackSurface, tasks: BackgroundTasks) -> None:
+    def __init__(self, engine: Engine, surface: SlackSurface, tasks: BackgroundTasks) -> None:
         self.engine = engine
         self.surface = surface
         self.tasks = tasks
@@ -285,8 +288,8 @@ class SlackListeners:
         if _from_home(body):
             await self._publish_home(_actor(body), _team(body), notice=text)
             return
-        message = body.get("message") or {}
-        thread = message.get("thread_ts") or message.get("ts") or DIRECT_THREAD
+        # Approval messages sit in a thread, except at the top level of a DM.
+        thread = (body.get("message") or {}).get("thread_ts") or DIRECT_THREAD
         where = ThreadRef(PLATFORM, _team(body), body["channel"]["id"], thread)
         await self.surface.tell_user(where, _actor(body), text)
 

@@ -47,6 +47,8 @@ class SlackSurface:
     async def post_reply(self, thread: ThreadRef, text: str) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address) in as many messages as needed."""
         for chunk in split_message(markdown_to_mrkdwn(text)):
+            if not chunk.strip():
+                continue
             await self.client.chat_postMessage(
                 channel=thread.channel,
                 thread_ts=thread_ts(thread),
