@@ -99,3 +99,24 @@ async def test_an_unreadable_stored_policy_mode_fails_closed_and_asks(tmp_path):
         assert harness.tools.runs_of("read_logs") == []
     finally:
         await harness.close()
+
+
+async def test_a_message_while_another_process_runs_the_thread_is_refused_without_touching_the_history(tmp_path):
+    harness = await Harness.open(tmp_path, replies=[says("never used")])
+    try:
+        thread = harness.thread()
+        await harness.engine.storage.runs.create(  # a run another replica is working on right now
+            "run-elsewhere",
+            chat_history_id=thread.key,
+            platform=thread.platform,
+            workspace=thread.workspace,
+            channel=thread.channel,
+            thread=thread.thread,
+            requester=REQUESTER,
+        )
+        await harness.say("are you there?")
+        assert "please send yours again" in harness.surface.replies[-1].text
+        assert await harness.history() == []
+        assert harness.generator.calls == []
+    finally:
+        await harness.close()

@@ -183,8 +183,14 @@ class Engine:
             if active is not None and active.status == "paused":
                 await self._supersede(active)
             elif active is not None:
+                # Running in another process (a replica). Writing this message into the history now could land
+                # between that run's tool calls and their results, so ask for it again instead.
                 if surface:
-                    await surface.post_reply(thread, "I'm still working on the previous message here; try again soon.")
+                    await surface.post_reply(
+                        thread,
+                        "I'm still working on an earlier message in this thread; please send yours again "
+                        "once I've answered.",
+                    )
                 return
             run_id = _new_run_id()
             await self.storage.runs.create(
@@ -196,7 +202,7 @@ class Engine:
                 thread=thread.thread,
                 requester=inbound.user,
             )
-            message = ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
+            message = _user_message(inbound)
             await self._run(
                 run_id,
                 thread,
@@ -231,13 +237,21 @@ class Engine:
         if surface:
             await _quietly(surface.show_working(thread, True, message_id))
         try:
-            result = await invoke(context)
-        except HITLBreakpointException as pause:
-            await self._on_pause(run_id, thread, requester, pause)
-        except Exception as exc:  # the run fails; the thread stays usable
-            await self._on_failure(run_id, thread, exc)
-        else:
-            await self._on_finish(run_id, thread, result)
+            try:
+                result = await invoke(context)
+            except HITLBreakpointException as pause:
+                await self._on_pause(run_id, thread, requester, pause)
+            except Exception as exc:  # the run fails; the thread stays usable
+                await self._on_failure(run_id, thread, exc)
+            else:
+                await self._on_finish(run_id, thread, result)
+        except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
+            logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
+            await _quietly(
+                self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
+            )
+            if surface:
+                await _quietly(surface.post_reply(thread, _failure_sentence(exc)))
         finally:
             if surface:
                 await _quietly(surface.show_working(thread, False, message_id))
@@ -872,6 +886,10 @@ def _decision_from_record(record: Any) -> ToolExecutionDecision:
     # rejected, and anything unexpected: fail closed
     feedback = REJECTION_FEEDBACK_TEMPLATE.format(tool_name=record.tool_name) + user_feedback
     return ToolExecutionDecision(record.tool_name, False, call_id, feedback=feedback)
+
+
+def _user_message(inbound: Inbound) -> ChatMessage:
+    return ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
 
 
 def _answer_text(result: dict[str, Any]) -> str:
