@@ -7,7 +7,7 @@ model — all on 127.0.0.1. Beside it, the same 200 clicks against a bare slack_
 handler only acks. Reported: median and p99 of the time until the HTTP acknowledgement, as the
 clicking client sees it. Slack allows 3 s.
 
-    .venv/bin/python bench/slack_ack.py [--clicks 200] [--rounds 3]
+    .venv/bin/python bench/slack_ack.py [--clicks 200] [--rounds 3] [--freeze-gc]
 
 The clicks come from a separate process, as Slack's would, after their connections are open. The
 last line printed is one JSON object with the figures and the machine.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import os
@@ -101,8 +102,19 @@ def clicker_process(url: str, health_url: str, targets: list[tuple[str, str, str
     results.put(asyncio.run(run()))
 
 
+FREEZE_GC = False
+
+
 async def timed_clicks(url: str, health_url: str, targets: list[tuple[str, str, str]]) -> list[float]:
-    """Run :func:`clicker_process` while this process keeps serving; return its timings."""
+    """Run :func:`clicker_process` while this process keeps serving; return its timings.
+
+    With ``--freeze-gc`` the objects alive before the burst are moved out of the collector's reach
+    (``gc.freeze()``, what a server can do once started): the engine's larger heap otherwise makes
+    every full collection during the burst slower than in the bare app.
+    """
+    if FREEZE_GC:
+        gc.collect()
+        gc.freeze()
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=clicker_process, args=(url, health_url, targets, results))
@@ -111,6 +123,8 @@ async def timed_clicks(url: str, health_url: str, targets: list[tuple[str, str, 
         return await asyncio.to_thread(results.get, True, 300)
     finally:
         await asyncio.to_thread(process.join, 30)
+        if FREEZE_GC:
+            gc.unfreeze()
 
 
 async def click_all(requests: SlackRequests, targets: list[tuple[str, str, str]]) -> list[SlackReply]:
@@ -232,6 +246,7 @@ async def main(clicks: int, rounds: int) -> dict[str, Any]:
         "p99_ratio_per_round": ratios,  # each round's apps ran back to back: robust to a busy machine
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "slack_limit_ms": 3000,
+        "gc_frozen": FREEZE_GC,
         "seconds": round(time.perf_counter() - started, 1),
         "machine": machine(),
     }
@@ -242,5 +257,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clicks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() the heap before each burst")
     options = parser.parse_args()
+    FREEZE_GC = options.freeze_gc
     print(json.dumps(asyncio.run(main(options.clicks, options.rounds))))
