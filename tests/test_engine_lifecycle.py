@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
-from bot.engine.engine import EXPIRED_FEEDBACK, SUPERSEDED_RESULT
+from bot.engine.decisions import EXPIRED_FEEDBACK
+from bot.engine.engine import SUPERSEDED_RESULT
 from bot.engine.errors import ApprovalClosed, ApprovalExpired
 from bot.engine.model import AdminRequest, DecisionRequest
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator

@@ -17,17 +17,15 @@ from typing import Any
 from bot.agent import Agent, AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.config import Config
-from bot.engine import admin as admin_commands
+from bot.engine.admin_service import AdminCommands
 from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
+from bot.engine.decisions import STATUS_OF_ACTION, authorize, check_open, decision_from_record
 from bot.engine.errors import (
     AlreadyDecided,
-    ApprovalClosed,
     ApprovalExpired,
     ApprovalNotFound,
-    CommandError,
     EngineError,
     InvalidEdit,
-    NotAnAdmin,
     NotAnApprover,
     UnknownAction,
 )
@@ -35,11 +33,8 @@ from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
-    EXPIRED,
     MODIFY,
     PENDING,
-    REJECT,
-    SUPERSEDED,
     AdminRequest,
     ApprovalView,
     DecisionRequest,
@@ -50,18 +45,14 @@ from bot.engine.model import (
 from bot.engine.params import merge_edit
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
-from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.breakpoint import HITLBreakpointException
-from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage
 from bot.tools import Tool
 
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_RESULT = "superseded by a newer message"
-EXPIRED_FEEDBACK = "Tool execution for '{tool_name}' was rejected: expired without a decision."
 NOT_RUN_AFTER_CRASH = "not run: the bot stopped before running this call"
-STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified"}
 
 
 def utcnow() -> datetime:
@@ -92,6 +83,9 @@ class Engine:
             confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage)},
             chat_message_store=storage.messages,
+        )
+        self.admin_commands = AdminCommands(
+            storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
         )
         self.surfaces: dict[str, Surface] = {}
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
@@ -355,8 +349,8 @@ class Engine:
     async def check_can_decide(self, approval_id: str, actor: str) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor now (before opening a form)."""
         record = await self._record(approval_id)
-        self._check_open(record)
-        self._authorize(record, actor)
+        check_open(self.clock(), record)
+        authorize(self.is_admin, record, actor)
         return await self._view(record)
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
@@ -365,8 +359,8 @@ class Engine:
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
-            self._check_open(record)
-            self._authorize(record, request.actor)
+            check_open(self.clock(), record)
+            authorize(self.is_admin, record, request.actor)
             action, final_arguments = request.action, None
             if action == MODIFY:
                 final_arguments = self._merged_edit(record, request.edited_params or {})
@@ -392,7 +386,7 @@ class Engine:
                 now=self.clock(),
             )
             if not won:
-                self._check_open(await self._record(record.approval_id))
+                check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
         except EngineError as refusal:
             await self.storage.audit.append(
@@ -453,7 +447,7 @@ class Engine:
             raise AlreadyDecided("approved", f"you (waiting for {record.quorum - len(prior)} more)", None)
         count = await self.storage.approvals.add_vote(record.approval_id, request.actor, CONFIRM, now=self.clock())
         if count is None:
-            self._check_open(await self._record(record.approval_id))
+            check_open(self.clock(), await self._record(record.approval_id))
             raise ApprovalExpired()
         if count >= record.quorum:
             return None
@@ -484,27 +478,6 @@ class Engine:
             await _quietly(surface.update_approvals(thread, refs[0], views))
         return views
 
-    def _check_open(self, record: Any) -> None:
-        if record.status == PENDING and self.clock() >= record.expires_at:
-            raise ApprovalExpired()
-        if record.status == PENDING:
-            return
-        if record.status == EXPIRED:
-            raise ApprovalExpired()
-        if record.status in (SUPERSEDED, "cancelled"):
-            raise ApprovalClosed(record.status)
-        raise AlreadyDecided(record.status, record.decided_by, record.decided_at)
-
-    def _authorize(self, record: Any, actor: str) -> None:
-        if record.four_eyes and actor == record.requester:
-            raise NotAnApprover("Four-eyes policy: you asked for this call, so someone else must approve it.")
-        if record.approvers:
-            if actor not in record.approvers:
-                raise NotAnApprover("You are not one of the approvers for this tool.")
-            return
-        if actor != record.requester and not self.is_admin(actor):
-            raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
-
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
         tool = self.tools.get(record.tool_name)
         if tool is None:
@@ -532,7 +505,7 @@ class Engine:
             except Exception as exc:  # a corrupt snapshot fails this run only
                 await self._on_failure(run_id, thread, exc)
                 return
-            decisions = [_decision_from_record(r) for r in records]
+            decisions = [decision_from_record(r) for r in records]
             await self.storage.runs.transition(run_id, "resuming", "running")
             await self._run(
                 run_id,
@@ -652,146 +625,19 @@ class Engine:
 
     async def admin(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
-        try:
-            command = admin_commands.parse_command(request.text)
-            if command.is_change and not self.is_admin(request.actor):
-                await self.storage.audit.append(
-                    request.actor,
-                    "policy change refused",
-                    command.tool_key or "",
-                    {"command": request.text[:200]},
-                    now=self.clock(),
-                )
-                raise NotAnAdmin()
-            return await self._run_admin(command, request)
-        except EngineError as exc:
-            return str(exc)
-
-    async def _run_admin(self, command: admin_commands.AdminCommand, request: AdminRequest) -> str:
-        from storage.policies import scope_channel, scope_workspace
-
-        if command.name == "help":
-            return admin_commands.USAGE
-        if command.name == "pending":
-            # One install may serve several workspaces: never list another workspace's approvals.
-            prefix = f"{request.platform}:{request.workspace}:"
-            pending = [
-                r
-                for r in await self.storage.approvals.pending(platform=request.platform)
-                if r.chat_history_id.startswith(prefix)
-            ]
-            if not pending:
-                return "No approvals are waiting."
-            return "\n".join(
-                f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
-                f"(id {r.approval_id[:8]})"
-                for r in pending
-            )
-        if command.name == "audit":
-            entries = await self.storage.audit.recent(command.value)
-            return (
-                "\n".join(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}" for e in entries)
-                or "The audit log is empty."
-            )
-        channel = command.channel
-        scope = (
-            scope_channel(request.platform, request.workspace, channel)
-            if channel
-            else scope_workspace(request.platform, request.workspace)
-        )
-        if command.name == "policy list":
-            return await self._policy_listing(request, channel or request.channel, scope if channel else None)
-        tool_key = command.tool_key or ""
-        await self._check_tool_key(tool_key)
-        if command.name == "policy reset":
-            removed = await self.storage.policies.reset_rule(scope, tool_key)
-            await self._audit_change(request, "policy reset", tool_key, scope, {})
-            return (
-                f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
-            )
-        field_of = {
-            "policy set": "mode",
-            "approvers": "approvers",
-            "quorum": "quorum",
-            "four-eyes": "four_eyes",
-            "ttl": "ttl_seconds",
-        }
-        fields = {field_of[command.name]: list(command.value) if command.name == "approvers" else command.value}
-        rule = await self.storage.policies.set_rule(scope, tool_key, updated_by=request.actor, **fields)
-        await self._audit_change(request, command.name, tool_key, scope, fields)
-        return "Rule updated: " + admin_commands.format_rule(
-            tool_key,
-            scope,
-            {
-                "mode": rule.mode,
-                "approvers": rule.approvers,
-                "quorum": rule.quorum,
-                "four_eyes": rule.four_eyes,
-                "ttl_seconds": rule.ttl_seconds,
-            },
-        )
-
-    async def _check_tool_key(self, tool_key: str) -> None:
-        groups = await self.storage.policies.groups()
-        if tool_key == "*" or tool_key in self.tools or tool_key in groups:
-            return
-        known = ", ".join(sorted(self.tools)) + (f"; groups: {', '.join(sorted(groups))}" if groups else "")
-        raise CommandError(f"Unknown tool '{tool_key[:64]}'. Known tools: {known}.")
-
-    async def _audit_change(self, request: AdminRequest, action: str, tool_key: str, scope: str, fields: dict) -> None:
-        await self.storage.audit.append(
-            request.actor,
-            action,
-            f"{scope}/{tool_key}",
-            {"fields": fields, "platform": request.platform},
-            now=self.clock(),
-        )
-
-    async def _policy_listing(self, request: AdminRequest, channel: str, scope: str | None) -> str:
-        context = {"platform": request.platform, "workspace": request.workspace, "channel": channel}
-        lines = [f"Effective policies in #{channel}:"]
-        for name, tool in sorted(self.tools.items()):
-            policy = await effective_policy(self.storage, tool, context, self.config.default_ttl_seconds)
-            approvers = ", ".join(policy.approvers) if policy.approvers else "requester and admins"
-            lines.append(
-                f"  {name}: {policy.mode}; approvers: {approvers}; quorum {policy.quorum}; "
-                f"four-eyes {'on' if policy.four_eyes else 'off'}; "
-                f"ttl {admin_commands.format_duration(policy.ttl_seconds)}"
-            )
-        rows = await self.policy_table(request.platform, request.workspace)
-        if rows:
-            lines.append("Rules:")
-            lines.extend(f"  {admin_commands.format_rule(r['tool'], r['scope'], r)}" for r in rows)
-        return "\n".join(lines)
+        return await self.admin_commands.run(request)
 
     async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
         """Stored rules that apply in this workspace: global, workspace and its channels."""
-        from storage.policies import scope_global, scope_workspace
-
-        prefix = f"channel:{platform}:{workspace}:"
-        rows = []
-        for rule in await self.storage.policies.list_rules():
-            if rule.scope in (scope_global(), scope_workspace(platform, workspace)) or rule.scope.startswith(prefix):
-                rows.append(
-                    {
-                        "scope": rule.scope,
-                        "tool": rule.tool_key,
-                        "mode": rule.mode,
-                        "approvers": rule.approvers,
-                        "quorum": rule.quorum,
-                        "four_eyes": rule.four_eyes,
-                        "ttl_seconds": rule.ttl_seconds,
-                    }
-                )
-        return rows
+        return await self.admin_commands.policy_table(platform, workspace)
 
     async def pending_for(self, platform: str, actor: str) -> list[ApprovalView]:
         """Pending approvals on ``platform`` that ``actor`` may decide now."""
         views = []
         for record in await self.storage.approvals.pending(platform=platform):
             try:
-                self._check_open(record)
-                self._authorize(record, actor)
+                check_open(self.clock(), record)
+                authorize(self.is_admin, record, actor)
             except EngineError:
                 continue
             views.append(await self._view(record))
@@ -852,40 +698,6 @@ class Engine:
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
         )
-
-
-def _decision_from_record(record: Any) -> ToolExecutionDecision:
-    call_id = (
-        None
-        if ":" in record.tool_call_id
-        and record.tool_call_id.count(":") == 1
-        and record.tool_call_id.split(":")[1].isdigit()
-        else record.tool_call_id
-    )
-    user_feedback = f" {USER_FEEDBACK_TEMPLATE.format(feedback=record.feedback)}" if record.feedback else ""
-    if record.status == "approved":
-        return ToolExecutionDecision(record.tool_name, True, call_id, final_tool_params=dict(record.arguments))
-    if record.status == "modified":
-        final = dict(record.final_arguments or record.arguments)
-        import json
-
-        from bot.redaction import mask_secrets
-
-        # The explanation is text for the LLM and the thread's history: secret values stay masked in it
-        # (as in bot.hitl.blocking); the call itself still runs with ``final``.
-        feedback = MODIFICATION_FEEDBACK_TEMPLATE.format(
-            tool_name=record.tool_name, final_tool_params=json.dumps(mask_secrets(final), ensure_ascii=False)
-        )
-        return ToolExecutionDecision(
-            record.tool_name, True, call_id, feedback=feedback + user_feedback, final_tool_params=final
-        )
-    if record.status == EXPIRED:
-        return ToolExecutionDecision(
-            record.tool_name, False, call_id, feedback=EXPIRED_FEEDBACK.format(tool_name=record.tool_name)
-        )
-    # rejected, and anything unexpected: fail closed
-    feedback = REJECTION_FEEDBACK_TEMPLATE.format(tool_name=record.tool_name) + user_feedback
-    return ToolExecutionDecision(record.tool_name, False, call_id, feedback=feedback)
 
 
 def _user_message(inbound: Inbound) -> ChatMessage:

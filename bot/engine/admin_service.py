@@ -1,0 +1,171 @@
+"""Running admin commands: policy changes (admins only, audited) and listings (anyone)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from bot.engine.admin import USAGE, AdminCommand, format_duration, format_rule, parse_command
+from bot.engine.confirmation import effective_policy
+from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.model import AdminRequest
+from bot.tools import Tool
+
+
+class AdminCommands:
+    """Executes parsed admin commands against storage; every answer is plain text.
+
+    >>> await AdminCommands(storage, tools, is_admin, clock, default_ttl=86400).run(request)
+    'Rule updated: delete_file @ workspace:slack:T1: mode=always'
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        tools: Mapping[str, Tool],
+        is_admin: Callable[[str], bool],
+        clock: Callable[[], datetime],
+        *,
+        default_ttl: int,
+    ) -> None:
+        self.storage = storage
+        self.tools = tools
+        self.is_admin = is_admin
+        self.clock = clock
+        self.default_ttl = default_ttl
+
+    async def run(self, request: AdminRequest) -> str:
+        """Run one admin command; always answers with plain text (errors and usage included)."""
+        try:
+            command = parse_command(request.text)
+            if command.is_change and not self.is_admin(request.actor):
+                await self.storage.audit.append(
+                    request.actor,
+                    "policy change refused",
+                    command.tool_key or "",
+                    {"command": request.text[:200]},
+                    now=self.clock(),
+                )
+                raise NotAnAdmin()
+            return await self._run_admin(command, request)
+        except EngineError as exc:
+            return str(exc)
+
+    async def _run_admin(self, command: AdminCommand, request: AdminRequest) -> str:
+        from storage.policies import scope_channel, scope_workspace
+
+        if command.name == "help":
+            return USAGE
+        if command.name == "pending":
+            # One install may serve several workspaces: never list another workspace's approvals.
+            prefix = f"{request.platform}:{request.workspace}:"
+            pending = [
+                r
+                for r in await self.storage.approvals.pending(platform=request.platform)
+                if r.chat_history_id.startswith(prefix)
+            ]
+            if not pending:
+                return "No approvals are waiting."
+            return "\n".join(
+                f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
+                f"(id {r.approval_id[:8]})"
+                for r in pending
+            )
+        if command.name == "audit":
+            entries = await self.storage.audit.recent(command.value)
+            return (
+                "\n".join(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}" for e in entries)
+                or "The audit log is empty."
+            )
+        channel = command.channel
+        scope = (
+            scope_channel(request.platform, request.workspace, channel)
+            if channel
+            else scope_workspace(request.platform, request.workspace)
+        )
+        if command.name == "policy list":
+            return await self._policy_listing(request, channel or request.channel, scope if channel else None)
+        tool_key = command.tool_key or ""
+        await self._check_tool_key(tool_key)
+        if command.name == "policy reset":
+            removed = await self.storage.policies.reset_rule(scope, tool_key)
+            await self._audit_change(request, "policy reset", tool_key, scope, {})
+            return (
+                f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
+            )
+        field_of = {
+            "policy set": "mode",
+            "approvers": "approvers",
+            "quorum": "quorum",
+            "four-eyes": "four_eyes",
+            "ttl": "ttl_seconds",
+        }
+        fields = {field_of[command.name]: list(command.value) if command.name == "approvers" else command.value}
+        rule = await self.storage.policies.set_rule(scope, tool_key, updated_by=request.actor, **fields)
+        await self._audit_change(request, command.name, tool_key, scope, fields)
+        return "Rule updated: " + format_rule(
+            tool_key,
+            scope,
+            {
+                "mode": rule.mode,
+                "approvers": rule.approvers,
+                "quorum": rule.quorum,
+                "four_eyes": rule.four_eyes,
+                "ttl_seconds": rule.ttl_seconds,
+            },
+        )
+
+    async def _check_tool_key(self, tool_key: str) -> None:
+        groups = await self.storage.policies.groups()
+        if tool_key == "*" or tool_key in self.tools or tool_key in groups:
+            return
+        known = ", ".join(sorted(self.tools)) + (f"; groups: {', '.join(sorted(groups))}" if groups else "")
+        raise CommandError(f"Unknown tool '{tool_key[:64]}'. Known tools: {known}.")
+
+    async def _audit_change(self, request: AdminRequest, action: str, tool_key: str, scope: str, fields: dict) -> None:
+        await self.storage.audit.append(
+            request.actor,
+            action,
+            f"{scope}/{tool_key}",
+            {"fields": fields, "platform": request.platform},
+            now=self.clock(),
+        )
+
+    async def _policy_listing(self, request: AdminRequest, channel: str, scope: str | None) -> str:
+        context = {"platform": request.platform, "workspace": request.workspace, "channel": channel}
+        lines = [f"Effective policies in #{channel}:"]
+        for name, tool in sorted(self.tools.items()):
+            policy = await effective_policy(self.storage, tool, context, self.default_ttl)
+            approvers = ", ".join(policy.approvers) if policy.approvers else "requester and admins"
+            lines.append(
+                f"  {name}: {policy.mode}; approvers: {approvers}; quorum {policy.quorum}; "
+                f"four-eyes {'on' if policy.four_eyes else 'off'}; "
+                f"ttl {format_duration(policy.ttl_seconds)}"
+            )
+        rows = await self.policy_table(request.platform, request.workspace)
+        if rows:
+            lines.append("Rules:")
+            lines.extend(f"  {format_rule(r['tool'], r['scope'], r)}" for r in rows)
+        return "\n".join(lines)
+
+    async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
+        """Stored rules that apply in this workspace: global, workspace and its channels."""
+        from storage.policies import scope_global, scope_workspace
+
+        prefix = f"channel:{platform}:{workspace}:"
+        rows = []
+        for rule in await self.storage.policies.list_rules():
+            if rule.scope in (scope_global(), scope_workspace(platform, workspace)) or rule.scope.startswith(prefix):
+                rows.append(
+                    {
+                        "scope": rule.scope,
+                        "tool": rule.tool_key,
+                        "mode": rule.mode,
+                        "approvers": rule.approvers,
+                        "quorum": rule.quorum,
+                        "four_eyes": rule.four_eyes,
+                        "ttl_seconds": rule.ttl_seconds,
+                    }
+                )
+        return rows

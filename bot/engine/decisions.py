@@ -1,0 +1,74 @@
+"""Deciding approvals: whether one is still open, who may decide it, and the decision it becomes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
+from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED
+from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
+from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.redaction import mask_secrets
+
+EXPIRED_FEEDBACK = "Tool execution for '{tool_name}' was rejected: expired without a decision."
+STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified"}
+
+
+def check_open(now: datetime, record: Any) -> None:
+    """Raise why ``record`` can no longer be decided (expired, closed, decided); return if it can."""
+    if record.status == PENDING and now >= record.expires_at:
+        raise ApprovalExpired()
+    if record.status == PENDING:
+        return
+    if record.status == EXPIRED:
+        raise ApprovalExpired()
+    if record.status in (SUPERSEDED, "cancelled"):
+        raise ApprovalClosed(record.status)
+    raise AlreadyDecided(record.status, record.decided_by, record.decided_at)
+
+
+def authorize(is_admin: Callable[[str], bool], record: Any, actor: str) -> None:
+    """Raise :class:`NotAnApprover` unless ``actor`` may decide ``record`` (approvers; else requester and admins;
+    four-eyes excludes the requester)."""
+    if record.four_eyes and actor == record.requester:
+        raise NotAnApprover("Four-eyes policy: you asked for this call, so someone else must approve it.")
+    if record.approvers:
+        if actor not in record.approvers:
+            raise NotAnApprover("You are not one of the approvers for this tool.")
+        return
+    if actor != record.requester and not is_admin(actor):
+        raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
+
+
+def decision_from_record(record: Any) -> ToolExecutionDecision:
+    """The agent's decision for one settled approval: approved, edited, or (anything else) rejected."""
+    call_id = (
+        None
+        if ":" in record.tool_call_id
+        and record.tool_call_id.count(":") == 1
+        and record.tool_call_id.split(":")[1].isdigit()
+        else record.tool_call_id
+    )
+    user_feedback = f" {USER_FEEDBACK_TEMPLATE.format(feedback=record.feedback)}" if record.feedback else ""
+    if record.status == "approved":
+        return ToolExecutionDecision(record.tool_name, True, call_id, final_tool_params=dict(record.arguments))
+    if record.status == "modified":
+        final = dict(record.final_arguments or record.arguments)
+        # The explanation is text for the LLM and the thread's history: secret values stay masked in it
+        # (as in bot.hitl.blocking); the call itself still runs with ``final``.
+        feedback = MODIFICATION_FEEDBACK_TEMPLATE.format(
+            tool_name=record.tool_name, final_tool_params=json.dumps(mask_secrets(final), ensure_ascii=False)
+        )
+        return ToolExecutionDecision(
+            record.tool_name, True, call_id, feedback=feedback + user_feedback, final_tool_params=final
+        )
+    if record.status == EXPIRED:
+        return ToolExecutionDecision(
+            record.tool_name, False, call_id, feedback=EXPIRED_FEEDBACK.format(tool_name=record.tool_name)
+        )
+    # rejected, and anything unexpected: fail closed
+    feedback = REJECTION_FEEDBACK_TEMPLATE.format(tool_name=record.tool_name) + user_feedback
+    return ToolExecutionDecision(record.tool_name, False, call_id, feedback=feedback)
