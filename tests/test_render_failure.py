@@ -30,3 +30,29 @@ async def test_approvals_survive_a_failed_rendering_and_the_thread_is_told(tmp_p
         assert broken.replies[-1].text == "Deleted."
     finally:
         await harness.close()
+
+
+class ClickWhilePostingSurface(RecordingSurface):
+    """A surface where someone clicks Approve while the approval message is still being posted."""
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    async def render_approvals(self, thread, approvals):
+        await self.engine.decide(DecisionRequest(approvals[0].approval_id, REQUESTER, "confirm"))
+        return await super().render_approvals(thread, approvals)
+
+
+async def test_a_click_that_lands_while_the_message_is_posted_still_updates_the_message(tmp_path):
+    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+    racing = ClickWhilePostingSurface(harness.engine)
+    harness.engine.register_surface("slack", racing)
+    try:
+        await harness.say("delete a.txt")
+        await harness.engine.wait_idle()
+        assert racing.updates, "the rendered message was never updated with the decision"
+        assert [v.status for v in racing.updates[-1].approvals] == ["approved"]
+        assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    finally:
+        await harness.close()

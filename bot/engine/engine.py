@@ -334,6 +334,10 @@ class Engine:
             )
             return
         await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
+        # A click that landed while the message was being posted found no reference to update: catch up.
+        current = await self.storage.approvals.for_run(run_id, step=step)
+        if any(not r.is_pending for r in current):
+            await self._update_rendering(current[0])
 
     # --- decisions ----------------------------------------------------------------------------------
 
