@@ -321,7 +321,7 @@ class Engine:
         surface = self._surface(thread.platform)
         if surface is None:
             return
-        views = [await self._view(r) for r in records]
+        views = await self._views(records)
         try:
             message_ref = await surface.render_approvals(thread, views)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
@@ -348,7 +348,7 @@ class Engine:
     async def step_approvals(self, approval_id: str) -> list[ApprovalView]:
         """Every approval of the paused step that ``approval_id`` belongs to."""
         record = await self._record(approval_id)
-        return [await self._view(r) for r in await self.storage.approvals.for_run(record.run_id, step=record.step)]
+        return await self._views(await self.storage.approvals.for_run(record.run_id, step=record.step))
 
     async def check_can_decide(self, approval_id: str, actor: str) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor now (before opening a form)."""
@@ -474,7 +474,7 @@ class Engine:
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         records = await self.storage.approvals.for_run(record.run_id, step=record.step)
-        views = [await self._view(r) for r in records]
+        views = await self._views(records)
         refs = [v.message_ref for v in views if v.message_ref]
         surface = self.surfaces.get(record.platform)
         if surface and refs:
@@ -676,13 +676,20 @@ class Engine:
         run = await self.storage.runs.get(record.run_id)
         return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
 
-    async def _view(self, record: Any) -> ApprovalView:
+    async def _views(self, records: list[Any]) -> list[ApprovalView]:
+        """Views of approvals of one step (one run, so its thread is read once)."""
+        if not records:
+            return []
+        thread = await self._thread_of(records[0])
+        return [await self._view(r, thread) for r in records]
+
+    async def _view(self, record: Any, thread: ThreadRef | None = None) -> ApprovalView:
         tool = self.tools.get(record.tool_name)
         votes = await self.storage.approvals.votes(record.approval_id) if record.quorum > 1 else []
         return ApprovalView(
             approval_id=record.approval_id,
             run_id=record.run_id,
-            thread=await self._thread_of(record),
+            thread=thread or await self._thread_of(record),
             tool_name=record.tool_name,
             tool_description=tool.description if tool else "",
             arguments=record.arguments,
