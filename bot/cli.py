@@ -225,10 +225,8 @@ def _run_chat(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while shutting down
         asyncio.run(serve(config, host=args.host, port=args.port))
-    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
-        pass
     return 0
 
 

@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 from sqlite_utils import Database
@@ -36,7 +37,7 @@ def configure(conn: sqlite3.Connection, *, busy_timeout: float, synchronous: str
     conn.execute(f"PRAGMA synchronous = {synchronous}")
 
 
-class Connector:
+class Connector(ABC):
     """Hands out the calling thread's :class:`Database` for reads and for write transactions.
 
     >>> connector = ThreadLocalConnector("countersign.db")
@@ -46,8 +47,9 @@ class Connector:
 
     path: str
 
+    @abstractmethod
     def _db(self) -> Database:
-        raise NotImplementedError
+        """The calling thread's database."""
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -92,9 +94,9 @@ class Connector:
         with self._guard():
             return self._db()
 
+    @abstractmethod
     def close(self) -> None:
         """Close every connection; later use raises :class:`StorageError`."""
-        raise NotImplementedError
 
 
 class ThreadLocalConnector(Connector):

@@ -12,6 +12,7 @@ import builtins
 import getpass
 import json
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -121,7 +122,7 @@ def display_value(key: str, value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class _ConsoleDialog(ConfirmationUI):
+class _ConsoleDialog(ConfirmationUI, ABC):
     """The dialog both console UIs run; subclasses only say how to show text and read a line."""
 
     _REASK_CHOICE = "Please answer y (run it), n (reject it) or m (modify its parameters)."
@@ -172,18 +173,21 @@ class _ConsoleDialog(ConfirmationUI):
 
     # --- what the subclasses provide -------------------------------------------------------------
 
+    @abstractmethod
     def _show_request(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Show the call that waits for a decision (secrets masked)."""
 
+    @abstractmethod
     def _ask_choice(self) -> str:
         """Return ``"y"``, ``"n"`` or ``"m"``, re-asking on anything else (an empty line included)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _ask(self, prompt: str, *, secret: bool = False) -> str:
-        raise NotImplementedError
+        """Read one line after ``prompt``."""
 
+    @abstractmethod
     def _say(self, text: str) -> None:
-        raise NotImplementedError
+        """Show one line of text."""
 
 
 class SimpleConsoleUI(_ConsoleDialog):
