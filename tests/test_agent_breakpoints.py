@@ -206,6 +206,19 @@ async def test_resuming_with_new_messages_is_refused() -> None:
     assert box.executed == []
 
 
+async def test_resuming_with_new_state_is_refused() -> None:
+    box = ToolBox()
+    agent, _ = three_call_agent(box, says("done"))
+    pause = await pause_of(agent)
+
+    with pytest.raises(ValueError, match="cannot be passed when resuming"):
+        await agent.run_async(
+            [], snapshot=pause.snapshot, tool_execution_decisions=[approve(DELETE), approve(RESTART)], notes=["x"]
+        )
+
+    assert box.executed == []
+
+
 async def test_decisions_without_a_snapshot_are_refused() -> None:
     box = ToolBox()
     agent, _ = three_call_agent(box, says("done"))

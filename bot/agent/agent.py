@@ -133,6 +133,9 @@ class Agent:
         if snapshot is not None:
             if messages:
                 raise ValueError("Pass no new messages when resuming from a snapshot.")
+            if state:
+                # The snapshot carries the run's state; silently dropping new values would surprise.
+                raise ValueError(f"State {sorted(state)} cannot be passed when resuming; the snapshot holds it.")
             ctx = self._context_from_snapshot(snapshot, store_kwargs)
             decisions = [*snapshot.decisions, *(tool_execution_decisions or [])]
             exit_reason = await self._finish_step(ctx, snapshot.step_message, decisions)
