@@ -16,6 +16,7 @@ from typing import Any
 from storage.connection import ThreadLocalConnector
 from storage.database import Storage
 from storage.group_commit import GroupCommitWriter
+from storage.readers import ReadWorkers
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
@@ -51,23 +52,31 @@ class AsyncStore:
     >>> await AsyncStore(storage.runs, executor).get("run-1")
     """
 
-    def __init__(self, store: Any, executor: Executor, writer: GroupCommitWriter | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        executor: Executor,
+        writer: GroupCommitWriter | None = None,
+        readers: ReadWorkers | None = None,
+    ) -> None:
         self._store = store
         self._executor = executor
         self._writer = writer
+        self._readers = readers
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
         executor = self._executor
-        writer = None if name in READ_METHODS else self._writer
+        is_read = name in READ_METHODS
+        worker = self._readers if is_read else self._writer
 
         @functools.wraps(attribute)
         async def call(*args: Any, **kwargs: Any) -> Any:
             operation = functools.partial(attribute, *args, **kwargs)
-            if writer is not None:
-                return await asyncio.wrap_future(writer.submit(operation))
+            if worker is not None:
+                return await worker.run(operation)
             return await asyncio.get_running_loop().run_in_executor(executor, operation)
 
         return call
@@ -97,12 +106,13 @@ class AsyncStorage:
         self.executor: Executor = executor or ThreadPoolExecutor(
             max_workers=EXECUTOR_THREADS, thread_name_prefix=THREAD_NAME_PREFIX
         )
-        # Writes share commits only on a file of our own; a shared connection (":memory:") keeps the pool.
-        self.writer = (
-            GroupCommitWriter(storage.connector) if isinstance(storage.connector, ThreadLocalConnector) else None
-        )
+        # On a file of our own, writes share commits and reads run on reader threads; a shared connection
+        # (":memory:") keeps the pool.
+        own_file = isinstance(storage.connector, ThreadLocalConnector)
+        self.writer = GroupCommitWriter(storage.connector) if own_file else None
+        self.readers = ReadWorkers() if own_file else None
         for name in STORE_NAMES:
-            setattr(self, name, AsyncStore(getattr(storage, name), self.executor, self.writer))
+            setattr(self, name, AsyncStore(getattr(storage, name), self.executor, self.writer, self.readers))
 
     async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run any blocking storage call (e.g. a few statements together) on the executor.
@@ -114,6 +124,8 @@ class AsyncStorage:
 
     def close(self) -> None:
         """Stop the executor (waiting for running calls) and close the storage."""
+        if self.readers is not None:
+            self.readers.close()
         if self.writer is not None:
             self.writer.close()
         if self._owns_executor:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.connection import Connector
+from storage.delivery import AsyncTarget, Outcome, Target, deliver, start
 from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -51,11 +52,20 @@ class GroupCommitWriter:
 
     def submit(self, operation: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Queue ``operation`` (which writes through the stores); its future resolves after the commit."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(operation, future)
+        return future
+
+    async def run(self, operation: Callable[[], Any]) -> Any:
+        """:meth:`submit` for asyncio callers: results of one commit reach the loop with one wakeup."""
+        target = AsyncTarget.here()
+        self._put(operation, target)
+        return await target.future
+
+    def _put(self, operation: Callable[[], Any], target: Target) -> None:
         if self._closed:
             raise StorageError("storage is closed")
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._queue.put((operation, future))
-        return future
+        self._queue.put((operation, target))
 
     def close(self) -> None:
         """Finish the queued writes, then stop the thread."""
@@ -96,8 +106,8 @@ class GroupCommitWriter:
             return False
         return True
 
-    def _run_batch(self, batch: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]) -> None:
-        live = [(op, fut) for op, fut in batch if fut.set_running_or_notify_cancel()]
+    def _run_batch(self, batch: list[tuple[Callable[[], Any], Target]]) -> None:
+        live = [(op, target) for op, target in batch if start(target)]
         if not live:
             return
         try:
@@ -105,11 +115,10 @@ class GroupCommitWriter:
             db.execute("BEGIN IMMEDIATE")
         except (sqlite3.Error, StorageError) as exc:
             error = exc if isinstance(exc, StorageError) else StorageError(f"SQLite error: {exc}")
-            for _op, fut in live:
-                fut.set_exception(error)
+            deliver((target, False, error) for _op, target in live)
             return
-        outcomes: list[tuple[concurrent.futures.Future[Any], bool, Any]] = []
-        for operation, future in live:
+        outcomes: list[Outcome] = []
+        for operation, target in live:
             db.execute("SAVEPOINT countersign_op")
             try:
                 value = operation()
@@ -118,16 +127,16 @@ class GroupCommitWriter:
                 if not self._undo_one(db):
                     # SQLite abandoned the whole transaction (e.g. disk full): nothing of the batch is written.
                     lost = StorageError(f"the transaction was rolled back: {error}")
-                    for done, _ok, _value in outcomes:
-                        done.set_exception(lost)
-                    future.set_exception(error)
-                    for _op, waiting in live[len(outcomes) + 1 :]:
-                        waiting.set_exception(lost)
+                    deliver(
+                        [(done, False, lost) for done, _ok, _value in outcomes]
+                        + [(target, False, error)]
+                        + [(waiting, False, lost) for _op, waiting in live[len(outcomes) + 1 :]]
+                    )
                     return
-                outcomes.append((future, False, error))
+                outcomes.append((target, False, error))
                 continue
             db.execute("RELEASE countersign_op")
-            outcomes.append((future, True, value))
+            outcomes.append((target, True, value))
         try:
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -135,12 +144,7 @@ class GroupCommitWriter:
                 db.execute("ROLLBACK")
             logger.error("group commit failed", extra={"writes": len(outcomes)})
             error = StorageError(f"SQLite error on commit: {exc}")
-            for future, _ok, _value in outcomes:
-                future.set_exception(error)
+            deliver((target, False, error) for target, _ok, _value in outcomes)
             return
         self.commits += 1
-        for future, ok, value in outcomes:
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+        deliver(outcomes)
