@@ -292,6 +292,33 @@ async def test_approve_all_runs_every_call_of_the_step(
     assert slack.calls_to("chat.postMessage", plain)[-1].args["text"] == "Both gone."
 
 
+async def test_approve_all_partly_refused_approves_what_it_may_and_tells_the_clicker_the_rest(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    from bot.engine.model import AdminRequest
+
+    answer = await stack.engine.admin(
+        AdminRequest("slack", slack.team_id, CHANNEL, ADMIN, "approvers scale_service @U0BOB")
+    )
+    assert "Rule updated" in answer
+    openai.enqueue_tool_calls(
+        [("delete_file", {"path": "a.log"}), ("scale_service", {"service": "web", "replicas": 3})]
+    )
+    mention_ts, approval = await ask(stack, slack, "clean up and scale web")
+    [first] = button_values(approval.args["blocks"], "cs_approve_all")
+
+    await stack.requests.click(
+        "cs_approve_all", first, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    await stack.settle()
+
+    [told] = slack.calls_to("chat.postEphemeral")
+    assert told.args["user"] == ALICE and "Not approved" in told.args["text"] and "scale_service" in told.args["text"]
+    assert ops.deleted == [] and ops.scaled == []  # the step waits for its last decision
+    final = slack.calls_to("chat.update")[-1].args["blocks"]
+    assert len(button_values(final, "cs_approve")) == 1  # scale_service still has its buttons
+
+
 async def test_a_double_click_runs_the_tool_once_and_tells_the_second_clicker(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
 ) -> None:

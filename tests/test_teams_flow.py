@@ -166,6 +166,21 @@ async def test_approve_all_runs_every_call_of_the_step_once(open_stack):
     assert stack.connector.texts()[-1] == "results: deleted a.log | deleted b.log"
 
 
+async def test_approve_all_partly_refused_says_on_the_card_which_calls_still_wait(open_stack):
+    stack = await open_stack(
+        replies=[asks(call("delete_file", path="a.log"), call("scale_service", service="web", replicas=3)), says("ok")]
+    )
+    await stack.engine.storage.policies.set_rule("global", "scale_service", updated_by=ADA.id, approvers=[BEN.id])
+    await stack.say("clean up and scale web")
+
+    status, body = await stack.click("approve_all", ANA)
+
+    assert status == 200
+    assert "Not approved" in " ".join(texts_of(body["value"]))
+    assert len(approval_ids(body["value"])) == 1  # scale_service keeps its buttons for Ben
+    assert stack.tools.executed == []  # the step waits for its last decision
+
+
 async def test_a_retried_invoke_decides_nothing_twice_and_runs_the_tool_once(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")

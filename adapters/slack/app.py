@@ -193,9 +193,12 @@ class SlackListeners:
 
     async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any]) -> None:
         try:
-            await decision
+            result = await decision
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
+            return
+        if result.refused:  # Approve all, partly refused: say which calls still wait
+            await self._tell_clicker(body, result.message)
             return
         if _from_home(body):
             await self._publish_home(_actor(body), _team(body))

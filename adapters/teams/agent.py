@@ -158,7 +158,8 @@ class TeamsAgent(ActivityHandler):
             return await self._current_card(action.approval_id, notice=notice)
         except EngineError as exc:
             return await self._current_card(action.approval_id, notice=str(exc))
-        return invoke_card_response(approval_card(await with_names(engine, result.step)))
+        notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
+        return invoke_card_response(approval_card(await with_names(engine, result.step), notice=notice))
 
     async def _decide(self, action: handler.CardAction, actor: str, actor_name: str | None) -> DecisionResult:
         engine = self._engine

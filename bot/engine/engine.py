@@ -442,7 +442,7 @@ class Engine:
         views = await self.step_approvals(approval_id)
         clicked = next(v for v in views if v.approval_id == approval_id)
         message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
-        return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        return DecisionResult(approval=clicked, step=tuple(views), message=message, refused=tuple(refused))
 
     async def _vote(self, record: Any, request: DecisionRequest) -> DecisionResult | None:
         """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""

@@ -123,6 +123,8 @@ class DecisionResult:
     step: tuple[ApprovalView, ...]
     message: str
     resumed: bool = False
+    refused: tuple[str, ...] = ()
+    """For Approve all: one sentence per call this actor could not approve (tell the clicker)."""
 
 
 @dataclass(frozen=True)
