@@ -8,6 +8,7 @@ agent can count tokens and tell why the model stopped.
 from __future__ import annotations
 
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -109,6 +110,54 @@ def finalize_local_reply(reply: ChatMessage, *, model: str) -> ChatMessage:
     copy.meta.setdefault("model", model)
     copy.meta.setdefault("index", 0)
     return copy
+
+
+class LocalChatGenerator(ABC):
+    """Shared plumbing of generators that answer in-process (scripted, offline demo).
+
+    Subclasses implement :meth:`_reply`; this class provides ``run`` / ``run_async`` and hands a
+    streaming callback the reply's text as one chunk.
+    """
+
+    @abstractmethod
+    def _reply(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None,
+        generation_kwargs: dict[str, Any] | None,
+    ) -> ChatMessage:
+        """The reply to ``messages`` (a fresh message, see :func:`finalize_local_reply`)."""
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Answer ``messages``; works inside or outside a running event loop."""
+        if streaming_callback is None:
+            return {"replies": [self._reply(messages, tools, generation_kwargs)]}
+        from bot.aio import run_sync
+
+        return run_sync(self.run_async(messages, tools, generation_kwargs, streaming_callback))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """Async twin of :meth:`run`; a streaming callback gets the reply's text as one chunk."""
+        reply = self._reply(messages, tools, generation_kwargs)
+        if streaming_callback is not None:
+            meta = {"model": reply.meta.get("model"), "index": 0, "usage": reply.meta.get("usage")}
+            chunk = StreamingChunk(
+                content=reply.text or "", meta=meta, finish_reason=reply.meta.get("finish_reason")
+            )
+            await emit_chunk(streaming_callback, chunk)
+        return {"replies": [reply]}
 
 
 def tool_names(tools: Sequence[Tool | Toolset] | None) -> list[str]:

@@ -12,8 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bot.aio import run_sync
-from bot.llm.base import StreamingCallback, StreamingChunk, emit_chunk, finalize_local_reply, tool_names
+from bot.llm.base import LocalChatGenerator, finalize_local_reply, tool_names
 from bot.messages import ChatMessage, ChatRole, ToolCall
 from bot.tools import Tool, Toolset
 
@@ -51,7 +50,7 @@ _EXAMPLES = {
 }
 
 
-class OfflineDemoChatGenerator:
+class OfflineDemoChatGenerator(LocalChatGenerator):
     """Answers like a (very small) LLM without any network, using only the tools it is given.
 
     >>> gen = OfflineDemoChatGenerator()
@@ -62,37 +61,6 @@ class OfflineDemoChatGenerator:
     """
 
     model = "offline-demo"
-
-    def run(
-        self,
-        messages: list[ChatMessage],
-        tools: Sequence[Tool | Toolset] | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-    ) -> dict[str, list[ChatMessage]]:
-        """Answer ``messages``; works inside or outside a running event loop."""
-        if streaming_callback is None:
-            return {"replies": [self._reply(messages, tools)]}
-        return run_sync(self.run_async(messages, tools, generation_kwargs, streaming_callback))
-
-    async def run_async(
-        self,
-        messages: list[ChatMessage],
-        tools: Sequence[Tool | Toolset] | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-    ) -> dict[str, list[ChatMessage]]:
-        """Async twin of :meth:`run`; a streaming callback gets the text as one chunk."""
-        reply = self._reply(messages, tools)
-        if streaming_callback is not None:
-            meta = {"model": self.model, "index": 0, "usage": reply.meta["usage"]}
-            await emit_chunk(
-                streaming_callback,
-                StreamingChunk(
-                    content=reply.text or "", meta=meta, finish_reason=reply.meta["finish_reason"]
-                ),
-            )
-        return {"replies": [reply]}
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise (there is nothing to configure)."""
@@ -105,7 +73,12 @@ class OfflineDemoChatGenerator:
 
     # --- the rules ----------------------------------------------------------------------------
 
-    def _reply(self, messages: list[ChatMessage], tools: Sequence[Tool | Toolset] | None) -> ChatMessage:
+    def _reply(
+        self,
+        messages: list[ChatMessage],
+        tools: Sequence[Tool | Toolset] | None,
+        generation_kwargs: dict[str, Any] | None = None,
+    ) -> ChatMessage:
         available = set(tool_names(tools))
         if messages and messages[-1].role is ChatRole.TOOL:
             reply = ChatMessage.from_assistant(

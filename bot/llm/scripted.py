@@ -7,14 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bot.llm.base import (
-    LLMError,
-    StreamingCallback,
-    StreamingChunk,
-    emit_chunk,
-    finalize_local_reply,
-    tool_names,
-)
+from bot.llm.base import LLMError, LocalChatGenerator, finalize_local_reply, tool_names
 from bot.messages import ChatMessage
 from bot.tools import Tool, Toolset
 
@@ -22,7 +15,7 @@ ScriptedReply = ChatMessage | Callable[[list[ChatMessage]], ChatMessage | str] |
 """A prepared reply, a callable ``messages -> ChatMessage | str`` that makes one, or an exception to raise."""
 
 
-class ScriptedChatGenerator:
+class ScriptedChatGenerator(LocalChatGenerator):
     """Replays ``replies`` in order, one per call, and records every call in :attr:`calls`.
 
     >>> gen = ScriptedChatGenerator([
@@ -50,39 +43,7 @@ class ScriptedChatGenerator:
         """How many replies are left."""
         return len(self.replies) - self._position
 
-    def run(
-        self,
-        messages: list[ChatMessage],
-        tools: Sequence[Tool | Toolset] | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-    ) -> dict[str, list[ChatMessage]]:
-        """Return the next reply (see the class docstring); works inside or outside an event loop."""
-        if streaming_callback is None:
-            return {"replies": [self._next_reply(messages, tools, generation_kwargs)]}
-        from bot.aio import run_sync
-
-        return run_sync(self.run_async(messages, tools, generation_kwargs, streaming_callback))
-
-    async def run_async(
-        self,
-        messages: list[ChatMessage],
-        tools: Sequence[Tool | Toolset] | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-    ) -> dict[str, list[ChatMessage]]:
-        """Async twin of :meth:`run`; a streaming callback gets the reply's text as one chunk."""
-        reply = self._next_reply(messages, tools, generation_kwargs)
-        if streaming_callback is not None:
-            chunk = StreamingChunk(
-                content=reply.text or "",
-                meta={"model": reply.meta.get("model"), "index": 0, "usage": reply.meta.get("usage")},
-                finish_reason=reply.meta.get("finish_reason"),
-            )
-            await emit_chunk(streaming_callback, chunk)
-        return {"replies": [reply]}
-
-    def _next_reply(
+    def _reply(
         self,
         messages: list[ChatMessage],
         tools: Sequence[Tool | Toolset] | None,
