@@ -12,7 +12,7 @@ import pytest
 from bot.engine.errors import AlreadyDecided, InvalidEdit, NotAnApprover, UnknownAction
 from bot.engine.model import AdminRequest, DecisionRequest
 from bot.hitl.blocking import REJECTION_FEEDBACK_TEMPLATE
-from bot.messages import ChatRole
+from bot.messages import ChatRole, ToolCall
 from tests.fakes.engine_kit import (
     ADMIN,
     CHANNEL,
@@ -27,6 +27,7 @@ from tests.fakes.engine_kit import (
     call,
     dangling_calls,
     echoes_results,
+    says,
     sent_to_llm,
     tool_results,
 )
@@ -412,3 +413,14 @@ async def test_a_run_that_pauses_twice_is_resumed_twice_and_each_call_runs_once(
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}, {"path": "b.txt"}]
     assert h.surface.replies_in(h.thread()) == ["results: deleted b.txt"]
     assert dangling_calls(await h.history()) == []
+
+
+async def test_a_call_id_shaped_like_name_colon_number_is_still_bound_to_its_decision(harnesses):
+    # vLLM and some other OpenAI-compatible servers name calls like this; it is a real id, not a stand-in.
+    odd = ToolCall("delete_file", {"path": "a.txt"}, id="functions.delete_file:0")
+    harness = await harnesses.open(replies=[asks(odd), says("Deleted.")])
+    [approval] = await harness.paused_approvals("delete a.txt")
+    await harness.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+    await harness.engine.wait_idle()
+    assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert harness.surface.replies[-1].text == "Deleted."

@@ -14,7 +14,18 @@ from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.redaction import mask_secrets
 
 EXPIRED_FEEDBACK = "Tool execution for '{tool_name}' was rejected: expired without a decision."
+ID_LESS_PREFIX = "no-id:"
+"""Marks the stored key of a call the model gave no id (its decision must then carry none)."""
 STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified"}
+
+
+def approval_call_key(call_id: str | None, step_message_id: str, position: int) -> str:
+    """The key an approval stores for its call: the model's id, or a marked stand-in when it gave none.
+
+    Model ids take many shapes (vLLM: ``functions.delete_file:0``), so an id-less call is recognised by
+    its prefix, never by the shape of the id.
+    """
+    return call_id if call_id is not None else f"{ID_LESS_PREFIX}{step_message_id}:{position}"
 
 
 def check_open(now: datetime, record: Any) -> None:
@@ -45,13 +56,7 @@ def authorize(is_admin: Callable[[str], bool], record: Any, actor: str) -> None:
 
 def decision_from_record(record: Any) -> ToolExecutionDecision:
     """The agent's decision for one settled approval: approved, edited, or (anything else) rejected."""
-    call_id = (
-        None
-        if ":" in record.tool_call_id
-        and record.tool_call_id.count(":") == 1
-        and record.tool_call_id.split(":")[1].isdigit()
-        else record.tool_call_id
-    )
+    call_id = None if record.tool_call_id.startswith(ID_LESS_PREFIX) else record.tool_call_id
     user_feedback = f" {USER_FEEDBACK_TEMPLATE.format(feedback=record.feedback)}" if record.feedback else ""
     if record.status == "approved":
         return ToolExecutionDecision(record.tool_name, True, call_id, final_tool_params=dict(record.arguments))

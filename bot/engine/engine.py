@@ -19,7 +19,13 @@ from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.config import Config
 from bot.engine.admin_service import AdminCommands
 from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
-from bot.engine.decisions import STATUS_OF_ACTION, authorize, check_open, decision_from_record
+from bot.engine.decisions import (
+    STATUS_OF_ACTION,
+    approval_call_key,
+    authorize,
+    check_open,
+    decision_from_record,
+)
 from bot.engine.errors import (
     AlreadyDecided,
     ApprovalExpired,
@@ -294,7 +300,7 @@ class Engine:
                 NewApproval(
                     run_id=run_id,
                     step=step,
-                    tool_call_id=call.id or f"{snapshot.step_message.id}:{position}",
+                    tool_call_id=approval_call_key(call.id, snapshot.step_message.id, position),
                     tool_name=call.tool_name,
                     arguments=call.arguments,
                     requester=requester,
