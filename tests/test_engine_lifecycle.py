@@ -307,3 +307,25 @@ async def test_a_crash_mid_step_keeps_the_real_result_of_a_call_that_had_finishe
         ("read_logs", finished.result, False),
     ], "a call that ran is not reported to the model as not run"
     release.set()
+
+
+async def test_two_replicas_on_one_database_decide_and_resume_a_call_once(harnesses):
+    first = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+    second = await harnesses.reopen(first)  # another bot process on the same database file
+    [approval] = await first.paused_approvals("delete a.txt")
+
+    outcomes = await asyncio.gather(
+        first.engine.decide(confirm(approval, REQUESTER)),
+        second.engine.decide(confirm(approval, ADMIN)),
+        return_exceptions=True,
+    )
+    # Both replicas also try to resume the run, as a restart or a sweep might.
+    await asyncio.gather(first.engine.resume(approval.run_id), second.engine.resume(approval.run_id))
+    await first.engine.wait_idle()
+    await second.engine.wait_idle()
+
+    assert sum(not isinstance(o, Exception) for o in outcomes) == 1
+    assert [type(o).__name__ for o in outcomes if isinstance(o, Exception)] == ["AlreadyDecided"]
+    assert first.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    replies = [r.text for r in first.surface.replies + second.surface.replies]
+    assert replies == ["Deleted."]  # one resume: no second answer, no failed second run
