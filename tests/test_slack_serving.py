@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -98,36 +97,7 @@ async def test_with_an_app_token_slack_is_served_over_socket_mode_not_http(tmp_p
     assert slack.calls_to("chat.postMessage")[-1].args["text"] == "Cache emptied."
 
 
-# ---------------------------------------------------------------------- acks first
-
-
-async def test_post_ack_work_waits_until_no_request_is_in_flight() -> None:
-    tasks = BackgroundTasks(max_defer_seconds=5.0)
-    started: list[str] = []
-
-    async def work(name: str) -> None:
-        started.append(name)
-
-    with tasks.request():
-        tasks.spawn(work("decision"), name="decision")
-        tasks.spawn(work("modal"), name="modal", urgent=True)
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert started == ["modal"]  # a modal's trigger id cannot wait
-    await tasks.wait_idle()
-    assert started == ["modal", "decision"]
-
-
-async def test_deferred_work_starts_anyway_after_the_longest_deferral() -> None:
-    tasks = BackgroundTasks(max_defer_seconds=0.05)
-    done = asyncio.Event()
-
-    async def work() -> None:
-        done.set()
-
-    with tasks.request():
-        tasks.spawn(work(), name="decision")
-        await asyncio.wait_for(done.wait(), 2.0)
+# ---------------------------------------------------------------------- background work
 
 
 async def test_a_failing_background_task_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:

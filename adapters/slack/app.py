@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncApp
@@ -61,36 +60,14 @@ def thread_marker(channel: str, thread: str) -> str:
 
 
 class BackgroundTasks:
-    """Work started after an ack, run once Slack's requests in flight are acknowledged.
+    """Work started after an ack (Slack's 3 seconds); tasks stay referenced and awaitable, failures logged."""
 
-    Acks come first: under a burst of clicks, a decision started by an early click would otherwise
-    compete with the acknowledgement of every later one. Deferred work waits until no request is in
-    flight, or at most ``max_defer_seconds``; ``urgent`` work (opening a modal, whose trigger id dies
-    after 3 s) never waits. Tasks stay referenced (asyncio only keeps weak references) and awaitable.
-    """
-
-    def __init__(self, max_defer_seconds: float = 1.0) -> None:
-        self.max_defer_seconds = max_defer_seconds
+    def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._in_flight = 0
-        self._quiet = asyncio.Event()
-        self._quiet.set()
 
-    @contextmanager
-    def request(self) -> Iterator[None]:
-        """Mark one Slack request as in flight until its response is ready."""
-        self._in_flight += 1
-        self._quiet.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._quiet.set()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, urgent: bool = False) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Run ``coro`` in the background; failures are logged, never lost silently."""
-        task = asyncio.create_task(self._run(coro, name, urgent), name=name)
+        task = asyncio.create_task(self._run(coro, name), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -106,11 +83,8 @@ class BackgroundTasks:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _run(self, coro: Coroutine[Any, Any, Any], name: str, urgent: bool) -> None:
+    async def _run(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         try:
-            if not urgent and not self._quiet.is_set():
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._quiet.wait(), self.max_defer_seconds)
             await coro
         except asyncio.CancelledError:
             coro.close()
@@ -206,12 +180,12 @@ class SlackListeners:
     async def on_open_reject(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Reject: open the feedback modal (if this person may decide)."""
         await ack()
-        self.tasks.spawn(self._open_modal(body, action["value"], reject_modal), name="slack-open-reject", urgent=True)
+        self.tasks.spawn(self._open_modal(body, action["value"], reject_modal), name="slack-open-reject")
 
     async def on_open_edit(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Edit: open the parameter modal (if this person may decide)."""
         await ack()
-        self.tasks.spawn(self._open_modal(body, action["value"], edit_modal), name="slack-open-edit", urgent=True)
+        self.tasks.spawn(self._open_modal(body, action["value"], edit_modal), name="slack-open-edit")
 
     async def _open_modal(self, body: dict[str, Any], approval_id: str, build: Any) -> None:
         # views.open goes out right after the check: the trigger id dies 3 s after the click.

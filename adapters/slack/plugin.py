@@ -75,8 +75,7 @@ class SlackPlugin:
     async def handle(self, request: web.Request) -> web.Response:
         """``POST /slack/events``: hand the request to Bolt and its response back to aiohttp."""
         assert self.app is not None, "setup() first"
-        with self.tasks.request():
-            return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+        return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
 
     async def wait_idle(self) -> None:
         """Wait for the work started after acks (tests, graceful shutdown)."""
