@@ -39,6 +39,8 @@ import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.fakes.local_server import serve_locally
+
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
 _KEYS: dict[str, rsa.RSAPrivateKey] = {}
 
@@ -106,11 +108,7 @@ class FakeBotConnector:
         app.router.add_post("/v3/conversations/{conversation_id}/activities", self._send)
         app.router.add_post("/v3/conversations/{conversation_id}/activities/{activity_id}", self._reply)
         app.router.add_put("/v3/conversations/{conversation_id}/activities/{activity_id}", self._update)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def stop(self) -> None:
@@ -222,11 +220,7 @@ class FakeBotFrameworkIssuer:
         """Serve the JWKS on an ephemeral port."""
         app = web.Application()
         app.router.add_get("/v1/.well-known/keys", self._keys)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def stop(self) -> None:

@@ -42,6 +42,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.local_server import serve_locally
+
 DEFAULT_USAGE = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
 FAST_RETRY_HEADERS = {"retry-after-ms": "10"}
 """Sent with every error so the openai client's retry backoff takes 10 ms, not half a second."""
@@ -150,11 +152,7 @@ class FakeOpenAIServer:
         self._arrived = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
-        self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_locally(app, shutdown_timeout=2.0, access_log=None)
         return self
 
     async def stop_async(self) -> None:

@@ -33,6 +33,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.local_server import serve_locally
+
 MAX_BLOCKS = 50
 MAX_BLOCKS_CHARS = 13_000
 
@@ -75,11 +77,7 @@ class FakeSlackAPI:
         app.router.add_get("/api/{method}", self._api)
         app.router.add_post("/respond/{name}", self._respond)
         app.router.add_get("/socket", self._socket)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self._port = await serve_locally(app, access_log=None)
         return self
 
     async def stop(self) -> None:

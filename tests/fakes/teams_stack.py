@@ -35,6 +35,7 @@ from bot.llm import ScriptedChatGenerator
 from bot.server import build_web_app
 from tests.fakes.bot_connector import ConnectorRequest, FakeBotConnector, FakeBotFrameworkIssuer
 from tests.fakes.engine_kit import Clock, RecordingTools
+from tests.fakes.local_server import serve_locally
 
 APP_ID = "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"
 TENANT = "9b2d4a10-3c4d-4e5f-8a9b-0000000000c1"
@@ -265,11 +266,7 @@ class TeamsStack:
         engine = await Engine.create(config, generator=generator, tools=tool_list, clock=clock)
         plugin = TeamsPlugin(token_provider_factory=FixedTokenProvider)
         app = await build_web_app(engine, config, plugins=[plugin])
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        runner, port = await serve_locally(app)
         await engine.start(sweep=False)
         session = aiohttp.ClientSession()
         return cls(
