@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Iterable
+import queue
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,3 +65,29 @@ def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_result(value)
         else:
             future.set_exception(value)
+
+
+STOP = object()
+"""Put on a work queue to stop one worker after the work queued before it."""
+
+
+def batches(work: queue.SimpleQueue[Any], max_batch: int) -> Iterator[list[tuple[Callable[[], Any], Target]]]:
+    """Yield what is queued, at most ``max_batch`` items at a time (waiting for the first), until :data:`STOP`."""
+    while True:
+        first = work.get()
+        if first is STOP:
+            return
+        batch = [first]
+        stopping = False
+        while len(batch) < max_batch:
+            try:
+                item = work.get_nowait()
+            except queue.Empty:
+                break
+            if item is STOP:
+                stopping = True
+                break
+            batch.append(item)
+        yield batch
+        if stopping:
+            return

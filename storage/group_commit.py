@@ -20,15 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.connection import Connector
-from storage.delivery import AsyncTarget, Outcome, Target, deliver, start
+from storage.delivery import STOP, AsyncTarget, Outcome, Target, batches, deliver, start
 from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 256
 WRITER_THREAD_NAME = "countersign-db-writer"
-
-_STOP = object()
 
 
 class GroupCommitWriter:
@@ -71,25 +69,11 @@ class GroupCommitWriter:
         """Finish the queued writes, then stop the thread."""
         if not self._closed:
             self._closed = True
-            self._queue.put(_STOP)
+            self._queue.put(STOP)
             self._thread.join()
 
     def _loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = self._queue.get()
-            if first is _STOP:
-                return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                batch.append(item)
+        for batch in batches(self._queue, self.max_batch):
             self._run_batch(batch)
 
     @staticmethod

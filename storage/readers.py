@@ -7,14 +7,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from storage.delivery import AsyncTarget, Outcome, deliver
+from storage.delivery import STOP, AsyncTarget, Outcome, batches, deliver
 from storage.errors import StorageError
 
 READER_THREADS = 4
 MAX_BATCH = 32
 READER_THREAD_NAME = "countersign-db-reader"
-
-_STOP = object()
 
 
 class ReadWorkers:
@@ -49,26 +47,12 @@ class ReadWorkers:
             return
         self._closed = True
         for _ in self._threads:
-            self._queue.put(_STOP)
+            self._queue.put(STOP)
         for thread in self._threads:
             thread.join()
 
     def _loop(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
+        for batch in batches(self._queue, self.max_batch):
             outcomes: list[Outcome] = []
             for operation, target in batch:
                 try:
@@ -76,5 +60,3 @@ class ReadWorkers:
                 except BaseException as exc:  # delivered to the caller, like any executor would
                     outcomes.append((target, False, exc))
             deliver(outcomes)
-            if stop:
-                return
