@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.admin import USAGE
+from bot.engine.admin_syntax import USAGE
 from bot.engine.model import AdminRequest, DecisionRequest
 from tests.fakes.engine_kit import (
     ADMIN,

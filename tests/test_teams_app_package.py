@@ -10,7 +10,7 @@ import pytest
 
 from adapters.teams.icons import draw
 from adapters.teams.package import APP_PACKAGE, PLACEHOLDER, build_package, manifest_for
-from bot.engine.admin import COMMAND_WORDS
+from bot.engine.admin_syntax import COMMAND_WORDS
 
 APP_ID = "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"
 

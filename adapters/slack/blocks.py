@@ -32,7 +32,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from adapters.slack.mrkdwn import escape, escape_truncated, mention
-from bot.engine.admin import format_duration
+from bot.engine.admin_syntax import format_duration
 from bot.engine.model import (
     APPROVED,
     CANCELLED,

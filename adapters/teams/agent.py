@@ -44,7 +44,7 @@ from adapters.teams.cards import (
 )
 from adapters.teams.names import display_names, remember_name, with_names
 from adapters.teams.surface import conversation_record
-from bot.engine.admin import is_admin_command
+from bot.engine.admin_syntax import is_admin_command
 from bot.engine.errors import AlreadyDecided, ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
 

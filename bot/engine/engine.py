@@ -17,7 +17,7 @@ from typing import Any
 from bot.agent import Agent, AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.config import Config
-from bot.engine.admin_service import AdminCommands
+from bot.engine.admin_commands import AdminCommands
 from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
 from bot.engine.decisions import (
     STATUS_OF_ACTION,

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from bot.engine.admin import USAGE, AdminCommand, format_duration, format_rule, parse_command
+from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.model import AdminRequest

@@ -1,4 +1,4 @@
-"""Admin commands, one parser for Slack's ``/countersign`` and Teams messages.
+"""Admin command syntax, one parser for Slack's ``/countersign`` and Teams messages, and how rules read.
 
 ``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
 ``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
