@@ -11,6 +11,7 @@ from bot.engine.confirmation import effective_policy
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.model import AdminRequest
 from bot.tools import Tool
+from storage.policies import scope_channel, scope_global, scope_workspace
 
 
 class AdminCommands:
@@ -53,8 +54,6 @@ class AdminCommands:
             return str(exc)
 
     async def _run_admin(self, command: AdminCommand, request: AdminRequest) -> str:
-        from storage.policies import scope_channel, scope_workspace
-
         if command.name == "help":
             return USAGE
         if command.name == "pending":
@@ -151,8 +150,6 @@ class AdminCommands:
 
     async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
         """Stored rules that apply in this workspace: global, workspace and its channels."""
-        from storage.policies import scope_global, scope_workspace
-
         prefix = f"channel:{platform}:{workspace}:"
         rows = []
         for rule in await self.storage.policies.list_rules():

@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bot.aio import run_sync
 from bot.canonical import args_digest
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
+from storage.policies import scope_channel
 
 ALWAYS, NEVER, ONCE, DENY = "always", "never", "once", "deny"
 MODES = (ALWAYS, NEVER, ONCE, DENY)
@@ -30,8 +32,6 @@ class EffectivePolicy:
 
 def channel_scope(context: Mapping[str, Any]) -> str:
     """The ask-once memory scope of a run's channel."""
-    from storage.policies import scope_channel
-
     return scope_channel(context["platform"], context["workspace"], context["channel"])
 
 
@@ -96,8 +96,6 @@ class PolicyConfirmationStrategy:
 
     def run(self, **kwargs: Any) -> ToolExecutionDecision:
         """Sync twin of :meth:`run_async`."""
-        from bot.aio import run_sync
-
         return run_sync(self.run_async(**kwargs))
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bot.agent import Agent, AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
+from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.admin_commands import AdminCommands
 from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
@@ -52,8 +53,10 @@ from bot.engine.params import merge_edit
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
-from bot.messages import ChatMessage
+from bot.llm import LLMError
+from bot.messages import ChatMessage, new_id
 from bot.tools import Tool
+from storage import AsyncStorage, NewApproval, NotFound, open_storage
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +115,6 @@ class Engine:
 
         >>> engine = await Engine.create(Config.from_env())
         """
-        from storage import AsyncStorage, open_storage
-
         chosen_tools = list(tools) if tools is not None else config.load_tools()
         chosen_generator = generator if generator is not None else config.build_generator()
         sync_storage = await asyncio.to_thread(open_storage, config.db_path, last_k=config.history_last_k)
@@ -192,7 +193,7 @@ class Engine:
                         "once I've answered.",
                     )
                 return
-            run_id = _new_run_id()
+            run_id = new_id()
             await self.storage.runs.create(
                 run_id,
                 chat_history_id=thread.key,
@@ -281,8 +282,6 @@ class Engine:
 
     async def _on_pause(self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException) -> None:
         """Store the snapshot and one approval per pending call, then render them."""
-        from storage import NewApproval
-
         snapshot = pause.snapshot
         assert snapshot is not None
         run = await self.storage.runs.get(run_id)
@@ -424,8 +423,6 @@ class Engine:
             scope = channel_scope(
                 {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
             )
-            from bot.canonical import args_digest
-
             await self.storage.policies.remember_confirmation(
                 scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
             )
@@ -668,8 +665,6 @@ class Engine:
         return await self.storage.conversations.load(key)
 
     async def _record(self, approval_id: str) -> Any:
-        from storage import NotFound
-
         if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
             raise ApprovalNotFound(str(approval_id)[:40])
         try:
@@ -735,8 +730,6 @@ def _answer_text(result: dict[str, Any]) -> str:
 
 
 def _failure_sentence(exc: Exception) -> str:
-    from bot.llm import LLMError
-
     if isinstance(exc, LLMError):
         return (
             "Sorry, the language model could not answer (it timed out or failed). Nothing was lost; please try again."
@@ -750,9 +743,3 @@ async def _quietly(awaitable: Any) -> None:
         await awaitable
     except Exception:
         logger.warning("surface call failed", exc_info=True)
-
-
-def _new_run_id() -> str:
-    from bot.messages import new_id
-
-    return new_id()
