@@ -56,7 +56,7 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.messages import ChatMessage, new_id
 from bot.tools import Tool
-from storage import AsyncStorage, NewApproval, NotFound, open_storage
+from storage import AsyncStorage, NewApproval, NotFound, StorageError, open_storage
 
 logger = logging.getLogger(__name__)
 
@@ -509,7 +509,7 @@ class Engine:
                 return  # another worker, replica or a supersede got there first
             try:
                 snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
-            except Exception as exc:  # a corrupt snapshot fails this run only
+            except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
                 await self._on_failure(run_id, thread, exc)
                 return
             decisions = [decision_from_record(r) for r in records]
@@ -539,7 +539,7 @@ class Engine:
             await self.storage.messages.write_messages(
                 thread.key, step_messages + closing_results(step_messages, SUPERSEDED_RESULT)
             )
-        except (SnapshotError, Exception) as exc:  # history stays valid: the step was never written
+        except (SnapshotError, StorageError) as exc:  # history stays valid: the step was never written
             logger.warning("could not record superseded step", extra={"run_id": run.run_id, "error": repr(exc)})
         await self.storage.audit.append(
             "countersign", "superseded", run.run_id, {"approvals": closed}, now=self.clock()
