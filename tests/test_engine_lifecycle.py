@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import pytest
 
@@ -82,6 +83,22 @@ async def test_a_paused_run_whose_tools_changed_across_a_restart_fails_cleanly_w
     await after.say("hello?")
     assert after.surface.replies_in(after.thread())[-1] == "still here"
     assert dangling_calls(sent_to_llm(after.generator)) == []
+
+
+async def test_a_corrupt_stored_snapshot_fails_only_its_run_and_the_thread_stays_usable(harnesses):
+    harness = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("still here")])
+    [approval] = await harness.paused_approvals("delete a.txt")
+    with sqlite3.connect(harness.db_path) as raw:  # damaged outside countersign
+        raw.execute("UPDATE runs SET snapshot_json = '{not json' WHERE run_id = ?", [approval.run_id])
+
+    await harness.engine.decide(confirm(approval))
+    await harness.engine.wait_idle()
+
+    assert harness.tools.executed == []
+    assert (await harness.run_of(approval.run_id)).status == "failed"
+    assert harness.surface.replies_in(harness.thread())[-1].startswith("Sorry, something went wrong")
+    await harness.say("hello?")
+    assert harness.surface.replies_in(harness.thread())[-1] == "still here"
 
 
 async def test_a_step_decided_before_a_crash_is_resumed_when_the_engine_starts(harnesses):
