@@ -49,6 +49,8 @@ configuration (environment variables; a .env file in the working folder is read 
                                    Teams: the Microsoft 365 Agents SDK's own connection settings
   COUNTERSIGN_TEAMS_ANONYMOUS      1 accepts Teams requests without a JWT: local testing only; the server
                                    warns loudly at start (default: off)
+  COUNTERSIGN_FAILPOINT            crash tests only: comma-separated failpoint names where `serve` exits
+                                   at once (see README, "Failpoints"); unset in production
 """
 
 DESCRIPTION = (
@@ -237,9 +239,11 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     """
     from aiohttp import web
 
+    from bot import failpoints
     from bot.engine.engine import Engine
     from bot.server import ACTIVE_PLUGINS, build_web_app
 
+    failpoints.arm(config.failpoints)
     engine = await Engine.create(config)
     await engine.start()
     runner: web.AppRunner | None = None

@@ -48,6 +48,8 @@ class Config:
     teams_anonymous: bool = False
     teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
+    failpoints: str = ""
+    """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
 
     @property
     def llm_configured(self) -> bool:
@@ -95,6 +97,7 @@ class Config:
             slack_api_url=env.get("COUNTERSIGN_SLACK_API_URL") or None,
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
+            failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
         )
 
     def load_tools(self) -> list[Any]:

@@ -1,0 +1,45 @@
+"""Named crash points for deterministic crash tests: the process exits at once where one is armed.
+
+A crash test starts ``countersign serve`` with ``COUNTERSIGN_FAILPOINT=<name>`` (read by
+:mod:`bot.config`, armed at start-up with :func:`arm`); when the code reaches ``failpoint("<name>")``
+the process ends with :func:`os._exit` — no ``finally`` blocks, no flushing, exactly like ``kill -9``
+at that line. Unarmed, a failpoint is one set lookup and does nothing.
+
+>>> arm("before_ledger")
+>>> failpoint("after_claim")  # not armed: returns
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+
+FAILPOINT_EXIT_CODE = 86
+"""The exit status of a process stopped by a failpoint (tests tell it from a real crash)."""
+
+_armed: frozenset[str] = frozenset()
+
+
+def arm(names: str | Iterable[str] | None) -> None:
+    """Arm the given failpoint names (comma-separated in a string); ``None`` or ``""`` disarms all."""
+    global _armed
+    if names is None:
+        _armed = frozenset()
+    elif isinstance(names, str):
+        _armed = frozenset(part.strip() for part in names.split(",") if part.strip())
+    else:
+        _armed = frozenset(names)
+
+
+def armed() -> frozenset[str]:
+    """The names armed now."""
+    return _armed
+
+
+def failpoint(name: str) -> None:
+    """Exit the process at once if ``name`` is armed; otherwise do nothing."""
+    if name in _armed:
+        sys.stderr.write(f"countersign: failpoint {name} reached; exiting\n")
+        sys.stderr.flush()
+        os._exit(FAILPOINT_EXIT_CODE)
