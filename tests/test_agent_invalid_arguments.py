@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
 from bot.agent import Agent
 from bot.hitl.breakpoint import BreakpointConfirmationStrategy, HITLBreakpointException
+from bot.hitl.dataclasses import ConfirmationUIResult
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ChatRole
 from bot.redaction import MASK
 from bot.tools import Tool
 from tests.fakes.agent_kit import ToolBox, approve, asks, blocking, call, says
 from tests.fakes.engine_kit import Harnesses, asks_for, dangling_calls, echoes_results
+from tests.typed_tools import RECEIVED, schedule_change
 
 USER = ChatMessage.from_user("rotate the key")
 SECRET = "hunter2-not-long-enough"
@@ -144,3 +148,28 @@ async def test_the_engine_creates_no_approval_for_a_call_with_invalid_arguments(
     assert "name" in answer and "api_key" in answer and "note" in answer
     assert secret not in answer
     assert dangling_calls(await h.history()) == []
+
+
+async def test_a_date_the_model_got_wrong_is_an_error_result_and_a_right_one_runs_with_a_date() -> None:
+    RECEIVED.clear()
+    arguments = {
+        "change": {"title": "Upgrade", "window": {"start": "2026-12-01T22:00:00Z"}},
+        "owner": {"name": "Ana", "email": "ana@example.com"},
+    }
+    strategy = blocking(ConfirmationUIResult(action="confirm"))
+    gen = ScriptedChatGenerator(
+        [
+            asks(call("schedule_change", "c1", on="next tuesday", **arguments)),
+            asks(call("schedule_change", "c2", on="2026-12-01", **arguments)),
+            says("Scheduled."),
+        ]
+    )
+    agent = Agent(gen, tools=[schedule_change], confirmation_strategies={"schedule_change": strategy})
+
+    result = await agent.run_async([USER])
+
+    assert [name for name, _ in strategy.confirmation_ui.shown] == ["schedule_change"]  # only the valid call
+    results = tool_results(result)
+    assert results[0][0] == "c1" and results[0][2] is True and "on:" in results[0][1]
+    assert results[1] == ("c2", "Upgrade on 2026-12-01", False)
+    assert [got["on"] for got in RECEIVED] == [date(2026, 12, 1)]
