@@ -152,3 +152,12 @@ def test_the_console_ui_keeps_its_tools_through_serialisation():
     assert isinstance(rebuilt, SimpleConsoleUI)
     assert component_to_dict(rebuilt) == component_to_dict(ui)
     assert component_to_dict(SimpleConsoleUI())["init_parameters"] == {}
+
+
+def test_the_console_ui_with_tools_still_empties_a_text_field_with_quotes():
+    keys = Keys(["m", '""', ""])
+    ui = SimpleConsoleUI(input_func=keys, tools=[scale_service])
+
+    answer = ui.get_user_confirmation("scale_service", "Scale a service.", {"service": "web"})
+
+    assert answer.new_tool_params == {"service": ""}

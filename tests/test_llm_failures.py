@@ -192,3 +192,19 @@ async def test_the_engine_tells_the_person_after_two_empty_answers_from_the_serv
 
     assert replies == ["(The model returned an empty answer twice; please try again.)"]
     assert len(server.requests) == 2
+
+
+async def test_a_hung_streaming_model_is_reported_within_the_bound_too(
+    server: FakeOpenAIServer, generator: Any
+) -> None:
+    server.enqueue_hang()
+    server.enqueue_hang()
+    chunks: list[Any] = []
+    started = time.monotonic()
+
+    with pytest.raises(LLMError, match="timed out"):
+        await generator(timeout=0.3, max_retries=1).run_async(USER, streaming_callback=chunks.append)
+
+    assert time.monotonic() - started < 0.3 * 2 + 0.5 + SLACK
+    assert chunks == []
+    assert len(server.requests) == 2

@@ -130,6 +130,11 @@ class Agent:
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
 
+        ``exit_reason`` says why the run ended: ``"text"`` (a reply without tool calls, whatever
+        ``exit_conditions`` holds), the name of an exit-condition tool that succeeded, ``"length"`` /
+        ``"content_filter"`` (the reply was cut off), ``"empty"`` (two empty replies in a row) or
+        ``"max_agent_steps"``.
+
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
         """

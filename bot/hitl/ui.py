@@ -119,8 +119,10 @@ def _read_field(tool: Tool | None, key: str, raw: str, current: Any) -> Any:
     """The value typed for ``key``: by the tool's schema when the field is in it, else by ``current``."""
     if tool is None or key not in (tool.parameters.get("properties") or {}):
         return parse_edited_value(raw, current)
+    # a text field keeps the console's own reading (a quoted "" empties it); the schema then checks it
+    typed = parse_edited_value(raw, current) if isinstance(current, str) else raw.strip()
     try:
-        return tool.coerce_field(key, raw.strip())
+        return tool.coerce_field(key, typed)
     except InvalidToolArguments as exc:
         # validation messages quote the value: one typed into a secret field is not echoed
         raise InvalidValue(scrub(exc.errors[key], {key: raw.strip()})) from None

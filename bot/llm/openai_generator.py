@@ -171,13 +171,13 @@ class OpenAIChatGenerator:
         if specs:
             request["tools"] = specs
         try:
-            # The client bounds each attempt; this bounds them all, with the pauses between them (a
-            # server's Retry-After may ask for up to two minutes, longer than anyone should wait).
-            async with asyncio.timeout(self._total_wait()):
-                if streaming_callback is None:
+            if streaming_callback is None:
+                # The client bounds each attempt; this bounds them all, with the pauses between them (a
+                # server's Retry-After may ask for up to two minutes, longer than anyone should wait).
+                async with asyncio.timeout(self._total_wait()):
                     completion = await client.chat.completions.create(**request)
-                    return {"replies": self._replies_from_completion(client, completion)}
-                return {"replies": await self._stream(client, request, streaming_callback)}
+                return {"replies": self._replies_from_completion(client, completion)}
+            return {"replies": await self._stream(client, request, streaming_callback)}
         except openai.OpenAIError as err:
             raise self._llm_error(client, err) from err
         except json.JSONDecodeError as err:
@@ -212,7 +212,10 @@ class OpenAIChatGenerator:
         self, client: openai.AsyncOpenAI, request: dict[str, Any], callback: StreamingCallback
     ) -> list[ChatMessage]:
         stream_options = {"include_usage": True, **(request.pop("stream_options", None) or {})}
-        stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
+        # Only opening the stream is bounded in total: a long answer that keeps arriving is not hung, and
+        # a silent gap between chunks is bounded by the client's read timeout.
+        async with asyncio.timeout(self._total_wait()):
+            stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
         assemblers: dict[int, StreamAssembler] = {}
         usage = usage_to_dict(None)
         model = self.model
