@@ -39,6 +39,10 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
   OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
                                    Ollama, llama.cpp). Neither set: the offline demo model answers
+  COUNTERSIGN_LLM_TIMEOUT          seconds one model call may take before it is retried or reported
+                                   (default: 60; with retries the total wait is at most about
+                                   timeout x (retries + 1) plus short pauses)
+  COUNTERSIGN_LLM_RETRIES          how often a failed or timed-out model call is retried (default: 2)
   COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
   COUNTERSIGN_DEFAULT_TTL_SECONDS  how long an approval waits before it expires and the call is
                                    rejected (default: 86400, 24 hours)

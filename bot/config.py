@@ -5,6 +5,7 @@ Nothing deeper in the stack reads the environment; it receives a :class:`Config`
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -89,6 +90,8 @@ class Config:
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            llm_timeout_seconds=_positive_float(env, "COUNTERSIGN_LLM_TIMEOUT", 60.0),
+            llm_max_retries=_int(env, "COUNTERSIGN_LLM_RETRIES", 2, minimum=0),
             history_last_k=_int(env, "COUNTERSIGN_HISTORY_LAST_K", 30, minimum=1),
             default_ttl_seconds=_int(env, "COUNTERSIGN_DEFAULT_TTL_SECONDS", 24 * 3600, minimum=1),
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
@@ -150,6 +153,19 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from exc
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be more than 0 seconds, got {raw!r}")
     return value
 
 

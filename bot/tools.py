@@ -12,14 +12,19 @@ import enum
 import functools
 import hashlib
 import inspect
+import json
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin, is_typeddict
 
 import jsonschema
+import pydantic
+import typing_extensions
+from pydantic import TypeAdapter
 
 from bot.canonical import canonical_json
 
@@ -60,12 +65,14 @@ class Tool:
     """The tool's own default policy mode (``always``, ``never``, ``once``, ``deny``), used when no stored
     policy names it. ``None`` defers to the global default."""
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
+    _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", self.name):
             raise ValueError(f"Tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'.")
         jsonschema.Draft202012Validator.check_schema(self.parameters)
         self._validator = jsonschema.Draft202012Validator(self.parameters)
+        self._adapters = typed_parameter_adapters(self.function, set(self.parameters.get("properties") or {}))
 
     @property
     def is_async(self) -> bool:
@@ -81,16 +88,72 @@ class Tool:
         }
 
     def validate(self, arguments: dict[str, Any]) -> None:
-        """Raise :class:`InvalidToolArguments` unless ``arguments`` fit :attr:`parameters`."""
+        """Raise :class:`InvalidToolArguments` unless ``arguments`` fit :attr:`parameters`.
+
+        Parameters typed ``datetime``, ``date``, a dataclass, a Pydantic model, … are also checked by
+        Pydantic, so a string that is no date is refused here, not when the tool runs.
+        """
         errors: dict[str, str] = {}
         for err in self._validator.iter_errors(arguments):
             key = str(err.path[0]) if err.path else _missing_property(err) or "_"
             errors.setdefault(key, err.message)
+        for name, adapter in self._adapters.items():
+            if name in arguments and name not in errors:
+                try:
+                    adapter.validate_python(arguments[name])
+                except pydantic.ValidationError as exc:
+                    errors[name] = _pydantic_message(exc)
         if errors:
             raise InvalidToolArguments(self.name, errors)
 
+    def coerce_field(self, name: str, raw: Any) -> Any:
+        """Read a value typed into a form for parameter ``name`` and check it alone.
+
+        Returns the JSON value to store (``"2026-12-01"`` for a date, a dict for a dataclass). Raises
+        :class:`InvalidToolArguments` with the one field's message when it does not fit.
+
+        >>> scale.coerce_field("replicas", "3")
+        3
+        """
+        properties = self.parameters.get("properties") or {}
+        if name not in properties:
+            raise InvalidToolArguments(self.name, {name: "is not a parameter of this tool"})
+        try:
+            value = coerce_value(properties[name], raw)
+        except ValueError as exc:
+            raise InvalidToolArguments(self.name, {name: str(exc)}) from None
+        schema = {**properties[name], "$defs": self.parameters.get("$defs", {})}
+        error = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(value)), None)
+        if error is not None:
+            raise InvalidToolArguments(self.name, {name: error.message})
+        adapter = self._adapters.get(name)
+        if adapter is not None:
+            try:
+                adapter.validate_python(value)
+            except pydantic.ValidationError as exc:
+                raise InvalidToolArguments(self.name, {name: _pydantic_message(exc)}) from None
+        return value
+
+    def typed_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` with the values of typed parameters converted (ISO text → ``datetime``, dict →
+        dataclass, value → Enum member); raises :class:`InvalidToolArguments` when one does not convert."""
+        if not self._adapters:
+            return dict(arguments)
+        converted = dict(arguments)
+        errors: dict[str, str] = {}
+        for name, adapter in self._adapters.items():
+            if name in converted:
+                try:
+                    converted[name] = adapter.validate_python(converted[name])
+                except pydantic.ValidationError as exc:
+                    errors[name] = _pydantic_message(exc)
+        if errors:
+            raise InvalidToolArguments(self.name, errors)
+        return converted
+
     def invoke(self, **kwargs: Any) -> Any:
         """Call the tool synchronously (an async function is run to completion)."""
+        kwargs = self.typed_arguments(kwargs)
         if self.is_async:
             from bot.aio import run_sync
 
@@ -99,6 +162,7 @@ class Tool:
 
     async def invoke_async(self, **kwargs: Any) -> Any:
         """Call the tool from async code; a sync function runs in a worker thread."""
+        kwargs = self.typed_arguments(kwargs)
         if self.is_async:
             return await self.function(**kwargs)
         return await asyncio.to_thread(functools.partial(self.function, **kwargs))
@@ -301,10 +365,13 @@ def schema_from_signature(
     hints = typing.get_type_hints(fn, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
+    defs: dict[str, Any] = {}
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or pname in (exclude or set()):
             continue
-        schema = type_to_schema(hints.get(pname, Any))
+        hint = hints.get(pname, Any)
+        schema = type_to_schema(hint)
+        _hoist_defs(schema, defs)
         if param_docs and pname in param_docs:
             schema["description"] = param_docs[pname]
         if param.default is inspect.Parameter.empty:
@@ -313,10 +380,17 @@ def schema_from_signature(
             default = param.default.value if isinstance(param.default, enum.Enum) else param.default
             if default is None or isinstance(default, str | int | float | bool | list | dict):
                 schema["default"] = default
+            elif _needs_conversion(hint):  # a datetime, a dataclass, ...: its JSON form
+                try:
+                    schema["default"] = _adapter(hint).dump_python(default, mode="json")
+                except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticSerializationError):
+                    pass
         properties[pname] = schema
     result: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         result["required"] = required
+    if defs:
+        result["$defs"] = defs
     return result
 
 
@@ -361,10 +435,198 @@ def type_to_schema(hint: Any) -> dict[str, Any]:
         return {"type": "object"}
     if hint is type(None):
         return {"type": "null"}
-    raise TypeError(f"Unsupported parameter type for a tool: {hint!r}")
+    return _pydantic_schema(hint)
 
 
 def _scalar_type(values: list[Any]) -> dict[str, Any]:
     kinds = {type(v) for v in values}
     mapping = {str: "string", int: "integer", float: "number", bool: "boolean"}
     return {"type": mapping[kinds.pop()]} if len(kinds) == 1 and next(iter(kinds)) in mapping else {}
+
+
+# --- types Pydantic knows: datetime, date, dataclasses, TypedDicts, models, ... ------------------------
+
+_JSON_NATIVE = (str, int, float, bool, list, tuple, set, dict, type(None))
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_VALUES = ("default", "enum", "const", "examples")
+
+
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    """Pydantic's adapter for ``hint``; a ``typing.TypedDict`` (which Pydantic refuses before Python
+    3.12) is first rebuilt as the same ``typing_extensions.TypedDict``."""
+    if is_typeddict(hint) and type(hint).__module__ == "typing" and sys.version_info < (3, 12):
+        fields = typing.get_type_hints(hint, include_extras=True)
+        required = getattr(hint, "__required_keys__", frozenset(fields))
+        hint = typing_extensions.TypedDict(  # type: ignore[operator]
+            hint.__name__,
+            {k: (t if k in required else typing_extensions.NotRequired[t]) for k, t in fields.items()},
+        )
+    return TypeAdapter(hint)
+
+
+def _pydantic_schema(hint: Any) -> dict[str, Any]:
+    """The JSON schema Pydantic gives ``hint``: titles dropped, ``$ref`` s inlined unless recursive."""
+    try:
+        schema = _adapter(hint).json_schema()
+    except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticInvalidForJsonSchema) as exc:
+        raise TypeError(f"Unsupported parameter type for a tool: {hint!r}") from exc
+    except pydantic.PydanticUserError as exc:
+        raise TypeError(f"Unsupported parameter type for a tool: {hint!r} ({exc})") from exc
+    defs = schema.pop("$defs", {})
+    kept: dict[str, Any] = {}
+    inlined = _inline(_without_titles(schema), _without_titles(defs), kept, ())
+    if kept:
+        # A recursive type cannot be inlined; its definitions go to the root of the tool's schema.
+        inlined["$defs"] = {name: _inline(_without_titles(defs[name]), _without_titles(defs), kept, (name,))
+                            for name in list(kept)}
+    return inlined
+
+
+def _inline(schema: Any, defs: dict[str, Any], kept: dict[str, Any], stack: tuple[str, ...]) -> Any:
+    if isinstance(schema, list):
+        return [_inline(item, defs, kept, stack) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        if name in stack:
+            kept[name] = True
+            return schema
+        siblings = {k: v for k, v in schema.items() if k != "$ref"}
+        return {**_inline(defs[name], defs, kept, (*stack, name)), **_inline(siblings, defs, kept, stack)}
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_VALUES:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _inline(sub, defs, kept, stack) for name, sub in value.items()}
+        else:
+            out[key] = _inline(value, defs, kept, stack)
+    return out
+
+
+def _without_titles(schema: Any) -> Any:
+    """Drop Pydantic's generated ``title`` keywords (never a property that happens to be named title)."""
+    if isinstance(schema, list):
+        return [_without_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_VALUES:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _without_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = _without_titles(value)
+    return out
+
+
+def _hoist_defs(schema: dict[str, Any], defs: dict[str, Any]) -> None:
+    """Move the ``$defs`` a parameter's schema brought along to the tool schema's root, where its
+    ``#/$defs/...`` references point."""
+    found: list[dict[str, Any]] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$defs"), dict):
+                found.append(node.pop("$defs"))
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(schema)
+    for group in found:
+        for name, definition in group.items():
+            if name in defs and defs[name] != definition:
+                raise TypeError(f"Two different parameter types are both named {name!r}; rename one.")
+            defs[name] = definition
+
+
+def _needs_conversion(hint: Any) -> bool:
+    """Whether a value of ``hint`` arrives from JSON in another form than the function expects."""
+    origin = get_origin(hint)
+    if hint is Any or hint is inspect.Parameter.empty or hint in _JSON_NATIVE:
+        return False
+    if origin is typing.Annotated:
+        return _needs_conversion(get_args(hint)[0])
+    if origin is Literal:
+        return False
+    if origin is not None:
+        return any(_needs_conversion(arg) for arg in get_args(hint) if arg is not Ellipsis)
+    return isinstance(hint, type) or is_typeddict(hint)
+
+
+def typed_parameter_adapters(fn: Callable[..., Any], names: set[str]) -> dict[str, TypeAdapter[Any]]:
+    """A Pydantic adapter for each parameter of ``fn`` (among ``names``) whose type needs converting
+    from JSON (datetime, date, Enum, dataclass, TypedDict, Pydantic model, ...)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except (NameError, TypeError):  # a hand-built Tool's function may have unresolvable hints: no conversion
+        return {}
+    adapters: dict[str, TypeAdapter[Any]] = {}
+    for name in names:
+        hint = hints.get(name)
+        if hint is None or not _needs_conversion(hint):
+            continue
+        try:
+            adapters[name] = _adapter(hint)
+        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError):
+            continue
+    return adapters
+
+
+def _pydantic_message(exc: pydantic.ValidationError) -> str:
+    """Pydantic's first error in one line, with where in the value it is, and never the value itself."""
+    first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+# --- form values ---------------------------------------------------------------------------------------
+
+
+def coerce_value(schema: dict[str, Any], raw: Any) -> Any:
+    """Turn a form value (often a string) into the type ``schema`` asks for; ``ValueError`` if it can't."""
+    if not isinstance(raw, str):
+        return raw
+    kind = schema.get("type")
+    if kind is None and "anyOf" in schema:
+        kinds = [s.get("type") for s in schema["anyOf"] if s.get("type") != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+        if raw.strip() == "" and any(s.get("type") == "null" for s in schema["anyOf"]):
+            return None
+    if kind is None and ("properties" in schema or "$ref" in schema):
+        kind = "object"
+    text = raw.strip()
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("must be a whole number") from None
+    if kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError("must be a number") from None
+        return int(number) if number.is_integer() and "." not in text else number
+    if kind == "boolean":
+        lowered = text.lower()
+        if lowered in ("true", "yes", "on", "1"):
+            return True
+        if lowered in ("false", "no", "off", "0"):
+            return False
+        raise ValueError("must be true or false")
+    if kind in ("array", "object"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"must be JSON ({'a list' if kind == 'array' else 'an object'})") from None
+    if kind == "string" and schema.get("format") in ("date", "date-time", "time"):
+        return text  # a date typed with stray spaces is still that date
+    return raw

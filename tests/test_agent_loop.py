@@ -74,7 +74,7 @@ async def test_a_cut_off_empty_reply_ends_the_run_with_its_finish_reason() -> No
 
 
 @pytest.mark.parametrize("empty_text", [None, "", "   \n"])
-async def test_an_empty_assistant_reply_does_not_end_the_run(empty_text: str | None) -> None:
+async def test_one_empty_assistant_reply_is_retried_once(empty_text: str | None) -> None:
     gen = ScriptedChatGenerator([says(empty_text), says("Here you go.")])
 
     result = await Agent(gen).run_async([USER])
@@ -83,6 +83,46 @@ async def test_an_empty_assistant_reply_does_not_end_the_run(empty_text: str | N
     assert result["step_count"] == 2
     assert result["last_message"].text == "Here you go."
     assert len(gen.calls) == 2
+
+
+async def test_two_empty_replies_in_a_row_end_the_run_with_exit_reason_empty() -> None:
+    gen = ScriptedChatGenerator([says(None) for _ in range(100)])
+
+    result = await Agent(gen).run_async([USER])
+
+    assert result["exit_reason"] == "empty"
+    assert len(gen.calls) == 2
+    assert result["step_count"] == 2
+    assert [m.role for m in result["messages"]] == [ChatRole.USER]
+
+
+async def test_a_generator_that_returns_no_replies_at_all_is_asked_twice_then_the_run_ends() -> None:
+    replies: list[int] = []
+
+    class NoReplies:
+        """A generator whose server sent no choices: it answers with no replies at all."""
+
+        async def run_async(self, **kwargs: object) -> dict:
+            replies.append(1)
+            return {"replies": []}
+
+    result = await Agent(NoReplies()).run_async([USER])
+
+    assert result["exit_reason"] == "empty"
+    assert len(replies) == 2
+
+
+async def test_an_empty_reply_after_a_tool_step_gets_its_own_retry() -> None:
+    box = ToolBox()
+    gen = ScriptedChatGenerator(
+        [says(None), asks(call("poll", "c1", target="queue")), says(""), says("Queue is empty.")]
+    )
+
+    result = await Agent(gen, tools=[box.make("poll")]).run_async([USER])
+
+    assert result["exit_reason"] == "text"
+    assert box.names() == ["poll"]
+    assert result["last_message"].text == "Queue is empty."
 
 
 async def test_a_successful_exit_condition_tool_ends_the_run_with_its_name() -> None:
@@ -98,14 +138,17 @@ async def test_a_successful_exit_condition_tool_ends_the_run_with_its_name() -> 
     assert gen.remaining == 0  # the LLM was not asked again
 
 
-async def test_a_text_reply_does_not_end_the_run_when_text_is_not_an_exit_condition() -> None:
+async def test_a_text_reply_ends_the_run_even_when_only_tools_are_exit_conditions() -> None:
     box = ToolBox()
     gen = ScriptedChatGenerator([says("Let me think."), asks(call("submit", "c1", target="42"))])
 
     result = await Agent(gen, tools=[box.make("submit")], exit_conditions=["submit"]).run_async([USER])
 
-    assert result["exit_reason"] == "submit"
-    assert result["step_count"] == 2
+    assert result["exit_reason"] == "text"
+    assert result["step_count"] == 1
+    assert result["last_message"].text == "Let me think."
+    assert gen.remaining == 1  # the model was not sent back for another round
+    assert box.executed == []
 
 
 async def test_the_first_exit_condition_call_in_call_order_decides_the_exit() -> None:

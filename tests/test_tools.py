@@ -6,6 +6,7 @@ import asyncio
 import enum
 import json
 import threading
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Annotated, Any, Literal, Optional
 
 import pytest
@@ -20,6 +21,8 @@ from bot.tools import (
     tool,
     tools_fingerprint,
 )
+from tests.typed_tools import RECEIVED, Change, Label, Window, book_window, plant_tree, schedule_change
+from tests.typed_tools import Severity as RichSeverity
 
 
 class Severity(enum.Enum):
@@ -429,3 +432,129 @@ def test_import_attribute_reads_module_colon_attribute_paths() -> None:
     assert import_attribute("tests.test_tools:Severity.HIGH") is Severity.HIGH
     with pytest.raises(ValueError, match="module:attribute"):
         import_attribute("json.dumps")
+
+
+# --- rich parameter types (Pydantic): datetime, date, Enum, TypedDict, dataclass, model ---------------
+
+
+def test_dates_and_datetimes_become_formatted_strings() -> None:
+    props = book_window.parameters["properties"]
+
+    assert props["at"] == {
+        "anyOf": [{"format": "date-time", "type": "string"}, {"type": "null"}],
+        "description": "When to announce it.",
+        "default": None,
+    }
+    assert props["day"] == {"format": "date", "type": "string", "description": "The day.", "default": "2026-12-01"}
+
+
+def test_dataclasses_typed_dicts_and_models_become_inline_objects_with_docstring_descriptions() -> None:
+    props = schedule_change.parameters["properties"]
+
+    assert props["owner"] == {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
+        "required": ["name", "email"],
+        "description": "Who answers for it.",
+    }
+    change = props["change"]
+    assert change["description"] == "What changes, and when."
+    assert change["properties"]["title"] == {"type": "string", "description": "Short summary"}
+    assert change["properties"]["severity"] == {"enum": ["low", "high"], "type": "string", "default": "low"}
+    assert change["properties"]["window"]["properties"]["start"] == {"format": "date-time", "type": "string"}
+    assert change["required"] == ["title", "window"]
+    assert "$defs" not in schedule_change.parameters
+    assert "title" not in json.dumps(props["owner"])  # Pydantic's generated titles are dropped
+
+
+def test_a_recursive_model_keeps_its_definition_at_the_root_of_the_schema() -> None:
+    schema = plant_tree.parameters
+
+    assert schema["properties"]["root"]["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+    assert set(schema["$defs"]) == {"Node"}
+    plant_tree.validate({"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}})
+    with pytest.raises(InvalidToolArguments):
+        plant_tree.validate({"root": {"name": "a", "children": [{"children": []}]}})
+
+
+@pytest.mark.parametrize("typed_tool", [schedule_change, book_window, plant_tree], ids=lambda t: t.name)
+def test_rich_schemas_are_json_and_valid_openai_tool_definitions(typed_tool: Tool) -> None:
+    spec = json.loads(json.dumps(typed_tool.tool_spec))
+
+    assert spec["function"]["parameters"]["type"] == "object"
+    Tool(name="copy", description="d", parameters=spec["function"]["parameters"], function=lambda **kw: kw)
+    assert tools_fingerprint([typed_tool]) == tools_fingerprint([Tool.from_dict(typed_tool.to_dict())])
+
+
+def test_the_function_receives_real_typed_values() -> None:
+    RECEIVED.clear()
+    arguments = {
+        "change": {"title": "Upgrade", "severity": "high", "window": {"start": "2026-12-01T22:00:00Z"}},
+        "owner": {"name": "Ana", "email": "ana@example.com"},
+        "on": "2026-12-01",
+        "severity": "high",
+    }
+    schedule_change.validate(arguments)
+
+    assert schedule_change.invoke(**arguments) == "Upgrade on 2026-12-01"
+
+    [got] = RECEIVED
+    assert got["on"] == date(2026, 12, 1)
+    assert got["severity"] is RichSeverity.HIGH
+    assert isinstance(got["change"], Change) and got["change"].severity is RichSeverity.HIGH
+    assert isinstance(got["change"].window, Window)
+    assert got["change"].window.start == datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
+    assert got["owner"] == {"name": "Ana", "email": "ana@example.com"}
+
+
+async def test_invoke_async_converts_too_and_a_default_stays_a_python_value() -> None:
+    RECEIVED.clear()
+
+    await book_window.invoke_async(window={"start": "2026-12-01T22:00:00+01:00", "minutes": 45})
+
+    [got] = RECEIVED
+    assert got["window"] == Window(datetime(2026, 12, 1, 22, 0, tzinfo=timezone(timedelta(hours=1))), 45)
+    assert got["day"] == date(2026, 12, 1) and got["at"] is None
+
+
+def test_values_that_do_not_convert_are_reported_per_field_without_the_value() -> None:
+    with pytest.raises(InvalidToolArguments) as refused:
+        schedule_change.validate(
+            {
+                "change": {"title": "x", "window": {"start": "half past nine"}},
+                "owner": {"name": "Ana", "email": "a@b"},
+                "on": "not-a-date",
+            }
+        )
+
+    assert set(refused.value.errors) == {"on", "change"}
+    assert "date" in refused.value.errors["on"]
+    assert refused.value.errors["change"].startswith("window.start:")
+    assert "half past nine" not in str(refused.value) and "not-a-date" not in str(refused.value)
+
+
+def test_an_enum_param_now_reaches_the_function_as_its_member() -> None:
+    received: list[object] = []
+
+    @tool
+    def triage(severity: Severity) -> str:
+        """Triage."""
+        received.append(severity)
+        return "ok"
+
+    triage.invoke(severity="low")
+
+    assert received == [Severity.LOW]
+
+
+def test_a_typing_typed_dict_works_on_python_3_11_too() -> None:
+    @tool
+    def tag(label: Label) -> dict:
+        """Tag."""
+        return dict(label)
+
+    assert tag.parameters["properties"]["label"] == {
+        "type": "object",
+        "properties": {"key": {"type": "string"}, "value": {"type": "string"}},
+    }
+    assert tag.invoke(label={"key": "team"}) == {"key": "team"}

@@ -31,13 +31,18 @@ from bot.hitl.strategy_map import (
     validate_strategy_keys,
 )
 from bot.messages import ChatMessage, ChatRole, new_id
-from bot.tools import Tool, Toolset, flatten_tools, tools_fingerprint
+from bot.redaction import scrub
+from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
 
 logger = logging.getLogger(__name__)
 
 RESERVED_STATE_KEYS = frozenset({"step_count", "token_usage", "tool_call_counts", "exit_reason"})
 TRUNCATED_CALL_RESULT = "Not run: the model's reply was cut off (finish_reason={reason}); the call may be incomplete."
 MISSING_RESULT = "No result was recorded for this tool call."
+EMPTY_EXIT_REASON = "empty"
+"""The ``exit_reason`` of a run whose model gave an empty reply (no text, no tool calls) twice in a row."""
+MAX_EMPTY_RETRIES = 1
+INVALID_ARGUMENTS_RESULT = "{error}. Nothing was run: call the tool again with corrected arguments."
 _TYPE_NAMES: dict[str, type] = {t.__name__: t for t in (list, dict, str, int, float, bool)}
 _UNSAFE_FILE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -125,6 +130,11 @@ class Agent:
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
 
+        ``exit_reason`` says why the run ended: ``"text"`` (a reply without tool calls, whatever
+        ``exit_conditions`` holds), the name of an exit-condition tool that succeeded, ``"length"`` /
+        ``"content_filter"`` (the reply was cut off), ``"empty"`` (two empty replies in a row) or
+        ``"max_agent_steps"``.
+
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
         """
@@ -157,6 +167,7 @@ class Agent:
         generation_kwargs: dict[str, Any] | None,
         strategy_context: dict[str, Any] | None,
     ) -> str:
+        empty_replies = 0
         while ctx.step_count < self.max_agent_steps:
             reply = await self._generate(ctx, offered, generation_kwargs)
             ctx.step_count += 1
@@ -165,14 +176,18 @@ class Agent:
             cut_off = finish_reason in ("length", "content_filter")
             if not reply.tool_calls:
                 if reply.text and reply.text.strip():
+                    # As in Haystack: a reply without tool calls always ends the run; exit_conditions
+                    # only add tools whose success ends it too.
                     await self._append(ctx, [reply])
-                    if cut_off:
-                        return finish_reason
-                    if "text" in self.exit_conditions:
-                        return "text"
-                elif cut_off:
+                    return finish_reason if cut_off else "text"
+                if cut_off:
                     return finish_reason
-                continue  # an empty reply does not end the run
+                empty_replies += 1
+                if empty_replies > MAX_EMPTY_RETRIES:
+                    logger.warning("the model returned empty replies; stopping", extra={"run_id": ctx.run_id})
+                    return EMPTY_EXIT_REASON
+                continue  # one empty reply is retried: it is often a transient glitch of the server
+            empty_replies = 0
             if cut_off:
                 note = TRUNCATED_CALL_RESULT.format(reason=finish_reason)
                 await self._append(ctx, close_dangling_tool_calls([reply], note))
@@ -218,6 +233,12 @@ class Agent:
         first_pause: HITLBreakpointException | None = None
         for call in reply.tool_calls:
             tool = self._tools_by_name.get(call.tool_name)
+            if tool is not None:
+                invalid = _invalid_arguments(tool, call)
+                if invalid is not None:
+                    # A call that cannot run is never put to a human: the model learns what to fix.
+                    decisions.append(invalid)
+                    continue
             # An unknown tool cannot run anyway; it gets "not found" without asking anybody.
             strategy = resolve_strategy(self.confirmation_strategies, call.tool_name) if tool else None
             if strategy is None:
@@ -427,6 +448,21 @@ def _approve_unchanged(call: Any) -> ToolExecutionDecision:
     return ToolExecutionDecision(
         tool_name=call.tool_name, execute=True, tool_call_id=call.id, final_tool_params=dict(call.arguments)
     )
+
+
+def _invalid_arguments(tool: Tool, call: Any) -> ToolExecutionDecision | None:
+    """A rejection naming the wrong fields when ``call``'s arguments do not fit ``tool``, else ``None``."""
+    try:
+        tool.validate(call.arguments)
+    except InvalidToolArguments as exc:
+        logger.info(
+            "tool call with invalid arguments; not asking anybody",
+            extra={"tool": call.tool_name, "fields": sorted(exc.errors)},
+        )
+        # Validation messages quote the offending values: a secret must not be echoed back.
+        feedback = scrub(INVALID_ARGUMENTS_RESULT.format(error=exc), call.arguments)
+        return ToolExecutionDecision(tool_name=call.tool_name, execute=False, tool_call_id=call.id, feedback=feedback)
+    return None
 
 
 async def _run_strategy(

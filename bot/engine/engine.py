@@ -726,6 +726,8 @@ def _answer_text(result: dict[str, Any]) -> str:
         text = (text + "\n\n" if text else "") + "(My answer was cut off: it hit the model's length limit.)"
     elif reason == "content_filter":
         text = (text + "\n\n" if text else "") + "(The model's content filter stopped this answer.)"
+    elif reason == "empty":
+        text = "(The model returned an empty answer twice; please try again.)"
     return text
 
 

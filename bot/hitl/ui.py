@@ -13,7 +13,7 @@ import getpass
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from rich.console import Console
@@ -24,7 +24,8 @@ from rich.text import Text
 
 from bot.hitl.dataclasses import ConfirmationUIResult
 from bot.hitl.serialization import default_from_dict, default_to_dict
-from bot.redaction import MASK, is_secret_key, mask_secrets
+from bot.redaction import MASK, is_secret_key, mask_secrets, scrub
+from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools
 
 NO_ANSWER_FEEDBACK = "no answer (input closed)"
 """The feedback of the rejection returned when input ends before the human answered."""
@@ -114,6 +115,19 @@ def parse_edited_value(raw: str, current: Any) -> Any:
         return text
 
 
+def _read_field(tool: Tool | None, key: str, raw: str, current: Any) -> Any:
+    """The value typed for ``key``: by the tool's schema when the field is in it, else by ``current``."""
+    if tool is None or key not in (tool.parameters.get("properties") or {}):
+        return parse_edited_value(raw, current)
+    # a text field keeps the console's own reading (a quoted "" empties it); the schema then checks it
+    typed = parse_edited_value(raw, current) if isinstance(current, str) else raw.strip()
+    try:
+        return tool.coerce_field(key, typed)
+    except InvalidToolArguments as exc:
+        # validation messages quote the value: one typed into a secret field is not echoed
+        raise InvalidValue(scrub(exc.errors[key], {key: raw.strip()})) from None
+
+
 def display_value(key: str, value: Any) -> str:
     """How a param value is shown to the human: masked if its name says secret, JSON unless a string."""
     if is_secret_key(key):
@@ -123,9 +137,31 @@ def display_value(key: str, value: Any) -> str:
 
 
 class _ConsoleDialog(ConfirmationUI, ABC):
-    """The dialog both console UIs run; subclasses only say how to show text and read a line."""
+    """The dialog both console UIs run; subclasses only say how to show text and read a line.
+
+    With ``tools`` given, each edited field is read and checked by its tool's schema (a ``date`` field
+    takes ``2026-12-01`` and re-asks on ``not-a-date``); without, by the type of the current value.
+    """
 
     _REASK_CHOICE = "Please answer y (run it), n (reject it) or m (modify its parameters)."
+    _tools: dict[str, Tool]
+
+    def _set_tools(self, tools: Iterable[Tool | Toolset] | None) -> None:
+        self._tools = {t.name: t for t in flatten_tools(tools)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise as ``{"type": ..., "init_parameters": {}}``, with the tools when there are any."""
+        if not self._tools:
+            return default_to_dict(self)
+        return default_to_dict(self, tools=[t.to_dict() for t in self._tools.values()])
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConfirmationUI:
+        """Inverse of :meth:`to_dict`."""
+        params = dict(data.get("init_parameters") or {})
+        if params.get("tools"):
+            params["tools"] = [Tool.from_dict(t) for t in params["tools"]]
+        return default_from_dict(cls, {**data, "init_parameters": params})
 
     def get_user_confirmation(
         self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
@@ -134,12 +170,12 @@ class _ConsoleDialog(ConfirmationUI, ABC):
         with _UI_LOCK:
             try:
                 self._show_request(tool_name, tool_description, tool_params)
-                return self._dialog(tool_params)
+                return self._dialog(tool_name, tool_params)
             except (EOFError, KeyboardInterrupt):
                 self._say("")  # the prompt line was left open
                 return ConfirmationUIResult(action="reject", feedback=NO_ANSWER_FEEDBACK)
 
-    def _dialog(self, tool_params: dict[str, Any]) -> ConfirmationUIResult:
+    def _dialog(self, tool_name: str, tool_params: dict[str, Any]) -> ConfirmationUIResult:
         while True:
             choice = self._ask_choice()
             if choice == "y":
@@ -149,10 +185,10 @@ class _ConsoleDialog(ConfirmationUI, ABC):
             if not tool_params:
                 self._say("This tool has no parameters to modify.")
                 continue
-            edits = self._edit_params(tool_params)
+            edits = self._edit_params(tool_params, self._tools.get(tool_name))
             return ConfirmationUIResult(action="modify", new_tool_params=edits, feedback=self._ask_feedback())
 
-    def _edit_params(self, tool_params: dict[str, Any]) -> dict[str, Any]:
+    def _edit_params(self, tool_params: dict[str, Any], tool: Tool | None = None) -> dict[str, Any]:
         """Ask for each field in turn; only fields the human typed something for are returned."""
         self._say("Type a new value for each parameter, or press Enter to keep it.")
         edited: dict[str, Any] = {}
@@ -162,7 +198,7 @@ class _ConsoleDialog(ConfirmationUI, ABC):
                 if not raw.strip():
                     break
                 try:
-                    edited[key] = parse_edited_value(raw, current)
+                    edited[key] = _read_field(tool, key, raw, current)
                     break
                 except InvalidValue as exc:
                     self._say(f"Invalid value for '{key}': {exc}. Try again, or press Enter to keep it.")
@@ -198,9 +234,10 @@ class SimpleConsoleUI(_ConsoleDialog):
 
     _CHOICES = {"y": "y", "yes": "y", "n": "n", "no": "n", "m": "m", "modify": "m"}
 
-    def __init__(self, input_func: InputFunc | None = None) -> None:
-        """``input_func`` replaces :func:`input` (tests inject scripted answers)."""
+    def __init__(self, input_func: InputFunc | None = None, tools: Iterable[Tool | Toolset] | None = None) -> None:
+        """``input_func`` replaces :func:`input` (tests inject scripted answers); ``tools`` type the edits."""
         self._input_func = input_func
+        self._set_tools(tools)
 
     def _show_request(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> None:
         print("\n--- Tool Execution Request ---")
@@ -236,10 +273,17 @@ class RichConsoleUI(_ConsoleDialog):
     >>> RichConsoleUI(console=Console(file=io.StringIO()), input_func=lambda prompt: "y")
     """
 
-    def __init__(self, console: Console | None = None, input_func: InputFunc | None = None) -> None:
-        """``console`` is where the request is shown; ``input_func`` replaces reading the terminal."""
+    def __init__(
+        self,
+        console: Console | None = None,
+        input_func: InputFunc | None = None,
+        tools: Iterable[Tool | Toolset] | None = None,
+    ) -> None:
+        """``console`` is where the request is shown; ``input_func`` replaces reading the terminal;
+        ``tools`` type the edits."""
         self.console = console or Console()
         self._input_func = input_func
+        self._set_tools(tools)
 
     def _show_request(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> None:
         lines = [

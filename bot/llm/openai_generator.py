@@ -9,6 +9,7 @@ is left becomes one :class:`~bot.llm.base.LLMError`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import weakref
@@ -19,13 +20,15 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from bot.aio import run_sync
-from bot.llm.base import LLMError, StreamingCallback, StreamingChunk, emit_chunk
+from bot.llm.base import LLMError, LLMResponseError, StreamingCallback, StreamingChunk, emit_chunk
 from bot.llm.openai_format import StreamAssembler, reply_from_choice, to_openai_messages, usage_to_dict
 from bot.messages import ChatMessage
 from bot.tools import Tool, Toolset, flatten_tools
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent when a base URL is set but no key is: local servers such as Ollama ignore it, the client needs one."""
+RETRY_BACKOFF_START, RETRY_BACKOFF_MAX = 0.5, 8.0
+"""The openai client's own backoff before retry n: ``min(0.5 * 2**n, 8)`` seconds (less some jitter)."""
 
 
 class OpenAIChatGenerator:
@@ -169,13 +172,38 @@ class OpenAIChatGenerator:
             request["tools"] = specs
         try:
             if streaming_callback is None:
-                completion = await client.chat.completions.create(**request)
-                return {"replies": self._replies_from_completion(completion)}
+                # The client bounds each attempt; this bounds them all, with the pauses between them (a
+                # server's Retry-After may ask for up to two minutes, longer than anyone should wait).
+                async with asyncio.timeout(self._total_wait()):
+                    completion = await client.chat.completions.create(**request)
+                return {"replies": self._replies_from_completion(client, completion)}
             return {"replies": await self._stream(client, request, streaming_callback)}
         except openai.OpenAIError as err:
             raise self._llm_error(client, err) from err
+        except json.JSONDecodeError as err:
+            where = _without_userinfo(str(client.base_url)).rstrip("/")
+            raise LLMResponseError(f"The model server at {where} answered with a body that is not valid JSON.") from err
+        except TimeoutError as err:
+            where = _without_userinfo(str(client.base_url)).rstrip("/")
+            raise LLMError(
+                f"The model call to {where} timed out after {self._total_wait():g} s (all attempts)."
+            ) from err
 
-    def _replies_from_completion(self, completion: Any) -> list[ChatMessage]:
+    def _total_wait(self) -> float | None:
+        """The longest a call may take over all its attempts, or ``None`` when no timeout is set."""
+        if self.timeout is None:
+            return None
+        retries = self.max_retries if self.max_retries is not None else openai.DEFAULT_MAX_RETRIES
+        pauses = sum(min(RETRY_BACKOFF_START * 2**n, RETRY_BACKOFF_MAX) for n in range(retries))
+        return self.timeout * (retries + 1) + pauses
+
+    def _replies_from_completion(self, client: openai.AsyncOpenAI, completion: Any) -> list[ChatMessage]:
+        if not isinstance(completion, openai.types.chat.ChatCompletion) or not isinstance(
+            getattr(completion, "choices", None), list
+        ):
+            # the client does not validate: any JSON body (a list, a string) comes back as it is
+            where = _without_userinfo(str(client.base_url)).rstrip("/")
+            raise LLMResponseError(f"The model server at {where} answered with JSON that is not a chat completion.")
         model = completion.model or self.model
         usage = usage_to_dict(completion.usage)
         return [reply_from_choice(choice, model=model, usage=usage) for choice in completion.choices]
@@ -184,7 +212,10 @@ class OpenAIChatGenerator:
         self, client: openai.AsyncOpenAI, request: dict[str, Any], callback: StreamingCallback
     ) -> list[ChatMessage]:
         stream_options = {"include_usage": True, **(request.pop("stream_options", None) or {})}
-        stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
+        # Only opening the stream is bounded in total: a long answer that keeps arriving is not hung, and
+        # a silent gap between chunks is bounded by the client's read timeout.
+        async with asyncio.timeout(self._total_wait()):
+            stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
         assemblers: dict[int, StreamAssembler] = {}
         usage = usage_to_dict(None)
         model = self.model

@@ -88,7 +88,21 @@ class DelayResponse:
     then: ResponseSpec | None = None
 
 
-ResponseSpec = TextResponse | ToolCallsResponse | ErrorResponse | DelayResponse
+@dataclass(frozen=True)
+class RawResponse:
+    """Exactly ``body`` with HTTP ``status``: a broken server (``"<html>oops"``) or a JSON shape of your own."""
+
+    body: str | dict[str, Any]
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class HangResponse:
+    """Never answer: the request is held until the server stops (a hung model)."""
+
+
+ResponseSpec = TextResponse | ToolCallsResponse | ErrorResponse | DelayResponse | RawResponse | HangResponse
 Responder = Callable[[dict[str, Any]], "ResponseSpec | str | Awaitable[ResponseSpec | str]"]
 
 
@@ -136,6 +150,25 @@ class FakeOpenAIServer:
     def enqueue_delay(self, seconds: float, then: ResponseSpec | str | None = None) -> None:
         """Hold a later request for ``seconds`` (cancelled when the server stops), then answer ``then``."""
         self.enqueue(DelayResponse(seconds, TextResponse(then) if isinstance(then, str) else then))
+
+    def enqueue_raw(self, body: str | dict[str, Any], *, status: int = 200) -> None:
+        """Answer a later request with exactly ``body`` (a dict is sent as JSON)."""
+        self.enqueue(RawResponse(body, status))
+
+    def enqueue_no_choices(self) -> None:
+        """Answer a later request with a well-formed completion that has no choices at all."""
+        self.enqueue(RawResponse({
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": "fake-model",
+            "choices": [],
+            "usage": DEFAULT_USAGE,
+        }))
+
+    def enqueue_hang(self) -> None:
+        """Hold a later request without ever answering (until the server stops)."""
+        self.enqueue(HangResponse())
 
     async def wait_for_requests(self, count: int) -> None:
         """Wait until ``count`` requests have arrived (async mode; wrap in ``asyncio.timeout`` to bound it)."""
@@ -245,6 +278,13 @@ class FakeOpenAIServer:
                 return web.json_response({"error": {"message": "server stopping"}}, status=503)
             except TimeoutError:
                 return await self._answer(request, body, spec.then or TextResponse("(after a delay)"))
+        if isinstance(spec, HangResponse):
+            assert self._stopping is not None
+            await self._stopping.wait()
+            return web.json_response({"error": {"message": "server stopping"}}, status=503)
+        if isinstance(spec, RawResponse):
+            text = spec.body if isinstance(spec.body, str) else json.dumps(spec.body)
+            return web.Response(text=text, status=spec.status, content_type=spec.content_type)
         if isinstance(spec, ErrorResponse):
             payload = spec.body
             if payload is None:
