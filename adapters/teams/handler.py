@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from microsoft_agents.activity import Activity
+from pydantic import ValidationError
 
 from adapters.teams.cards import VERBS
 from bot.engine.model import AdminRequest, Inbound, ThreadRef
@@ -23,6 +24,36 @@ from bot.engine.model import AdminRequest, Inbound, ThreadRef
 PLATFORM = "teams"
 _AT_TAG = re.compile(r"<at>(.*?)</at>", re.IGNORECASE | re.DOTALL)
 _CHANNEL_ID_PREFIX = "19:"
+
+
+class MalformedActivity(ValueError):
+    """A request body that is not a Bot Framework activity; the message names fields, never their values."""
+
+
+def parse_activity(body: Any) -> Activity:
+    """The activity in a request body, or :class:`MalformedActivity` saying what is wrong with it.
+
+    The SDK's own checks (valid fields, a type, a conversation id) made up front, so that a garbled
+    body gets a 400 instead of the SDK's unhandled exception; plus a sender and a recipient, which Teams
+    always sends: without a sender nobody could be answered, checked as an approver or named as the
+    requester of a call, and without a recipient no reply can be addressed.
+    """
+    if not isinstance(body, Mapping):
+        raise MalformedActivity("the body is not a JSON object")
+    try:
+        activity = Activity.model_validate(body)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(part) for part in error["loc"]) or "body" for error in exc.errors()})
+        raise MalformedActivity("invalid or wrongly typed field(s): " + ", ".join(fields)) from None
+    except Exception as exc:  # noqa: BLE001 - the SDK's validator raises bare Exceptions for some conflicts
+        raise MalformedActivity(f"the activity is inconsistent ({type(exc).__name__})") from None
+    if not activity.type or not activity.conversation or not activity.conversation.id:
+        raise MalformedActivity("the activity has no type or no conversation id")
+    if not activity.from_property or not activity.from_property.id:
+        raise MalformedActivity("the activity has no sender (from.id)")
+    if not activity.recipient:
+        raise MalformedActivity("the activity has no recipient")
+    return activity
 
 
 @dataclass(frozen=True)
