@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from microsoft_agents.activity import Activity
 from pydantic import ValidationError
@@ -36,7 +37,7 @@ def parse_activity(body: Any) -> Activity:
     The SDK's own checks (valid fields, a type, a conversation id) made up front, so that a garbled
     body gets a 400 instead of the SDK's unhandled exception; plus a sender and a recipient, which Teams
     always sends: without a sender nobody could be answered, checked as an approver or named as the
-    requester of a call, and without a recipient no reply can be addressed.
+    requester of a call; without a recipient or an http(s) service URL no reply can be addressed.
     """
     if not isinstance(body, Mapping):
         raise MalformedActivity("the body is not a JSON object")
@@ -53,6 +54,12 @@ def parse_activity(body: Any) -> Activity:
         raise MalformedActivity("the activity has no sender (from.id)")
     if not activity.recipient:
         raise MalformedActivity("the activity has no recipient")
+    try:
+        service = urlsplit(activity.service_url or "")
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        raise MalformedActivity("the activity's serviceUrl is not a URL") from None
+    if service.scheme not in ("http", "https") or not service.hostname:
+        raise MalformedActivity("the activity has no http(s) serviceUrl to answer to")
     return activity
 
 
