@@ -32,7 +32,6 @@ ALLOWED = {200, 202, 400, 501}
 UNEXPECTED = ("teams request failed", "card action failed", "teams turn failed", "agent run failed")
 
 
-
 class _Delete:
     """The mutation that removes a field."""
 

@@ -188,7 +188,7 @@ def card_action(value: Any) -> CardAction | None:
     if not isinstance(value, Mapping):
         return None
     action = value.get("action")
-    if not isinstance(action, Mapping):
+    if not isinstance(action, Mapping) or action.get("type") != "Action.Execute":
         return None
     data = action.get("data")
     data = data if isinstance(data, Mapping) else {}
