@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import pytest
 
-from adapters.teams.agent import NOT_OURS
-from adapters.teams.cards import feedback_input_id, param_input_id
+from adapters.teams.agent import GENERIC_FAILURE, NOT_OURS
+from adapters.teams.cards import feedback_input_id, invoke_message_response, param_input_id
 from bot.tools import tool
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import RecordingTools, asks_for, echoes_results
@@ -214,14 +214,22 @@ GARBLED_MESSAGES = {
     "no service url": ("serviceUrl", DROP, "the activity has no http(s) serviceUrl to answer to"),
     "service url not http": ("serviceUrl", "file:///etc/passwd", "the activity has no http(s) serviceUrl to answer to"),
     "entities is a string": ("entities", "mention", "invalid or wrongly typed field(s): entities"),
+    "conflicting product info": (
+        "entities",
+        [{"type": "ProductInfo", "id": "not-teams"}],
+        "the activity is inconsistent (Exception)",
+    ),
 }
 
 
 async def test_a_garbled_message_gets_a_400_naming_the_problem_and_reaches_nobody(stack, caplog):
     for case, (field, value, reason) in GARBLED_MESSAGES.items():
         caplog.clear()
+        message = stack.message("delete everything")
+        if case == "conflicting product info":
+            message["channelId"] = "msteams:sub-channel"
         with caplog.at_level(logging.INFO):
-            status, body = await stack.post(garble(stack.message("delete everything"), field, value))
+            status, body = await stack.post(garble(message, field, value))
             await stack.settle()
 
         assert status == 400, case
@@ -252,3 +260,22 @@ async def test_after_garbage_the_bot_still_answers_normally(stack):
 
     assert status == 200
     assert stack.tools.runs_of("deploy") == [{"service": "web", "region": "eu-west-1", "replicas": 3}]
+
+
+async def test_when_the_sdk_fails_outside_the_turn_a_click_still_gets_its_200_and_a_message_a_400(stack, caplog):
+    # A recipient that claims an "agentic" identity makes the SDK look for agentic ids and raise
+    # before our handler runs (it used to be a 500). Nobody is told more than one sentence.
+    card_id, card, approval_id = await pending_card(stack)
+    agentic = {"id": "28:bot", "name": "countersign", "role": "agenticUser"}
+    click = stack.invoke(action_value(card, "approve"), ANA, card_activity_id=card_id)
+    caplog.clear()
+
+    with caplog.at_level(logging.INFO):
+        click_status, click_body = await stack.post(garble(click, "recipient", agentic))
+        message_status, message_body = await stack.post(garble(stack.message("hi"), "recipient", agentic))
+        await stack.settle()
+
+    assert click_status == 200 and click_body == invoke_message_response(GENERIC_FAILURE)
+    assert message_status == 400 and message_body == {"error": "the bot could not handle this activity"}
+    await assert_nothing_decided(stack, approval_id)
+    assert [r.getMessage() for r in warnings_and_errors(caplog)] == ["teams request failed"] * 2
