@@ -32,12 +32,15 @@ class ToolsWithChoices(RecordingTools):
         tools = self
 
         @tool
-        def deploy(service: str, region: Literal["eu-west-1", "us-east-1"], replicas: int = 1) -> str:
+        def deploy(
+            service: str, region: Literal["eu-west-1", "us-east-1"], replicas: int = 1, canary: float = 0.1
+        ) -> str:
             """Deploy a service.
 
             :param service: The service.
             :param region: Where to deploy.
             :param replicas: How many replicas.
+            :param canary: The share of traffic the new version gets first.
             """
             tools.record("deploy", {"service": service, "region": region, "replicas": replicas})
             return f"{service} deployed to {region}"
@@ -136,6 +139,8 @@ async def test_a_click_on_an_unknown_approval_says_so(stack, caplog):
 FORGED_EDITS = {
     "a choice the list never offered": ("region", "mars-north-1", "region must be one of: eu-west-1, us-east-1"),
     "a word for a whole number": ("replicas", "three", "replicas must be a whole number"),
+    "not a number for a number": ("canary", "NaN", "canary must be a finite number"),
+    "infinity for a number": ("canary", "1e999", "canary must be a finite number"),
     "a parameter the tool does not have": ("image", "evil:latest", "image cannot be edited on this card"),
     "a list instead of text": ("service", ["web", "api"], "service was not sent as text"),
     "null instead of text": ("service", None, "service was not sent as text"),
@@ -235,7 +240,7 @@ async def test_a_garbled_message_gets_a_400_naming_the_problem_and_reaches_nobod
         assert status == 400, case
         assert body == {"error": f"not a valid activity: {reason}"}, case
         [line] = warnings_and_errors(caplog)
-        assert line.getMessage() == f"teams request rejected: {reason}" and line.exc_info is None, case
+        assert (line.getMessage(), line.reason, line.exc_info) == ("teams request rejected", reason, None), case
     assert stack.connector.requests == [] and stack.generator.calls == []
 
 

@@ -17,6 +17,7 @@ An action's ``data`` carries only the approval id and the verb; Teams merges the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -243,7 +244,17 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
             problems[name] = "must be one of: " + ", ".join(f.choices)
         elif f.kind == "boolean" and raw not in ("true", "false"):
             problems[name] = "must be true or false"
+        elif f.kind in ("integer", "number") and not _finite_or_not_a_number(raw):
+            problems[name] = "must be a finite number"  # a number input never sends nan or inf
     return problems
+
+
+def _finite_or_not_a_number(text: str) -> bool:
+    """False only for text that parses as an infinite or NaN float (the engine explains other text)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return True
 
 
 def _input(view: ApprovalView, f: FormField, value: str | None) -> dict[str, Any]:
@@ -423,9 +434,8 @@ def short_outcome(view: ApprovalView) -> str:
     return text if view.status in _RAN else text + "; not run"
 
 
-def _argument_runs(shown: ShownArgument, monospace: bool = True) -> list[dict[str, Any]]:
-    style = {"fontType": "monospace"} if monospace else {}
-    runs = [_run(f"{shown.argument.name}: ", weight="bolder"), _run(shown.argument.text, **style)]
+def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
+    runs = [_run(f"{shown.argument.name}: ", weight="bolder"), _run(shown.argument.text, fontType="monospace")]
     if shown.change:
         runs.append(_run(f"  ({shown.change})", color="accent", weight="bolder", italic=True))
     return runs

@@ -180,13 +180,13 @@ class TeamsPlugin:
         try:
             body: Any = await request.json()  # aiohttp keeps the bytes: the SDK reads them again
         except (ValueError, LookupError):  # not JSON, not UTF-8, or an unknown charset
-            logger.warning("teams request rejected: the body is not JSON")
+            logger.warning("teams request rejected", extra={"reason": "the body is not JSON"})
             return _error(400, "the body is not JSON")
         try:
             with _checking():
                 activity = parse_activity(body)
         except MalformedActivity as exc:
-            logger.warning("teams request rejected: %s", exc)
+            logger.warning("teams request rejected", extra={"reason": str(exc)})
             return _error(400, f"not a valid activity: {exc}")
         try:
             response = await self.adapter.process(request, self.agent)
