@@ -237,3 +237,66 @@ def test_the_schema_check_catches_a_broken_card():
     broken = approval_card([view()])
     broken["body"][0]["colour"] = "red"
     assert list(card_validator().iter_errors(broken))
+
+
+def argument_lines(card) -> dict[str, list[str]]:
+    """Each argument line of a card: its name → the texts of its inlines after the name."""
+    lines = {}
+    for block in all_elements(card):
+        inlines = block.get("inlines") if block.get("type") == "RichTextBlock" else None
+        if inlines and inlines[0]["text"].endswith(": ") and inlines[0].get("weight") == "bolder":
+            lines[inlines[0]["text"][:-2]] = [i["text"] for i in inlines[1:]]
+    return lines
+
+
+def decided(status: str, **changes) -> ApprovalView:
+    return view(status=status, decided_by="Ben Okafor", decided_at=CREATED + timedelta(hours=1), **changes)
+
+
+def test_an_edited_call_keeps_the_arguments_it_runs_with_and_marks_each_change():
+    final = {**DEPLOY_ARGS, "replicas": 5, "region": "us-east-1", "api_token": "sk-new-999", "note": "late"}
+    card = approval_card([decided(MODIFIED, final_arguments=final)])
+
+    assert_valid_card(card)
+    lines = argument_lines(card)
+    assert lines["replicas"] == ["5", "  (edited; was 3)"]
+    assert lines["region"] == ["us-east-1", "  (edited; was eu-west-1)"]
+    assert lines["api_token"] == [MASK, "  (edited)"], "a changed secret is marked, never shown"
+    assert lines["note"] == ["late", "  (edited; was not set)"]
+    assert lines["service"] == ["web"] and lines["zones"] == ['["a", "b"]'], "untouched values carry no mark"
+    assert "sk-new-999" not in json.dumps(card) and "sk-live-123" not in json.dumps(card)
+    shown = texts_of(card)
+    assert shown[:2] == ["Approval decided", "deploy: edited and approved by Ben Okafor."]
+    assert "Approved with these arguments (edits marked):" in shown
+    assert "Requested by: " in shown and "Ana Lopez" in shown
+    assert execute_actions(card) == []
+
+
+def test_a_rejected_call_keeps_its_arguments_and_says_it_was_not_run():
+    card = approval_card([decided(REJECTED, feedback="not on a Friday")])
+
+    assert_valid_card(card)
+    shown = texts_of(card)
+    assert shown[1] == "deploy: rejected by Ben Okafor; not run."
+    assert "Arguments (the call was not run):" in shown
+    assert argument_lines(card)["replicas"] == ["3"]
+    assert "Rejected by Ben Okafor at 2026-11-30 10:00 UTC. Feedback: not on a Friday" in shown
+
+
+def test_a_decided_step_of_several_calls_sums_up_the_outcomes():
+    card = approval_card(
+        [decided(APPROVED), view("ap-2", status=REJECTED, decided_by="Ben"), view("ap-3", status=APPROVED)]
+    )
+    assert texts_of(card)[1] == "All 3 tool calls are decided: 2 approved, 1 rejected."
+
+
+def test_a_huge_edited_value_is_truncated_on_the_decided_card_and_it_stays_under_the_limit():
+    final = {**DEPLOY_ARGS, "service": "y" * 60_000}
+    card = approval_card([decided(MODIFIED, final_arguments=final)])
+
+    assert_valid_card(card)
+    assert card_size(card) <= MAX_CARD_BYTES
+    [value, mark] = argument_lines(card)["service"]
+    assert value.startswith("yyy") and value.endswith("(+59500 chars)") and mark == "  (edited; was web)"
+    outcome = next(t for t in texts_of(card) if t.startswith("Edited and approved"))
+    assert len(outcome) < 1_000

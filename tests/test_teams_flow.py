@@ -467,3 +467,62 @@ async def test_with_a_quorum_each_click_counts_and_the_tool_runs_when_enough_app
     assert texts_of(edit[1]["value"])[0].startswith("Nothing was decided: this call needs several approvals")
     assert "Approved by Ada Admin" in " ".join(texts_of(second[1]["value"]))
     assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+
+
+# --- decided cards keep the call ------------------------------------------------------------------------
+
+
+def argument_line(card, name: str) -> list[str]:
+    """The texts of the argument line ``name: …`` of a card (the name first)."""
+    for block in rich_text_blocks(card):
+        inlines = block.get("inlines") or []
+        if inlines and inlines[0].get("text") == f"{name}: ":
+            return [i["text"] for i in inlines]
+    raise AssertionError(f"no argument line for {name!r}")
+
+
+def rich_text_blocks(node):
+    if isinstance(node, list):
+        for item in node:
+            yield from rich_text_blocks(item)
+    elif isinstance(node, dict):
+        if node.get("type") == "RichTextBlock":
+            yield node
+        for value in node.values():
+            yield from rich_text_blocks(value)
+
+
+async def test_after_an_edit_every_card_keeps_the_call_as_it_ran_with_the_change_marked(open_stack):
+    stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
+    await stack.say("scale web to 3")
+    card_request, card = stack.last_card()
+    [approval_id] = approval_ids(card)
+
+    _, answered = await stack.click("edit", ANA, approval_id, typed={param_input_id(approval_id, "replicas"): "5"})
+    assert stack.connector.texts()[-1] == "results: web scaled to 5", "the run has finished"
+    _, later = await stack.click("approve", BEN, card=card)  # a click on the old card, after the run
+    update = stack.connector.updates()[-1]
+
+    assert update.activity_id == card_request.answered_id
+    for shown in (answered["value"], update.cards[0], later["value"]):
+        texts = texts_of(shown)
+        assert "scale_service" in texts and "Scale a service." in texts
+        assert "scale_service: edited and approved by Ana Lopez." in texts
+        assert argument_line(shown, "replicas") == ["replicas: ", "5", "  (edited; was 3)"]
+        assert argument_line(shown, "service") == ["service: ", "web"]
+        assert any(t.startswith("Edited and approved by Ana Lopez at ") and "replicas=5" in t for t in texts)
+        assert approval_ids(shown) == []
+    assert texts_of(later["value"])[0] == "This approval was already modified by Ana Lopez."
+
+
+async def test_after_a_rejection_the_card_keeps_the_call_who_rejected_it_and_why(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="prod.db"), echoes_results])
+    await stack.say("delete prod.db")
+    [approval_id] = approval_ids(stack.last_card()[1])
+
+    await stack.click("reject", ANA, approval_id, typed={feedback_input_id(approval_id): "production!"})
+
+    texts = texts_of(stack.connector.updates()[-1].cards[0])
+    assert "delete_file: rejected by Ana Lopez; not run." in texts
+    assert "Arguments (the call was not run):" in texts
+    assert any(t.startswith("Rejected by Ana Lopez at ") and t.endswith("Feedback: production!") for t in texts)

@@ -7,6 +7,9 @@
   response is the updated card (the engine also updates the posted card for everyone). Refusals,
   invalid edits and retried invokes come back as the current card with a notice on top, shown only to
   the clicker. Invokes are deduped by activity id (``engine.first_time``): a retry decides nothing.
+* Every ``adaptiveCard/action`` invoke is answered 200, whatever its ``value`` holds: a click that is
+  not one of ours or carries values its card never offered decides nothing and gets a card or one
+  sentence saying so (and one log line).
 """
 
 from __future__ import annotations
@@ -16,13 +19,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from microsoft_agents.activity import (
-    Activity,
-    ActivityTypes,
-    AdaptiveCardInvokeResponse,
-    AdaptiveCardInvokeValue,
-    Attachment,
-)
+from microsoft_agents.activity import Activity, ActivityTypes, Attachment, InvokeResponse
 from microsoft_agents.hosting.core import ActivityHandler, TurnContext
 
 from adapters.teams import handler
@@ -41,6 +38,7 @@ from adapters.teams.cards import (
     invoke_message_response,
     param_input_id,
     text_card,
+    unoffered_inputs,
 )
 from adapters.teams.names import display_names, remember_name, with_names
 from adapters.teams.surface import conversation_record
@@ -54,6 +52,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 GENERIC_FAILURE = "Something went wrong on the bot's side; nothing was decided. Please try again."
+NOT_OURS = "This button is not one of countersign's; nothing was decided."
+ADAPTIVE_CARD_ACTION = "adaptiveCard/action"
 
 
 class TeamsAgent(ActivityHandler):
@@ -112,20 +112,28 @@ class TeamsAgent(ActivityHandler):
 
     # --- card clicks -----------------------------------------------------------------------------
 
-    async def on_adaptive_card_invoke(  # type: ignore[override]
-        self, turn_context: TurnContext, invoke_value: AdaptiveCardInvokeValue
-    ) -> AdaptiveCardInvokeResponse:
-        """An ``Action.Execute`` click on an approval card; the answer replaces the card for the clicker."""
+    async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:  # type: ignore[override]
+        """Card clicks are answered here, whatever shape their ``value`` has; other invokes go to the SDK.
+
+        The SDK's own route (``on_adaptive_card_invoke``) answers a value it cannot parse with an error
+        body that cannot be serialised: an HTTP 500. Ours answers every click 200.
+        """
         activity = turn_context.activity
+        if activity.name != ADAPTIVE_CARD_ACTION:
+            return await super().on_invoke_activity(turn_context)
+        return InvokeResponse(status=200, body=await self.card_click(activity))
+
+    async def card_click(self, activity: Activity) -> dict[str, Any]:
+        """The invoke response body for one ``Action.Execute`` click: the updated card, or a sentence."""
         action = handler.card_action(activity.value)
         if action is None:
-            return _response(invoke_message_response("This button is not one of countersign's."))
+            logger.warning("card click not understood; nothing decided", extra={"activity_id": activity.id})
+            return invoke_message_response(NOT_OURS)
         try:
-            body = await self._click(activity, action)
+            return await self._click(activity, action)
         except Exception:  # the clicker must get an answer within Teams' time limit, never a 500
             logger.exception("card action failed", extra={"approval_id": action.approval_id, "verb": action.verb})
-            body = invoke_message_response(GENERIC_FAILURE)
-        return _response(body)
+            return invoke_message_response(GENERIC_FAILURE)
 
     async def _click(self, activity: Activity, action: handler.CardAction) -> dict[str, Any]:
         engine = self._engine
@@ -137,6 +145,10 @@ class TeamsAgent(ActivityHandler):
         try:
             result = await self._decide(action, actor, actor_name)
         except InvalidEdit as exc:
+            logger.warning(
+                "card click refused: invalid values; nothing decided",
+                extra={"approval_id": action.approval_id, "verb": action.verb, "fields": sorted(exc.errors)},
+            )
             view = await engine.get_approval(action.approval_id)
             submitted = {
                 f.name: str(action.data[param_input_id(view.approval_id, f.name)])
@@ -163,6 +175,10 @@ class TeamsAgent(ActivityHandler):
 
     async def _decide(self, action: handler.CardAction, actor: str, actor_name: str | None) -> DecisionResult:
         engine = self._engine
+        view = await engine.get_approval(action.approval_id)
+        forged = unoffered_inputs(view, action.verb, action.data)
+        if forged:  # a value the card never offered: refuse it like an invalid edit, by the field
+            raise InvalidEdit(forged)
         if action.verb == VERB_APPROVE_ALL:
             return await engine.approve_all(action.approval_id, actor, actor_name=actor_name)
         request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name)
@@ -170,7 +186,6 @@ class TeamsAgent(ActivityHandler):
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None
             request = DecisionRequest(action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name)
         elif action.verb == VERB_EDIT:
-            view = await engine.get_approval(action.approval_id)
             changed = edited_params(view, action.data)
             if changed:  # "Save and approve" with nothing changed is a plain approval
                 request = DecisionRequest(
@@ -186,10 +201,6 @@ class TeamsAgent(ActivityHandler):
         except ApprovalNotFound as exc:
             return invoke_message_response(notice or str(exc))
         return invoke_card_response(approval_card(await with_names(self._engine, step), notice=notice))
-
-
-def _response(body: dict[str, Any]) -> AdaptiveCardInvokeResponse:
-    return AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
 
 
 def _card_message(card: dict[str, Any]) -> Activity:

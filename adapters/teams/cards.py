@@ -4,7 +4,8 @@ Every pending call shows its tool, description, arguments (secrets masked, long 
 :func:`bot.engine.presentation.display_arguments`), who asked, the policy and the expiry, with
 ``Action.Execute`` buttons **Approve**, **Reject** (optional feedback) and **Edit** (one input per
 parameter, typed by the parameter's JSON schema), plus **Approve all** when several calls wait.
-Decided calls show their outcome and no buttons.
+Decided calls keep their details and lose their buttons: the tool, the arguments it runs with (for an
+edit the edited values, each change marked with what it was), who asked, who decided and the outcome.
 
 Untrusted text (arguments, feedback, names, ids, the engine's sentences) only goes into ``TextRun``
 inlines of ``RichTextBlock``s and into input values: Adaptive Cards never read Markdown there, and the
@@ -16,12 +17,19 @@ An action's ``data`` carries only the approval id and the verb; Teams merges the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.engine.model import APPROVED, EXPIRED, MODIFIED, REJECTED, ApprovalView
-from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
+from bot.engine.presentation import (
+    DisplayArgument,
+    display_arguments,
+    format_time,
+    outcome_sentence,
+    truncate,
+)
 from bot.redaction import MASK, is_secret_key, mask_secrets
 
 CARD_VERSION = "1.5"
@@ -41,6 +49,17 @@ EDIT_VALUE_LIMIT = 1_000
 
 _VALUE_LIMITS = (500, 200, 80, 30)
 _STATUS_COLORS = {APPROVED: "good", MODIFIED: "good", REJECTED: "attention", EXPIRED: "warning"}
+_RAN = (APPROVED, MODIFIED)
+_STATUS_WORDS = {
+    APPROVED: "approved",
+    MODIFIED: "edited and approved",
+    REJECTED: "rejected",
+    EXPIRED: "expired",
+    SUPERSEDED: "superseded",
+    CANCELLED: "cancelled",
+}
+FEEDBACK_LIMIT = 1_000
+"""The longest Reject feedback the card's input accepts (its ``maxLength``)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +209,54 @@ def edited_params(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]
     return changed
 
 
+def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> dict[str, str]:
+    """What a click on ``view``'s card carried that the card never offered, by field (empty if nothing).
+
+    Teams sends the card's own inputs, each as text. A value for a parameter the form has no input
+    for, a value that is not text, a choice the list never had or an over-long feedback was forged:
+    the click must decide nothing, rather than have the value dropped or stored. ``"_"`` keys a
+    problem that belongs to no parameter.
+    """
+    problems: dict[str, str] = {}
+    if verb == VERB_REJECT:
+        feedback = data.get(feedback_input_id(view.approval_id))
+        if feedback is not None and not isinstance(feedback, str):
+            problems["_"] = "the feedback was not sent as text"
+        elif feedback is not None and len(feedback) > FEEDBACK_LIMIT:
+            problems["_"] = f"the feedback is longer than {FEEDBACK_LIMIT} characters"
+        return problems
+    if verb != VERB_EDIT:
+        return problems
+    fields = {f.name: f for f in form_fields(view)}
+    prefix = param_input_id(view.approval_id, "")
+    for key, raw in data.items():
+        if not isinstance(key, str) or not key.startswith(prefix):
+            continue  # the approval id, the verb, and inputs of other approvals on the same card
+        name = key[len(prefix) :]
+        f = fields.get(name)
+        if f is None or f.note is not None:
+            problems[name] = "cannot be edited on this card"
+        elif not isinstance(raw, str):
+            problems[name] = "was not sent as text"
+        elif raw == f.prefill:
+            continue
+        elif f.kind == "enum" and f.choices and raw not in f.choices:
+            problems[name] = "must be one of: " + ", ".join(f.choices)
+        elif f.kind == "boolean" and raw not in ("true", "false"):
+            problems[name] = "must be true or false"
+        elif f.kind in ("integer", "number") and not _finite_or_not_a_number(raw):
+            problems[name] = "must be a finite number"  # a number input never sends nan or inf
+    return problems
+
+
+def _finite_or_not_a_number(text: str) -> bool:
+    """False only for text that parses as an infinite or NaN float (the engine explains other text)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return True
+
+
 def _input(view: ApprovalView, f: FormField, value: str | None) -> dict[str, Any]:
     text = f.prefill if value is None else value
     label = f"{f.name}{'' if f.required else ' (optional)'}"
@@ -317,6 +384,63 @@ class _Layout:
     max_sections: int | None = None
 
 
+@dataclass(frozen=True)
+class ShownArgument:
+    """One argument as a card shows it; ``change`` says what an edit changed (``None``: untouched)."""
+
+    argument: DisplayArgument
+    change: str | None = None
+
+
+def shown_arguments(view: ApprovalView, limit: int) -> list[ShownArgument]:
+    """The arguments of ``view`` as they run: for an edited call the edited values, each change marked.
+
+    Secrets stay masked (a changed secret says only "edited"); values are truncated to ``limit``.
+    """
+    if view.status != MODIFIED or view.final_arguments is None:
+        return [ShownArgument(arg) for arg in display_arguments(view.arguments, limit=limit)]
+    before = {arg.name: arg for arg in display_arguments(view.arguments, limit=limit)}
+    shown = []
+    for arg in display_arguments(view.final_arguments, limit=limit):
+        if arg.name not in view.arguments:
+            change: str | None = "edited; was not set"
+        elif view.final_arguments[arg.name] == view.arguments[arg.name]:
+            change = None
+        elif arg.secret or before[arg.name].secret:
+            change = "edited"
+        else:
+            change = f"edited; was {before[arg.name].text}"
+        shown.append(ShownArgument(arg, change))
+    return shown
+
+
+def outcome_text(view: ApprovalView, limit: int) -> str:
+    """The outcome sentence of ``view``, with edited values and feedback truncated to fit the card."""
+    if view.status == MODIFIED:
+        who, when = view.decided_by or "someone", format_time(view.decided_at)
+        changes = [s for s in shown_arguments(view, limit) if s.change]
+        listed = ", ".join(f"{s.argument.name}={s.argument.text}" for s in changes)
+        return f"Edited and approved by {who} at {when}: {listed}." if listed else f"Approved by {who} at {when}."
+    if view.status == REJECTED and view.feedback:
+        return outcome_sentence(replace(view, feedback=truncate(view.feedback, limit)[0]))
+    return outcome_sentence(view)
+
+
+def short_outcome(view: ApprovalView) -> str:
+    """``approved by Ana Lopez``, ``rejected by Ben Okafor; not run``, ``expired; not run`` (the subtitle)."""
+    text = _STATUS_WORDS.get(view.status, "decided")
+    if view.status in (APPROVED, MODIFIED, REJECTED):
+        text += f" by {view.decided_by or 'someone'}"
+    return text if view.status in _RAN else text + "; not run"
+
+
+def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
+    runs = [_run(f"{shown.argument.name}: ", weight="bolder"), _run(shown.argument.text, fontType="monospace")]
+    if shown.change:
+        runs.append(_run(f"  ({shown.change})", color="accent", weight="bolder", italic=True))
+    return runs
+
+
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
     items: list[dict[str, Any]] = [
@@ -325,16 +449,24 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
     if view.tool_description and not layout.compact:
         description, _ = truncate(view.tool_description, 300)
         items.append(_runs(_run(description, isSubtle=True), spacing="none"))
-    shown = display_arguments(view.arguments, limit=layout.value_limit)
+    shown = shown_arguments(view, layout.value_limit)
+    if not view.is_pending:
+        if view.status == MODIFIED:
+            label = "Approved with these arguments (edits marked):"
+        elif view.status == APPROVED:
+            label = "Approved with these arguments:"
+        else:
+            label = "Arguments (the call was not run):"
+        items.append(_runs(_run(label, isSubtle=True)))
     if not shown:
         items.append(_runs(_run("No arguments.", isSubtle=True)))
     elif layout.compact:
         runs = []
         for arg in shown:
-            runs += [_run(f"{arg.name}: ", weight="bolder"), _run(f"{arg.text}  ", fontType="monospace")]
+            runs += _argument_runs(arg) + [_run("  ")]
         items.append(_runs(*runs))
     else:
-        items.extend(_fact(arg.name, arg.text, monospace=True) for arg in shown)
+        items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
     expires = f" · expires {format_time(view.expires_at)}" if view.is_pending else ""
     if layout.compact:
         items.append(_runs(_run(f"Requested by {view.requester} · {policy_text(view)}{expires}", isSubtle=True)))
@@ -344,7 +476,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         if view.is_pending:
             items.append(_fact("Expires", format_time(view.expires_at)))
     color = _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
-    items.append(_runs(_run(outcome_sentence(view), weight="bolder", color=color)))
+    items.append(_runs(_run(outcome_text(view, layout.value_limit), weight="bolder", color=color)))
     if view.is_pending:
         if edit and edit.approval_id == view.approval_id:
             items.append(_runs(_run("Edit the parameters, then save:", weight="bolder")))
@@ -361,16 +493,22 @@ def _build(
     pending = [v for v in approvals if v.is_pending]
     title = "Approval needed" if pending else "Approval decided"
     count = len(approvals)
-    subtitle = (
-        f"{len(pending)} of {count} tool calls wait for a decision."
-        if pending
-        else f"{'Every' if count > 1 else 'The'} tool call of this step has been decided."
-    )
+    if pending:
+        subtitle = f"{len(pending)} of {count} tool calls wait for a decision."
+    elif count == 1:
+        subtitle = f"{approvals[0].tool_name}: {short_outcome(approvals[0])}."
+    else:
+        tally: dict[str, int] = {}
+        for v in approvals:
+            word = _STATUS_WORDS.get(v.status, "decided")
+            tally[word] = tally.get(word, 0) + 1
+        subtitle = f"All {count} tool calls are decided: " + ", ".join(f"{n} {w}" for w, n in tally.items()) + "."
     body: list[dict[str, Any]] = []
     if notice:
         body.append({"type": "Container", "style": "warning", "items": [_runs(_run(notice, weight="bolder"))]})
     body.append({"type": "TextBlock", "text": title, "style": "heading", "size": "large", "wrap": True})
-    body.append({"type": "TextBlock", "text": subtitle, "isSubtle": True, "wrap": True, "spacing": "none"})
+    # A RichTextBlock: the subtitle may name the decider, and TextBlocks would read that as Markdown.
+    body.append(_runs(_run(subtitle, isSubtle=True), spacing="none"))
     shown = approvals if layout.max_sections is None else approvals[: layout.max_sections]
     for index, view in enumerate(shown, start=1):
         body.append(_section(view, index, count, layout, edit))

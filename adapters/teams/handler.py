@@ -14,8 +14,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from microsoft_agents.activity import Activity
+from pydantic import ValidationError
 
 from adapters.teams.cards import VERBS
 from bot.engine.model import AdminRequest, Inbound, ThreadRef
@@ -23,6 +25,42 @@ from bot.engine.model import AdminRequest, Inbound, ThreadRef
 PLATFORM = "teams"
 _AT_TAG = re.compile(r"<at>(.*?)</at>", re.IGNORECASE | re.DOTALL)
 _CHANNEL_ID_PREFIX = "19:"
+
+
+class MalformedActivity(ValueError):
+    """A request body that is not a Bot Framework activity; the message names fields, never their values."""
+
+
+def parse_activity(body: Any) -> Activity:
+    """The activity in a request body, or :class:`MalformedActivity` saying what is wrong with it.
+
+    The SDK's own checks (valid fields, a type, a conversation id) made up front, so that a garbled
+    body gets a 400 instead of the SDK's unhandled exception; plus a sender and a recipient, which Teams
+    always sends: without a sender nobody could be answered, checked as an approver or named as the
+    requester of a call; without a recipient or an http(s) service URL no reply can be addressed.
+    """
+    if not isinstance(body, Mapping):
+        raise MalformedActivity("the body is not a JSON object")
+    try:
+        activity = Activity.model_validate(body)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(part) for part in error["loc"]) or "body" for error in exc.errors()})
+        raise MalformedActivity("invalid or wrongly typed field(s): " + ", ".join(fields)) from None
+    except Exception as exc:  # noqa: BLE001 - the SDK's validator raises bare Exceptions for some conflicts
+        raise MalformedActivity(f"the activity is inconsistent ({type(exc).__name__})") from None
+    if not activity.type or not activity.conversation or not activity.conversation.id:
+        raise MalformedActivity("the activity has no type or no conversation id")
+    if not activity.from_property or not activity.from_property.id:
+        raise MalformedActivity("the activity has no sender (from.id)")
+    if not activity.recipient:
+        raise MalformedActivity("the activity has no recipient")
+    try:
+        service = urlsplit(activity.service_url or "")
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        raise MalformedActivity("the activity's serviceUrl is not a URL") from None
+    if service.scheme not in ("http", "https") or not service.hostname:
+        raise MalformedActivity("the activity has no http(s) serviceUrl to answer to")
+    return activity
 
 
 @dataclass(frozen=True)
@@ -150,7 +188,7 @@ def card_action(value: Any) -> CardAction | None:
     if not isinstance(value, Mapping):
         return None
     action = value.get("action")
-    if not isinstance(action, Mapping):
+    if not isinstance(action, Mapping) or action.get("type") != "Action.Execute":
         return None
     data = action.get("data")
     data = data if isinstance(data, Mapping) else {}

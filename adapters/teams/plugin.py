@@ -5,6 +5,10 @@ Framework / Entra token, signature, audience = our app id); a missing or bad tok
 check guards only this route, never ``/healthz``. Anonymous access exists only with
 ``COUNTERSIGN_TEAMS_ANONYMOUS=1`` and is announced with a loud warning at start.
 
+Whatever arrives, the route never answers 500: a body that is not an activity gets a 400 naming the
+wrong fields (one log line), a card click always gets a 200 with a card or a sentence, and an
+unexpected failure is logged and answered without any of its details.
+
 Credentials are the SDK's own ``CONNECTIONS__SERVICE_CONNECTION__SETTINGS__…`` variables
 (``Config.teams_settings``), read by ``load_configuration_from_env``; outgoing calls get their
 tokens from MSAL (``MsalAuth``) unless another token provider factory is given.
@@ -12,10 +16,12 @@ tokens from MSAL (``MsalAuth``) unless another token provider factory is given.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.web_exceptions import NotAppKeyWarning
@@ -29,8 +35,9 @@ from microsoft_agents.hosting.core import (
     TurnContext,
 )
 
-from adapters.teams.agent import TeamsAgent
-from adapters.teams.handler import PLATFORM
+from adapters.teams.agent import ADAPTIVE_CARD_ACTION, GENERIC_FAILURE, TeamsAgent
+from adapters.teams.cards import invoke_message_response
+from adapters.teams.handler import PLATFORM, MalformedActivity, parse_activity
 from adapters.teams.surface import TeamsSurface
 from bot.config import Config
 
@@ -50,6 +57,37 @@ ANONYMOUS_WARNING = (
     "(COUNTERSIGN_TEAMS_ANONYMOUS=1). Anyone who can reach this server can talk to the bot and approve "
     "tool calls as any user. Use it for local testing only. !!!"
 )
+
+
+_SDK_ACTIVITY_LOGGER = "microsoft_agents.activity.activity"
+_checking_request = contextvars.ContextVar("countersign_teams_checking_request", default=False)
+
+
+class _RequestCheckLogFilter(logging.Filter):
+    """Drops the SDK's ERROR-with-traceback about an invalid activity while we check a request body.
+
+    The SDK logs every failed ``Activity`` validation that way; for a request we reject with a 400 we
+    log one line of our own instead. Its other records pass untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _checking_request.get()
+
+
+_REQUEST_CHECK_FILTER = _RequestCheckLogFilter()
+
+
+@contextmanager
+def _checking() -> Iterator[None]:
+    token = _checking_request.set(True)
+    try:
+        yield
+    finally:
+        _checking_request.reset(token)
+
+
+def _error(status: int, text: str) -> web.Response:
+    return web.json_response({"error": text}, status=status)
 
 
 def _msal_factory() -> TokenProviderFactory:
@@ -131,12 +169,32 @@ class TeamsPlugin:
             warnings.simplefilter("ignore", NotAppKeyWarning)
             app[AGENT_CONFIGURATION_KEY] = auth_config
         app.router.add_post(MESSAGES_ROUTE, jwt_authorization_decorator(self._messages))
+        sdk_logger = logging.getLogger(_SDK_ACTIVITY_LOGGER)
+        if _REQUEST_CHECK_FILTER not in sdk_logger.filters:
+            sdk_logger.addFilter(_REQUEST_CHECK_FILTER)
         if auth_config.ANONYMOUS_ALLOWED:
             logger.warning(ANONYMOUS_WARNING)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         assert self.adapter is not None and self.agent is not None, "setup() mounts this route"
-        response = await self.adapter.process(request, self.agent)
+        try:
+            body: Any = await request.json()  # aiohttp keeps the bytes: the SDK reads them again
+        except (ValueError, LookupError):  # not JSON, not UTF-8, or an unknown charset
+            logger.warning("teams request rejected", extra={"reason": "the body is not JSON"})
+            return _error(400, "the body is not JSON")
+        try:
+            with _checking():
+                activity = parse_activity(body)
+        except MalformedActivity as exc:
+            logger.warning("teams request rejected", extra={"reason": str(exc)})
+            return _error(400, f"not a valid activity: {exc}")
+        try:
+            response = await self.adapter.process(request, self.agent)
+        except Exception:  # the SDK failed outside the turn (which has its own handler)
+            logger.exception("teams request failed", extra={"activity_type": activity.type})
+            if activity.type == ActivityTypes.invoke and activity.name == ADAPTIVE_CARD_ACTION:
+                return web.json_response(invoke_message_response(GENERIC_FAILURE))
+            return _error(400, "the bot could not handle this activity")
         return response if response is not None else web.Response(status=202)
 
     async def wait_idle(self) -> None:
