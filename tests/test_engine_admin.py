@@ -128,7 +128,7 @@ async def test_pending_lists_the_waiting_approvals_to_anyone(harnesses):
     for actor in (ADMIN, OTHER):
         assert await command(h, "pending", actor=actor) == expected
 
-    await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+    await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
     await h.engine.wait_idle()
     assert await command(h, "pending") == "No approvals are waiting."
 

@@ -196,7 +196,7 @@ async def test_reject_opens_a_modal_and_its_feedback_reaches_the_model(
     )
     [opened] = await slack.wait_for("views.open")
     modal = opened.args["view"]
-    assert modal["private_metadata"] == approval_id
+    assert json.loads(modal["private_metadata"]) == {"approval_id": approval_id, "place": f"slack:{CHANNEL}"}
     assert opened.args["trigger_id"]
 
     reply = await stack.requests.submit(modal, form("feedback", cs_feedback=text_input("never touch prod")), user=ALICE)

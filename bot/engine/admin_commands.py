@@ -9,7 +9,7 @@ from typing import Any
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
-from bot.engine.model import AdminRequest
+from bot.engine.model import AdminRequest, conversation_place
 from bot.tools import Tool
 from storage.policies import scope_channel, scope_global, scope_workspace
 
@@ -66,6 +66,9 @@ class AdminCommands:
             ]
             if not pending:
                 return "No approvals are waiting."
+            # The listing shows them in this conversation: a click from here may decide them.
+            here = conversation_place(request.platform, request.channel)
+            await self.storage.places.record([r.approval_id for r in pending], here, now=self.clock())
             return "\n".join(
                 f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
                 f"(id {r.approval_id[:8]})"
