@@ -371,6 +371,29 @@ async def test_an_unauthorized_clicker_is_told_privately_and_nothing_changes(
     assert (await stack.engine.get_approval(approval_id)).is_pending
 
 
+async def test_an_approval_id_clicked_in_another_channel_is_refused_there_and_nothing_runs(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    mention_ts, approval = await ask(stack, slack, "delete old.log")
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    # The requester herself, but on a button carrying the id in a conversation it was never shown in.
+    elsewhere = {"channel": "C0RANDOM", "message_ts": "1700000999.000100", "thread_ts": "1700000999.000100"}
+
+    for action in ("cs_approve", "cs_reject", "cs_edit", "cs_approve_all"):
+        reply = await stack.requests.click(action, approval_id, user=ALICE, **elsewhere)
+        assert reply.status == 200
+    await stack.settle()
+
+    told = slack.calls_to("chat.postEphemeral")
+    assert len(told) == 4 and {(c.args["user"], c.args["channel"]) for c in told} == {(ALICE, "C0RANDOM")}
+    assert all("can't be decided from here" in c.args["text"] for c in told)
+    assert all("old.log" not in c.args["text"] for c in told)
+    assert slack.calls_to("views.open") == [] and slack.calls_to("chat.update") == []
+    assert ops.deleted == []
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+
+
 async def test_an_expired_approval_is_shown_expired_and_a_late_click_changes_nothing(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock
 ) -> None:

@@ -226,6 +226,21 @@ async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_s
     assert (await stack.engine.get_approval(approval_id)).is_pending
 
 
+async def test_a_card_click_from_another_conversation_is_refused_with_a_message_and_nothing_runs(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    _, card = stack.last_card()
+
+    forged = stack.invoke(action_value(card, "approve"), ANA, conversation="19:elsewhere@thread.tacv2")
+    status, body = await stack.post(forged)
+    await stack.settle()
+
+    assert status == 200 and body["type"] == "application/vnd.microsoft.activity.message"
+    assert body["value"].startswith("This approval can't be decided from here")
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+    assert (await stack.engine.get_approval(approval_ids(card)[0])).is_pending
+
+
 async def test_a_click_after_a_restart_resumes_the_run_and_the_answer_arrives_proactively(open_stack, tmp_path):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log")])
     await stack.say("delete old.log")
