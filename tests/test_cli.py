@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
+from bot.config import Config
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
@@ -41,7 +42,7 @@ ENV_VARS = (
     "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
     "COUNTERSIGN_TEAMS_ANONYMOUS",
     "COUNTERSIGN_HISTORY_LAST_K",
-    "COUNTERSIGN_DEFAULT_TTL_SECONDS",
+    "COUNTERSIGN_DEFAULT_TTL",
 )
 
 
@@ -135,6 +136,34 @@ def test_a_command_is_required():
 
 
 # --- configuration errors --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "line"),
+    [
+        (
+            {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "3600"},
+            "COUNTERSIGN_DEFAULT_TTL_SECONDS was renamed: use COUNTERSIGN_DEFAULT_TTL",
+        ),
+        ({"COUNTERSIGN_DEFAULT_TTL": "99999999999999d"}, "COUNTERSIGN_DEFAULT_TTL: A ttl can be at most 90d"),
+        ({"COUNTERSIGN_DEFAULT_TTL": "0"}, "COUNTERSIGN_DEFAULT_TTL: A ttl must be longer than zero"),
+        ({"COUNTERSIGN_DEFAULT_TTL": "soon"}, "COUNTERSIGN_DEFAULT_TTL: 'soon' is not a duration"),
+    ],
+)
+def test_a_default_ttl_under_the_old_name_or_out_of_bounds_exits_2_naming_the_variable(tmp_path, setting, line):
+    result = countersign(tmp_path, "chat", **setting)
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"countersign: configuration error: {line}")
+
+
+def test_the_default_ttl_takes_the_durations_of_the_ttl_command_and_plain_seconds():
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "4h"}).default_ttl_seconds == 4 * 3600
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "2d"}).default_ttl_seconds == 2 * 86400
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "900"}).default_ttl_seconds == 900
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "90d"}).default_ttl_seconds == 90 * 86400
+    assert Config.from_env({}).default_ttl_seconds == 24 * 3600
 
 
 def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):

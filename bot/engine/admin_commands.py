@@ -96,6 +96,8 @@ class AdminCommands:
             return (
                 f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
             )
+        if command.name in ("quorum", "approvers"):
+            await self._check_quorum(scope, tool_key, command)
         field_of = {
             "policy set": "mode",
             "approvers": "approvers",
@@ -116,6 +118,24 @@ class AdminCommands:
                 "four_eyes": rule.four_eyes,
                 "ttl_seconds": rule.ttl_seconds,
             },
+        )
+
+    async def _check_quorum(self, scope: str, tool_key: str, command: AdminCommand) -> None:
+        """Refuse a quorum that the rule's own approvers could never reach (the approval would only expire)."""
+        rule = await self.storage.policies.get_rule(scope, tool_key)
+        approvers = command.value if command.name == "approvers" else (rule.approvers if rule else None)
+        quorum = command.value if command.name == "quorum" else (rule.quorum if rule else None)
+        possible = len(set(approvers or ()))
+        if not possible or not quorum or quorum <= possible:
+            return  # no approvers named (requester and admins decide), or enough of them
+        if command.name == "quorum":
+            raise CommandError(
+                f"A quorum of {quorum} can't be reached: {tool_key} has {possible} approver(s) here. "
+                "Name more approvers first, or choose a smaller quorum."
+            )
+        raise CommandError(
+            f"{tool_key} needs a quorum of {quorum} here, so name at least {quorum} approvers "
+            "(or lower the quorum first)."
         )
 
     async def _check_tool_key(self, tool_key: str) -> None:
