@@ -212,6 +212,27 @@ async def test_reject_opens_a_modal_and_its_feedback_reaches_the_model(
     assert slack.calls_to("chat.postMessage", plain)[-1].args["text"] == "Understood, I left prod.db alone."
 
 
+async def test_a_modal_that_does_not_say_where_it_was_opened_decides_nothing(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("delete_file", {"path": "prod.db"})])
+    mention_ts, approval = await ask(stack, slack, "delete prod.db")
+    [approval_id] = button_values(approval.args["blocks"], "cs_reject")
+    await stack.requests.click(
+        "cs_reject", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    [opened] = await slack.wait_for("views.open")
+    # As a modal opened before clicks carried their place: only the approval id.
+    legacy = {**opened.args["view"], "private_metadata": approval_id}
+
+    reply = await stack.requests.submit(legacy, form("feedback", cs_feedback=text_input("no")), user=ALICE)
+    await stack.settle()
+
+    assert reply.status == 200 and "can't be decided from here" in reply.text
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+    assert slack.calls_to("chat.update") == []
+
+
 async def test_edit_modal_is_typed_prefilled_and_the_tool_runs_with_the_edited_values(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
 ) -> None:
