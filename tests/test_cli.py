@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
-from bot.config import Config
+from bot.config import Config, ConfigError
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
@@ -138,24 +138,29 @@ def test_a_command_is_required():
 # --- configuration errors --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("setting", "line"),
-    [
-        (
-            {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "3600"},
-            "COUNTERSIGN_DEFAULT_TTL_SECONDS was renamed: use COUNTERSIGN_DEFAULT_TTL",
-        ),
-        ({"COUNTERSIGN_DEFAULT_TTL": "99999999999999d"}, "COUNTERSIGN_DEFAULT_TTL: A ttl can be at most 90d"),
-        ({"COUNTERSIGN_DEFAULT_TTL": "0"}, "COUNTERSIGN_DEFAULT_TTL: A ttl must be longer than zero"),
-        ({"COUNTERSIGN_DEFAULT_TTL": "soon"}, "COUNTERSIGN_DEFAULT_TTL: 'soon' is not a duration"),
-    ],
-)
-def test_a_default_ttl_under_the_old_name_or_out_of_bounds_exits_2_naming_the_variable(tmp_path, setting, line):
-    result = countersign(tmp_path, "chat", **setting)
+def test_the_old_default_ttl_name_exits_2_saying_to_use_the_new_one(tmp_path):
+    result = countersign(tmp_path, "chat", COUNTERSIGN_DEFAULT_TTL_SECONDS="3600")
 
     assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"countersign: configuration error: {line}")
+    assert result.stderr.strip().splitlines() == [
+        "countersign: configuration error: COUNTERSIGN_DEFAULT_TTL_SECONDS was renamed: use COUNTERSIGN_DEFAULT_TTL "
+        "(e.g. COUNTERSIGN_DEFAULT_TTL=24h; a plain number still means seconds)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("99999999999999d", "A ttl can be at most 90d (90 days), not '99999999999999d'"),
+        ("91d", "A ttl can be at most 90d (90 days), not '91d'"),
+        ("0", "A ttl must be longer than zero, not '0'"),
+        ("soon", "'soon' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)"),
+    ],
+)
+def test_a_default_ttl_the_ttl_command_would_refuse_is_a_config_error_naming_the_variable(value, problem):
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"COUNTERSIGN_DEFAULT_TTL": value})
+    assert str(refused.value) == f"COUNTERSIGN_DEFAULT_TTL: {problem}"
 
 
 def test_the_default_ttl_takes_the_durations_of_the_ttl_command_and_plain_seconds():
