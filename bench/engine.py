@@ -196,7 +196,8 @@ async def run_conversations(
         await engine.handle_message(inbound)
         approval = await asyncio.wait_for(surface.rendered[key], 120)
         asked = time.perf_counter()
-        result = await engine.decide(DecisionRequest(approval.approval_id, f"U{i}", "confirm"))
+        click = DecisionRequest(approval.approval_id, f"U{i}", "confirm", place=approval.thread.place)
+        result = await engine.decide(click)
         decided_at[path] = time.perf_counter()
         decide_ms.append((decided_at[path] - asked) * 1000)
         if not result.resumed:

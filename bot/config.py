@@ -93,7 +93,7 @@ class Config:
             llm_timeout_seconds=_positive_float(env, "COUNTERSIGN_LLM_TIMEOUT", 60.0),
             llm_max_retries=_int(env, "COUNTERSIGN_LLM_RETRIES", 2, minimum=0),
             history_last_k=_int(env, "COUNTERSIGN_HISTORY_LAST_K", 30, minimum=1),
-            default_ttl_seconds=_int(env, "COUNTERSIGN_DEFAULT_TTL_SECONDS", 24 * 3600, minimum=1),
+            default_ttl_seconds=_default_ttl(env),
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
             slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
             slack_app_token=env.get("SLACK_APP_TOKEN") or None,
@@ -167,6 +167,27 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} must be more than 0 seconds, got {raw!r}")
     return value
+
+
+RENAMED = {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "COUNTERSIGN_DEFAULT_TTL"}
+"""Variables that were renamed: setting the old name is an error, never silently ignored."""
+
+
+def _default_ttl(env: Mapping[str, str]) -> int:
+    """``COUNTERSIGN_DEFAULT_TTL``: a duration as the ``ttl`` command takes it (``30m``, ``4h``, ``2d``, seconds)."""
+    for old, new in RENAMED.items():
+        if old in env:
+            raise ConfigError(f"{old} was renamed: use {new} (e.g. {new}=24h; a plain number still means seconds)")
+    raw = env.get("COUNTERSIGN_DEFAULT_TTL")
+    if not raw:
+        return 24 * 3600
+    # The ttl command's parser (one syntax, one bound); imported here, like the tools, to keep --help light.
+    from bot.engine.admin_syntax import DurationError, duration_seconds
+
+    try:
+        return duration_seconds(raw)
+    except DurationError as exc:
+        raise ConfigError(f"COUNTERSIGN_DEFAULT_TTL: {exc}") from None
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -20,8 +20,10 @@ from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.places import SQLiteApprovalPlaces
 from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
 from storage.protocols import (
+    ApprovalPlaces,
     ApprovalRecord,
     ApprovalStore,
     AuditEntry,
@@ -45,6 +47,7 @@ __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
     "AlreadyExists",
+    "ApprovalPlaces",
     "ApprovalRecord",
     "ApprovalStore",
     "AsyncStorage",
@@ -63,6 +66,7 @@ __all__ = [
     "PolicyStore",
     "RunRecord",
     "RunStore",
+    "SQLiteApprovalPlaces",
     "SQLiteApprovalStore",
     "SQLiteAuditLog",
     "SQLiteChatMessageStore",

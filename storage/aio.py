@@ -20,7 +20,7 @@ from storage.readers import ReadWorkers
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
-STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations")
+STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations", "places")
 READ_METHODS = frozenset(
     {
         "get",
@@ -41,6 +41,7 @@ READ_METHODS = frozenset(
         "is_confirmed",
         "recent",
         "load",
+        "shown_in",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -99,6 +100,7 @@ class AsyncStorage:
     audit: Any
     events: Any
     conversations: Any
+    places: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

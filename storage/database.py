@@ -15,6 +15,7 @@ from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
+from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
 
@@ -39,6 +40,7 @@ class Storage:
         self.audit = SQLiteAuditLog(connector)
         self.events = SQLiteEventDedupe(connector)
         self.conversations = SQLiteConversationStore(connector)
+        self.places = SQLiteApprovalPlaces(connector)
 
     @property
     def path(self) -> str:
@@ -58,7 +60,7 @@ class Storage:
         """The schema version of the database.
 
         >>> storage.schema_version()
-        2
+        3
         """
         with self.connector.reading() as db:
             return schema_version(db)
@@ -89,7 +91,7 @@ def open_storage(
 
     >>> with open_storage("countersign.db") as storage:
     ...     storage.schema_version()
-    2
+    3
 
     ``path`` may also be ``":memory:"`` (one connection shared by all threads) or a sqlite-utils
     ``Database``. ``synchronous="NORMAL"`` trades durability against power loss for cheaper commits.

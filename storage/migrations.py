@@ -176,7 +176,26 @@ def _votes_and_message_refs(db: Database) -> None:
     db["audit"].create_index(["actor", "id"], index_name="audit_actor")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs]
+def _approval_places(db: Database) -> None:
+    """Version 3: every place (conversation, App Home, DM) an approval was shown in; clicks come only from those.
+
+    Approvals still pending at the upgrade were shown in their own thread: that place is filled in, so
+    their buttons keep working.
+    """
+    db["approval_places"].create(
+        {"approval_id": str, "place": str, "shown_at": float},
+        pk=("approval_id", "place"),
+        foreign_keys=[("approval_id", "approvals", "approval_id")],
+        not_null=["shown_at"],
+    )
+    db.execute(
+        "INSERT INTO approval_places (approval_id, place, shown_at) "
+        "SELECT a.approval_id, a.platform || ':' || r.channel, a.created_at "
+        "FROM approvals a JOIN runs r ON r.run_id = a.run_id WHERE a.status = 'pending'"
+    )
+
+
+MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
@@ -198,7 +217,7 @@ def migrate(db: Database, target: int | None = None, migrations: Sequence[Migrat
     """Bring ``db`` forward to ``target`` (default: the latest version) and return its version.
 
     >>> migrate(Database(memory=True))
-    2
+    3
 
     Raises :class:`UnknownSchemaVersion` for a database written by a newer countersign, before
     changing anything. ``migrations`` defaults to :data:`MIGRATIONS`.

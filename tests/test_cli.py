@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
+from bot.config import Config, ConfigError
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
@@ -41,9 +42,9 @@ ENV_VARS = (
     "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
     "COUNTERSIGN_TEAMS_ANONYMOUS",
     "COUNTERSIGN_HISTORY_LAST_K",
-    "COUNTERSIGN_DEFAULT_TTL_SECONDS",
     "COUNTERSIGN_LLM_TIMEOUT",
     "COUNTERSIGN_LLM_RETRIES",
+    "COUNTERSIGN_DEFAULT_TTL",
 )
 
 
@@ -137,6 +138,39 @@ def test_a_command_is_required():
 
 
 # --- configuration errors --------------------------------------------------------------------------------
+
+
+def test_the_old_default_ttl_name_exits_2_saying_to_use_the_new_one(tmp_path):
+    result = countersign(tmp_path, "chat", COUNTERSIGN_DEFAULT_TTL_SECONDS="3600")
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "countersign: configuration error: COUNTERSIGN_DEFAULT_TTL_SECONDS was renamed: use COUNTERSIGN_DEFAULT_TTL "
+        "(e.g. COUNTERSIGN_DEFAULT_TTL=24h; a plain number still means seconds)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("99999999999999d", "A ttl can be at most 90d (90 days), not '99999999999999d'"),
+        ("91d", "A ttl can be at most 90d (90 days), not '91d'"),
+        ("0", "A ttl must be longer than zero, not '0'"),
+        ("soon", "'soon' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)"),
+    ],
+)
+def test_a_default_ttl_the_ttl_command_would_refuse_is_a_config_error_naming_the_variable(value, problem):
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"COUNTERSIGN_DEFAULT_TTL": value})
+    assert str(refused.value) == f"COUNTERSIGN_DEFAULT_TTL: {problem}"
+
+
+def test_the_default_ttl_takes_the_durations_of_the_ttl_command_and_plain_seconds():
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "4h"}).default_ttl_seconds == 4 * 3600
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "2d"}).default_ttl_seconds == 2 * 86400
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "900"}).default_ttl_seconds == 900
+    assert Config.from_env({"COUNTERSIGN_DEFAULT_TTL": "90d"}).default_ttl_seconds == 90 * 86400
+    assert Config.from_env({}).default_ttl_seconds == 24 * 3600
 
 
 def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):

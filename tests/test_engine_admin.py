@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from bot.engine.admin_syntax import USAGE
@@ -128,7 +130,7 @@ async def test_pending_lists_the_waiting_approvals_to_anyone(harnesses):
     for actor in (ADMIN, OTHER):
         assert await command(h, "pending", actor=actor) == expected
 
-    await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+    await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
     await h.engine.wait_idle()
     assert await command(h, "pending") == "No approvals are waiting."
 
@@ -216,3 +218,70 @@ async def test_a_policy_change_applies_to_the_next_message(harnesses):
     await h.say("delete a.txt")
 
     assert h.surface.renders == [] and h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+# --- bounds -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("ttl delete_file 99999999999999d", "A ttl can be at most 90d (90 days), not '99999999999999d'."),
+        ("ttl delete_file 91d", "A ttl can be at most 90d (90 days), not '91d'."),
+        ("ttl delete_file 7776001", "A ttl can be at most 90d (90 days), not '7776001'."),
+        ("ttl delete_file 0", "A ttl must be longer than zero, not '0'."),
+        ("ttl delete_file 0m", "A ttl must be longer than zero, not '0m'."),
+        ("ttl delete_file -1h", "A ttl must be longer than zero, not '-1h'."),
+    ],
+)
+async def test_a_ttl_outside_one_second_to_ninety_days_is_refused_in_one_sentence(harnesses, text, answer):
+    h = await harnesses.open()
+
+    assert await command(h, text) == answer
+    assert await rules(h) == [] and await h.audit() == []
+
+
+async def test_the_longest_ttl_is_accepted_and_a_refused_one_leaves_the_tool_usable(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+
+    assert (await command(h, "ttl delete_file 99999999999999d")).startswith("A ttl can be at most")
+    assert "ttl=90d" in await command(h, "ttl delete_file 90d")
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    assert approval.expires_at - approval.created_at == timedelta(days=90)
+
+
+async def test_an_oversize_ttl_already_in_the_database_waits_ninety_days_instead_of_breaking_calls(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    # As an older version (before the bound) stored it: the storage layer takes any positive number.
+    oversize = 99999999999999 * 86400
+    await h.engine.storage.policies.set_rule(WORKSPACE_SCOPE, "delete_file", updated_by=ADMIN, ttl_seconds=oversize)
+
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    assert approval.expires_at - approval.created_at == timedelta(days=90)
+    assert "delete_file: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 90d" in await command(
+        h, "policy list"
+    )
+
+
+async def test_a_quorum_the_named_approvers_could_never_reach_is_refused(harnesses):
+    h = await harnesses.open()
+    await command(h, "approvers delete_file @U_ANA @U_BEN")
+
+    refused = await command(h, "quorum delete_file 3")
+    assert refused == (
+        "A quorum of 3 can't be reached: delete_file has 2 approver(s) here. "
+        "Name more approvers first, or choose a smaller quorum."
+    )
+    [row] = await rules(h)
+    assert row["quorum"] is None
+
+    assert "quorum=2" in await command(h, "quorum delete_file 2")
+    assert await command(h, "approvers delete_file @U_ANA @U_ANA") == (
+        "delete_file needs a quorum of 2 here, so name at least 2 approvers (or lower the quorum first)."
+    )
+    [row] = await rules(h)
+    assert (row["approvers"], row["quorum"]) == (("U_ANA", "U_BEN"), 2)
+    # without named approvers the requester and admins decide: any quorum up to 10 is allowed
+    assert "quorum=5" in await command(h, "quorum scale_service 5")

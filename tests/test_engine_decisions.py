@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from bot.engine.errors import AlreadyDecided, InvalidEdit, NotAnApprover, UnknownAction
-from bot.engine.model import AdminRequest, DecisionRequest
+from bot.engine.errors import AlreadyDecided, ApprovalClosed, InvalidEdit, NotAnApprover, NotShownHere, UnknownAction
+from bot.engine.model import AdminRequest, DecisionRequest, conversation_place, home_place
 from bot.hitl.blocking import REJECTION_FEEDBACK_TEMPLATE
 from bot.messages import ChatRole, ToolCall
 from tests.fakes.engine_kit import (
@@ -45,6 +45,8 @@ async def admin(h, text: str, actor: str = ADMIN) -> str:
 
 
 def decision(approval, actor: str = REQUESTER, action: str = "confirm", **kwargs) -> DecisionRequest:
+    """A click on ``approval`` in its own thread (pass ``place=`` for a click elsewhere)."""
+    kwargs.setdefault("place", approval.thread.place)
     return DecisionRequest(approval.approval_id, actor, action, **kwargs)
 
 
@@ -194,7 +196,7 @@ async def test_an_unauthorized_actor_changes_nothing_and_is_audited(harnesses):
     with pytest.raises(NotAnApprover) as refused:
         await h.engine.decide(decision(approval, actor=OTHER))
     with pytest.raises(NotAnApprover):
-        await h.engine.check_can_decide(approval.approval_id, OTHER)
+        await h.engine.check_can_decide(approval.approval_id, OTHER, approval.thread.place)
     await h.engine.wait_idle()
 
     assert "Only the person who asked" in str(refused.value)
@@ -208,6 +210,112 @@ async def test_an_unauthorized_actor_changes_nothing_and_is_audited(harnesses):
     await h.engine.decide(decision(approval, actor=ADMIN))  # an admin may decide for the requester
     await h.engine.wait_idle()
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+async def test_after_the_decision_someone_who_may_not_decide_learns_neither_the_outcome_nor_who_decided(harnesses):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, second = await h.paused_approvals("clean up")
+    await h.engine.approve_all(first.approval_id, REQUESTER, place=first.thread.place)
+    await h.engine.wait_idle()
+
+    refusals = []
+    for attempt in (
+        h.engine.decide(decision(first, actor=OTHER)),
+        h.engine.decide(decision(second, actor=OTHER, action="reject")),
+        h.engine.check_can_decide(first.approval_id, OTHER, first.thread.place),
+        h.engine.approve_all(first.approval_id, OTHER, place=first.thread.place),
+    ):
+        with pytest.raises(NotAnApprover) as refused:
+            await attempt
+        refusals.append(str(refused.value))
+
+    for sentence in refusals:
+        assert sentence == "Only the person who asked and countersign admins can decide this call."
+        assert "approved" not in sentence and REQUESTER not in sentence
+    # someone who may decide is told what happened
+    with pytest.raises(AlreadyDecided, match=f"approved by {REQUESTER}"):
+        await h.engine.approve_all(first.approval_id, ADMIN, place=first.thread.place)
+
+
+async def test_a_closed_approval_is_reported_closed_only_to_someone_who_may_decide_it(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("ok"), says("ok")])
+    [approval] = await h.paused_approvals("delete a.txt")
+    await h.say("never mind")  # supersedes the paused call
+
+    with pytest.raises(NotAnApprover):
+        await h.engine.decide(decision(approval, actor=OTHER))
+    with pytest.raises(ApprovalClosed):
+        await h.engine.decide(decision(approval, actor=REQUESTER))
+    assert h.tools.executed == []
+
+
+# --- where a click comes from -----------------------------------------------------------------------------
+
+
+async def test_a_click_from_a_conversation_the_approval_was_never_shown_in_is_refused_and_audited(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    elsewhere = conversation_place(PLATFORM, "C_ELSEWHERE")
+
+    with pytest.raises(NotShownHere) as refused:
+        await h.engine.decide(decision(approval, place=elsewhere))
+    with pytest.raises(NotShownHere):
+        await h.engine.approve_all(approval.approval_id, REQUESTER, place=elsewhere)
+    with pytest.raises(NotShownHere):
+        await h.engine.check_can_decide(approval.approval_id, REQUESTER, elsewhere)
+    await h.engine.wait_idle()
+
+    assert str(refused.value) == (
+        "This approval can't be decided from here; use the message or list where it was shown to you."
+    )
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert h.tools.executed == [] and h.surface.updates == []
+    audited = await h.audit("decision refused")
+    assert [(e.details["reason"], e.details["place"]) for e in audited] == [("NotShownHere", elsewhere)] * 3
+
+    await h.engine.decide(decision(approval))  # from its own thread it still works
+    await h.engine.wait_idle()
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+async def test_a_click_that_names_no_place_is_refused(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    with pytest.raises(NotShownHere):
+        await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+    with pytest.raises(NotShownHere):
+        await h.engine.approve_all(approval.approval_id, REQUESTER)
+    await h.engine.wait_idle()
+    assert h.tools.executed == []
+
+
+async def test_a_personal_list_and_the_pending_listing_become_places_the_approval_can_be_decided_from(harnesses):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, second = await h.paused_approvals("clean up")
+    home = home_place(PLATFORM, REQUESTER)
+    admin_channel = conversation_place(PLATFORM, "C_ADMIN")
+
+    await h.engine.pending_for(PLATFORM, REQUESTER)  # listed without being shown anywhere: no new place
+    with pytest.raises(NotShownHere):
+        await h.engine.decide(decision(first, place=home))
+    with pytest.raises(NotShownHere):
+        await h.engine.decide(decision(second, place=admin_channel))
+    with pytest.raises(NotShownHere):  # another person's App Home shows them nothing
+        await h.engine.decide(decision(first, place=home_place(PLATFORM, ADMIN)))
+
+    listed = await h.engine.pending_for(PLATFORM, REQUESTER, place=home)
+    assert [v.approval_id for v in listed] == [first.approval_id, second.approval_id]
+    await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, "C_ADMIN", OTHER, "pending"))
+    await h.engine.decide(decision(first, place=home))
+    await h.engine.decide(decision(second, place=admin_channel))
+    await h.engine.wait_idle()
+
+    assert sorted(h.tools.runs_of("delete_file"), key=str) == [{"path": "a.txt"}, {"path": "b.txt"}]
 
 
 async def test_an_unknown_action_decides_nothing(harnesses):
@@ -332,7 +440,7 @@ async def test_approve_all_decides_every_pending_call_of_the_step_at_once(harnes
     )
     first, second = await h.paused_approvals("clean up")
 
-    result = await h.engine.approve_all(first.approval_id, REQUESTER)
+    result = await h.engine.approve_all(first.approval_id, REQUESTER, place=first.thread.place)
     await h.engine.wait_idle()
 
     assert result.message == "Approved 2 call(s)."
@@ -348,7 +456,7 @@ async def test_approve_all_by_someone_who_may_not_decide_approves_nothing(harnes
     first, _ = await h.paused_approvals("clean up")
 
     with pytest.raises(NotAnApprover):
-        await h.engine.approve_all(first.approval_id, OTHER)
+        await h.engine.approve_all(first.approval_id, OTHER, place=first.thread.place)
     await h.engine.wait_idle()
 
     assert [v.status for v in await h.engine.step_approvals(first.approval_id)] == ["pending", "pending"]
@@ -420,7 +528,7 @@ async def test_a_call_id_shaped_like_name_colon_number_is_still_bound_to_its_dec
     odd = ToolCall("delete_file", {"path": "a.txt"}, id="functions.delete_file:0")
     harness = await harnesses.open(replies=[asks(odd), says("Deleted.")])
     [approval] = await harness.paused_approvals("delete a.txt")
-    await harness.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+    await harness.engine.decide(decision(approval))
     await harness.engine.wait_idle()
     assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
     assert harness.surface.replies[-1].text == "Deleted."

@@ -42,7 +42,7 @@ async def harnesses(tmp_path):
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:
-    return DecisionRequest(approval.approval_id, actor, "confirm")
+    return DecisionRequest(approval.approval_id, actor, "confirm", place=approval.thread.place)
 
 
 # --- restarts ---------------------------------------------------------------------------------------------

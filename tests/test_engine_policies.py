@@ -109,7 +109,7 @@ async def test_ask_once_asks_the_first_time_then_runs_the_same_call_in_that_chan
 
     [first] = await h.paused_approvals("delete a.txt", thread="t1")
     assert first.policy_mode == "once"
-    await h.engine.decide(DecisionRequest(first.approval_id, REQUESTER, "confirm"))
+    await h.engine.decide(DecisionRequest(first.approval_id, REQUESTER, "confirm", place=first.thread.place))
     await h.engine.wait_idle()
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
 
@@ -131,7 +131,7 @@ async def test_a_rejection_under_ask_once_is_not_remembered(harnesses):
     await admin(h, "policy set delete_file once")
 
     [first] = await h.paused_approvals("delete a.txt", thread="t1")
-    await h.engine.decide(DecisionRequest(first.approval_id, REQUESTER, "reject"))
+    await h.engine.decide(DecisionRequest(first.approval_id, REQUESTER, "reject", place=first.thread.place))
     await h.engine.wait_idle()
 
     await h.paused_approvals("delete a.txt", thread="t2")

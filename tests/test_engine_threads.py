@@ -78,7 +78,10 @@ async def test_ask_once_is_remembered_for_a_channel_whose_id_contains_colons(tmp
     try:
         await harness.engine.storage.policies.set_rule("global", "delete_file", updated_by="test", mode="once")
         approvals = await harness.paused_approvals("delete a.txt", channel=channel, thread=f"{channel};messageid=1")
-        await harness.engine.decide(DecisionRequest(approvals[0].approval_id, REQUESTER, "confirm"))
+        clicked = approvals[0]
+        await harness.engine.decide(
+            DecisionRequest(clicked.approval_id, REQUESTER, "confirm", place=clicked.thread.place)
+        )
         await harness.engine.wait_idle()
         renders_before = len(harness.surface.renders)
         await harness.say("delete a.txt again", channel=channel, thread=f"{channel};messageid=1")

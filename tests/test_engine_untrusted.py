@@ -50,7 +50,9 @@ async def test_secrets_stay_out_of_logs_and_the_audit_log_through_a_whole_decisi
     [view] = await h.paused_approvals("store the stripe key")
 
     await h.engine.decide(
-        DecisionRequest(view.approval_id, REQUESTER, "modify", edited_params={"api_key": NEW_SECRET})
+        DecisionRequest(
+            view.approval_id, REQUESTER, "modify", edited_params={"api_key": NEW_SECRET}, place=view.thread.place
+        )
     )
     await h.engine.wait_idle()
 
@@ -69,7 +71,13 @@ async def test_the_modification_note_masks_a_new_secret_while_the_tool_gets_it_i
     [view] = await h.paused_approvals("store the stripe key")
 
     await h.engine.decide(
-        DecisionRequest(view.approval_id, REQUESTER, "modify", edited_params={"api_key": NEW_SECRET, "note": "rot"})
+        DecisionRequest(
+            view.approval_id,
+            REQUESTER,
+            "modify",
+            edited_params={"api_key": NEW_SECRET, "note": "rot"},
+            place=view.thread.place,
+        )
     )
     await h.engine.wait_idle()
 

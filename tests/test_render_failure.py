@@ -24,7 +24,10 @@ async def test_approvals_survive_a_failed_rendering_and_the_thread_is_told(tmp_p
         pending = await harness.engine.pending_for("slack", REQUESTER)
         assert [p.tool_name for p in pending] == ["delete_file"]
 
-        await harness.engine.decide(DecisionRequest(pending[0].approval_id, REQUESTER, "confirm"))
+        listed = pending[0]  # the thread's message failed, but the approval was to be shown there
+        await harness.engine.decide(
+            DecisionRequest(listed.approval_id, REQUESTER, "confirm", place=listed.thread.place)
+        )
         await harness.engine.wait_idle()
         assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
         assert broken.replies[-1].text == "Deleted."
@@ -40,7 +43,8 @@ class ClickWhilePostingSurface(RecordingSurface):
         self.engine = engine
 
     async def render_approvals(self, thread, approvals):
-        await self.engine.decide(DecisionRequest(approvals[0].approval_id, REQUESTER, "confirm"))
+        clicked = approvals[0]
+        await self.engine.decide(DecisionRequest(clicked.approval_id, REQUESTER, "confirm", place=thread.place))
         return await super().render_approvals(thread, approvals)
 
 

@@ -146,8 +146,10 @@ async def test_approving_from_the_home_tab_decides_and_refreshes_it(
     await stack.settle()
     assert refused.status == 200 and restarts.restarted == []
     [mallory_home] = slack.calls_to("views.publish")
-    assert "Only the person who asked" in all_text(mallory_home.args["view"]["blocks"])
+    assert "can't be decided from here" in all_text(mallory_home.args["view"]["blocks"])  # never in her Home
 
+    await stack.requests.event(stack.requests.home_opened(ALICE))
+    await stack.settle()
     await stack.requests.home_click("cs_approve", approval_id, user=ALICE)
     await stack.settle()
     assert restarts.restarted == ["api"]

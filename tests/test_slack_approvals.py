@@ -196,7 +196,7 @@ async def test_reject_opens_a_modal_and_its_feedback_reaches_the_model(
     )
     [opened] = await slack.wait_for("views.open")
     modal = opened.args["view"]
-    assert modal["private_metadata"] == approval_id
+    assert json.loads(modal["private_metadata"]) == {"approval_id": approval_id, "place": f"slack:{CHANNEL}"}
     assert opened.args["trigger_id"]
 
     reply = await stack.requests.submit(modal, form("feedback", cs_feedback=text_input("never touch prod")), user=ALICE)
@@ -210,6 +210,27 @@ async def test_reject_opens_a_modal_and_its_feedback_reaches_the_model(
     assert button_values(update.args["blocks"], "cs_approve") == []
     assert "Feedback: never touch prod" in all_text(update.args["blocks"])
     assert slack.calls_to("chat.postMessage", plain)[-1].args["text"] == "Understood, I left prod.db alone."
+
+
+async def test_a_modal_that_does_not_say_where_it_was_opened_decides_nothing(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("delete_file", {"path": "prod.db"})])
+    mention_ts, approval = await ask(stack, slack, "delete prod.db")
+    [approval_id] = button_values(approval.args["blocks"], "cs_reject")
+    await stack.requests.click(
+        "cs_reject", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    [opened] = await slack.wait_for("views.open")
+    # As a modal opened before clicks carried their place: only the approval id.
+    legacy = {**opened.args["view"], "private_metadata": approval_id}
+
+    reply = await stack.requests.submit(legacy, form("feedback", cs_feedback=text_input("no")), user=ALICE)
+    await stack.settle()
+
+    assert reply.status == 200 and "can't be decided from here" in reply.text
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+    assert slack.calls_to("chat.update") == []
 
 
 async def test_edit_modal_is_typed_prefilled_and_the_tool_runs_with_the_edited_values(
@@ -366,6 +387,29 @@ async def test_an_unauthorized_clicker_is_told_privately_and_nothing_changes(
     assert len(told) == 4 and {c.args["user"] for c in told} == {MALLORY}
     assert all(c.args["thread_ts"] == mention_ts for c in told)
     assert "Only the person who asked and countersign admins" in told[0].args["text"]
+    assert slack.calls_to("views.open") == [] and slack.calls_to("chat.update") == []
+    assert ops.deleted == []
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+
+
+async def test_an_approval_id_clicked_in_another_channel_is_refused_there_and_nothing_runs(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    mention_ts, approval = await ask(stack, slack, "delete old.log")
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    # The requester herself, but on a button carrying the id in a conversation it was never shown in.
+    elsewhere = {"channel": "C0RANDOM", "message_ts": "1700000999.000100", "thread_ts": "1700000999.000100"}
+
+    for action in ("cs_approve", "cs_reject", "cs_edit", "cs_approve_all"):
+        reply = await stack.requests.click(action, approval_id, user=ALICE, **elsewhere)
+        assert reply.status == 200
+    await stack.settle()
+
+    told = slack.calls_to("chat.postEphemeral")
+    assert len(told) == 4 and {(c.args["user"], c.args["channel"]) for c in told} == {(ALICE, "C0RANDOM")}
+    assert all("can't be decided from here" in c.args["text"] for c in told)
+    assert all("old.log" not in c.args["text"] for c in told)
     assert slack.calls_to("views.open") == [] and slack.calls_to("chat.update") == []
     assert ops.deleted == []
     assert (await stack.engine.get_approval(approval_id)).is_pending

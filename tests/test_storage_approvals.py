@@ -202,3 +202,19 @@ def test_pending_filters_by_platform_thread_and_approver(storage):
     assert storage.approvals.pending(platform="teams") == []
     storage.approvals.decide(listed.approval_id, status="approved", decided_by="U_BOB", now=LATER)
     assert [a.approval_id for a in storage.approvals.pending()] == [open_to_requester.approval_id]
+
+
+def test_places_an_approval_was_shown_in_are_recorded_once_and_only_those_count(storage, approval):
+    assert not storage.places.shown_in(approval.approval_id, "slack:C1")  # shown nowhere yet
+
+    storage.places.record([approval.approval_id], "slack:C1", now=NOW)
+    storage.places.record([approval.approval_id, approval.approval_id], "slack:C1", now=LATER)  # again: no-op
+    storage.places.record([approval.approval_id], "slack:home:U_BOB", now=LATER)
+
+    assert storage.places.shown_in(approval.approval_id, "slack:C1")
+    assert storage.places.shown_in(approval.approval_id, "slack:home:U_BOB")
+    assert not storage.places.shown_in(approval.approval_id, "slack:C2")
+    assert not storage.places.shown_in(approval.approval_id, "slack:home:U_CAROL")
+    assert storage.db.execute("SELECT COUNT(*) FROM approval_places").fetchone()[0] == 2
+    with pytest.raises(ValueError):
+        storage.places.record([approval.approval_id], "")

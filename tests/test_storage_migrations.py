@@ -56,7 +56,7 @@ def write_schema_1_database(path) -> list[ChatMessage]:
 
 def test_a_new_database_is_at_the_latest_schema_in_wal_mode(tmp_path):
     with open_storage(tmp_path / "c.db") as storage:
-        assert storage.schema_version() == LATEST_VERSION == len(MIGRATIONS) == 2
+        assert storage.schema_version() == LATEST_VERSION == len(MIGRATIONS) == 3
         assert storage.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -86,7 +86,7 @@ def test_a_schema_1_database_is_upgraded_without_losing_data(tmp_path):
     path = tmp_path / "c.db"
     history = write_schema_1_database(path)
     with open_storage(path) as storage:
-        assert storage.schema_version() == 2
+        assert storage.schema_version() == 3
         assert [m.to_dict() for m in storage.messages.retrieve_messages(THREAD)] == [m.to_dict() for m in history]
         assert storage.runs.get("run-1").status == "paused"
         assert storage.runs.snapshot("run-1") == {"step": 1}
@@ -99,13 +99,16 @@ def test_a_schema_1_database_is_upgraded_without_losing_data(tmp_path):
         assert storage.approvals.add_vote("appr-v1", "U_BOB", "confirm", now=NOW) == 1
         storage.approvals.set_message_ref(["appr-v1"], {"channel": "C1", "ts": "1.2"})
         assert storage.audit.recent(actor="U_ADMIN")[0].action == "policy.set"
+        # schema 3: the pending approval stays clickable in its own conversation, and only there
+        assert storage.places.shown_in("appr-v1", "slack:C1")
+        assert not storage.places.shown_in("appr-v1", "slack:C2")
 
 
 def test_migrations_run_once(tmp_path):
     path = tmp_path / "c.db"
     open_storage(path).close()
     with open_storage(path) as storage:
-        assert [r["version"] for r in storage.db.query("SELECT version FROM schema_version")] == [1, 2]
+        assert [r["version"] for r in storage.db.query("SELECT version FROM schema_version")] == [1, 2, 3]
 
 
 def test_a_database_from_a_newer_countersign_is_refused_untouched(tmp_path):

@@ -219,11 +219,26 @@ async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_s
 
     status, body = await stack.click("approve", BEN, approval_id)
 
-    assert status == 200
-    assert texts_of(body["value"])[0] == "Only the person who asked and countersign admins can decide this call."
-    assert approval_ids(body["value"]) == [approval_id]
+    assert status == 200  # only the refusal: not the card, whose outcome this person may not learn
+    assert body["type"] == "application/vnd.microsoft.activity.message"
+    assert body["value"] == "Only the person who asked and countersign admins can decide this call."
     assert stack.tools.executed == [] and stack.connector.updates() == []
     assert (await stack.engine.get_approval(approval_id)).is_pending
+
+
+async def test_a_card_click_from_another_conversation_is_refused_with_a_message_and_nothing_runs(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    _, card = stack.last_card()
+
+    forged = stack.invoke(action_value(card, "approve"), ANA, conversation="19:elsewhere@thread.tacv2")
+    status, body = await stack.post(forged)
+    await stack.settle()
+
+    assert status == 200 and body["type"] == "application/vnd.microsoft.activity.message"
+    assert body["value"].startswith("This approval can't be decided from here")
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+    assert (await stack.engine.get_approval(approval_ids(card)[0])).is_pending
 
 
 async def test_a_click_after_a_restart_resumes_the_run_and_the_answer_arrives_proactively(open_stack, tmp_path):
@@ -309,7 +324,7 @@ async def test_approvers_can_be_named_by_mentioning_them(open_stack):
     refused = await stack.click("approve", ANA)
     approved = await stack.click("approve", BEN)
 
-    assert texts_of(refused[1]["value"])[0] == "You are not one of the approvers for this tool."
+    assert refused[1]["value"] == "You are not one of the approvers for this tool."
     assert "Approved by Ben Okafor" in " ".join(texts_of(approved[1]["value"]))
     assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
 

@@ -178,7 +178,8 @@ class ChatSession:
         await dialog.settle(pending)
 
     async def _pending_here(self, engine: Engine) -> list[ApprovalView]:
-        pending = [v for v in await engine.pending_for(PLATFORM, self.user) if v.thread == self.thread]
+        listed = await engine.pending_for(PLATFORM, self.user, place=self.thread.place)
+        pending = [v for v in listed if v.thread == self.thread]
         return sorted(pending, key=lambda v: v.created_at)
 
     async def _say_goodbye(self, engine: Engine) -> None:

@@ -92,10 +92,12 @@ class ApprovalDialog:
         while True:
             action = await self._ask_choice(label)
             if action == CONFIRM:
-                return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user)
+                return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user, place=self._place)
             if action == REJECT:
                 feedback = await self._ask_feedback("Why? Feedback for the assistant (optional, Enter to skip): ")
-                return DecisionRequest(view.approval_id, self._user, REJECT, feedback=feedback, actor_name=self._user)
+                return DecisionRequest(
+                    view.approval_id, self._user, REJECT, feedback=feedback, actor_name=self._user, place=self._place
+                )
             if not self._fields(view):
                 self._say("This tool has no parameters to modify.", "yellow")
                 continue
@@ -106,7 +108,13 @@ class ApprovalDialog:
                 continue
             feedback = await self._ask_feedback("Note for the assistant (optional, Enter to skip): ")
             return DecisionRequest(
-                view.approval_id, self._user, MODIFY, feedback=feedback, edited_params=edits, actor_name=self._user
+                view.approval_id,
+                self._user,
+                MODIFY,
+                feedback=feedback,
+                edited_params=edits,
+                actor_name=self._user,
+                place=self._place,
             )
 
     async def _ask_choice(self, label: str) -> str:
@@ -143,6 +151,11 @@ class ApprovalDialog:
             if raw.strip():
                 edits[name] = raw
         return edits
+
+    @property
+    def _place(self) -> str | None:
+        """The terminal's conversation: the place every answer here is given in."""
+        return self._surface.thread.place if self._surface.thread else None
 
     @staticmethod
     def _fields(view: ApprovalView) -> list[str]:

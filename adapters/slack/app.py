@@ -15,6 +15,7 @@ event id, ``msg:<channel>:<ts>``, and the engine's durable dedupe runs it once; 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Coroutine, Mapping
@@ -40,7 +41,17 @@ from adapters.slack.blocks import (
 from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
 from bot.engine.errors import EngineError, InvalidEdit
-from bot.engine.model import CONFIRM, MODIFY, REJECT, AdminRequest, DecisionRequest, Inbound, ThreadRef
+from bot.engine.model import (
+    CONFIRM,
+    MODIFY,
+    REJECT,
+    AdminRequest,
+    DecisionRequest,
+    Inbound,
+    ThreadRef,
+    conversation_place,
+    home_place,
+)
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -156,13 +167,17 @@ class SlackListeners:
     async def on_approve(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve: ack, then decide; a refusal is told to the clicker only."""
         await ack()
-        request = DecisionRequest(action["value"], _actor(body), CONFIRM, actor_name=_actor_name(body))
+        request = DecisionRequest(
+            action["value"], _actor(body), CONFIRM, actor_name=_actor_name(body), place=_place(body)
+        )
         self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
 
     async def on_approve_all(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve all: every pending call of the step this clicker may decide."""
         await ack()
-        decision = self.engine.approve_all(action["value"], _actor(body), actor_name=_actor_name(body))
+        decision = self.engine.approve_all(
+            action["value"], _actor(body), actor_name=_actor_name(body), place=_place(body)
+        )
         self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
 
     async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any]) -> None:
@@ -190,33 +205,39 @@ class SlackListeners:
     async def _open_modal(self, body: dict[str, Any], approval_id: str, build: Any) -> None:
         # views.open goes out right after the check: the trigger id dies 3 s after the click.
         try:
-            view = await self.engine.check_can_decide(approval_id, _actor(body))
+            view = await self.engine.check_can_decide(approval_id, _actor(body), _place(body))
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
-        await self.surface.open_modal(body["trigger_id"], build(view))
+        modal = build(view)
+        modal["private_metadata"] = _modal_target(approval_id, _place(body))  # where the button was clicked
+        await self.surface.open_modal(body["trigger_id"], modal)
 
     # ------------------------------------------------------------------ modal submissions
 
     async def on_reject_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Reject with the feedback typed into the modal."""
+        approval_id, place = _modal_source(view["private_metadata"])
         request = DecisionRequest(
-            view["private_metadata"],
+            approval_id,
             _actor(body),
             REJECT,
             feedback=feedback_value(view["state"]["values"]),
             actor_name=_actor_name(body),
+            place=place,
         )
         await self._decide_in_modal(ack, view, request)
 
     async def on_edit_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Approve with the edited values, or show the engine's field errors in the modal."""
+        approval_id, place = _modal_source(view["private_metadata"])
         request = DecisionRequest(
-            view["private_metadata"],
+            approval_id,
             _actor(body),
             MODIFY,
             edited_params=edit_values(view["state"]["values"]),
             actor_name=_actor_name(body),
+            place=place,
         )
         await self._decide_in_modal(ack, view, request)
 
@@ -257,7 +278,7 @@ class SlackListeners:
             self.tasks.spawn(self._publish_home(event["user"], context.team_id or ""), name="slack-home")
 
     async def _publish_home(self, user: str, team: str, notice: str | None = None) -> None:
-        pending = await self.engine.pending_for(PLATFORM, user)
+        pending = await self.engine.pending_for(PLATFORM, user, place=home_place(PLATFORM, user))
         policies = await self.engine.policy_table(PLATFORM, team)
         await self.surface.publish_home(user, home_view(pending, policies, notice))
 
@@ -301,6 +322,32 @@ def _actor_name(body: Mapping[str, Any]) -> str | None:
 def _team(body: Mapping[str, Any]) -> str:
     team = body.get("team") or {}
     return team.get("id") or body.get("user", {}).get("team_id") or ""
+
+
+def _place(body: Mapping[str, Any]) -> str | None:
+    """Where a button was clicked: the clicker's App Home, or the conversation of the message (else ``None``)."""
+    if _from_home(body):
+        return home_place(PLATFORM, _actor(body))
+    channel = (body.get("channel") or {}).get("id")
+    return conversation_place(PLATFORM, channel) if channel else None
+
+
+def _modal_target(approval_id: str, place: str | None) -> str:
+    """A modal's ``private_metadata``: the approval and the place its button was clicked in (Slack keeps it
+    server-side, so the submission carries it back unchanged)."""
+    return json.dumps({"approval_id": approval_id, "place": place})
+
+
+def _modal_source(metadata: str) -> tuple[str, str | None]:
+    """The approval id and click place of :func:`_modal_target` (no place for anything else: refused)."""
+    try:
+        data = json.loads(metadata)
+    except ValueError:
+        return metadata, None
+    if not isinstance(data, dict) or not isinstance(data.get("approval_id"), str):
+        return metadata, None
+    place = data.get("place")
+    return data["approval_id"], place if isinstance(place, str) else None
 
 
 def _from_home(body: Mapping[str, Any]) -> bool:

@@ -43,7 +43,7 @@ from adapters.teams.cards import (
 from adapters.teams.names import display_names, remember_name, with_names
 from adapters.teams.surface import conversation_record
 from bot.engine.admin_syntax import is_admin_command
-from bot.engine.errors import AlreadyDecided, ApprovalNotFound, EngineError, InvalidEdit
+from bot.engine.errors import AlreadyDecided, ApprovalNotFound, EngineError, InvalidEdit, NotAnApprover, NotShownHere
 from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class TeamsAgent(ActivityHandler):
         actor, actor_name = handler.actor_of(activity), handler.actor_name_of(activity)
         await remember_name(engine, actor, actor_name)
         try:
-            result = await self._decide(action, actor, actor_name)
+            result = await self._decide(action, actor, actor_name, handler.thread_of(activity).place)
         except InvalidEdit as exc:
             logger.warning(
                 "card click refused: invalid values; nothing decided",
@@ -160,7 +160,8 @@ class TeamsAgent(ActivityHandler):
             problems = "; ".join(v if k == "_" else f"{k} {v}" for k, v in exc.errors.items())
             step = await with_names(engine, await engine.step_approvals(action.approval_id))
             return invoke_card_response(approval_card(step, notice=f"Nothing was decided: {problems}.", edit=edit))
-        except ApprovalNotFound as exc:
+        except (ApprovalNotFound, NotAnApprover, NotShownHere) as exc:
+            # Only the refusal: never the card, whose outcome and content this clicker may not see.
             return invoke_message_response(str(exc))
         except AlreadyDecided as exc:
             notice = str(exc)
@@ -173,23 +174,27 @@ class TeamsAgent(ActivityHandler):
         notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
         return invoke_card_response(approval_card(await with_names(engine, result.step), notice=notice))
 
-    async def _decide(self, action: handler.CardAction, actor: str, actor_name: str | None) -> DecisionResult:
+    async def _decide(
+        self, action: handler.CardAction, actor: str, actor_name: str | None, place: str
+    ) -> DecisionResult:
         engine = self._engine
         view = await engine.get_approval(action.approval_id)
         forged = unoffered_inputs(view, action.verb, action.data)
         if forged:  # a value the card never offered: refuse it like an invalid edit, by the field
             raise InvalidEdit(forged)
         if action.verb == VERB_APPROVE_ALL:
-            return await engine.approve_all(action.approval_id, actor, actor_name=actor_name)
-        request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name)
+            return await engine.approve_all(action.approval_id, actor, actor_name=actor_name, place=place)
+        request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name, place=place)
         if action.verb == VERB_REJECT:
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None
-            request = DecisionRequest(action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name)
+            request = DecisionRequest(
+                action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name, place=place
+            )
         elif action.verb == VERB_EDIT:
             changed = edited_params(view, action.data)
             if changed:  # "Save and approve" with nothing changed is a plain approval
                 request = DecisionRequest(
-                    action.approval_id, actor, MODIFY, edited_params=changed, actor_name=actor_name
+                    action.approval_id, actor, MODIFY, edited_params=changed, actor_name=actor_name, place=place
                 )
         elif action.verb != VERB_APPROVE:
             raise AssertionError(f"unhandled verb {action.verb!r}")  # card_action() only lets VERBS through

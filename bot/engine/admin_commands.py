@@ -9,7 +9,7 @@ from typing import Any
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
-from bot.engine.model import AdminRequest
+from bot.engine.model import AdminRequest, conversation_place
 from bot.tools import Tool
 from storage.policies import scope_channel, scope_global, scope_workspace
 
@@ -66,6 +66,9 @@ class AdminCommands:
             ]
             if not pending:
                 return "No approvals are waiting."
+            # The listing shows them in this conversation: a click from here may decide them.
+            here = conversation_place(request.platform, request.channel)
+            await self.storage.places.record([r.approval_id for r in pending], here, now=self.clock())
             return "\n".join(
                 f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
                 f"(id {r.approval_id[:8]})"
@@ -93,6 +96,8 @@ class AdminCommands:
             return (
                 f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
             )
+        if command.name in ("quorum", "approvers"):
+            await self._check_quorum(scope, tool_key, command)
         field_of = {
             "policy set": "mode",
             "approvers": "approvers",
@@ -113,6 +118,24 @@ class AdminCommands:
                 "four_eyes": rule.four_eyes,
                 "ttl_seconds": rule.ttl_seconds,
             },
+        )
+
+    async def _check_quorum(self, scope: str, tool_key: str, command: AdminCommand) -> None:
+        """Refuse a quorum that the rule's own approvers could never reach (the approval would only expire)."""
+        rule = await self.storage.policies.get_rule(scope, tool_key)
+        approvers = command.value if command.name == "approvers" else (rule.approvers if rule else None)
+        quorum = command.value if command.name == "quorum" else (rule.quorum if rule else None)
+        possible = len(set(approvers or ()))
+        if not possible or not quorum or quorum <= possible:
+            return  # no approvers named (requester and admins decide), or enough of them
+        if command.name == "quorum":
+            raise CommandError(
+                f"A quorum of {quorum} can't be reached: {tool_key} has {possible} approver(s) here. "
+                "Name more approvers first, or choose a smaller quorum."
+            )
+        raise CommandError(
+            f"{tool_key} needs a quorum of {quorum} here, so name at least {quorum} approvers "
+            "(or lower the quorum first)."
         )
 
     async def _check_tool_key(self, tool_key: str) -> None:

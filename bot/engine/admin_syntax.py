@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine.confirmation import MODES
+from bot.engine.confirmation import MAX_TTL_SECONDS, MODES
 from bot.engine.errors import CommandError
 
 USAGE = """countersign admin commands:
@@ -21,9 +21,9 @@ USAGE = """countersign admin commands:
   policy set <tool|group|*> <always|never|once|deny> [#channel]
   policy reset <tool|group|*> [#channel]                   remove a rule
   approvers <tool> <@user ...|none>                        who may approve (none: the requester and admins)
-  quorum <tool> <n>                                        approvals needed
+  quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
-  ttl <tool> <duration>                                    e.g. 30m, 4h, 2d
+  ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
   help                                                     this text
@@ -33,7 +33,8 @@ COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending",
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl"})
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
 _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
-_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$")
+_DURATION = re.compile(r"^([+-]?\d+)\s*([smhd]?)$")
+_DURATION_DIGITS = 12  # far above the bound already; keeps a pasted wall of digits cheap to refuse
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -58,12 +59,38 @@ def is_admin_command(text: str) -> bool:
     return bool(words) and words[0].lower().lstrip("/") in COMMAND_WORDS
 
 
-def parse_duration(text: str) -> int:
-    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds."""
+class DurationError(ValueError):
+    """A duration that is not one, or is outside 1 second … 90 days; ``str()`` is one sentence."""
+
+
+def duration_seconds(text: str) -> int:
+    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most 90 days.
+
+    The one parser of approval TTLs: the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL``.
+
+    >>> duration_seconds("4h"), duration_seconds("90")
+    (14400, 90)
+    """
+    shown = text.strip()[:40]
     match = _DURATION.match(text.strip().lower())
-    if not match or int(match.group(1)) <= 0:
-        raise CommandError(f"'{text}' is not a duration; use e.g. 30m, 4h or 2d.\n\n{USAGE}")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not match:
+        raise DurationError(f"'{shown}' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)")
+    sign, digits, unit = match.group(1)[:1], match.group(1).lstrip("+-"), match.group(2)
+    if sign == "-" or not digits.strip("0"):
+        raise DurationError(f"A ttl must be longer than zero, not '{shown}'")
+    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > MAX_TTL_SECONDS:
+        raise DurationError(f"A ttl can be at most {format_duration(MAX_TTL_SECONDS)} (90 days), not '{shown}'")
+    return int(digits) * _UNIT_SECONDS[unit]
+
+
+def parse_duration(text: str) -> int:
+    """:func:`duration_seconds` for admin commands: :class:`CommandError` with the reason (and usage for bad syntax)."""
+    try:
+        return duration_seconds(text)
+    except DurationError as exc:
+        if _DURATION.match(text.strip().lower()):
+            raise CommandError(f"{exc}.") from None
+        raise _usage(str(exc)) from None
 
 
 def parse_command(text: str) -> AdminCommand:

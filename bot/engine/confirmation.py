@@ -17,6 +17,8 @@ ALWAYS, NEVER, ONCE, DENY = "always", "never", "once", "deny"
 MODES = (ALWAYS, NEVER, ONCE, DENY)
 GLOBAL_DEFAULT_MODE = ALWAYS
 BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
+MAX_TTL_SECONDS = 90 * 86400
+"""The longest an approval may wait (the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL`` refuse more)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,15 @@ async def effective_policy(
     mode = rule.mode or (tool.confirmation_default if tool else None) or GLOBAL_DEFAULT_MODE
     if mode not in MODES:  # fail closed on anything unexpected
         mode = ALWAYS
+    ttl = rule.ttl_seconds if rule.ttl_seconds and rule.ttl_seconds > 0 else default_ttl
     return EffectivePolicy(
         mode=mode,
         approvers=tuple(rule.approvers or ()),
         quorum=max(1, rule.quorum or 1),
         four_eyes=bool(rule.four_eyes),
-        ttl_seconds=rule.ttl_seconds or default_ttl,
+        # A value stored before the bound existed (or written around the admin command) must not make
+        # every call of the tool fail on an impossible expiry time: it waits the longest allowed instead.
+        ttl_seconds=max(1, min(ttl, MAX_TTL_SECONDS)),
     )
 
 

@@ -34,6 +34,7 @@ from bot.engine.errors import (
     EngineError,
     InvalidEdit,
     NotAnApprover,
+    NotShownHere,
     UnknownAction,
 )
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
@@ -326,6 +327,8 @@ class Engine:
         surface = self._surface(thread.platform)
         if surface is None:
             return
+        # Recorded before the message exists: a click can land while it is being posted.
+        await self.note_shown(thread.place, [r.approval_id for r in records])
         views = await self._views(records)
         try:
             message_ref = await surface.render_approvals(thread, views)
@@ -355,21 +358,52 @@ class Engine:
         record = await self._record(approval_id)
         return await self._views(await self.storage.approvals.for_run(record.run_id, step=record.step))
 
-    async def check_can_decide(self, approval_id: str, actor: str) -> ApprovalView:
-        """Raise what :meth:`decide` would raise for this actor now (before opening a form)."""
+    async def note_shown(self, place: str, approval_ids: Sequence[str]) -> None:
+        """Record that these approvals are shown in ``place``, so clicks from there may decide them."""
+        if approval_ids:
+            await self.storage.places.record(list(approval_ids), place, now=self.clock())
+
+    async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
+        """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         record = await self._record(approval_id)
-        check_open(self.clock(), record)
+        try:
+            await self._check_place(record, place)
+        except NotShownHere as refusal:
+            await self._audit_refusal(actor, record, "open form", refusal, place)
+            raise
         authorize(self.is_admin, record, actor)
+        check_open(self.clock(), record)
         return await self._view(record)
 
+    async def _check_place(self, record: Any, place: str | None) -> None:
+        """Refuse a click from a place this approval was never shown in; no place at all is refused too."""
+        if not place or not await self.storage.places.shown_in(record.approval_id, place):
+            raise NotShownHere(place)
+
+    async def _audit_refusal(
+        self, actor: str, record: Any, action: str, refusal: EngineError, place: str | None
+    ) -> None:
+        await self.storage.audit.append(
+            actor,
+            "decision refused",
+            record.approval_id,
+            {"action": action, "reason": type(refusal).__name__, "tool": record.tool_name, "place": place},
+            now=self.clock(),
+        )
+
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        """Record one decision (exactly one wins), update the rendering, and resume when the step is decided."""
+        """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
+
+        Checked in this order: the place of the click, who may decide, then whether the approval is still
+        open, so someone who may not decide learns neither the outcome nor who decided.
+        """
         record = await self._record(request.approval_id)
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
-            check_open(self.clock(), record)
+            await self._check_place(record, request.place)
             authorize(self.is_admin, record, request.actor)
+            check_open(self.clock(), record)
             action, final_arguments = request.action, None
             if action == MODIFY:
                 final_arguments = self._merged_edit(record, request.edited_params or {})
@@ -398,13 +432,7 @@ class Engine:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
         except EngineError as refusal:
-            await self.storage.audit.append(
-                request.actor,
-                "decision refused",
-                record.approval_id,
-                {"action": request.action, "reason": type(refusal).__name__, "tool": record.tool_name},
-                now=self.clock(),
-            )
+            await self._audit_refusal(request.actor, record, request.action, refusal, request.place)
             raise
         await self.storage.audit.append(
             request.actor,
@@ -428,15 +456,32 @@ class Engine:
             )
         return await self._after_decision(record, f"{STATUS_OF_ACTION[action].capitalize()}.")
 
-    async def approve_all(self, approval_id: str, actor: str, actor_name: str | None = None) -> DecisionResult:
-        """Approve every pending call of the step that ``actor`` may decide; refusals are reported, not raised."""
+    async def approve_all(
+        self, approval_id: str, actor: str, actor_name: str | None = None, place: str | None = None
+    ) -> DecisionResult:
+        """Approve every pending call of the step that ``actor`` may decide; refusals are reported, not raised.
+
+        Someone who may decide none of the step's calls, or clicks from elsewhere, is refused before
+        learning whether (and by whom) the step was decided.
+        """
         record = await self._record(approval_id)
+        step = await self.storage.approvals.for_run(record.run_id, step=record.step)
+        try:
+            await self._check_place(record, place)
+            self._authorize_any(step, record, actor)
+            if all(other.status != PENDING for other in step):
+                check_open(self.clock(), record)
+        except EngineError as refusal:
+            await self._audit_refusal(actor, record, "approve all", refusal, place)
+            raise
         approved, refused = 0, []
-        for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+        for other in step:
             if other.status != PENDING:
                 continue
             try:
-                await self.decide(DecisionRequest(other.approval_id, actor, CONFIRM, actor_name=actor_name))
+                await self.decide(
+                    DecisionRequest(other.approval_id, actor, CONFIRM, actor_name=actor_name, place=place)
+                )
                 approved += 1
             except EngineError as exc:
                 refused.append(f"{other.tool_name}: {exc}")
@@ -446,6 +491,16 @@ class Engine:
         clicked = next(v for v in views if v.approval_id == approval_id)
         message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, refused=tuple(refused))
+
+    def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
+        """Raise the clicked call's :class:`NotAnApprover` unless ``actor`` may decide some call of the step."""
+        for other in step:
+            try:
+                authorize(self.is_admin, other, actor)
+                return
+            except NotAnApprover:
+                continue
+        authorize(self.is_admin, clicked, actor)
 
     async def _vote(self, record: Any, request: DecisionRequest) -> DecisionResult | None:
         """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
@@ -638,8 +693,12 @@ class Engine:
         """Stored rules that apply in this workspace: global, workspace and its channels."""
         return await self.admin_commands.policy_table(platform, workspace)
 
-    async def pending_for(self, platform: str, actor: str) -> list[ApprovalView]:
-        """Pending approvals on ``platform`` that ``actor`` may decide now."""
+    async def pending_for(self, platform: str, actor: str, place: str | None = None) -> list[ApprovalView]:
+        """Pending approvals on ``platform`` that ``actor`` may decide now.
+
+        Pass ``place`` when the list is shown there (an App Home tab, a console): its buttons may then
+        decide them.
+        """
         views = []
         for record in await self.storage.approvals.pending(platform=platform):
             try:
@@ -648,6 +707,8 @@ class Engine:
             except EngineError:
                 continue
             views.append(await self._view(record))
+        if place is not None:
+            await self.note_shown(place, [v.approval_id for v in views])
         return views
 
     # --- small services for adapters ------------------------------------------------------------------

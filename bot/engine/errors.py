@@ -24,6 +24,14 @@ class NotAnApprover(EngineError):
         super().__init__(reason)
 
 
+class NotShownHere(EngineError):
+    """A click from a conversation the approval was never shown in (or from nowhere the adapter could name)."""
+
+    def __init__(self, place: str | None) -> None:
+        super().__init__("This approval can't be decided from here; use the message or list where it was shown to you.")
+        self.place = place
+
+
 class AlreadyDecided(EngineError):
     """Someone decided first (or this actor already voted)."""
 

@@ -21,6 +21,25 @@ MODIFY = "modify"
 ACTIONS = (CONFIRM, REJECT, MODIFY)
 
 
+def conversation_place(platform: str, conversation: str) -> str:
+    """The place key of one conversation: a channel, a direct message, a Teams chat (its id without the
+    reply-chain suffix). Conversation ids are unique per platform, so the workspace is not part of it.
+
+    >>> conversation_place("slack", "C1")
+    'slack:C1'
+    """
+    return f"{platform}:{conversation}"
+
+
+def home_place(platform: str, user: str) -> str:
+    """The place key of one person's own view of their approvals (Slack's App Home tab).
+
+    >>> home_place("slack", "U1")
+    'slack:home:U1'
+    """
+    return f"{platform}:home:{user}"
+
+
 @dataclass(frozen=True)
 class ThreadRef:
     """One conversation thread on one platform; ``key`` is its chat-history id.
@@ -38,6 +57,11 @@ class ThreadRef:
     def key(self) -> str:
         """The chat-history id of this thread."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+    @property
+    def place(self) -> str:
+        """The place key of this thread's conversation (where its approvals are shown and clicked)."""
+        return conversation_place(self.platform, self.channel)
 
 
 @dataclass(frozen=True)
@@ -105,7 +129,12 @@ class ApprovalView:
 
 @dataclass(frozen=True)
 class DecisionRequest:
-    """A click, translated: who did what to which approval."""
+    """A click, translated: who did what to which approval, and where they clicked.
+
+    ``place`` is the place key of the conversation or view the click came from
+    (:func:`conversation_place`, :func:`home_place`, :attr:`ThreadRef.place`). An approval is decided
+    only from a place where it was shown; a click without a place is refused (fail closed).
+    """
 
     approval_id: str
     actor: str
@@ -113,6 +142,7 @@ class DecisionRequest:
     feedback: str | None = None
     edited_params: dict[str, Any] | None = None
     actor_name: str | None = None
+    place: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ with real tools whose executions are recorded and a :class:`RecordingSurface`.
 >>> h = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
 >>> await h.say("delete a.txt")
 >>> approval = h.surface.renders[-1].approvals[0]
->>> await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm"))
+>>> await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
 >>> await h.engine.wait_idle()
 >>> h.tools.executed
 [('delete_file', {'path': 'a.txt'})]

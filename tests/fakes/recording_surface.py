@@ -4,7 +4,8 @@
 >>> engine.register_surface("slack", surface)
 >>> await engine.handle_message(inbound)
 >>> rendering = surface.renders[-1]          # the approvals of the paused step
->>> await engine.decide(DecisionRequest(rendering.approvals[0].approval_id, "U1", "confirm"))
+>>> view = rendering.approvals[0]
+>>> await engine.decide(DecisionRequest(view.approval_id, "U1", "confirm", place=view.thread.place))
 >>> reply = await surface.next_reply(within=5)   # the answer posted after the resume
 
 Every call lands in :attr:`calls` in order, and in a list per kind (:attr:`replies`, :attr:`renders`,
