@@ -515,7 +515,7 @@ async def test_after_an_edit_every_card_keeps_the_call_as_it_ran_with_the_change
 
     _, answered = await stack.click("edit", ANA, approval_id, typed={param_input_id(approval_id, "replicas"): "5"})
     assert stack.connector.texts()[-1] == "results: web scaled to 5", "the run has finished"
-    _, later = await stack.click("approve", BEN, card=card)  # a click on the old card, after the run
+    _, later = await stack.click("approve", ADA, card=card)  # an approver's click on the old card, after the run
     update = stack.connector.updates()[-1]
 
     assert update.activity_id == card_request.answered_id
