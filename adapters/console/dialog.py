@@ -18,7 +18,7 @@ from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
-from bot.redaction import MASK, is_secret_key
+from bot.redaction import MASK, is_secret_key, mask_for_display
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -133,12 +133,11 @@ class ApprovalDialog:
         edits = dict(edits)
         for name in fields:
             secret = is_secret_key(name)
-            if name in edits:
-                current = MASK if secret else truncate(value_text(edits[name]), CURRENT_LIMIT)[0]
-            elif name in view.arguments:
-                current = MASK if secret else truncate(value_text(view.arguments[name]), CURRENT_LIMIT)[0]
-            else:
+            shown = edits[name] if name in edits else view.arguments.get(name)
+            if name not in edits and name not in view.arguments:
                 current = "not set"
+            else:
+                current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
             raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
             if raw.strip():
                 edits[name] = raw

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
 from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
 VALUE_LIMIT = 500
@@ -122,9 +123,9 @@ class ConsoleSurface:
     # --- the Surface protocol ----------------------------------------------------------------
 
     async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Print the agent's answer as Markdown (rich markup in it stays literal text)."""
+        """Print the agent's answer as Markdown (rich markup in it stays literal text; secrets masked)."""
         self.console.print(Text("countersign ›", style="bold green").append(self._elsewhere(thread), style="dim"))
-        self.console.print(chat_markdown(text))
+        self.console.print(chat_markdown(mask_text(text)))
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
         """Print one panel per pending call and queue them for the chat loop to ask about."""
@@ -148,7 +149,8 @@ class ConsoleSurface:
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
         """Print a note for the person at the terminal (there is only one)."""
-        self.console.print(Text(inert(text), style="italic yellow").append(self._elsewhere(thread), style="dim"))
+        note = Text(inert(mask_text(text)), style="italic yellow")
+        self.console.print(note.append(self._elsewhere(thread), style="dim"))
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """Nothing: the chat loop shows a spinner whenever it waits for the engine (see :meth:`busy`).
