@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import ConciseFormatter, build_parser, main
+from bot.cli import ConciseFormatter, build_parser, log_formatter, main
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
@@ -219,6 +219,52 @@ def test_chat_logs_an_exception_as_one_line_without_its_traceback():
     assert line == "ERROR bot.engine.engine: run failed run_1 (ConnectionError: model server unreachable)"
 
 
+@pytest.mark.parametrize("tracebacks", [False, True], ids=["chat", "serve"])
+def test_every_log_line_prints_its_context_fields(tracebacks):
+    record = logging.getLogger("bot.server").makeRecord(
+        "bot.server",
+        logging.INFO,
+        __file__,
+        1,
+        "surface not configured; skipping",
+        (),
+        None,
+        extra={"surface": "teams", "run_id": "run_1", "error": 'no "channel"\nfound', "attempt": 2},
+    )
+
+    line = log_formatter(tracebacks=tracebacks).format(record)
+
+    assert line.endswith(
+        'INFO bot.server: surface not configured; skipping surface=teams run_id=run_1 error="no \\"channel\\"\\nfound"'
+        " attempt=2"
+    )
+    assert "\n" not in line, "one record, one line"
+    for standard in ("lineno=", "process=", "thread=", "pathname=", "msg=", "args="):
+        assert standard not in line
+
+
+def test_context_fields_follow_the_message_before_a_folded_exception_and_mask_secrets():
+    try:
+        raise ConnectionError("model server unreachable")
+    except ConnectionError:
+        record = logging.getLogger("bot.engine.engine").makeRecord(
+            "bot.engine.engine",
+            logging.ERROR,
+            __file__,
+            1,
+            "run failed",
+            (),
+            sys.exc_info(),
+            extra={"run_id": "run_1", "detail": "Authorization: Bearer abc123def456"},
+        )
+
+    line = log_formatter(tracebacks=False).format(record)
+
+    assert line.endswith(
+        'run failed (ConnectionError: model server unreachable) run_id=run_1 detail="Authorization: Bearer ••••••"'
+    )
+
+
 def test_chat_db_flag_overrides_the_environment(terminal, tmp_path):
     terminal("")
 
@@ -316,6 +362,8 @@ def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path
             process.wait()
     assert process.returncode == 0
     assert "serving /healthz only" in "".join(log)
+    assert "surface not configured; skipping surface=slack" in "".join(log), "the log names the skipped surface"
+    assert "surface not configured; skipping surface=teams" in "".join(log)
     assert "Traceback" not in "".join(log) + rest
 
 
