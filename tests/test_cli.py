@@ -13,9 +13,11 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from importlib.metadata import version
@@ -52,7 +54,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
     }
-    env.update(COUNTERSIGN_DB=str(tmp_path / "cs.db"), PYTHONUNBUFFERED="1", COLUMNS="120", **extra)
+    env.update({"COUNTERSIGN_DB": str(tmp_path / "cs.db"), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"} | extra)
     return env
 
 
@@ -156,6 +158,87 @@ def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch,
     assert capsys.readouterr().err == (
         "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'\n"
     )
+
+
+# --- a bad database path ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+@pytest.mark.parametrize(
+    ("make", "complaint"),
+    [
+        (lambda folder: folder / "no-such-folder" / "cs.db", "the folder {folder}/no-such-folder does not exist"),
+        (lambda folder: folder, "{folder} is a folder; name a database file in it"),
+        (lambda folder: _write(folder / "notes.txt", "not a database\n" * 200), "is not a SQLite database"),
+    ],
+    ids=["missing-folder", "a-folder", "not-a-database"],
+)
+def test_a_bad_database_path_exits_2_with_one_line_naming_the_variable(tmp_path, command, make, complaint):
+    path = make(tmp_path)
+
+    args = [command, "--port", "0"] if command == "serve" else [command]
+    result = countersign(tmp_path, *args, COUNTERSIGN_DB=str(path))
+
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("countersign: configuration error: COUNTERSIGN_DB: ")
+    assert complaint.format(folder=tmp_path) in line
+
+
+# Root may write to any file, so the program drops to an unprivileged user first (after Python has
+# started: the interpreter may live where that user cannot read), then runs the real ``main``.
+AS_NOBODY = """
+import os, sys
+from bot.cli import build_parser, main
+build_parser()  # imports what --version needs while it can
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
+sys.exit(main(["chat"]))
+"""
+
+
+def test_a_read_only_database_file_exits_2_naming_the_variable():
+    folder = Path(tempfile.mkdtemp(prefix="countersign-ro-"))  # a folder that user may use
+    try:
+        folder.chmod(0o777)
+        database = _write(folder / "cs.db", "")
+        database.chmod(0o444)
+        result = subprocess.run(
+            [sys.executable, "-c", AS_NOBODY],
+            cwd=folder,
+            env=clean_env(folder, COUNTERSIGN_DB=str(database)),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+    finally:
+        shutil.rmtree(folder)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"countersign: configuration error: COUNTERSIGN_DB: {database} is read-only; "
+        "countersign must write to its database\n"
+    )
+
+
+def test_a_bad_db_flag_of_chat_exits_2_naming_the_flag(tmp_path):
+    result = countersign(tmp_path, "chat", "--db", str(tmp_path / "gone" / "x.db"))
+
+    assert result.returncode == 2
+    assert result.stderr == (
+        "countersign: configuration error: --db: "
+        f"the folder {tmp_path}/gone does not exist (for {tmp_path}/gone/x.db)\n"
+    )
+    assert not (tmp_path / "cs.db").exists()
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 # --- the real console script ------------------------------------------------------------------------------
