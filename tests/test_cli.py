@@ -365,7 +365,7 @@ def test_ctrl_c_at_the_chat_prompt_exits_0_at_once(tmp_path):
         os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], clean_env(tmp_path))
     code = None
     try:
-        seen = read_until(fd, "ana › ")
+        seen = read_until(fd, "ana ›")  # prompt_toolkit draws the trailing space as a cursor move
         os.write(fd, b"\x03")
         code = wait_for_exit(pid)
         seen += read_all(fd)
@@ -378,14 +378,65 @@ def test_ctrl_c_at_the_chat_prompt_exits_0_at_once(tmp_path):
     assert "Bye." in seen and "Traceback" not in seen
 
 
-def read_until(fd: int, marker: str) -> str:
+def test_a_long_pasted_line_and_a_multi_line_paste_reach_the_model_whole_in_a_real_terminal(tmp_path):
+    """In the terminal's canonical mode ``input()`` cut a line at 4,095 characters; prompt_toolkit does not."""
+    long_line = "".join(f"word{n:05d} " for n in range(1_000))[:9_999] + "!"
+    pasted = "first line of the paste\nsecond line\nthird line"
+    with FakeOpenAIServer() as llm:
+        llm.enqueue_text("Got the long one.")
+        llm.enqueue_text("Got the paste.")
+        env = clean_env(tmp_path, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test")
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: becomes the countersign process on the pty
+            os.chdir(tmp_path)
+            os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], env)
+        code = None
+        try:
+            read_until(fd, "ana ›")
+            paste(fd, long_line)  # as a terminal pastes: bracketed
+            read_until(fd, "Got the long one.", then="ana ›")
+            paste(fd, pasted)
+            read_until(fd, "Got the paste.", then="ana ›")
+            os.write(fd, b"\x04")  # Ctrl-D
+            code = wait_for_exit(pid)
+        finally:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
+    assert code == 0
+    sent = [r["messages"][-1] for r in llm.requests]
+    assert [m["role"] for m in sent] == ["user", "user"]
+    assert sent[0]["content"] == long_line and len(sent[0]["content"]) == 10_000
+    assert sent[1]["content"] == pasted, "a multi-line paste is one message"
+
+
+def paste(fd: int, text: str) -> None:
+    """Send ``text`` as a terminal's bracketed paste, then Enter; drains the echo so the child never blocks."""
+    data = b"\x1b[200~" + text.encode() + b"\x1b[201~\r"
+    while data:
+        _, writable, _ = select.select([], [fd], [], 1)
+        if writable:
+            data = data[os.write(fd, data[:1024]) :]
+        read_all(fd)
+
+
+def read_until(fd: int, marker: str, then: str = "") -> str:
+    """Read the terminal until ``marker`` appears (and ``then`` after it: say, the next prompt)."""
     deadline, seen = time.monotonic() + TIMEOUT, ""
-    while marker not in seen:
+    while marker not in seen or then not in seen.split(marker, 1)[1]:
         assert time.monotonic() < deadline, f"no {marker!r} within {TIMEOUT}s: {seen!r}"
         ready, _, _ = select.select([fd], [], [], 1)
         if ready:
-            seen += os.read(fd, 4096).decode(errors="replace")
+            seen += answer_cursor_requests(fd, os.read(fd, 4096).decode(errors="replace"))
     return seen
+
+
+def answer_cursor_requests(fd: int, output: str) -> str:
+    """Answer prompt_toolkit's cursor position requests as a terminal does (else it waits for them)."""
+    for _ in range(output.count("\x1b[6n")):
+        os.write(fd, b"\x1b[1;1R")
+    return output
 
 
 def read_all(fd: int) -> str:
@@ -397,7 +448,7 @@ def read_all(fd: int) -> str:
             break
         if not chunk:
             break
-        chunks.append(chunk.decode(errors="replace"))
+        chunks.append(answer_cursor_requests(fd, chunk.decode(errors="replace")))
     return "".join(chunks)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from adapters.console.reader import LineReader
+from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
@@ -31,7 +31,7 @@ CURRENT_LIMIT = 200
 class ApprovalDialog:
     """Asks about pending calls until none is left that this person can answer."""
 
-    def __init__(self, engine: Engine, surface: ConsoleSurface, reader: LineReader, user: str) -> None:
+    def __init__(self, engine: Engine, surface: ConsoleSurface, reader: Reader, user: str) -> None:
         """``user`` is the actor of every decision (the console user id)."""
         self._engine = engine
         self._surface = surface
