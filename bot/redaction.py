@@ -107,17 +107,42 @@ def _spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-@functools.lru_cache(maxsize=1024)
+_CACHED_TEXT_LIMIT = 64 * 1024
+"""Texts up to this size are remembered (at most 128 of them): a renderer fitting a message to a size
+budget shows the same long values again and again."""
+
+
 def mask_text(text: str) -> str:
     """``text`` with every secret-looking value replaced by :data:`MASK` (keys and the rest stay).
-
-    Cached: renderers show the same (possibly long) values again and again while fitting a message.
 
     >>> mask_text("curl -H 'Authorization: Bearer abc.def.ghi' https://x.io?api_key=s3cr3t&page=2")
     "curl -H 'Authorization: Bearer ••••••' https://x.io?api_key=••••••&page=2"
     >>> mask_text("Deleted 3 files in /var/log; 1,500 tokens used.")
     'Deleted 3 files in /var/log; 1,500 tokens used.'
     """
+    if len(text) <= _CACHED_TEXT_LIMIT:
+        return _mask_text_cached(text)
+    return _mask_text(text)
+
+
+def mask_shown_part(text: str, shown: int) -> str:
+    """:func:`mask_text` for a text of which at most the first ``shown`` characters will be shown.
+
+    Only those (and a margin, so a secret across the cut is still recognised) are masked; the rest is
+    kept as is for its length, which the caller reports ("+59500 chars") but never shows.
+    """
+    window = shown + 4_096
+    if len(text) <= window:
+        return mask_text(text)
+    return mask_text(text[:window]) + text[window:]
+
+
+@functools.lru_cache(maxsize=128)
+def _mask_text_cached(text: str) -> str:
+    return _mask_text(text)
+
+
+def _mask_text(text: str) -> str:
     if not text:
         return text
     spans = sorted(s for s in _spans(text) if s[1] > s[0])

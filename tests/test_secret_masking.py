@@ -97,6 +97,19 @@ def test_ordinary_text_is_left_alone(text):
     assert mask_text(text) == text
 
 
+@pytest.mark.parametrize("text", ["a." * 50_000, "token-" * 20_000, "x" * 100_000, "http://a:" * 10_000])
+def test_long_hostile_text_is_scanned_in_linear_time(text):
+    # A quadratic pattern would take minutes on these; the suite would notice.
+    assert mask_text(text) == text
+
+
+def test_a_huge_value_is_masked_where_it_is_shown_and_keeps_its_length_note():
+    [shown] = display_arguments({"blob": "token=abc123 " + "x" * 5_000_000}, limit=100)
+
+    assert shown.text.startswith(f"token={MASK} xxx") and "abc123" not in shown.text
+    assert shown.truncated and shown.text.endswith("chars)")
+
+
 def test_mask_for_display_masks_by_name_and_by_value_at_any_depth():
     value = {"password": "x", "steps": [{"run": f"export TOKEN={OPENAI_KEY}"}], "count": 3}
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
-from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
+from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text
 
 DEFAULT_VALUE_LIMIT = 500
 ELLIPSIS = "…"
@@ -53,7 +53,12 @@ def display_arguments(arguments: dict[str, Any], limit: int = DEFAULT_VALUE_LIMI
     shown = []
     for name, value in arguments.items():
         secret = is_secret_key(name)
-        text = MASK if secret else value_text(mask_for_display(value))
+        if secret:
+            text = MASK
+        elif isinstance(value, str):
+            text = mask_shown_part(value, limit)  # a huge value is cut below: mask only what can show
+        else:
+            text = value_text(mask_for_display(value))
         text, cut = truncate(text, limit)
         shown.append(DisplayArgument(name=name, text=text, truncated=cut, secret=secret))
     return shown
