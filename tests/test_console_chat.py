@@ -256,7 +256,7 @@ def test_the_terminal_reader_sends_a_long_line_and_a_bracketed_multi_line_paste_
     model = ScriptedChatGenerator([ChatMessage.from_assistant("one"), ChatMessage.from_assistant("two")])
     buffer = io.StringIO()
     with create_pipe_input() as keys:
-        keys.send_text(LONG_LINE + "\r")  # typed, key by key
+        keys.send_text("\x1b[200~" + LONG_LINE + "\x1b[201~\r")  # pasted as one line
         keys.send_text("\x1b[200~check these:\nold.log\nnotes.txt\x1b[201~\r")  # pasted: Enter sends it all
         keys.send_text("\x04")  # Ctrl-D
         session = ChatSession(
