@@ -10,8 +10,10 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +21,8 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import Any
 
-from bot.config import Config, ConfigError
+from bot.config import Config, ConfigError, check_db_path
+from bot.redaction import mask_text
 
 logger = logging.getLogger("countersign")
 
@@ -173,7 +176,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
 
 
-class ConciseFormatter(logging.Formatter):
+# Every attribute a LogRecord has by itself; anything else on a record came from ``extra=``.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_PLAIN_VALUE = re.compile(r"[^\s\"'=\\]{1,200}")
+CONTEXT_VALUE_LIMIT = 300
+
+
+def context_value(value: Any) -> str:
+    """One ``extra`` value as log text: bare when it is one plain word, else JSON-quoted (escapes included).
+
+    Secrets are masked and long values cut, so a log line stays one safe line.
+
+    >>> context_value("slack"), context_value("no such channel"), context_value(3)
+    ('slack', '"no such channel"', '3')
+    """
+    text = mask_text(value if isinstance(value, str) else str(value))
+    if len(text) > CONTEXT_VALUE_LIMIT:
+        text = text[: CONTEXT_VALUE_LIMIT - 1] + "…"
+    if _PLAIN_VALUE.fullmatch(text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class ContextFormatter(logging.Formatter):
+    """The message line followed by the record's context (the ``extra=`` fields) as ``key=value`` pairs.
+
+    ``logger.info("surface not configured; skipping", extra={"surface": "teams"})`` prints
+    ``… surface not configured; skipping surface=teams``.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The formatted line plus ``key=value`` for every non-standard attribute of ``record``."""
+        line = super().formatMessage(record)
+        context = [
+            f"{key}={context_value(value)}"
+            for key, value in vars(record).items()
+            if key not in _RECORD_ATTRIBUTES and not key.startswith("_")
+        ]
+        return " ".join([line, *context]) if context else line
+
+
+class ConciseFormatter(ContextFormatter):
     """One line per record: an exception is summarised as ``(Type: message)`` instead of its traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -188,11 +231,16 @@ class ConciseFormatter(logging.Formatter):
         return super().format(record)
 
 
+def log_formatter(*, tracebacks: bool) -> logging.Formatter:
+    """The formatter of every log line: context fields shown; without ``tracebacks`` exceptions take one line."""
+    formatter_class = ContextFormatter if tracebacks else ConciseFormatter
+    return formatter_class(LOG_FORMAT)
+
+
 def configure_logging(level: str, *, tracebacks: bool) -> None:
-    """Log to stderr at ``level`` in a concise format; without ``tracebacks`` exceptions take one line."""
+    """Log to stderr at ``level`` in a concise format (see :func:`log_formatter`)."""
     handler = logging.StreamHandler(sys.stderr)
-    formatter_class = logging.Formatter if tracebacks else ConciseFormatter
-    handler.setFormatter(formatter_class(LOG_FORMAT))
+    handler.setFormatter(log_formatter(tracebacks=tracebacks))
     logging.basicConfig(level=level, handlers=[handler])
 
 
@@ -222,7 +270,7 @@ def load_console_runner() -> Callable[..., int]:
 
 def _run_chat(args: argparse.Namespace, config: Config) -> int:
     if args.db is not None:
-        config = config.with_overrides(db_path=args.db)
+        config = config.with_overrides(db_path=check_db_path(args.db, "--db"))
     run_chat = load_console_runner()
     return run_chat(config, thread=args.thread, user=args.user)
 

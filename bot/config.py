@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -84,7 +86,7 @@ class Config:
         else:
             env.update(environ)
         return cls(
-            db_path=Path(env.get("COUNTERSIGN_DB") or "countersign.db"),
+            db_path=check_db_path(Path(env.get("COUNTERSIGN_DB") or "countersign.db"), "COUNTERSIGN_DB"),
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
             admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
@@ -137,6 +139,49 @@ class Config:
             timeout=self.llm_timeout_seconds,
             max_retries=self.llm_max_retries,
         )
+
+
+def check_db_path(path: Path, name: str) -> Path:
+    """``path`` if a SQLite database can live there; otherwise a :class:`ConfigError` naming ``name``.
+
+    ``name`` is the variable or flag the path came from (``COUNTERSIGN_DB``, ``--db``). A missing
+    folder, a folder given as the file, a read-only file or folder, and a file that is not a SQLite
+    database are refused here, at start, instead of as a traceback when storage opens.
+
+    >>> check_db_path(Path("/no/such/folder/cs.db"), "COUNTERSIGN_DB")
+    Traceback (most recent call last):
+    bot.config.ConfigError: COUNTERSIGN_DB: the folder /no/such/folder does not exist (for /no/such/folder/cs.db)
+    """
+    if path.is_dir():
+        raise ConfigError(f"{name}: {path} is a folder; name a database file in it, e.g. {path / 'countersign.db'}")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"{name}: the folder {folder} {what} (for {path})")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigError(f"{name}: {path} is read-only; countersign must write to its database")
+        _probe_sqlite(path, name)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{name}: cannot create {path}: the folder {folder} is read-only")
+    return path
+
+
+def _probe_sqlite(path: Path, name: str) -> None:
+    """Open an existing file as SQLite (read-write, never creating) and read its header."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=rw"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=1)
+        try:
+            connection.execute("PRAGMA schema_version").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # another process is writing: the file is a database
+            return
+        raise ConfigError(f"{name}: cannot open {path} as a SQLite database ({exc})") from exc
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{name}: {path} is not a SQLite database ({exc})") from exc
 
 
 def _split(value: str | None) -> tuple[str, ...]:

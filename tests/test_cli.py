@@ -13,9 +13,11 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from importlib.metadata import version
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import ConciseFormatter, build_parser, main
+from bot.cli import ConciseFormatter, build_parser, log_formatter, main
 from bot.config import Config, ConfigError
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -55,7 +57,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
     }
-    env.update(COUNTERSIGN_DB=str(tmp_path / "cs.db"), PYTHONUNBUFFERED="1", COLUMNS="120", **extra)
+    env.update({"COUNTERSIGN_DB": str(tmp_path / "cs.db"), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"} | extra)
     return env
 
 
@@ -194,6 +196,87 @@ def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch,
     )
 
 
+# --- a bad database path ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+@pytest.mark.parametrize(
+    ("make", "complaint"),
+    [
+        (lambda folder: folder / "no-such-folder" / "cs.db", "the folder {folder}/no-such-folder does not exist"),
+        (lambda folder: folder, "{folder} is a folder; name a database file in it"),
+        (lambda folder: _write(folder / "notes.txt", "not a database\n" * 200), "is not a SQLite database"),
+    ],
+    ids=["missing-folder", "a-folder", "not-a-database"],
+)
+def test_a_bad_database_path_exits_2_with_one_line_naming_the_variable(tmp_path, command, make, complaint):
+    path = make(tmp_path)
+
+    args = [command, "--port", "0"] if command == "serve" else [command]
+    result = countersign(tmp_path, *args, COUNTERSIGN_DB=str(path))
+
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("countersign: configuration error: COUNTERSIGN_DB: ")
+    assert complaint.format(folder=tmp_path) in line
+
+
+# Root may write to any file, so the program drops to an unprivileged user first (after Python has
+# started: the interpreter may live where that user cannot read), then runs the real ``main``.
+AS_NOBODY = """
+import os, sys
+from bot.cli import build_parser, main
+build_parser()  # imports what --version needs while it can
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
+sys.exit(main(["chat"]))
+"""
+
+
+def test_a_read_only_database_file_exits_2_naming_the_variable():
+    folder = Path(tempfile.mkdtemp(prefix="countersign-ro-"))  # a folder that user may use
+    try:
+        folder.chmod(0o777)
+        database = _write(folder / "cs.db", "")
+        database.chmod(0o444)
+        result = subprocess.run(
+            [sys.executable, "-c", AS_NOBODY],
+            cwd=folder,
+            env=clean_env(folder, COUNTERSIGN_DB=str(database)),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+    finally:
+        shutil.rmtree(folder)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"countersign: configuration error: COUNTERSIGN_DB: {database} is read-only; "
+        "countersign must write to its database\n"
+    )
+
+
+def test_a_bad_db_flag_of_chat_exits_2_naming_the_flag(tmp_path):
+    result = countersign(tmp_path, "chat", "--db", str(tmp_path / "gone" / "x.db"))
+
+    assert result.returncode == 2
+    assert result.stderr == (
+        "countersign: configuration error: --db: "
+        f"the folder {tmp_path}/gone does not exist (for {tmp_path}/gone/x.db)\n"
+    )
+    assert not (tmp_path / "cs.db").exists()
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 # --- the real console script ------------------------------------------------------------------------------
 
 
@@ -255,6 +338,52 @@ def test_chat_logs_an_exception_as_one_line_without_its_traceback():
     assert line == "ERROR bot.engine.engine: run failed run_1 (ConnectionError: model server unreachable)"
 
 
+@pytest.mark.parametrize("tracebacks", [False, True], ids=["chat", "serve"])
+def test_every_log_line_prints_its_context_fields(tracebacks):
+    record = logging.getLogger("bot.server").makeRecord(
+        "bot.server",
+        logging.INFO,
+        __file__,
+        1,
+        "surface not configured; skipping",
+        (),
+        None,
+        extra={"surface": "teams", "run_id": "run_1", "error": 'no "channel"\nfound', "attempt": 2},
+    )
+
+    line = log_formatter(tracebacks=tracebacks).format(record)
+
+    assert line.endswith(
+        'INFO bot.server: surface not configured; skipping surface=teams run_id=run_1 error="no \\"channel\\"\\nfound"'
+        " attempt=2"
+    )
+    assert "\n" not in line, "one record, one line"
+    for standard in ("lineno=", "process=", "thread=", "pathname=", "msg=", "args="):
+        assert standard not in line
+
+
+def test_context_fields_follow_the_message_before_a_folded_exception_and_mask_secrets():
+    try:
+        raise ConnectionError("model server unreachable")
+    except ConnectionError:
+        record = logging.getLogger("bot.engine.engine").makeRecord(
+            "bot.engine.engine",
+            logging.ERROR,
+            __file__,
+            1,
+            "run failed",
+            (),
+            sys.exc_info(),
+            extra={"run_id": "run_1", "detail": "Authorization: Bearer abc123def456"},
+        )
+
+    line = log_formatter(tracebacks=False).format(record)
+
+    assert line.endswith(
+        'run failed (ConnectionError: model server unreachable) run_id=run_1 detail="Authorization: Bearer ••••••"'
+    )
+
+
 def test_chat_db_flag_overrides_the_environment(terminal, tmp_path):
     terminal("")
 
@@ -272,7 +401,7 @@ def test_ctrl_c_at_the_chat_prompt_exits_0_at_once(tmp_path):
         os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], clean_env(tmp_path))
     code = None
     try:
-        seen = read_until(fd, "ana › ")
+        seen = read_until(fd, "ana ›")  # prompt_toolkit draws the trailing space as a cursor move
         os.write(fd, b"\x03")
         code = wait_for_exit(pid)
         seen += read_all(fd)
@@ -285,14 +414,65 @@ def test_ctrl_c_at_the_chat_prompt_exits_0_at_once(tmp_path):
     assert "Bye." in seen and "Traceback" not in seen
 
 
-def read_until(fd: int, marker: str) -> str:
+def test_a_long_pasted_line_and_a_multi_line_paste_reach_the_model_whole_in_a_real_terminal(tmp_path):
+    """In the terminal's canonical mode ``input()`` cut a line at 4,095 characters; prompt_toolkit does not."""
+    long_line = "".join(f"word{n:05d} " for n in range(1_000))[:9_999] + "!"
+    pasted = "first line of the paste\nsecond line\nthird line"
+    with FakeOpenAIServer() as llm:
+        llm.enqueue_text("Got the long one.")
+        llm.enqueue_text("Got the paste.")
+        env = clean_env(tmp_path, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test")
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: becomes the countersign process on the pty
+            os.chdir(tmp_path)
+            os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], env)
+        code = None
+        try:
+            read_until(fd, "ana ›")
+            paste(fd, long_line)  # as a terminal pastes: bracketed
+            read_until(fd, "Got the long one.", then="ana ›")
+            paste(fd, pasted)
+            read_until(fd, "Got the paste.", then="ana ›")
+            os.write(fd, b"\x04")  # Ctrl-D
+            code = wait_for_exit(pid)
+        finally:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
+    assert code == 0
+    sent = [r["messages"][-1] for r in llm.requests]
+    assert [m["role"] for m in sent] == ["user", "user"]
+    assert sent[0]["content"] == long_line and len(sent[0]["content"]) == 10_000
+    assert sent[1]["content"] == pasted, "a multi-line paste is one message"
+
+
+def paste(fd: int, text: str) -> None:
+    """Send ``text`` as a terminal's bracketed paste, then Enter; drains the echo so the child never blocks."""
+    data = b"\x1b[200~" + text.encode() + b"\x1b[201~\r"
+    while data:
+        _, writable, _ = select.select([], [fd], [], 1)
+        if writable:
+            data = data[os.write(fd, data[:1024]) :]
+        read_all(fd)
+
+
+def read_until(fd: int, marker: str, then: str = "") -> str:
+    """Read the terminal until ``marker`` appears (and ``then`` after it: say, the next prompt)."""
     deadline, seen = time.monotonic() + TIMEOUT, ""
-    while marker not in seen:
+    while marker not in seen or then not in seen.split(marker, 1)[1]:
         assert time.monotonic() < deadline, f"no {marker!r} within {TIMEOUT}s: {seen!r}"
         ready, _, _ = select.select([fd], [], [], 1)
         if ready:
-            seen += os.read(fd, 4096).decode(errors="replace")
+            seen += answer_cursor_requests(fd, os.read(fd, 4096).decode(errors="replace"))
     return seen
+
+
+def answer_cursor_requests(fd: int, output: str) -> str:
+    """Answer prompt_toolkit's cursor position requests as a terminal does (else it waits for them)."""
+    for _ in range(output.count("\x1b[6n")):
+        os.write(fd, b"\x1b[1;1R")
+    return output
 
 
 def read_all(fd: int) -> str:
@@ -304,7 +484,7 @@ def read_all(fd: int) -> str:
             break
         if not chunk:
             break
-        chunks.append(chunk.decode(errors="replace"))
+        chunks.append(answer_cursor_requests(fd, chunk.decode(errors="replace")))
     return "".join(chunks)
 
 
@@ -352,6 +532,8 @@ def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path
             process.wait()
     assert process.returncode == 0
     assert "serving /healthz only" in "".join(log)
+    assert "surface not configured; skipping surface=slack" in "".join(log), "the log names the skipped surface"
+    assert "surface not configured; skipping surface=teams" in "".join(log)
     assert "Traceback" not in "".join(log) + rest
 
 

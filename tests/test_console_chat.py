@@ -6,8 +6,16 @@ a StringIO; the model is the offline demo model or a scripted one.
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import io
 
+import pytest
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from rich.console import Console
+
+from adapters.console.chat import ChatSession
+from adapters.console.reader import TerminalReader
 from bot.llm import ANNOUNCEMENT, ScriptedChatGenerator
 from bot.messages import ChatMessage, ChatRole, ToolCall
 from tests.fakes.console_kit import USER, ConsoleHarness
@@ -223,3 +231,65 @@ def test_help_lists_the_console_and_admin_commands_and_unknown_commands_are_refu
 
     assert "/policy list" in outcome.output and "/quit" in outcome.output
     assert "Unknown command /frobnicate. Type /help for the commands." in outcome.output
+
+
+# --- long lines and pastes -------------------------------------------------------------------------------
+
+LONG_LINE = "".join(f"line{n:05d} " for n in range(1_000))[:9_999] + "?"
+
+
+def user_texts(model: ScriptedChatGenerator) -> list[str]:
+    """The newest user message of every request the model got."""
+    return [[m for m in call["messages"] if m.role is ChatRole.USER][-1].text for call in model.calls]
+
+
+def test_a_ten_thousand_character_line_reaches_the_model_whole(harness):
+    model = ScriptedChatGenerator([ChatMessage.from_assistant("Read it all.")])
+
+    outcome = harness.chat([LONG_LINE], generator=model)
+
+    assert outcome.code == 0
+    assert user_texts(model) == [LONG_LINE]
+
+
+def test_the_terminal_reader_sends_a_long_line_and_a_bracketed_multi_line_paste_as_one_message_each(harness):
+    model = ScriptedChatGenerator([ChatMessage.from_assistant("one"), ChatMessage.from_assistant("two")])
+    buffer = io.StringIO()
+    with create_pipe_input() as keys:
+        keys.send_text("\x1b[200~" + LONG_LINE + "\x1b[201~\r")  # pasted as one line
+        keys.send_text("\x1b[200~check these:\nold.log\nnotes.txt\x1b[201~\r")  # pasted: Enter sends it all
+        keys.send_text("\x04")  # Ctrl-D
+        session = ChatSession(
+            harness.config,
+            thread="default",
+            user=USER,
+            reader=TerminalReader(input=keys, output=DummyOutput()),
+            console=Console(file=buffer, width=120, color_system=None),
+        )
+        code = asyncio.run(session.run(generator=model, tools=harness.tools))
+
+    assert code == 0
+    assert user_texts(model) == [LONG_LINE, "check these:\nold.log\nnotes.txt"]
+    assert "one" in buffer.getvalue() and "two" in buffer.getvalue() and "Bye." in buffer.getvalue()
+
+
+async def test_the_terminal_reader_hides_a_secret_and_ends_on_ctrl_d():
+    with create_pipe_input() as keys:
+        reader = TerminalReader(input=keys, output=DummyOutput())
+        keys.send_text("hunter2\r\x04")
+
+        assert await reader.read("  password: ", secret=True) == "hunter2"
+        with pytest.raises(EOFError):
+            await reader.read("ana › ")
+
+
+# --- outcomes of a step with several calls ---------------------------------------------------------------
+
+
+def test_each_outcome_line_of_a_step_names_its_call(harness):
+    outcome = harness.chat(["delete old.log and delete notes.txt", "y", "n", ""])
+
+    lines = [line for line in outcome.output.splitlines() if line.startswith(("✔", "✘"))]
+    assert len(lines) == 2
+    assert lines[0].startswith('✔ delete_file(path="old.log") (1 of 2): Approved by ana')
+    assert lines[1].startswith('✘ delete_file(path="notes.txt") (2 of 2): Rejected by ana')

@@ -120,8 +120,42 @@ async def test_each_outcome_is_printed_once(screen):
     await surface.update_approvals(HERE, {}, [approved, rejected])
 
     output = buffer.getvalue()
-    assert output.count("✔ deploy: Approved by ana at 2026-11-30 14:06 UTC.") == 1
-    assert output.count("✘ deploy: Rejected by bob at 2026-11-30 14:06 UTC. Feedback: not now") == 1
+    call = f'deploy(service="web", api_key={MASK})'
+    assert output.count(f"✔ {call} (1 of 2): Approved by ana at 2026-11-30 14:06 UTC.") == 1
+    assert output.count(f"✘ {call} (2 of 2): Rejected by bob at 2026-11-30 14:06 UTC. Feedback: not now") == 1
+
+
+async def test_each_outcome_line_names_its_call_by_arguments_and_position(screen):
+    surface, buffer = screen
+    decided = CREATED + timedelta(minutes=1)
+    decided_by_alice = {"status": APPROVED, "decided_by": "alice", "decided_at": decided, "tool_name": "delete_file"}
+    first, second, same = (
+        view(approval_id=i, arguments=a, **decided_by_alice)
+        for i, a in (("a", {"path": "old.log"}), ("b", {"path": "notes.txt"}), ("c", {"path": "old.log"}))
+    )
+
+    await surface.update_approvals(HERE, {}, [first, second, same])
+
+    lines = [line for line in buffer.getvalue().splitlines() if line.startswith("✔")]
+    assert lines == [
+        '✔ delete_file(path="old.log") (1 of 3): Approved by alice at 2026-11-30 14:06 UTC.',
+        '✔ delete_file(path="notes.txt") (2 of 3): Approved by alice at 2026-11-30 14:06 UTC.',
+        '✔ delete_file(path="old.log") (3 of 3): Approved by alice at 2026-11-30 14:06 UTC.',
+    ]
+
+
+async def test_a_lone_call_is_named_without_a_position_and_long_or_secret_values_are_shortened(screen):
+    surface, buffer = screen
+    decided = CREATED + timedelta(minutes=1)
+    arguments = {"command": "deploy --token=abc123 " + "x" * 200, "api_key": "sk-live-123456"}
+    await surface.update_approvals(
+        HERE, {}, [view(status=APPROVED, decided_by="ana", decided_at=decided, arguments=arguments)]
+    )
+
+    [line] = [line for line in buffer.getvalue().splitlines() if line.startswith("✔")]
+    assert line.startswith('✔ deploy(command="deploy --token=' + MASK)
+    assert "(+" in line and f"api_key={MASK}): Approved by ana" in line
+    assert "abc123" not in line and "sk-live-123456" not in line and "of 1" not in line
 
 
 async def test_replies_for_another_thread_are_labelled(screen):

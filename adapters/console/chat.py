@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from adapters.console.dialog import ApprovalDialog
-from adapters.console.reader import InputFunc, LineReader
+from adapters.console.reader import InputFunc, LineReader, Reader, TerminalReader, stdin_is_a_terminal
 from adapters.console.surface import ConsoleSurface, inert
 from bot.config import DEFAULT_TOOLS, Config
 from bot.demo_tools import DEFAULT_SANDBOX_NAME
@@ -64,7 +64,7 @@ def run_chat(
     *,
     thread: str = "default",
     user: str | None = None,
-    input_func: InputFunc = builtins.input,
+    input_func: InputFunc | None = None,
     console: Console | None = None,
     generator: Any = None,
     tools: Sequence[Tool | Toolset] | None = None,
@@ -73,7 +73,9 @@ def run_chat(
 
     ``thread`` names the conversation (the same name continues it after a restart); ``user`` is the
     person's id (default: the OS user name). ``input_func``, ``console``, ``generator`` and ``tools``
-    replace the terminal, the configured model and the configured tools (tests, embedding).
+    replace the terminal, the configured model and the configured tools (tests, embedding). Without
+    ``input_func``, a terminal is read with prompt_toolkit (long and multi-line pastes arrive whole),
+    anything else (a pipe) line by line.
     Configuration errors (``bot.config.ConfigError``) propagate to the caller.
     """
     console = console or Console()
@@ -81,7 +83,7 @@ def run_chat(
         config,
         thread=thread,
         user=user or default_user(),
-        reader=LineReader(input_func, console),
+        reader=_reader(input_func, console),
         console=console,
     )
     try:
@@ -91,10 +93,16 @@ def run_chat(
         return 0
 
 
+def _reader(input_func: InputFunc | None, console: Console) -> Reader:
+    if input_func in (None, builtins.input) and stdin_is_a_terminal():
+        return TerminalReader()
+    return LineReader(input_func or builtins.input, console)
+
+
 class ChatSession:
     """One terminal conversation: the banner, the read-send-ask loop and the slash commands."""
 
-    def __init__(self, config: Config, *, thread: str, user: str, reader: LineReader, console: Console) -> None:
+    def __init__(self, config: Config, *, thread: str, user: str, reader: Reader, console: Console) -> None:
         """Everything but the engine, which :meth:`run` opens and closes."""
         self.config = config
         self.user = user

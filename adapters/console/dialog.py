@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from adapters.console.reader import LineReader
+from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
-from bot.redaction import MASK, is_secret_key
+from bot.redaction import MASK, is_secret_key, mask_for_display
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -31,7 +31,7 @@ CURRENT_LIMIT = 200
 class ApprovalDialog:
     """Asks about pending calls until none is left that this person can answer."""
 
-    def __init__(self, engine: Engine, surface: ConsoleSurface, reader: LineReader, user: str) -> None:
+    def __init__(self, engine: Engine, surface: ConsoleSurface, reader: Reader, user: str) -> None:
         """``user`` is the actor of every decision (the console user id)."""
         self._engine = engine
         self._surface = surface
@@ -141,12 +141,11 @@ class ApprovalDialog:
         edits = dict(edits)
         for name in fields:
             secret = is_secret_key(name)
-            if name in edits:
-                current = MASK if secret else truncate(value_text(edits[name]), CURRENT_LIMIT)[0]
-            elif name in view.arguments:
-                current = MASK if secret else truncate(value_text(view.arguments[name]), CURRENT_LIMIT)[0]
-            else:
+            shown = edits[name] if name in edits else view.arguments.get(name)
+            if name not in edits and name not in view.arguments:
                 current = "not set"
+            else:
+                current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
             raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
             if raw.strip():
                 edits[name] = raw

@@ -8,6 +8,7 @@ Everything that comes from the model, a tool or a person is untrusted: it is sho
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,9 +22,12 @@ from rich.text import Text
 
 from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
 from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
 VALUE_LIMIT = 500
+LABEL_VALUE_LIMIT = 40
+LABEL_LIMIT = 100
 
 # C0 controls except tab and newline, DEL, and C1 controls: ESC sequences could clear the screen,
 # move the cursor or fake a prompt; a carriage return could overwrite what was printed before it.
@@ -92,11 +96,26 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
     )
 
 
-def outcome_text(view: ApprovalView) -> Text:
-    """The outcome of a decided approval as one styled line, e.g. ``✔ delete_file: Approved by ana at …``."""
+def call_label(view: ApprovalView) -> str:
+    """The call in short, secrets masked: ``delete_file(path="old.log")`` (long values and lists cut)."""
+    parts = []
+    for argument in display_arguments(view.arguments, limit=LABEL_VALUE_LIMIT):
+        quoted = isinstance(view.arguments.get(argument.name), str) and not argument.secret
+        parts.append(f"{argument.name}={json.dumps(argument.text, ensure_ascii=False) if quoted else argument.text}")
+    arguments, _ = truncate(", ".join(parts), LABEL_LIMIT)
+    return f"{view.tool_name}({arguments})"
+
+
+def outcome_text(view: ApprovalView, index: int = 1, total: int = 1) -> Text:
+    """The outcome of a decided approval as one styled line naming its call, e.g.
+    ``✔ delete_file(path="old.log") (1 of 2): Approved by ana at …`` (the position only when the step has several).
+    """
     good = view.status in (APPROVED, MODIFIED)
     mark, style = ("✔", "green") if good else ("✘", "red")
-    return Text.assemble((f"{mark} ", style), (inert(view.tool_name), "bold"), ": ", inert(outcome_sentence(view)))
+    position = f" ({index} of {total})" if total > 1 else ""
+    return Text.assemble(
+        (f"{mark} ", style), (inert(call_label(view)), "bold"), position, ": ", inert(outcome_sentence(view))
+    )
 
 
 class ConsoleSurface:
@@ -122,9 +141,9 @@ class ConsoleSurface:
     # --- the Surface protocol ----------------------------------------------------------------
 
     async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Print the agent's answer as Markdown (rich markup in it stays literal text)."""
+        """Print the agent's answer as Markdown (rich markup in it stays literal text; secrets masked)."""
         self.console.print(Text("countersign ›", style="bold green").append(self._elsewhere(thread), style="dim"))
-        self.console.print(chat_markdown(text))
+        self.console.print(chat_markdown(mask_text(text)))
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
         """Print one panel per pending call and queue them for the chat loop to ask about."""
@@ -140,15 +159,17 @@ class ConsoleSurface:
         self, thread: ThreadRef, message_ref: dict[str, Any], approvals: Sequence[ApprovalView]
     ) -> None:
         """Print the outcome of every approval that was decided since it was last shown."""
-        for view in approvals:
+        for index, view in enumerate(approvals, start=1):
             if view.is_pending or self._shown_outcomes.get(view.approval_id) == view.status:
                 continue
             self._shown_outcomes[view.approval_id] = view.status
-            self.console.print(outcome_text(view).append(self._elsewhere(thread), style="dim"))
+            line = outcome_text(view, index, len(approvals))
+            self.console.print(line.append(self._elsewhere(thread), style="dim"))
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
         """Print a note for the person at the terminal (there is only one)."""
-        self.console.print(Text(inert(text), style="italic yellow").append(self._elsewhere(thread), style="dim"))
+        note = Text(inert(mask_text(text)), style="italic yellow")
+        self.console.print(note.append(self._elsewhere(thread), style="dim"))
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """Nothing: the chat loop shows a spinner whenever it waits for the engine (see :meth:`busy`).

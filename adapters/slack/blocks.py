@@ -44,7 +44,7 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, outcome_sentence, value_text
-from bot.redaction import is_secret_key
+from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
 ACTION_REJECT = "cs_reject"
@@ -334,7 +334,8 @@ def _edit_input(name: str, schema: dict[str, Any], arguments: Mapping[str, Any])
     current = arguments.get(name)
     kind = _schema_kind(schema)
     hints = [schema.get("description") or ""]
-    secret = is_secret_key(name)
+    # A secret by name, or a value holding one ("curl -H 'Authorization: Bearer …'"), is never pre-filled.
+    secret = is_secret_key(name) or (present and mask_for_display(current) != current)
     if secret and present:
         hints.append("Secret: not shown. Leave empty to keep the current value.")
         present = False

@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.blocks import approval_message
 from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape_truncated, markdown_to_mrkdwn, split_message
 from bot.engine.model import ApprovalView, ThreadRef
+from bot.redaction import mask_text
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,9 @@ class SlackSurface:
         self.working_reaction = working_reaction
 
     async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Post model text as mrkdwn (escaped, links shown with their address) in as many messages as needed."""
-        for chunk in split_message(markdown_to_mrkdwn(text)):
+        """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
+        messages as needed."""
+        for chunk in split_message(markdown_to_mrkdwn(mask_text(text))):
             if not chunk.strip():
                 continue
             await self.client.chat_postMessage(
@@ -82,7 +84,7 @@ class SlackSurface:
             channel=thread.channel,
             user=user,
             thread_ts=thread_ts(thread),
-            text=escape_truncated(text, MESSAGE_TEXT_LIMIT),
+            text=escape_truncated(mask_text(text), MESSAGE_TEXT_LIMIT),
         )
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:

@@ -30,7 +30,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
-from bot.redaction import MASK, is_secret_key, mask_secrets
+from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
 CARD_VERSION = "1.5"
 CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
@@ -154,10 +154,11 @@ def form_fields(view: ApprovalView) -> list[FormField]:
         kind = schema_kind(schema)
         value = view.arguments.get(name)
         choices = tuple(_scalar_text(v) for v in _enum_values(schema))
-        if is_secret_key(name):
+        # A secret by name, or a text holding one ("curl -H 'Authorization: Bearer …'"), is never pre-filled.
+        if is_secret_key(name) or (isinstance(value, str) and mask_text(value) != value):
             fields.append(FormField(name, "secret", "", name in required))
             continue
-        if kind in ("array", "object") and mask_secrets(value) != value:
+        if kind in ("array", "object") and mask_for_display(value) != value:
             fields.append(FormField(name, kind, "", name in required, note="holds secrets; not editable here"))
             continue
         prefill = _prefill_text(kind, value)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 
 from bot.engine.presentation import truncate
+from bot.redaction import mask_text
 
 MESSAGE_LIMIT = 20_000
 """Characters of text per message; Teams rejects messages above about 28 KB."""
@@ -78,10 +79,10 @@ def fit(text: str, render: Callable[[str], str], limit: int = MESSAGE_LIMIT) -> 
 
 
 def markdown_message(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """The model's answer as safe Markdown of at most ``limit`` characters."""
-    return fit(text, sanitize_markdown, limit)
+    """The model's answer as safe Markdown of at most ``limit`` characters, secrets masked."""
+    return fit(mask_text(text), sanitize_markdown, limit)
 
 
 def plain_message(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """Untrusted text shown literally, at most ``limit`` characters."""
-    return fit(text, escape_text, limit)
+    """Untrusted text shown literally, at most ``limit`` characters, secrets masked."""
+    return fit(mask_text(text), escape_text, limit)

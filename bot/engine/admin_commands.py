@@ -10,6 +10,7 @@ from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format
 from bot.engine.confirmation import effective_policy
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.model import AdminRequest, conversation_place
+from bot.redaction import mask_text
 from bot.tools import Tool
 from storage.policies import scope_channel, scope_global, scope_workspace
 
@@ -76,8 +77,9 @@ class AdminCommands:
             )
         if command.name == "audit":
             entries = await self.storage.audit.recent(command.value)
+            # Subjects can echo what someone typed (a refused command's tool name): mask secrets in them.
             return (
-                "\n".join(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}" for e in entries)
+                "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)
                 or "The audit log is empty."
             )
         channel = command.channel

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
-from bot.redaction import MASK, is_secret_key, mask_secrets
+from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text
 
 DEFAULT_VALUE_LIMIT = 500
 ELLIPSIS = "…"
@@ -43,24 +43,31 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
 
 
 def display_arguments(arguments: dict[str, Any], limit: int = DEFAULT_VALUE_LIMIT) -> list[DisplayArgument]:
-    """Arguments in call order, secrets masked, each value truncated to ``limit`` characters.
+    """Arguments in call order, secrets masked (by name and by value), each truncated to ``limit`` characters.
 
     >>> display_arguments({"path": "a.txt", "api_key": "sk-123"})[1].text
     '••••••'
+    >>> display_arguments({"cmd": "curl -H 'Authorization: Bearer abc123'"})[0].text
+    "curl -H 'Authorization: Bearer ••••••'"
     """
     shown = []
     for name, value in arguments.items():
         secret = is_secret_key(name)
-        text = MASK if secret else value_text(mask_secrets(value))
+        if secret:
+            text = MASK
+        elif isinstance(value, str):
+            text = mask_shown_part(value, limit)  # a huge value is cut below: mask only what can show
+        else:
+            text = value_text(mask_for_display(value))
         text, cut = truncate(text, limit)
         shown.append(DisplayArgument(name=name, text=text, truncated=cut, secret=secret))
     return shown
 
 
 def changed_arguments(view: ApprovalView) -> dict[str, Any]:
-    """The arguments an edit changed (new values, secrets masked)."""
+    """The arguments an edit changed (new values, secrets masked by name and by value)."""
     final = view.final_arguments or {}
-    return mask_secrets({k: v for k, v in final.items() if view.arguments.get(k) != v})
+    return mask_for_display({k: v for k, v in final.items() if view.arguments.get(k) != v})
 
 
 def format_time(moment: datetime | None) -> str:
@@ -75,7 +82,7 @@ def outcome_sentence(view: ApprovalView) -> str:
     if view.status == APPROVED:
         return f"Approved by {who} at {when}."
     if view.status == REJECTED:
-        feedback = f" Feedback: {view.feedback}" if view.feedback else ""
+        feedback = f" Feedback: {mask_text(view.feedback)}" if view.feedback else ""
         return f"Rejected by {who} at {when}.{feedback}"
     if view.status == MODIFIED:
         change = ", ".join(f"{k}={value_text(v)}" for k, v in changed_arguments(view).items())

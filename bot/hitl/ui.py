@@ -24,7 +24,7 @@ from rich.text import Text
 
 from bot.hitl.dataclasses import ConfirmationUIResult
 from bot.hitl.serialization import default_from_dict, default_to_dict
-from bot.redaction import MASK, is_secret_key, mask_secrets, scrub
+from bot.redaction import MASK, is_secret_key, mask_for_display, scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools
 
 NO_ANSWER_FEEDBACK = "no answer (input closed)"
@@ -129,10 +129,10 @@ def _read_field(tool: Tool | None, key: str, raw: str, current: Any) -> Any:
 
 
 def display_value(key: str, value: Any) -> str:
-    """How a param value is shown to the human: masked if its name says secret, JSON unless a string."""
+    """How a param value is shown to the human: masked if its name (or its text) says secret, JSON unless a string."""
     if is_secret_key(key):
         return MASK
-    value = mask_secrets(value)
+    value = mask_for_display(value)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
