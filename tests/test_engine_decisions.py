@@ -311,6 +311,9 @@ async def test_a_personal_list_and_the_pending_listing_become_places_the_approva
     listed = await h.engine.pending_for(PLATFORM, REQUESTER, place=home)
     assert [v.approval_id for v in listed] == [first.approval_id, second.approval_id]
     await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, "C_ADMIN", OTHER, "pending"))
+    with pytest.raises(NotShownHere):  # listed to someone who may not decide it: the channel is no place for it
+        await h.engine.decide(decision(second, place=admin_channel))
+    await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, "C_ADMIN", ADMIN, "pending"))
     await h.engine.decide(decision(first, place=home))
     await h.engine.decide(decision(second, place=admin_channel))
     await h.engine.wait_idle()

@@ -8,6 +8,7 @@ from typing import Any
 
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
+from bot.engine.decisions import authorize
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.model import AdminRequest, conversation_place
 from bot.redaction import mask_text
@@ -67,9 +68,12 @@ class AdminCommands:
             ]
             if not pending:
                 return "No approvals are waiting."
-            # The listing shows them in this conversation: a click from here may decide them.
+            # The listing shows them in this conversation: a click from here may decide those this person may
+            # decide. Listing must not turn a channel into a place for approvals nobody there may decide.
             here = conversation_place(request.platform, request.channel)
-            await self.storage.places.record([r.approval_id for r in pending], here, now=self.clock())
+            decidable = [r.approval_id for r in pending if _may_decide(self.is_admin, r, request.actor)]
+            if decidable:
+                await self.storage.places.record(decidable, here, now=self.clock())
             return "\n".join(
                 f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
                 f"(id {r.approval_id[:8]})"
@@ -191,3 +195,12 @@ class AdminCommands:
                     }
                 )
         return rows
+
+
+def _may_decide(is_admin: Callable[[str], bool], record: Any, actor: str) -> bool:
+    """Whether ``actor`` may decide ``record`` now (the engine's own rule, without raising)."""
+    try:
+        authorize(is_admin, record, actor)
+    except EngineError:
+        return False
+    return True
