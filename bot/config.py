@@ -30,6 +30,8 @@ class Config:
     """Everything countersign can be configured with (see the table in README.md)."""
 
     db_path: Path = Path("countersign.db")
+    database_url: str | None = field(default=None, repr=False)
+    """``postgresql://…``: PostgreSQL instead of the SQLite file (``COUNTERSIGN_DATABASE_URL``; may hold a password)."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
@@ -84,6 +86,7 @@ class Config:
             env.update(environ)
         return cls(
             db_path=Path(env.get("COUNTERSIGN_DB") or "countersign.db"),
+            database_url=_database_url(env, "COUNTERSIGN_DATABASE_URL"),
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
             admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
@@ -151,6 +154,16 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _database_url(env: Mapping[str, str], name: str) -> str | None:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.startswith(("postgresql://", "postgres://")):
+        # Never echo the value: a URL may carry a password.
+        raise ConfigError(f"{name} must be a postgresql:// URL (unset it to use the SQLite file COUNTERSIGN_DB)")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -24,11 +24,13 @@ from pathlib import Path
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
+from bot.config import Config
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
 ENV_VARS = (
     "COUNTERSIGN_DB",
+    "COUNTERSIGN_DATABASE_URL",
     "COUNTERSIGN_TOOLS",
     "COUNTERSIGN_ADMINS",
     "COUNTERSIGN_MODEL",
@@ -156,6 +158,23 @@ def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch,
     assert capsys.readouterr().err == (
         "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'\n"
     )
+
+
+def test_a_database_url_that_is_not_postgresql_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
+    monkeypatch.setenv("COUNTERSIGN_DATABASE_URL", "mysql://bot:hunter2@db.internal/countersign")
+
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("countersign: configuration error: COUNTERSIGN_DATABASE_URL must be a postgresql:// URL")
+    assert "hunter2" not in err
+
+
+def test_a_postgresql_url_selects_postgresql_and_stays_out_of_the_config_repr():
+    config = Config.from_env({"COUNTERSIGN_DATABASE_URL": "postgresql://bot:hunter2@db.internal/countersign"})
+
+    assert config.database_url == "postgresql://bot:hunter2@db.internal/countersign"
+    assert "hunter2" not in repr(config)
+    assert Config.from_env({}).database_url is None
 
 
 # --- the real console script ------------------------------------------------------------------------------
