@@ -216,6 +216,12 @@ async def migrate(
     target = latest if target is None else target
     if not 0 <= target <= latest:
         raise ValueError(f"target must be between 0 and {latest}")
+    # Every replica but the first finds the schema up to date: no lock, no transaction.
+    current = await schema_version(conn)
+    if current > latest:
+        raise UnknownSchemaVersion(current, latest)
+    if current >= target:
+        return current
     async with conn.transaction():
         cursor = await conn.execute("SELECT current_schema()")
         row = await cursor.fetchone()
