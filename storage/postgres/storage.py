@@ -67,6 +67,7 @@ async def open_postgres_storage(
     pool_min: int = DEFAULT_POOL_MIN,
     pool_max: int = DEFAULT_POOL_MAX,
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+    connect_timeout: float = 30.0,
 ) -> PostgresStorage:
     """Connect, run pending migrations (once, whatever number of replicas start together) and return the stores.
 
@@ -79,7 +80,11 @@ async def open_postgres_storage(
     1
     """
     db = await PostgresDatabase.open(
-        url, min_size=pool_min, max_size=pool_max, statement_timeout_ms=statement_timeout_ms
+        url,
+        min_size=pool_min,
+        max_size=pool_max,
+        statement_timeout_ms=statement_timeout_ms,
+        connect_timeout=connect_timeout,
     )
     try:
         async with db.connection() as conn:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import pytest
 
-from storage import NotFound, StorageError
+from storage import (
+    ApprovalStore,
+    AuditLog,
+    ChatMessageStore,
+    ConversationStore,
+    EventDedupe,
+    NotFound,
+    PolicyStore,
+    RunStore,
+    StorageError,
+    ToolLedger,
+)
 from tests.fakes.storage_data import NOW
 
 UNKNOWN = "outcome unknown: the bot stopped while this tool was running"
@@ -92,3 +104,15 @@ async def test_conversation_references_are_saved_and_replaced(storage):
 async def test_naive_times_are_refused(storage):
     with pytest.raises(ValueError, match="timezone-aware"):
         await storage.events.first_time("slack:Ev9", now=NOW.replace(tzinfo=None))
+
+
+async def test_every_protocol_method_is_awaitable_on_every_store(backend):
+    stores = {
+        "messages": ChatMessageStore, "runs": RunStore, "approvals": ApprovalStore, "ledger": ToolLedger,
+        "policies": PolicyStore, "audit": AuditLog, "events": EventDedupe, "conversations": ConversationStore,
+    }
+    for attribute, protocol in stores.items():
+        store = getattr(backend.storage, attribute)
+        for name in (n for n in vars(protocol) if not n.startswith("_")):
+            assert inspect.iscoroutinefunction(getattr(store, name)), f"{backend.name}: {attribute}.{name}"
+    assert backend.storage.messages.last_k == 10

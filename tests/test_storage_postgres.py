@@ -1,0 +1,108 @@
+"""The PostgreSQL backend itself: its migrations, the schema it works in, its connections, the factory."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from storage import AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
+from storage.postgres import LATEST_VERSION, MIGRATIONS, PostgresStorage, migrate, open_postgres_storage
+from tests.fakes.postgres import schema_url
+
+BROKEN = ("CREATE TABLE first_half (id integer)", "CREATE TABLE broken (")
+
+
+@pytest.fixture
+def empty_schema_url(postgres_schemas):
+    """A fresh schema with no tables at all, as a new deployment finds it."""
+    url = postgres_schemas.take(migrated=False)
+    yield url
+    postgres_schemas.release(url)
+
+
+async def versions(url: str) -> list[int]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute("SELECT version FROM schema_version ORDER BY version")
+        return [row[0] for row in await cursor.fetchall()]
+
+
+async def test_a_new_schema_is_migrated_to_the_latest_version_on_open(empty_schema_url):
+    async with await open_postgres_storage(empty_schema_url) as storage:
+        assert await storage.schema_version() == LATEST_VERSION == len(MIGRATIONS)
+    assert await versions(empty_schema_url) == list(range(1, LATEST_VERSION + 1))
+
+
+async def test_replicas_starting_together_apply_each_migration_once(empty_schema_url):
+    replicas = await asyncio.gather(*(open_postgres_storage(empty_schema_url) for _ in range(4)))
+    try:
+        assert [await r.schema_version() for r in replicas] == [LATEST_VERSION] * 4
+        assert await replicas[0].events.first_time("slack:Ev1")
+        assert not await replicas[3].events.first_time("slack:Ev1")
+    finally:
+        await asyncio.gather(*(r.aclose() for r in replicas))
+    assert await versions(empty_schema_url) == list(range(1, LATEST_VERSION + 1))
+
+
+async def test_a_schema_written_by_a_newer_countersign_is_refused_and_left_alone(postgres_url):
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        await conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, now())", [LATEST_VERSION + 1])
+    with pytest.raises(UnknownSchemaVersion, match=f"schema version {LATEST_VERSION + 1}") as refused:
+        await open_postgres_storage(postgres_url)
+    assert (refused.value.found, refused.value.known) == (LATEST_VERSION + 1, LATEST_VERSION)
+    assert await versions(postgres_url) == [*range(1, LATEST_VERSION + 1), LATEST_VERSION + 1]
+
+
+async def test_a_failed_migration_leaves_the_schema_as_it_was(empty_schema_url):
+    async with await psycopg.AsyncConnection.connect(empty_schema_url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.SyntaxError):
+            await migrate(conn, migrations=[*MIGRATIONS, BROKEN])
+        cursor = await conn.execute(
+            "SELECT to_regclass('runs'), to_regclass('first_half'), to_regclass('schema_version')"
+        )
+        assert await cursor.fetchone() == (None, None, None)
+        assert await migrate(conn) == LATEST_VERSION  # and a good upgrade still goes through afterwards
+
+
+async def test_a_search_path_naming_no_schema_is_a_clear_error(postgres_schemas):
+    url = schema_url(postgres_schemas.base_url, "cs_does_not_exist")
+    with pytest.raises(StorageError, match="search_path names no existing schema"):
+        await open_postgres_storage(url)
+
+
+async def test_an_unreachable_server_is_a_storage_error_naming_postgresql():
+    with pytest.raises(StorageError, match="cannot connect to PostgreSQL"):
+        await open_postgres_storage("postgresql://countersign@127.0.0.1:1/nowhere", connect_timeout=0.5)
+
+
+async def test_pooled_connections_have_a_statement_timeout_and_autocommit(postgres_url):
+    async with await open_postgres_storage(postgres_url, statement_timeout_ms=1500) as storage:
+        async with storage.db.connection() as conn:
+            cursor = await conn.execute("SHOW statement_timeout")
+            assert await cursor.fetchone() == ("1500ms",)
+            assert conn.autocommit
+        with pytest.raises(StorageError, match="statement timeout"):
+            async with storage.db.connection() as conn:
+                await conn.execute("SELECT pg_sleep(3)")
+        assert await storage.events.first_time("slack:Ev-after-timeout")  # the pool is still usable
+
+
+async def test_a_closed_storage_raises_storage_error(postgres_url):
+    storage = await open_postgres_storage(postgres_url)
+    await storage.aclose()
+    with pytest.raises(StorageError):
+        await storage.events.first_time("slack:Ev1")
+
+
+async def test_the_factory_opens_postgresql_for_a_url_and_sqlite_otherwise(tmp_path, postgres_url):
+    postgres = await open_async_storage(tmp_path / "cs.db", database_url=postgres_url, last_k=7)
+    assert not (tmp_path / "cs.db").exists()
+    sqlite = await open_async_storage(tmp_path / "cs.db", database_url=None, last_k=7)
+    try:
+        assert isinstance(postgres, PostgresStorage) and isinstance(sqlite, AsyncStorage)
+        assert (tmp_path / "cs.db").exists()
+        assert postgres.messages.last_k == sqlite.messages.last_k == 7
+    finally:
+        await postgres.aclose()
+        await sqlite.aclose()
