@@ -77,14 +77,14 @@ async def test_an_unreachable_server_is_a_storage_error_naming_postgresql():
 
 
 async def test_pooled_connections_have_a_statement_timeout_and_autocommit(postgres_url):
-    async with await open_postgres_storage(postgres_url, statement_timeout_ms=1500) as storage:
+    async with await open_postgres_storage(postgres_url, statement_timeout_ms=200) as storage:
         async with storage.db.connection() as conn:
             cursor = await conn.execute("SHOW statement_timeout")
-            assert await cursor.fetchone() == ("1500ms",)
+            assert await cursor.fetchone() == ("200ms",)
             assert conn.autocommit
         with pytest.raises(StorageError, match="statement timeout"):
             async with storage.db.connection() as conn:
-                await conn.execute("SELECT pg_sleep(3)")
+                await conn.execute("SELECT pg_sleep(2)")
         assert await storage.events.first_time("slack:Ev-after-timeout")  # the pool is still usable
 
 
