@@ -106,3 +106,12 @@ async def test_the_factory_opens_postgresql_for_a_url_and_sqlite_otherwise(tmp_p
     finally:
         await postgres.aclose()
         await sqlite.aclose()
+
+
+async def test_truncating_the_audit_log_is_refused_too(postgres_url):
+    async with await open_postgres_storage(postgres_url) as storage:
+        await storage.audit.append("U_BOB", "approval.approved", "appr-1", {})
+        with pytest.raises(StorageError, match="append-only"):
+            async with storage.db.connection() as conn:
+                await conn.execute("TRUNCATE audit")
+        assert [e.actor for e in await storage.audit.recent()] == ["U_BOB"]

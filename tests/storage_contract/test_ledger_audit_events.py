@@ -71,11 +71,11 @@ async def test_audit_entries_read_back_newest_first_and_filter(storage):
     assert len(await storage.audit.recent(n=1)) == 1
 
 
-@pytest.mark.parametrize("statement", ["UPDATE audit SET actor = 'U_EVE'", "DELETE FROM audit"])
-async def test_the_database_refuses_to_change_the_audit_log(backend, statement):
+async def test_the_database_refuses_to_change_the_audit_log(backend):
     await backend.storage.audit.append("U_BOB", "approval.approved", "appr-1", {})
-    with pytest.raises(StorageError, match="append-only"):
-        await backend.execute(statement)
+    for statement in ("UPDATE audit SET actor = 'U_EVE'", "DELETE FROM audit"):
+        with pytest.raises(StorageError, match="append-only"):
+            await backend.execute(statement)
     assert [e.actor for e in await backend.storage.audit.recent()] == ["U_BOB"]
 
 

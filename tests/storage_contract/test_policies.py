@@ -24,22 +24,20 @@ async def test_nothing_set_leaves_every_field_to_the_engine(policies):
     assert rule.sources == {}
 
 
-@pytest.mark.parametrize(
-    ("rules", "expected"),
-    [
-        (
-            [(GLOBAL, "delete_file", "never"), (WORKSPACE, "delete_file", "once"), (CHANNEL, "delete_file", "deny")],
-            "deny",
-        ),
-        ([(GLOBAL, "*", "always"), (WORKSPACE, "*", "never")], "never"),
-        # a broad channel rule beats a precise global one: scope first, then tool key
-        ([(GLOBAL, "delete_file", "never"), (CHANNEL, "*", "always")], "always"),
-    ],
-)
-async def test_channel_beats_workspace_beats_global(policies, rules, expected):
-    for scope, key, mode in rules:
-        await policies.set_rule(scope, key, updated_by="U_ADMIN", mode=mode)
-    assert (await policies.resolve("delete_file", **WHERE)).mode == expected
+async def test_channel_beats_workspace_beats_global(policies):
+    await policies.set_rule(GLOBAL, "delete_file", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(WORKSPACE, "*", updated_by="U_ADMIN", quorum=2)
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "never"
+    await policies.set_rule(WORKSPACE, "delete_file", updated_by="U_ADMIN", mode="once")
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "once"
+    # a broad channel rule beats a precise workspace one: scope first, then tool key
+    await policies.set_rule(CHANNEL, "*", updated_by="U_ADMIN", mode="always")
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "always"
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
+    rule = await policies.resolve("delete_file", **WHERE)
+    assert (rule.mode, rule.sources["mode"], rule.sources["quorum"]) == (
+        "deny", (CHANNEL, "delete_file"), (WORKSPACE, "*"),
+    )
 
 
 async def test_within_a_scope_a_name_beats_a_group_beats_any_and_groups_by_name(policies):
@@ -106,14 +104,16 @@ async def test_rules_are_listed_by_scope_and_tool_key(policies):
     assert [r.tool_key for r in await policies.list_rules(CHANNEL)] == ["Backup", "backup", "deploy"]
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [{"mode": "sometimes"}, {"quorum": 0}, {"ttl_seconds": -5}, {"four_eyes": "yes"}, {"approvers": "U_BOB"},
-     {"colour": "red"}, {}],
-)
-async def test_invalid_rules_and_scopes_are_refused(policies, fields):
-    with pytest.raises(ValueError):
-        await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", **fields)
+INVALID_FIELDS = [
+    {"mode": "sometimes"}, {"quorum": 0}, {"quorum": True}, {"ttl_seconds": -5}, {"four_eyes": "yes"},
+    {"approvers": "U_BOB"}, {"colour": "red"}, {},
+]
+
+
+async def test_invalid_rules_and_scopes_are_refused(policies):
+    for fields in INVALID_FIELDS:
+        with pytest.raises(ValueError):
+            await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", **fields)
     with pytest.raises(ValueError, match="scope"):
         await policies.set_rule("C1", "*", updated_by="U_ADMIN", mode="never")
     assert await policies.list_rules() == []
