@@ -19,25 +19,16 @@ _TOOL = ChatRole.TOOL.value
 THREAD_LOCK = "countersign.messages"
 """With the thread's id, the key of the advisory lock that serialises writers to one thread."""
 
-# The newest k rows, and — when the oldest of them is a tool result — every row back to (and including)
-# the message before it that is not a tool result: the assistant message that made the call.
-_WINDOW = """
-WITH newest AS (
-    SELECT seq, role, message_id, data::text AS data FROM messages
-    WHERE chat_history_id = %(thread)s ORDER BY seq DESC LIMIT %(k)s
-), oldest AS (
-    SELECT seq, role FROM newest ORDER BY seq LIMIT 1
-), start AS (
-    SELECT (SELECT m.seq FROM messages m WHERE m.chat_history_id = %(thread)s AND m.seq < oldest.seq
-            AND m.role <> %(tool)s ORDER BY m.seq DESC LIMIT 1) AS seq
-    FROM oldest WHERE oldest.role = %(tool)s
+_NEWEST = (
+    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s ORDER BY seq DESC LIMIT %s"
 )
-SELECT seq, role, message_id, data FROM newest
-UNION ALL
-SELECT m.seq, m.role, m.message_id, m.data::text FROM messages m, start, oldest
-WHERE m.chat_history_id = %(thread)s AND m.seq >= start.seq AND m.seq < oldest.seq
-ORDER BY seq
-"""
+# From the newest message before ``seq`` that is not a tool result (the assistant message that made the
+# call) up to ``seq``: what a window starting on a tool result must reach back to include.
+_REACH_BACK = (
+    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s AND seq < %s "
+    "AND seq >= (SELECT seq FROM messages WHERE chat_history_id = %s AND seq < %s AND role <> %s "
+    "ORDER BY seq DESC LIMIT 1) ORDER BY seq DESC"
+)
 
 
 class PostgresChatMessageStore:
@@ -106,12 +97,19 @@ class PostgresChatMessageStore:
         [<ChatRole.ASSISTANT: 'assistant'>, <ChatRole.TOOL: 'tool'>]
         """
         k = self.last_k if last_k is None else _check_k(last_k)
-        rows = await self.db.fetchall(_WINDOW, {"thread": chat_history_id, "k": k, "tool": _TOOL})
-        # Results with no call before them (the window reached the thread's start): orphans, left out.
-        start = 0
-        while start < len(rows) and rows[start][1] == _TOOL:
-            start += 1
-        return [self._decode(chat_history_id, message_id, data) for _, _, message_id, data in rows[start:]]
+        # Two short statements, as in SQLite: each plans in microseconds, and the second is rarely needed.
+        async with self.db.connection() as conn:
+            cursor = await conn.execute(_NEWEST, [chat_history_id, k])
+            rows = await cursor.fetchall()  # newest first
+            if rows and rows[-1][1] == _TOOL:
+                oldest = rows[-1][0]
+                cursor = await conn.execute(_REACH_BACK, [chat_history_id, oldest, chat_history_id, oldest, _TOOL])
+                rows += await cursor.fetchall()
+        # Results with no call before them at all (the window reached the thread's start): left out.
+        while rows and rows[-1][1] == _TOOL:
+            rows.pop()
+        rows.reverse()
+        return [self._decode(chat_history_id, message_id, data) for _, _, message_id, data in rows]
 
     @staticmethod
     def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
