@@ -13,7 +13,6 @@ from typing import Any
 
 from storage.aio import AsyncStorage
 from storage.database import open_storage
-from storage.postgres import open_postgres_storage
 
 
 async def open_async_storage(
@@ -27,5 +26,8 @@ async def open_async_storage(
     >>> await storage.aclose()
     """
     if database_url:
+        # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
+        from storage.postgres import open_postgres_storage
+
         return await open_postgres_storage(database_url, last_k=last_k)
     return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k))

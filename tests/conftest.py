@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
@@ -14,13 +16,14 @@ def postgres_schemas():
     try:
         factory.check()
     except PostgresUnreachable as exc:
+        factory.close()
         pytest.fail(str(exc), pytrace=False)
     yield factory
     factory.close()
 
 
 @pytest.fixture
-def postgres_url(postgres_schemas) -> str:
+def postgres_url(postgres_schemas) -> Iterator[str]:
     """A ``postgresql://`` URL whose ``search_path`` is a fresh, migrated schema of this test's own."""
     url = postgres_schemas.take()
     yield url

@@ -73,6 +73,7 @@ class SchemaFactory:
         self._refills: set[asyncio.Task[None]] = set()
         self._drops: set[asyncio.Task[None]] = set()
         self._made: set[str] = set()
+        self._handed_out: dict[str, str] = {}  # URL -> schema
         self._changed: asyncio.Condition | None = None
 
     def _call(self, make: Callable[[], Awaitable[T]]) -> T:
@@ -95,11 +96,14 @@ class SchemaFactory:
 
     def take(self, *, migrated: bool = True) -> str:
         """The URL of a schema nobody else uses: migrated to the latest version, or empty."""
-        return schema_url(self.base_url, self._call(lambda: self._take(migrated)))
+        schema = self._call(lambda: self._take(migrated))
+        url = schema_url(self.base_url, schema)
+        self._handed_out[url] = schema
+        return url
 
     def release(self, url: str) -> None:
         """Drop the schema of ``url`` (in the background; :meth:`close` waits for it)."""
-        schema = urlsplit(url).query.rsplit("search_path%3D", 1)[-1]
+        schema = self._handed_out.pop(url)
         self._loop.call_soon_threadsafe(self._drop_later, schema)
 
     def _drop_later(self, schema: str) -> None:
@@ -109,8 +113,7 @@ class SchemaFactory:
 
     async def _take(self, migrated: bool) -> str:
         if not migrated:
-            [schema] = await asyncio.gather(self._create(migrated=False))
-            return schema
+            return await self._create(migrated=False)
         if self._changed is None:
             self._changed = asyncio.Condition()
         async with self._changed:
