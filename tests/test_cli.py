@@ -21,6 +21,7 @@ import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
@@ -191,6 +192,20 @@ def test_chat_finds_the_console_adapter_and_approves_a_delete(terminal, tmp_path
     assert "Deleted old.log." in out
     assert not (tmp_path / "countersign-sandbox" / "old.log").exists()
     assert (tmp_path / "cs.db").exists()
+
+
+def test_chat_on_postgresql_keeps_everything_in_the_database(terminal, tmp_path, monkeypatch, capsys, postgres_url):
+    monkeypatch.setenv("COUNTERSIGN_DATABASE_URL", postgres_url)
+    terminal("delete old.log\ny\n")
+
+    assert main(["chat", "--user", "ana"]) == 0
+
+    assert "Deleted old.log." in capsys.readouterr().out
+    assert not (tmp_path / "cs.db").exists(), "COUNTERSIGN_DATABASE_URL wins over COUNTERSIGN_DB"
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT actor, action FROM audit ORDER BY id").fetchall() == [
+            ("ana", "paused"), ("ana", "approved"),
+        ]
 
 
 def test_chat_with_an_openai_compatible_server_pauses_asks_and_answers(terminal, tmp_path, monkeypatch, capsys):
