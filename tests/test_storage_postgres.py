@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import psycopg
 import pytest
 
+from bot.messages import ChatMessage
 from storage import AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
 from storage.postgres import LATEST_VERSION, MIGRATIONS, PostgresStorage, migrate, open_postgres_storage
 from tests.fakes.postgres import schema_url
+from tests.fakes.storage_data import tool_exchange
 
 BROKEN = ("CREATE TABLE first_half (id integer)", "CREATE TABLE broken (")
 
@@ -115,3 +118,46 @@ async def test_truncating_the_audit_log_is_refused_too(postgres_url):
             async with storage.db.connection() as conn:
                 await conn.execute("TRUNCATE audit")
         assert [e.actor for e in await storage.audit.recent()] == ["U_BOB"]
+
+
+def random_thread(rng: random.Random, number: int) -> list[list[ChatMessage]]:
+    """The write batches of one thread: text turns, tool exchanges of 1-3 parallel calls, the odd orphan
+    result at the start, system messages, and batches delivered twice."""
+    batches: list[list[ChatMessage]] = []
+    if rng.random() < 0.3:
+        batches.append(tool_exchange(("uptime", {}))[1:])  # results whose call was never stored
+    for turn in range(rng.randint(2, 7)):
+        kind = rng.random()
+        if kind < 0.4:
+            batch = [ChatMessage.from_user(f"t{number} q{turn}"), ChatMessage.from_assistant(f"t{number} a{turn}")]
+        elif kind < 0.9:
+            calls = [(f"tool_{number}_{turn}_{i}", {"i": i}) for i in range(rng.randint(1, 3))]
+            batch = tool_exchange(*calls)
+        else:
+            batch = [ChatMessage.from_system("You are careful."), ChatMessage.from_user(f"t{number} s{turn}")]
+        batches.append(batch)
+        if rng.random() < 0.2:
+            batches.append(batch)  # a retried delivery
+    return batches
+
+
+async def test_postgresql_windows_equal_sqlite_windows_on_random_histories(tmp_path, postgres_url):
+    rng = random.Random(11)
+    threads = {f"slack:T1:C1:{n}.0": random_thread(rng, n) for n in range(12)}
+    postgres = await open_async_storage(tmp_path / "x.db", database_url=postgres_url)
+    sqlite = await open_async_storage(tmp_path / "cs.db")
+    try:
+        for thread, batches in threads.items():
+            for batch in batches:
+                assert await postgres.messages.write_messages(thread, batch) == await sqlite.messages.write_messages(
+                    thread, batch
+                )
+            total = await sqlite.messages.count_messages(thread)
+            assert await postgres.messages.count_messages(thread) == total
+            for k in range(1, total + 2):
+                expected = [m.to_dict() for m in await sqlite.messages.retrieve_messages(thread, last_k=k)]
+                got = [m.to_dict() for m in await postgres.messages.retrieve_messages(thread, last_k=k)]
+                assert got == expected, (thread, k)
+    finally:
+        await postgres.aclose()
+        await sqlite.aclose()
