@@ -161,3 +161,16 @@ async def test_postgresql_windows_equal_sqlite_windows_on_random_histories(tmp_p
     finally:
         await postgres.aclose()
         await sqlite.aclose()
+
+
+async def test_a_connection_lost_while_idle_is_replaced_before_it_is_used(postgres_url):
+    async with await open_postgres_storage(postgres_url, pool_min=1, pool_max=1) as storage:
+        async with storage.db.connection() as conn:
+            pid = conn.info.backend_pid
+        # Ended from outside, as a server restart, a failover or a proxy's idle timeout would end it.
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            cursor = await admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+            assert await cursor.fetchone() == (True,)
+        assert await storage.events.first_time("slack:Ev-after-the-loss")
+        async with storage.db.connection() as conn:
+            assert conn.info.backend_pid != pid

@@ -76,6 +76,9 @@ class PostgresDatabase:
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=configure,
+            # An empty round trip before each use: a connection the server dropped while it sat idle (a
+            # restart, a failover, a proxy's timeout) is replaced instead of failing the caller's statement.
+            check=AsyncConnectionPool.check_connection,
             timeout=connect_timeout,
             open=False,
             name="countersign",
