@@ -34,6 +34,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ENVIRONMENT_HELP = """\
 configuration (environment variables; a .env file in the working folder is read too):
   COUNTERSIGN_DB                   SQLite database file (default: countersign.db in the working folder)
+  COUNTERSIGN_DATABASE_URL         postgresql://user:password@host/db: use PostgreSQL instead of the
+                                   SQLite file, for several replicas sharing one database (default: unset)
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)

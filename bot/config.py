@@ -33,6 +33,8 @@ class Config:
     """Everything countersign can be configured with (see the table in README.md)."""
 
     db_path: Path = Path("countersign.db")
+    database_url: str | None = field(default=None, repr=False)
+    """``postgresql://…``: PostgreSQL instead of the SQLite file (``COUNTERSIGN_DATABASE_URL``; may hold a password)."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
@@ -85,8 +87,12 @@ class Config:
             env.update(os.environ)
         else:
             env.update(environ)
+        database_url = _database_url(env, "COUNTERSIGN_DATABASE_URL")
+        db_path = Path(env.get("COUNTERSIGN_DB") or "countersign.db")
         return cls(
-            db_path=check_db_path(Path(env.get("COUNTERSIGN_DB") or "countersign.db"), "COUNTERSIGN_DB"),
+            # With PostgreSQL no SQLite file is opened, so its path is not checked.
+            db_path=db_path if database_url else check_db_path(db_path, "COUNTERSIGN_DB"),
+            database_url=database_url,
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
             admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
@@ -233,6 +239,16 @@ def _default_ttl(env: Mapping[str, str]) -> int:
         return duration_seconds(raw)
     except DurationError as exc:
         raise ConfigError(f"COUNTERSIGN_DEFAULT_TTL: {exc}") from None
+
+
+def _database_url(env: Mapping[str, str], name: str) -> str | None:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.startswith(("postgresql://", "postgres://")):
+        # Never echo the value: a URL may carry a password.
+        raise ConfigError(f"{name} must be a postgresql:// URL (unset it to use the SQLite file COUNTERSIGN_DB)")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -2,8 +2,9 @@
 
 Everything countersign must not lose — thread history, runs and their snapshots, approvals and
 votes, the tool execution ledger, policies, the audit log, event dedupe keys and conversation
-references — in one SQLite file through sqlite-utils, behind the protocols of
-:mod:`storage.protocols` so that another backend can follow.
+references — behind the protocols of :mod:`storage.protocols`: in one SQLite file through
+sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several replicas;
+:func:`open_async_storage` chooses.
 
 >>> storage = open_storage("countersign.db")
 >>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
@@ -17,6 +18,7 @@ from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
 from storage.errors import AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
 from storage.events import SQLiteEventDedupe
+from storage.factory import open_async_storage
 from storage.ledger import SQLiteToolLedger
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
@@ -80,6 +82,7 @@ __all__ = [
     "UnknownSchemaVersion",
     "Vote",
     "migrate",
+    "open_async_storage",
     "open_storage",
     "scope_channel",
     "scope_global",

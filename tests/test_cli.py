@@ -23,6 +23,7 @@ import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, log_formatter, main
@@ -32,6 +33,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 TIMEOUT = 60
 ENV_VARS = (
     "COUNTERSIGN_DB",
+    "COUNTERSIGN_DATABASE_URL",
     "COUNTERSIGN_TOOLS",
     "COUNTERSIGN_ADMINS",
     "COUNTERSIGN_MODEL",
@@ -275,6 +277,21 @@ def test_a_bad_db_flag_of_chat_exits_2_naming_the_flag(tmp_path):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+def test_a_database_url_that_is_not_postgresql_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
+    monkeypatch.setenv("COUNTERSIGN_DATABASE_URL", "mysql://bot:hunter2@db.internal/countersign")
+
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("countersign: configuration error: COUNTERSIGN_DATABASE_URL must be a postgresql:// URL")
+    assert "hunter2" not in err
+
+
+def test_a_postgresql_url_selects_postgresql_and_stays_out_of_the_config_repr():
+    config = Config.from_env({"COUNTERSIGN_DATABASE_URL": "postgresql://bot:hunter2@db.internal/countersign"})
+
+    assert config.database_url == "postgresql://bot:hunter2@db.internal/countersign"
+    assert "hunter2" not in repr(config)
+    assert Config.from_env({}).database_url is None
 
 
 # --- the real console script ------------------------------------------------------------------------------
@@ -291,6 +308,20 @@ def test_chat_finds_the_console_adapter_and_approves_a_delete(terminal, tmp_path
     assert "Deleted old.log." in out
     assert not (tmp_path / "countersign-sandbox" / "old.log").exists()
     assert (tmp_path / "cs.db").exists()
+
+
+def test_chat_on_postgresql_keeps_everything_in_the_database(terminal, tmp_path, monkeypatch, capsys, postgres_url):
+    monkeypatch.setenv("COUNTERSIGN_DATABASE_URL", postgres_url)
+    terminal("delete old.log\ny\n")
+
+    assert main(["chat", "--user", "ana"]) == 0
+
+    assert "Deleted old.log." in capsys.readouterr().out
+    assert not (tmp_path / "cs.db").exists(), "COUNTERSIGN_DATABASE_URL wins over COUNTERSIGN_DB"
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT actor, action FROM audit ORDER BY id").fetchall() == [
+            ("ana", "paused"), ("ana", "approved"),
+        ]
 
 
 def test_chat_with_an_openai_compatible_server_pauses_asks_and_answers(terminal, tmp_path, monkeypatch, capsys):

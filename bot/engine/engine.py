@@ -57,7 +57,7 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.messages import ChatMessage, new_id
 from bot.tools import Tool
-from storage import AsyncStorage, NewApproval, NotFound, StorageError, open_storage
+from storage import NewApproval, NotFound, StorageError, open_async_storage
 
 logger = logging.getLogger(__name__)
 
@@ -112,16 +112,18 @@ class Engine:
         tools: Sequence[Tool] | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> Engine:
-        """Open storage at ``config.db_path`` and build the engine.
+        """Open storage (PostgreSQL at ``config.database_url``, else SQLite at ``config.db_path``), build the engine.
 
         >>> engine = await Engine.create(Config.from_env())
         """
         chosen_tools = list(tools) if tools is not None else config.load_tools()
         chosen_generator = generator if generator is not None else config.build_generator()
-        sync_storage = await asyncio.to_thread(open_storage, config.db_path, last_k=config.history_last_k)
+        storage = await open_async_storage(
+            config.db_path, database_url=config.database_url, last_k=config.history_last_k
+        )
         return cls(
             config=config,
-            storage=AsyncStorage(sync_storage),
+            storage=storage,
             generator=chosen_generator,
             tools=chosen_tools,
             clock=clock,

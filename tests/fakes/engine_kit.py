@@ -1,7 +1,8 @@
 """Test data for the engine's end-to-end tests: a controllable clock, recording tools, messages, a harness.
 
-Everything here is real: the harness opens a real :class:`bot.engine.engine.Engine` on a SQLite file,
-with real tools whose executions are recorded and a :class:`RecordingSurface`.
+Everything here is real: the harness opens a real :class:`bot.engine.engine.Engine` on a SQLite file
+(or on PostgreSQL, given ``database_url=``), with real tools whose executions are recorded and a
+:class:`RecordingSurface`.
 
 >>> h = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
 >>> await h.say("delete a.txt")
@@ -182,7 +183,7 @@ def tool_results(messages: Sequence[ChatMessage]) -> list[tuple[str, str, bool]]
 
 @dataclass
 class Harness:
-    """A started engine on a SQLite file, its surface, generator, tools and clock."""
+    """A started engine on a SQLite file (or PostgreSQL), its surface, generator, tools and clock."""
 
     engine: Engine
     surface: RecordingSurface
@@ -192,6 +193,7 @@ class Harness:
     db_path: Path
     tool_list: list[Tool]
     admins: frozenset[str]
+    database_url: str | None = None
     closed: bool = False
     _events: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -220,15 +222,18 @@ class Harness:
         )
         surface = RecordingSurface()
         engine.register_surface(PLATFORM, surface)
-        harness = cls(engine, surface, generator, tools, clock, db_path, tool_list, admins)
+        harness = cls(
+            engine, surface, generator, tools, clock, db_path, tool_list, admins, config.get("database_url")
+        )
         if start:
             await engine.start(sweep=False)
         return harness
 
     async def reopen(self, *, generator: Any = None, surface: RecordingSurface | None = None) -> Harness:
-        """A NEW engine on the same database file (as after a restart), started; the old one is left as is."""
+        """A NEW engine on the same database (as after a restart, or another replica), started; the old one is
+        left as is."""
         engine = await Engine.create(
-            Config(db_path=self.db_path, admins=self.admins),
+            Config(db_path=self.db_path, admins=self.admins, database_url=self.database_url),
             generator=generator if generator is not None else self.generator,
             tools=self.tool_list,
             clock=self.clock,
@@ -237,7 +242,7 @@ class Harness:
         engine.register_surface(PLATFORM, surface)
         await engine.start(sweep=False)
         return Harness(engine, surface, engine.agent.chat_generator, self.tools, self.clock, self.db_path,
-                       self.tool_list, self.admins)
+                       self.tool_list, self.admins, self.database_url)
 
     def thread(self, name: str = "1700000000.000100", channel: str = CHANNEL) -> ThreadRef:
         """A thread in the test workspace."""

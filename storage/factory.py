@@ -1,0 +1,33 @@
+"""``open_async_storage``: the one place that chooses the backend.
+
+With a ``postgresql://`` URL the stores live in PostgreSQL (several replicas, one database);
+otherwise in the SQLite file, behind :class:`storage.AsyncStorage`. Both have the same shape: the
+same store attributes, every method awaitable, ``aclose()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+from storage.aio import AsyncStorage
+from storage.database import open_storage
+
+
+async def open_async_storage(
+    db_path: str | pathlib.Path, *, database_url: str | None = None, last_k: int = 10
+) -> Any:
+    """Open PostgreSQL at ``database_url`` when given, else the SQLite file ``db_path``; run pending migrations.
+
+    >>> storage = await open_async_storage("countersign.db", database_url=None, last_k=30)
+    >>> await storage.events.first_time("slack:Ev1")
+    True
+    >>> await storage.aclose()
+    """
+    if database_url:
+        # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
+        from storage.postgres import open_postgres_storage
+
+        return await open_postgres_storage(database_url, last_k=last_k)
+    return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k))

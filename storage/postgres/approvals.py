@@ -1,0 +1,307 @@
+"""Approvals on PostgreSQL: :class:`PostgresApprovalStore`. Deciding is one conditional ``UPDATE … RETURNING``.
+
+Every move out of ``pending`` checks the status (and, for decisions, the expiry) in the statement that
+writes it. Under READ COMMITTED a concurrent writer of the same row waits for the first one to commit
+and then re-checks the condition against the new row, so any number of replicas get one winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.errors import UniqueViolation
+from psycopg.types.json import Json, Jsonb
+
+from storage.approvals import SYSTEM_ACTOR, _row_values
+from storage.codec import epoch, loads
+from storage.errors import AlreadyExists, NotFound
+from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
+from storage.protocols import CLOSING_STATUSES, DECISION_STATUSES, VOTES, ApprovalRecord, Instant, NewApproval, Vote
+
+_COLUMNS = (
+    "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
+    "approvers, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
+    "decided_at, feedback, final_arguments_json::text, created_at, expires_at"
+)
+_INSERT_COLUMNS = (
+    "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
+    "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, status"
+)
+
+
+def _record(row: Any) -> ApprovalRecord:
+    approval_id = row[0]
+
+    def parse(text: str | None) -> Any:
+        return loads(text, kind="approval", record_id=approval_id)
+
+    return ApprovalRecord(
+        approval_id=approval_id,
+        run_id=row[1],
+        step=row[2],
+        tool_call_id=row[3],
+        tool_name=row[4],
+        arguments=parse(row[5]),
+        args_digest=row[6],
+        requester=row[7],
+        mode=row[8],
+        approvers=tuple(row[9]),
+        quorum=row[10],
+        four_eyes=bool(row[11]),
+        platform=row[12],
+        chat_history_id=row[13],
+        message_ref=parse(row[14]),
+        status=row[15],
+        decided_by=row[16],
+        decided_at=utc_or_none(row[17]),
+        feedback=row[18],
+        final_arguments=parse(row[19]),
+        created_at=utc(row[20]),
+        expires_at=utc(row[21]),
+    )
+
+
+def _insert_values(new: NewApproval, now: float) -> list[Any]:
+    """The shared validation of :func:`storage.approvals._row_values`, as PostgreSQL column values."""
+    (approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode, approvers, quorum,
+     four_eyes, platform, chat_history_id, created, expires) = _row_values(new, now)
+    return [
+        approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode,
+        Jsonb(list(new.approvers)), quorum, bool(four_eyes), platform, chat_history_id,
+        instant(created), instant(expires), "pending",
+    ]
+
+
+class PostgresApprovalStore:
+    """One approval per paused tool call, with the semantics of :class:`storage.SQLiteApprovalStore`."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]:
+        """Store the approvals of one paused step in one transaction (all or none) and return them.
+
+        >>> [a] = await storage.approvals.create_many([NewApproval(run_id="run-1", step=1, tool_call_id="call_1",
+        ...     tool_name="delete_file", arguments={"path": "a.txt"}, requester="U1", platform="slack",
+        ...     chat_history_id="slack:T1:C1:170.1", expires_at=now + timedelta(hours=1))])
+        """
+        now = epoch(None)
+        rows = [_insert_values(record, now) for record in records]
+        if not rows:
+            return []
+        run_ids = list(dict.fromkeys(row[1] for row in rows))
+        placeholders = ", ".join(f"({', '.join(['%s'] * len(rows[0]))})" for _ in rows)
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute("SELECT run_id FROM runs WHERE run_id = ANY(%s)", [run_ids])
+            found = {row[0] for row in await cursor.fetchall()}
+            for run_id in run_ids:
+                if run_id not in found:
+                    raise NotFound(f"run {run_id!r} not found")
+            try:
+                async with conn.transaction():  # a savepoint: the clash becomes AlreadyExists, not a dead transaction
+                    cursor = await conn.execute(
+                        f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} RETURNING {_COLUMNS}",
+                        [value for row in rows for value in row],
+                    )
+            except UniqueViolation as exc:
+                raise AlreadyExists(
+                    "an approval with one of these ids, or a pending approval for one of these tool calls, exists"
+                ) from exc
+            created = {record.approval_id: record for record in map(_record, await cursor.fetchall())}
+        return [created[row[0]] for row in rows]
+
+    async def get(self, approval_id: str) -> ApprovalRecord:
+        """The approval, or :class:`NotFound`.
+
+        >>> (await storage.approvals.get(approval_id)).tool_name
+        'delete_file'
+        """
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM approvals WHERE approval_id = %s", [approval_id])
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return _record(row)
+
+    async def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]:
+        """The run's approvals (of one step, if given) in the order they were created.
+
+        >>> [a.tool_call_id for a in await storage.approvals.for_run("run-1", step=1)]
+        ['call_1', 'call_2']
+        """
+        sql = f"SELECT {_COLUMNS} FROM approvals WHERE run_id = %s"
+        params: list[Any] = [run_id]
+        if step is not None:
+            sql += " AND step = %s"
+            params.append(step)
+        rows = await self.db.fetchall(sql + " ORDER BY step, seq", params)
+        return [_record(row) for row in rows]
+
+    async def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
+        """Record where the approvals were rendered; returns rows changed.
+
+        >>> await storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        1
+        """
+        ids = list(approval_ids)
+        if not ids:
+            return 0
+        return await self.db.execute(
+            "UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s)", [Json(message_ref), ids]
+        )
+
+    async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
+        """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.
+
+        Returns ``None`` if the approval is no longer pending or has expired. Voters on one approval
+        are serialised by a row lock, so the count each one sees includes every earlier vote.
+
+        >>> await storage.approvals.add_vote(approval_id, "U2", "confirm")
+        1
+        """
+        if vote not in VOTES:
+            raise ValueError(f"unknown vote {vote!r}; expected one of {VOTES}")
+        at = instant(now)
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT status, expires_at FROM approvals WHERE approval_id = %s FOR UPDATE", [approval_id]
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise NotFound(f"approval {approval_id!r} not found")
+            if row[0] != "pending" or row[1] <= at:
+                return None
+            await conn.execute(
+                "INSERT INTO votes (approval_id, voter, vote, voted_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (approval_id, voter) DO NOTHING",
+                [approval_id, voter, vote, at],
+            )
+            cursor = await conn.execute(
+                "SELECT COUNT(*) FROM votes WHERE approval_id = %s AND vote = 'confirm'", [approval_id]
+            )
+            counted = await cursor.fetchone()
+        return int(counted[0]) if counted else 0
+
+    async def votes(self, approval_id: str) -> list[Vote]:
+        """Every vote on the approval, oldest first.
+
+        >>> [(v.voter, v.vote) for v in await storage.approvals.votes(approval_id)]
+        [('U2', 'confirm')]
+        """
+        rows = await self.db.fetchall(
+            "SELECT approval_id, voter, vote, voted_at FROM votes WHERE approval_id = %s ORDER BY voted_at, seq",
+            [approval_id],
+        )
+        return [Vote(approval_id=r[0], voter=r[1], vote=r[2], voted_at=utc(r[3])) for r in rows]
+
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        decided_by: str,
+        feedback: str | None = None,
+        final_arguments: dict[str, Any] | None = None,
+        now: Instant = None,
+    ) -> bool:
+        """Claim the approval for one decision; ``True`` for exactly one caller, never after expiry.
+
+        >>> await storage.approvals.decide(approval_id, status="approved", decided_by="U2")
+        True
+        >>> await storage.approvals.decide(approval_id, status="rejected", decided_by="U3")  # too late
+        False
+        """
+        if status not in DECISION_STATUSES:
+            raise ValueError(f"a decision is one of {DECISION_STATUSES}, not {status!r}")
+        at = instant(now)
+        row = await self.db.fetchone(
+            "UPDATE approvals SET status = %s, decided_by = %s, decided_at = %s, feedback = %s, "
+            "final_arguments_json = %s WHERE approval_id = %s AND status = 'pending' AND expires_at > %s "
+            "RETURNING true",
+            [
+                status,
+                decided_by,
+                at,
+                None if feedback is None else Json(feedback),
+                None if final_arguments is None else Json(final_arguments),
+                approval_id,
+                at,
+            ],
+        )
+        if row is None:
+            await self._exists(approval_id)
+            return False
+        return True
+
+    async def expire(self, approval_id: str, now: Instant = None) -> bool:
+        """Mark a pending approval ``expired`` if it is due; return whether this caller did.
+
+        >>> await storage.approvals.expire(approval_id, now=after_expiry)
+        True
+        """
+        at = instant(now)
+        row = await self.db.fetchone(
+            "UPDATE approvals SET status = 'expired', decided_by = %s, decided_at = %s "
+            "WHERE approval_id = %s AND status = 'pending' AND expires_at <= %s RETURNING true",
+            [SYSTEM_ACTOR, at, approval_id, at],
+        )
+        if row is None:
+            await self._exists(approval_id)
+            return False
+        return True
+
+    async def _exists(self, approval_id: str) -> None:
+        if await self.db.fetchone("SELECT 1 FROM approvals WHERE approval_id = %s", [approval_id]) is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+
+    async def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]:
+        """Close the run's pending approvals as ``superseded`` or ``cancelled``; return the ids changed.
+
+        >>> await storage.approvals.close_pending_for_run("run-1", "superseded", "a new message arrived")
+        ['kq3...', 'Zx8...']
+        """
+        if status not in CLOSING_STATUSES:
+            raise ValueError(f"closing status is one of {CLOSING_STATUSES}, not {status!r}")
+        rows = await self.db.fetchall(
+            "UPDATE approvals SET status = %s, decided_by = %s, decided_at = now(), feedback = %s "
+            "WHERE run_id = %s AND status = 'pending' RETURNING approval_id",
+            [status, SYSTEM_ACTOR, Json(reason), run_id],
+        )
+        return sorted(row[0] for row in rows)
+
+    async def due_for_expiry(self, now: Instant = None, limit: int = 100) -> list[ApprovalRecord]:
+        """Pending approvals whose expiry time has passed, soonest-expired first (an index range scan).
+
+        >>> [a.approval_id for a in await storage.approvals.due_for_expiry(now=after_expiry)]
+        ['kq3...']
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' AND expires_at <= %s "
+            "ORDER BY expires_at LIMIT %s",
+            [instant(now), limit],
+        )
+        return [_record(row) for row in rows]
+
+    async def pending(
+        self, platform: str | None = None, chat_history_id: str | None = None, approver: str | None = None
+    ) -> list[ApprovalRecord]:
+        """Pending approvals, oldest first, optionally of one platform, thread, or approver.
+
+        ``approver`` matches approvals that list the user, and approvals with no list whose requester
+        is the user (an empty list means "the requester and admins").
+
+        >>> [a.tool_name for a in await storage.approvals.pending(approver="U2")]
+        ['delete_file']
+        """
+        sql = f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending'"
+        params: list[Any] = []
+        if platform is not None:
+            sql += " AND platform = %s"
+            params.append(platform)
+        if chat_history_id is not None:
+            sql += " AND chat_history_id = %s"
+            params.append(chat_history_id)
+        if approver is not None:
+            sql += " AND (approvers ? %s OR (approvers = '[]'::jsonb AND requester = %s))"
+            params += [approver, approver]
+        rows = await self.db.fetchall(sql + " ORDER BY created_at, seq", params)
+        return [_record(row) for row in rows]

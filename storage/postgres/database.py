@@ -1,0 +1,132 @@
+"""The connection pool of the PostgreSQL backend and the one place where driver errors become ``StorageError``.
+
+Connections are in autocommit mode: a single statement is its own transaction, and a method that
+needs several statements opens :meth:`PostgresDatabase.transaction` explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from storage.codec import epoch
+from storage.errors import StorageError
+from storage.protocols import Instant
+
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 10
+DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+"""No statement may hold a connection (and its locks) longer than this."""
+
+
+def instant(now: Instant) -> datetime:
+    """The aware UTC datetime of ``now`` (an aware datetime, epoch seconds, or ``None`` for now).
+
+    >>> instant(60.0)
+    datetime.datetime(1970, 1, 1, 0, 1, tzinfo=datetime.timezone.utc)
+    """
+    return datetime.fromtimestamp(epoch(now), tz=UTC)
+
+
+def utc(value: datetime) -> datetime:
+    """A ``timestamptz`` read back, in UTC whatever the session's time zone."""
+    return value.astimezone(UTC)
+
+
+def utc_or_none(value: datetime | None) -> datetime | None:
+    """Like :func:`utc`, passing ``None`` through."""
+    return None if value is None else value.astimezone(UTC)
+
+
+class PostgresDatabase:
+    """An open ``AsyncConnectionPool`` on one database (and schema, through the URL's ``search_path``).
+
+    >>> db = await PostgresDatabase.open("postgresql://bot@db.internal/countersign")
+    >>> async with db.connection() as conn:
+    ...     await conn.execute("SELECT 1")
+    >>> await db.close()
+    """
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = DEFAULT_POOL_MIN,
+        max_size: int = DEFAULT_POOL_MAX,
+        statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        connect_timeout: float = 30.0,
+    ) -> PostgresDatabase:
+        """Open the pool and wait for its first connection; ``StorageError`` if the server cannot be reached."""
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
+
+        pool = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=configure,
+            # An empty round trip before each use: a connection the server dropped while it sat idle (a
+            # restart, a failover, a proxy's timeout) is replaced instead of failing the caller's statement.
+            check=AsyncConnectionPool.check_connection,
+            timeout=connect_timeout,
+            open=False,
+            name="countersign",
+        )
+        try:
+            await pool.open(wait=True, timeout=connect_timeout)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        return cls(pool)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection (autocommit); any driver error leaves as :class:`StorageError`."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside ``BEGIN … COMMIT`` (rolled back if the block raises)."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def fetchone(self, sql: str, params: Any = None) -> Any:
+        """The first row of one statement, or ``None``."""
+        async with self.connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()
+
+    async def fetchall(self, sql: str, params: Any = None) -> list[Any]:
+        """Every row of one statement."""
+        async with self.connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def execute(self, sql: str, params: Any = None) -> int:
+        """Run one statement and return how many rows it changed."""
+        async with self.connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return cursor.rowcount
+
+    async def close(self) -> None:
+        """Close every connection of the pool; later use raises :class:`StorageError`."""
+        await self.pool.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

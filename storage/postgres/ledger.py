@@ -1,0 +1,108 @@
+"""The tool execution ledger on PostgreSQL: :class:`PostgresToolLedger`, for at-most-once execution.
+
+``begin`` is ``INSERT … ON CONFLICT DO NOTHING``: the primary key on the tool-call id lets one caller,
+on any replica, ever record ``executing``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Json
+
+from storage.errors import NotFound
+from storage.postgres.database import PostgresDatabase, utc, utc_or_none
+from storage.protocols import LedgerEntry
+
+_COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
+
+
+def _entry(row: Any) -> LedgerEntry:
+    return LedgerEntry(
+        tool_call_id=row[0],
+        run_id=row[1],
+        tool_name=row[2],
+        args_digest=row[3],
+        status=row[4],
+        result=row[5],
+        started_at=utc(row[6]),
+        finished_at=utc_or_none(row[7]),
+    )
+
+
+class PostgresToolLedger:
+    """Per tool call: ``executing → done | failed``, with the semantics of :class:`storage.SQLiteToolLedger`."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def begin(
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
+    ) -> bool:
+        """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.
+
+        >>> await storage.ledger.begin("call_1", digest, run_id="run-1", tool_name="delete_file")
+        True
+        >>> await storage.ledger.begin("call_1", digest)  # a retry, a replica, a double click
+        False
+        """
+        return (
+            await self.db.execute(
+                "INSERT INTO ledger (tool_call_id, run_id, tool_name, args_digest, status, started_at) "
+                "VALUES (%s, %s, %s, %s, 'executing', now()) ON CONFLICT (tool_call_id) DO NOTHING",
+                [tool_call_id, run_id, tool_name, args_digest],
+            )
+            == 1
+        )
+
+    async def finish(self, tool_call_id: str, ok: bool, result: str) -> bool:
+        """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.
+
+        >>> await storage.ledger.finish("call_1", ok=True, result="deleted a.txt")
+        True
+        """
+        return await self._close(tool_call_id, "done" if ok else "failed", result)
+
+    async def mark_unknown(self, tool_call_id: str, result: str) -> bool:
+        """Crash recovery: an entry still ``executing`` becomes ``failed`` with ``result``.
+
+        >>> await storage.ledger.mark_unknown("call_1", "outcome unknown: the bot stopped while this tool was running")
+        True
+        """
+        return await self._close(tool_call_id, "failed", result)
+
+    async def _close(self, tool_call_id: str, status: str, result: str) -> bool:
+        # The result is stored as a JSON string: tool output may hold characters (NUL) that text refuses.
+        row = await self.db.fetchone(
+            "UPDATE ledger SET status = %s, result = %s, finished_at = now() "
+            "WHERE tool_call_id = %s AND status = 'executing' RETURNING true",
+            [status, Json(result), tool_call_id],
+        )
+        if row is not None:
+            return True
+        if await self.db.fetchone("SELECT 1 FROM ledger WHERE tool_call_id = %s", [tool_call_id]) is None:
+            raise NotFound(f"no ledger entry for tool call {tool_call_id!r}")
+        return False
+
+    async def get(self, tool_call_id: str) -> LedgerEntry | None:
+        """The entry for the call, or ``None`` if it never began.
+
+        >>> (await storage.ledger.get("call_1")).status
+        'done'
+        """
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM ledger WHERE tool_call_id = %s", [tool_call_id])
+        return None if row is None else _entry(row)
+
+    async def executing(self, run_id: str | None = None) -> list[LedgerEntry]:
+        """Entries still ``executing`` (of one run, if given), oldest first: after a crash, the unknowns.
+
+        >>> [e.tool_call_id for e in await storage.ledger.executing()]
+        []
+        """
+        sql = f"SELECT {_COLUMNS} FROM ledger WHERE status = 'executing'"
+        params: list[Any] = []
+        if run_id is not None:
+            sql += " AND run_id = %s"
+            params.append(run_id)
+        rows = await self.db.fetchall(sql + " ORDER BY started_at, seq", params)
+        return [_entry(row) for row in rows]

@@ -1,0 +1,140 @@
+"""Thread history on PostgreSQL: :class:`PostgresChatMessageStore`.
+
+Each message is its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number; the primary key
+``(chat_history_id, seq)`` makes the last k messages one short backward index scan. Writers to one
+thread take a transaction-scoped advisory lock on it, so sequence numbers never collide across replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot.messages import ChatMessage, ChatRole
+from storage.codec import dumps, loads
+from storage.errors import CorruptRecord
+from storage.messages import _check_k
+from storage.postgres.database import PostgresDatabase
+
+_TOOL = ChatRole.TOOL.value
+THREAD_LOCK = "countersign.messages"
+"""With the thread's id, the key of the advisory lock that serialises writers to one thread."""
+
+_NEWEST = (
+    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s ORDER BY seq DESC LIMIT %s"
+)
+# From the newest message before ``seq`` that is not a tool result (the assistant message that made the
+# call) up to ``seq``: what a window starting on a tool result must reach back to include.
+_REACH_BACK = (
+    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s AND seq < %s "
+    "AND seq >= (SELECT seq FROM messages WHERE chat_history_id = %s AND seq < %s AND role <> %s "
+    "ORDER BY seq DESC LIMIT 1) ORDER BY seq DESC"
+)
+
+
+class PostgresChatMessageStore:
+    """Chat history per thread in PostgreSQL, with the semantics of :class:`storage.SQLiteChatMessageStore`.
+
+    >>> store = PostgresChatMessageStore(db, last_k=10)
+    >>> await store.write_messages("slack:T1:C1:1700000000.000100", [ChatMessage.from_user("hi")])
+    1
+    """
+
+    def __init__(self, db: PostgresDatabase, last_k: int = 10, skip_system_messages: bool = True) -> None:
+        self.db = db
+        self.last_k = _check_k(last_k)
+        self.skip_system_messages = skip_system_messages
+
+    async def write_messages(self, chat_history_id: str, messages: Sequence[ChatMessage]) -> int:
+        """Append ``messages`` to the thread and return how many were new (idempotent by message id).
+
+        >>> await store.write_messages("t1", [question, answer])
+        2
+        >>> await store.write_messages("t1", [question, answer])
+        0
+        """
+        rows: dict[str, tuple[str, str]] = {}
+        for message in messages:
+            if self.skip_system_messages and message.is_from(ChatRole.SYSTEM):
+                continue
+            rows.setdefault(message.id, (message.role.value, dumps(message.to_dict())))  # the first copy wins
+        if not rows:
+            return 0
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [THREAD_LOCK, chat_history_id]
+            )
+            cursor = await conn.execute(
+                "SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE chat_history_id = %s), 0), "
+                "ARRAY(SELECT message_id FROM messages WHERE chat_history_id = %s AND message_id = ANY(%s))",
+                [chat_history_id, chat_history_id, list(rows)],
+            )
+            last_seq, existing = await cursor.fetchone()  # type: ignore[misc]
+            known = set(existing)
+            fresh = [(message_id, role, data) for message_id, (role, data) in rows.items() if message_id not in known]
+            if not fresh:
+                return 0
+            await conn.execute(
+                "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
+                "SELECT %s, %s + ord, message_id, role, data::json, now() "
+                "FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t(message_id, role, data, ord)",
+                [
+                    chat_history_id,
+                    last_seq,
+                    [row[0] for row in fresh],
+                    [row[1] for row in fresh],
+                    [row[2] for row in fresh],
+                ],
+            )
+        return len(fresh)
+
+    async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]:
+        """The last ``last_k`` messages (default: the store's), oldest first; never starts on a tool result.
+
+        A window that would start on a tool result reaches back to the assistant message that made the
+        call; tool results with no call before them at all are left out.
+
+        >>> [m.role for m in await store.retrieve_messages("t1", last_k=2)]
+        [<ChatRole.ASSISTANT: 'assistant'>, <ChatRole.TOOL: 'tool'>]
+        """
+        k = self.last_k if last_k is None else _check_k(last_k)
+        # Two short statements, as in SQLite: each plans in microseconds, and the second is rarely needed.
+        async with self.db.connection() as conn:
+            cursor = await conn.execute(_NEWEST, [chat_history_id, k])
+            rows = await cursor.fetchall()  # newest first
+            if rows and rows[-1][1] == _TOOL:
+                oldest = rows[-1][0]
+                cursor = await conn.execute(_REACH_BACK, [chat_history_id, oldest, chat_history_id, oldest, _TOOL])
+                rows += await cursor.fetchall()
+        # Results with no call before them at all (the window reached the thread's start): left out.
+        while rows and rows[-1][1] == _TOOL:
+            rows.pop()
+        rows.reverse()
+        return [self._decode(chat_history_id, message_id, data) for _, _, message_id, data in rows]
+
+    @staticmethod
+    def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
+        record_id = f"{chat_history_id}/{message_id}"
+        try:
+            return ChatMessage.from_dict(loads(data, kind="message", record_id=record_id))
+        except CorruptRecord:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptRecord("message", record_id, f"not a chat message ({exc!r})") from exc
+
+    async def count_messages(self, chat_history_id: str) -> int:
+        """How many messages the thread has stored.
+
+        >>> await store.count_messages("t1")
+        2
+        """
+        row = await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE chat_history_id = %s", [chat_history_id])
+        return int(row[0])
+
+    async def delete_messages(self, chat_history_id: str) -> int:
+        """Delete the thread's history and return how many messages were removed.
+
+        >>> await store.delete_messages("t1")
+        2
+        """
+        return await self.db.execute("DELETE FROM messages WHERE chat_history_id = %s", [chat_history_id])
+

@@ -1,0 +1,246 @@
+"""The PostgreSQL schema, as its own ordered list of forward migrations.
+
+Migration N brings a schema from version N-1 to N; ``schema_version`` records each one applied.
+:func:`migrate` runs them in one transaction under a transaction-scoped advisory lock keyed by the
+schema, so replicas starting together apply each migration exactly once, and a failed upgrade leaves
+the schema as it was (PostgreSQL DDL is transactional). Never edit a released migration: append one.
+
+Times are ``timestamptz``; structured values are ``json`` (kept as written, key order included) except
+``approvers``, which is ``jsonb`` because :meth:`pending` looks inside it. Tables whose rows are listed
+"oldest first" carry an identity ``seq`` that breaks ties between equal times, as SQLite's rowid does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from storage.errors import StorageError, UnknownSchemaVersion
+
+Migration = Sequence[str]
+"""The statements of one migration, run in order."""
+
+_INITIAL_SCHEMA: Migration = (
+    """
+    CREATE TABLE messages (
+        chat_history_id text NOT NULL,
+        seq bigint NOT NULL,
+        message_id text NOT NULL,
+        role text NOT NULL,
+        data json NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (chat_history_id, seq),
+        UNIQUE (chat_history_id, message_id)
+    )
+    """,
+    """
+    CREATE TABLE runs (
+        run_id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        chat_history_id text NOT NULL,
+        platform text NOT NULL,
+        workspace text,
+        channel text,
+        thread text,
+        requester text,
+        status text NOT NULL CHECK (status IN ('running', 'paused', 'resuming', 'finished', 'failed', 'expired')),
+        step integer NOT NULL DEFAULT 0,
+        snapshot_json json,
+        error json,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL
+    )
+    """,
+    "CREATE INDEX runs_thread_status ON runs (chat_history_id, status)",
+    "CREATE INDEX runs_status ON runs (status, created_at, seq)",
+    """
+    CREATE TABLE approvals (
+        approval_id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        run_id text NOT NULL REFERENCES runs (run_id),
+        step integer NOT NULL,
+        tool_call_id text NOT NULL,
+        tool_name text NOT NULL,
+        arguments_json json NOT NULL,
+        args_digest text NOT NULL,
+        requester text NOT NULL,
+        mode text NOT NULL,
+        approvers jsonb NOT NULL,
+        quorum integer NOT NULL,
+        four_eyes boolean NOT NULL,
+        platform text NOT NULL,
+        chat_history_id text NOT NULL,
+        message_ref_json json,
+        status text NOT NULL CHECK (
+            status IN ('pending', 'approved', 'rejected', 'modified', 'expired', 'superseded', 'cancelled')
+        ),
+        decided_by text,
+        decided_at timestamptz,
+        feedback json,
+        final_arguments_json json,
+        created_at timestamptz NOT NULL,
+        expires_at timestamptz NOT NULL
+    )
+    """,
+    # due_for_expiry() reads this index; decide()'s expiry check is on the primary-key row.
+    "CREATE INDEX approvals_status_expiry ON approvals (status, expires_at)",
+    "CREATE INDEX approvals_run_step ON approvals (run_id, step, seq)",
+    "CREATE INDEX approvals_thread_status ON approvals (chat_history_id, status)",
+    # At most one pending approval per tool call of a run.
+    "CREATE UNIQUE INDEX approvals_one_pending_per_call ON approvals (run_id, tool_call_id) WHERE status = 'pending'",
+    """
+    CREATE TABLE votes (
+        approval_id text NOT NULL REFERENCES approvals (approval_id),
+        voter text NOT NULL,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        vote text NOT NULL,
+        voted_at timestamptz NOT NULL,
+        PRIMARY KEY (approval_id, voter)
+    )
+    """,
+    """
+    CREATE TABLE ledger (
+        tool_call_id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        run_id text,
+        tool_name text,
+        args_digest text NOT NULL,
+        status text NOT NULL CHECK (status IN ('executing', 'done', 'failed')),
+        result json,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz
+    )
+    """,
+    "CREATE INDEX ledger_status_run ON ledger (status, run_id)",
+    """
+    CREATE TABLE policy_rules (
+        scope text NOT NULL,
+        tool_key text NOT NULL,
+        mode text,
+        approvers jsonb,
+        quorum integer,
+        four_eyes boolean,
+        ttl_seconds integer,
+        updated_by text NOT NULL,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (scope, tool_key)
+    )
+    """,
+    """
+    CREATE TABLE tool_groups (
+        group_name text NOT NULL,
+        tool_name text NOT NULL,
+        PRIMARY KEY (group_name, tool_name)
+    )
+    """,
+    "CREATE INDEX tool_groups_tool ON tool_groups (tool_name)",
+    """
+    CREATE TABLE confirmations (
+        scope text NOT NULL,
+        tool_name text NOT NULL,
+        args_digest text NOT NULL,
+        confirmed_by text NOT NULL,
+        confirmed_at timestamptz NOT NULL,
+        PRIMARY KEY (scope, tool_name, args_digest)
+    )
+    """,
+    """
+    CREATE TABLE audit (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at timestamptz NOT NULL,
+        actor text NOT NULL,
+        action text NOT NULL,
+        subject text NOT NULL,
+        details_json json NOT NULL
+    )
+    """,
+    "CREATE INDEX audit_subject ON audit (subject, id)",
+    "CREATE INDEX audit_actor ON audit (actor, id)",
+    # Append-only, enforced by the database itself and not only by the absence of an update method.
+    """
+    CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'the audit log is append-only';
+    END
+    $$
+    """,
+    "CREATE TRIGGER audit_no_update_or_delete BEFORE UPDATE OR DELETE ON audit "
+    "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+    "CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only()",
+    "CREATE TABLE events (event_key text PRIMARY KEY, seen_at timestamptz NOT NULL)",
+    "CREATE INDEX events_seen_at ON events (seen_at)",
+    """
+    CREATE TABLE conversations (
+        key text PRIMARY KEY,
+        data_json json NOT NULL,
+        updated_at timestamptz NOT NULL
+    )
+    """,
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA]
+"""Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
+
+LATEST_VERSION = len(MIGRATIONS)
+
+MIGRATION_LOCK = "countersign.migrations"
+"""With the schema's name, the key of the advisory lock that :func:`migrate` holds."""
+
+
+async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
+    """The schema's version (0 for a schema that countersign never touched)."""
+    cursor = await conn.execute("SELECT to_regclass('schema_version') IS NOT NULL")
+    row = await cursor.fetchone()
+    if not row or not row[0]:
+        return 0
+    cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def migrate(
+    conn: psycopg.AsyncConnection[Any], target: int | None = None, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Bring the connection's current schema forward to ``target`` (default: the latest) and return its version.
+
+    Raises :class:`UnknownSchemaVersion` for a schema written by a newer countersign, before changing
+    anything, and :class:`StorageError` when the ``search_path`` names no existing schema.
+
+    >>> async with db.connection() as conn:
+    ...     await migrate(conn)
+    1
+    """
+    latest = len(migrations)
+    target = latest if target is None else target
+    if not 0 <= target <= latest:
+        raise ValueError(f"target must be between 0 and {latest}")
+    # Every replica but the first finds the schema up to date: no lock, no transaction.
+    current = await schema_version(conn)
+    if current > latest:
+        raise UnknownSchemaVersion(current, latest)
+    if current >= target:
+        return current
+    async with conn.transaction():
+        cursor = await conn.execute("SELECT current_schema()")
+        row = await cursor.fetchone()
+        schema = row[0] if row else None
+        if schema is None:
+            raise StorageError(
+                "the PostgreSQL search_path names no existing schema: create it, or fix the URL's search_path"
+            )
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [MIGRATION_LOCK, schema]
+        )
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+        )
+        current = await schema_version(conn)
+        if current > latest:
+            raise UnknownSchemaVersion(current, latest)
+        for version in range(current + 1, target + 1):
+            for statement in migrations[version - 1]:
+                await conn.execute(statement)
+            await conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, now())", [version])
+    return max(current, target)

@@ -1,0 +1,178 @@
+"""Agent runs on PostgreSQL: :class:`PostgresRunStore`. Status changes are conditional ``UPDATE``s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Json
+
+from storage.codec import loads
+from storage.errors import AlreadyExists, CorruptRecord, NotFound
+from storage.postgres.database import PostgresDatabase, instant, utc
+from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunRecord
+from storage.runs import _SETTABLE, _check_status, _snapshot_text
+
+_COLUMNS = (
+    "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
+    "snapshot_json IS NOT NULL, created_at, updated_at"
+)
+
+
+def _record(row: Any) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        chat_history_id=row[1],
+        platform=row[2],
+        workspace=row[3],
+        channel=row[4],
+        thread=row[5],
+        requester=row[6],
+        status=row[7],
+        step=row[8],
+        error=row[9],
+        has_snapshot=bool(row[10]),
+        created_at=utc(row[11]),
+        updated_at=utc(row[12]),
+    )
+
+
+class PostgresRunStore:
+    """One row per agent invocation, with the semantics of :class:`storage.runs.SQLiteRunStore`."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def create(
+        self,
+        run_id: str,
+        *,
+        chat_history_id: str,
+        platform: str,
+        workspace: str,
+        channel: str,
+        thread: str,
+        requester: str,
+        status: str = "running",
+        now: Instant = None,
+    ) -> RunRecord:
+        """Record a new run and return it; :class:`AlreadyExists` if the id is taken.
+
+        >>> (await storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
+        ...     workspace="T1", channel="C1", thread="170.1", requester="U1")).status
+        'running'
+        """
+        at = instant(now)
+        row = await self.db.fetchone(
+            "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
+            "status, step, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s) "
+            f"ON CONFLICT (run_id) DO NOTHING RETURNING {_COLUMNS}",
+            [run_id, chat_history_id, platform, workspace, channel, thread, requester, _check_status(status), at, at],
+        )
+        if row is None:
+            raise AlreadyExists(f"run {run_id!r} exists already")
+        return _record(row)
+
+    async def get(self, run_id: str) -> RunRecord:
+        """The run, or :class:`NotFound`.
+
+        >>> (await storage.runs.get("run-1")).requester
+        'U1'
+        """
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs WHERE run_id = %s", [run_id])
+        if row is None:
+            raise NotFound(f"run {run_id!r} not found")
+        return _record(row)
+
+    async def transition(
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+    ) -> bool:
+        """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
+
+        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
+        Terminal runs never move again.
+
+        >>> await storage.runs.transition("run-1", "paused", "resuming")
+        True
+        >>> await storage.runs.transition("run-1", "paused", "resuming")  # a second click
+        False
+        """
+        sources = (from_status,) if isinstance(from_status, str) else tuple(from_status)
+        if not sources:
+            raise ValueError("from_status must name at least one status")
+        for status in (*sources, to_status):
+            _check_status(status)
+        if any(status in TERMINAL_RUN_STATUSES for status in sources):
+            raise ValueError(f"a run in a terminal status ({', '.join(TERMINAL_RUN_STATUSES)}) never moves")
+        unknown = set(fields) - set(_SETTABLE)
+        if unknown:
+            raise ValueError(f"transition() can only also set {_SETTABLE}, not {sorted(unknown)}")
+        values = dict(fields)
+        if values.get("snapshot_json") is not None:
+            values["snapshot_json"] = _snapshot_text(run_id, values["snapshot_json"])
+        if "error" in values:
+            values["error"] = None if values["error"] is None else Json(values["error"])
+        assignments = "".join(f", {name} = %s" for name in values)
+        row = await self.db.fetchone(
+            f"UPDATE runs SET status = %s, updated_at = now(){assignments} "
+            "WHERE run_id = %s AND status = ANY(%s) RETURNING true",
+            [to_status, *values.values(), run_id, list(sources)],
+        )
+        if row is None:
+            await self.get(run_id)  # NotFound for an unknown run, rather than a silent False
+            return False
+        return True
+
+    async def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None:
+        """Store the run's latest snapshot (a JSON object, as text or as a dict).
+
+        >>> await storage.runs.save_snapshot("run-1", snapshot.to_json())
+        """
+        text = _snapshot_text(run_id, snapshot_json)
+        changed = await self.db.execute(
+            "UPDATE runs SET snapshot_json = %s, updated_at = now() WHERE run_id = %s", [text, run_id]
+        )
+        if not changed:
+            raise NotFound(f"run {run_id!r} not found")
+
+    async def snapshot(self, run_id: str) -> dict[str, Any]:
+        """The run's latest snapshot, parsed; :class:`CorruptRecord` naming the run if it is not an object.
+
+        >>> AgentSnapshot.from_dict(await storage.runs.snapshot("run-1"))
+        """
+        row = await self.db.fetchone("SELECT snapshot_json::text FROM runs WHERE run_id = %s", [run_id])
+        if row is None:
+            raise NotFound(f"run {run_id!r} not found")
+        if row[0] is None:
+            raise NotFound(f"run {run_id!r} has no snapshot")
+        value = loads(row[0], kind="run", record_id=run_id)
+        if not isinstance(value, dict):
+            raise CorruptRecord("run", run_id, "the snapshot is not a JSON object")
+        return value
+
+    async def active_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest running, paused or resuming run, if any.
+
+        >>> (await storage.runs.active_for_thread("slack:T1:C1:170.1")).run_id
+        'run-1'
+        """
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS} FROM runs WHERE chat_history_id = %s AND status = ANY(%s) "
+            "ORDER BY created_at DESC, seq DESC LIMIT 1",
+            [chat_history_id, list(ACTIVE_RUN_STATUSES)],
+        )
+        return None if row is None else _record(row)
+
+    async def list_by_status(self, *statuses: str) -> list[RunRecord]:
+        """Every run in one of ``statuses``, oldest first.
+
+        >>> [r.run_id for r in await storage.runs.list_by_status("paused", "resuming")]
+        ['run-1']
+        """
+        if not statuses:
+            raise ValueError("name at least one status")
+        for status in statuses:
+            _check_status(status)
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM runs WHERE status = ANY(%s) ORDER BY created_at, seq", [list(statuses)]
+        )
+        return [_record(row) for row in rows]

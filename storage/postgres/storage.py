@@ -1,0 +1,95 @@
+"""``open_postgres_storage``: every store on one PostgreSQL database, natively async.
+
+The object has the shape of :class:`storage.AsyncStorage` (the same store attributes, every method
+awaitable, ``aclose()``), so the engine never learns which backend it has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.postgres.approvals import PostgresApprovalStore
+from storage.postgres.audit import PostgresAuditLog
+from storage.postgres.conversations import PostgresConversationStore
+from storage.postgres.database import DEFAULT_POOL_MAX, DEFAULT_POOL_MIN, DEFAULT_STATEMENT_TIMEOUT_MS, PostgresDatabase
+from storage.postgres.events import PostgresEventDedupe
+from storage.postgres.ledger import PostgresToolLedger
+from storage.postgres.messages import PostgresChatMessageStore
+from storage.postgres.migrations import migrate, schema_version
+from storage.postgres.policies import PostgresPolicyStore
+from storage.postgres.runs import PostgresRunStore
+
+
+class PostgresStorage:
+    """Every store of one PostgreSQL database (and schema), as attributes.
+
+    >>> storage = await open_postgres_storage("postgresql://bot@db.internal/countersign")
+    >>> await storage.events.first_time("slack:Ev1")
+    True
+    >>> await storage.aclose()
+    """
+
+    def __init__(self, db: PostgresDatabase, *, last_k: int = 10) -> None:
+        self.db = db
+        self.messages = PostgresChatMessageStore(db, last_k=last_k)
+        self.runs = PostgresRunStore(db)
+        self.approvals = PostgresApprovalStore(db)
+        self.ledger = PostgresToolLedger(db)
+        self.policies = PostgresPolicyStore(db)
+        self.audit = PostgresAuditLog(db)
+        self.events = PostgresEventDedupe(db)
+        self.conversations = PostgresConversationStore(db)
+
+    async def schema_version(self) -> int:
+        """The schema version of the database.
+
+        >>> await storage.schema_version()
+        1
+        """
+        async with self.db.connection() as conn:
+            return await schema_version(conn)
+
+    async def aclose(self) -> None:
+        """Close the connection pool; later calls raise :class:`storage.StorageError`."""
+        await self.db.close()
+
+    async def __aenter__(self) -> PostgresStorage:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+
+async def open_postgres_storage(
+    url: str,
+    *,
+    last_k: int = 10,
+    pool_min: int = DEFAULT_POOL_MIN,
+    pool_max: int = DEFAULT_POOL_MAX,
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+    connect_timeout: float = 30.0,
+) -> PostgresStorage:
+    """Connect, run pending migrations (once, whatever number of replicas start together) and return the stores.
+
+    The schema is the first of the URL's ``search_path`` (``?options=-csearch_path%3Dcountersign``),
+    ``public`` by default. Raises :class:`storage.UnknownSchemaVersion` for a schema written by a newer
+    countersign and :class:`storage.StorageError` if the server cannot be reached.
+
+    >>> async with await open_postgres_storage("postgresql://bot@db.internal/countersign") as storage:
+    ...     await storage.schema_version()
+    1
+    """
+    db = await PostgresDatabase.open(
+        url,
+        min_size=pool_min,
+        max_size=pool_max,
+        statement_timeout_ms=statement_timeout_ms,
+        connect_timeout=connect_timeout,
+    )
+    try:
+        async with db.connection() as conn:
+            await migrate(conn)
+    except BaseException:
+        await db.close()
+        raise
+    return PostgresStorage(db, last_k=last_k)

@@ -1,0 +1,164 @@
+"""Approvals on both backends: one decision per pending call, never after expiry; votes; expiry queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from bot.canonical import args_digest
+from storage import AlreadyExists, NotFound
+from tests.fakes.storage_contract import create_run
+from tests.fakes.storage_data import NOW, THREAD, new_approval
+
+LATER = NOW + timedelta(minutes=5)
+EXPIRY = NOW + timedelta(hours=1)
+
+
+@pytest.fixture
+async def approvals(storage):
+    await create_run(storage)
+    return storage.approvals
+
+
+@pytest.fixture
+async def approval(approvals):
+    return (await approvals.create_many([new_approval()]))[0]
+
+
+async def test_created_approvals_carry_everything_the_engine_needs(approvals):
+    first, second = await approvals.create_many(
+        [new_approval(tool_call_id="call_1"), new_approval(tool_call_id="call_2", arguments={"z": 1, "a": [2]})]
+    )
+    assert first.status == "pending"
+    assert (first.run_id, first.step, first.tool_call_id, first.tool_name) == ("run-1", 1, "call_1", "delete_file")
+    assert first.arguments == {"path": "/srv/app/a.txt"}
+    assert first.args_digest == args_digest({"path": "/srv/app/a.txt"})
+    assert first.approvers == ("U_BOB", "U_CAROL")
+    assert (first.quorum, first.four_eyes, first.mode) == (1, False, "always")
+    assert (first.created_at, first.expires_at) == (NOW, EXPIRY)
+    assert first.message_ref is None and first.decided_by is None
+    assert await approvals.get(second.approval_id) == second
+    assert list(second.arguments) == ["z", "a"]  # shown to people in the order the model wrote them
+    assert len({first.approval_id, second.approval_id}) == 2 and len(first.approval_id) >= 22
+
+
+async def test_a_digest_that_does_not_match_the_arguments_is_refused(approvals):
+    with pytest.raises(ValueError, match="args_digest"):
+        await approvals.create_many([new_approval(args_digest=args_digest({"path": "/etc/passwd"}))])
+
+
+async def test_create_many_stores_all_or_nothing(approvals):
+    with pytest.raises(NotFound, match="run-404"):
+        await approvals.create_many([new_approval(tool_call_id="call_1"), new_approval("run-404", "call_2")])
+    await approvals.create_many([new_approval(tool_call_id="call_1")])
+    with pytest.raises(AlreadyExists):
+        await approvals.create_many([new_approval(tool_call_id="call_2"), new_approval(tool_call_id="call_1")])
+    assert [a.tool_call_id for a in await approvals.for_run("run-1")] == ["call_1"]
+
+
+async def test_the_first_decision_wins_and_later_ones_change_nothing(approvals, approval):
+    assert await approvals.decide(
+        approval.approval_id, status="modified", decided_by="U_BOB", feedback="only the copy",
+        final_arguments={"path": "/srv/app/a.txt.bak"}, now=LATER,
+    )
+    assert not await approvals.decide(approval.approval_id, status="rejected", decided_by="U_CAROL", now=LATER)
+    decided = await approvals.get(approval.approval_id)
+    assert (decided.status, decided.decided_by, decided.decided_at) == ("modified", "U_BOB", LATER)
+    assert (decided.feedback, decided.final_arguments) == ("only the copy", {"path": "/srv/app/a.txt.bak"})
+
+
+async def test_a_decision_after_expiry_or_of_an_unknown_approval_is_refused(approvals, approval):
+    assert not await approvals.decide(approval.approval_id, status="approved", decided_by="U_BOB", now=EXPIRY)
+    assert (await approvals.get(approval.approval_id)).status == "pending"
+    with pytest.raises(ValueError):
+        await approvals.decide(approval.approval_id, status="expired", decided_by="U_BOB", now=LATER)
+    with pytest.raises(NotFound):
+        await approvals.decide("forged-id", status="approved", decided_by="U_EVE", now=LATER)
+
+
+async def test_expire_only_when_due_and_then_no_decision(approvals, approval):
+    assert not await approvals.expire(approval.approval_id, now=LATER)
+    assert await approvals.expire(approval.approval_id, now=EXPIRY)
+    assert not await approvals.expire(approval.approval_id, now=EXPIRY)
+    expired = await approvals.get(approval.approval_id)
+    assert (expired.status, expired.decided_by) == ("expired", "countersign")
+    assert not await approvals.decide(approval.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+
+
+async def test_due_for_expiry_lists_pending_due_approvals_soonest_first(approvals):
+    short, long_, decided = await approvals.create_many(
+        [
+            new_approval(tool_call_id="call_short", ttl=timedelta(minutes=10)),
+            new_approval(tool_call_id="call_long", ttl=timedelta(minutes=30)),
+            new_approval(tool_call_id="call_decided", ttl=timedelta(minutes=5)),
+        ]
+    )
+    await approvals.decide(decided.approval_id, status="approved", decided_by="U_BOB", now=NOW)
+    assert await approvals.due_for_expiry(now=NOW + timedelta(minutes=9)) == []
+    due = await approvals.due_for_expiry(now=NOW + timedelta(hours=1))
+    assert [a.approval_id for a in due] == [short.approval_id, long_.approval_id]
+    assert len(await approvals.due_for_expiry(now=NOW + timedelta(hours=1), limit=1)) == 1
+
+
+async def test_closing_a_run_supersedes_only_its_pending_approvals(storage, approvals):
+    await create_run(storage, "run-2")
+    a, b, c = await approvals.create_many(
+        [new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b"), new_approval("run-2", "call_c")]
+    )
+    await approvals.decide(a.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert await approvals.close_pending_for_run("run-1", "superseded", "a new message arrived") == [b.approval_id]
+    assert await approvals.close_pending_for_run("run-1", "superseded", "again") == []
+    closed = await approvals.get(b.approval_id)
+    assert (closed.status, closed.feedback) == ("superseded", "a new message arrived")
+    assert (await approvals.get(a.approval_id)).status == "approved"
+    assert (await approvals.get(c.approval_id)).status == "pending"
+    with pytest.raises(ValueError):
+        await approvals.close_pending_for_run("run-2", "approved", "not a closing status")
+
+
+async def test_votes_count_confirmations_once_per_voter(approvals):
+    [approval] = await approvals.create_many([new_approval(quorum=2)])
+    assert await approvals.add_vote(approval.approval_id, "U_BOB", "confirm", now=LATER) == 1
+    assert await approvals.add_vote(approval.approval_id, "U_BOB", "confirm", now=LATER) == 1
+    assert await approvals.add_vote(approval.approval_id, "U_DAN", "reject", now=LATER) == 1
+    assert await approvals.add_vote(approval.approval_id, "U_CAROL", "confirm", now=LATER) == 2
+    votes = await approvals.votes(approval.approval_id)
+    assert [(v.voter, v.vote) for v in votes] == [("U_BOB", "confirm"), ("U_DAN", "reject"), ("U_CAROL", "confirm")]
+    assert votes[0].voted_at == LATER
+    with pytest.raises(ValueError):
+        await approvals.add_vote(approval.approval_id, "U_EVE", "maybe", now=LATER)
+
+
+async def test_no_votes_once_decided_or_expired(approvals):
+    decided, expired = await approvals.create_many(
+        [new_approval(tool_call_id="call_1"), new_approval(tool_call_id="call_2")]
+    )
+    await approvals.decide(decided.approval_id, status="rejected", decided_by="U_BOB", now=LATER)
+    assert await approvals.add_vote(decided.approval_id, "U_CAROL", "confirm", now=LATER) is None
+    assert await approvals.add_vote(expired.approval_id, "U_CAROL", "confirm", now=EXPIRY) is None
+    assert await approvals.votes(expired.approval_id) == []
+
+
+async def test_the_rendered_message_is_remembered_and_steps_list_in_call_order(approvals):
+    a, b = await approvals.create_many([new_approval(tool_call_id="call_z"), new_approval(tool_call_id="call_a")])
+    await approvals.create_many([new_approval(tool_call_id="call_m", step=2)])
+    ref = {"channel": "C1", "ts": "1700000000.000200"}
+    assert await approvals.set_message_ref([a.approval_id, b.approval_id], ref) == 2
+    assert await approvals.set_message_ref([], ref) == 0
+    assert (await approvals.get(b.approval_id)).message_ref == ref
+    assert [x.tool_call_id for x in await approvals.for_run("run-1", step=1)] == ["call_z", "call_a"]
+    assert [x.tool_call_id for x in await approvals.for_run("run-1")] == ["call_z", "call_a", "call_m"]
+
+
+async def test_pending_filters_by_platform_thread_and_approver(approvals):
+    listed, open_to_requester = await approvals.create_many(
+        [new_approval(tool_call_id="call_1"), new_approval(tool_call_id="call_2", approvers=[])]
+    )
+    assert [a.approval_id for a in await approvals.pending(approver="U_CAROL")] == [listed.approval_id]
+    assert [a.approval_id for a in await approvals.pending(approver="U_ANA")] == [open_to_requester.approval_id]
+    assert await approvals.pending(approver="U_EVE") == []
+    assert len(await approvals.pending(platform="slack", chat_history_id=THREAD)) == 2
+    assert await approvals.pending(platform="teams") == []
+    await approvals.decide(listed.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert [a.approval_id for a in await approvals.pending()] == [open_to_requester.approval_id]

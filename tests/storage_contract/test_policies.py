@@ -1,0 +1,144 @@
+"""Policies on both backends: channel > workspace > global, name > group > *, field-by-field inheritance."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage import scope_channel, scope_global, scope_workspace
+
+CHANNEL = scope_channel("slack", "T1", "C1")
+WORKSPACE = scope_workspace("slack", "T1")
+GLOBAL = scope_global()
+WHERE = {"platform": "slack", "workspace": "T1", "channel": "C1"}
+
+
+@pytest.fixture
+async def policies(storage):
+    await storage.policies.define_group("destructive", ["delete_file", "drop_table"])
+    return storage.policies
+
+
+async def test_nothing_set_leaves_every_field_to_the_engine(policies):
+    rule = await policies.resolve("delete_file", **WHERE)
+    assert (rule.mode, rule.approvers, rule.quorum, rule.four_eyes, rule.ttl_seconds) == (None,) * 5
+    assert rule.sources == {}
+
+
+async def test_channel_beats_workspace_beats_global(policies):
+    await policies.set_rule(GLOBAL, "delete_file", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(WORKSPACE, "*", updated_by="U_ADMIN", quorum=2)
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "never"
+    await policies.set_rule(WORKSPACE, "delete_file", updated_by="U_ADMIN", mode="once")
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "once"
+    # a broad channel rule beats a precise workspace one: scope first, then tool key
+    await policies.set_rule(CHANNEL, "*", updated_by="U_ADMIN", mode="always")
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "always"
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
+    rule = await policies.resolve("delete_file", **WHERE)
+    assert (rule.mode, rule.sources["mode"], rule.sources["quorum"]) == (
+        "deny", (CHANNEL, "delete_file"), (WORKSPACE, "*"),
+    )
+
+
+async def test_within_a_scope_a_name_beats_a_group_beats_any_and_groups_by_name(policies):
+    await policies.define_group("cleanup", ["delete_file"])
+    await policies.set_rule(WORKSPACE, "*", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(WORKSPACE, "destructive", updated_by="U_ADMIN", mode="once", quorum=3)
+    await policies.set_rule(WORKSPACE, "cleanup", updated_by="U_ADMIN", quorum=2)
+    rule = await policies.resolve("delete_file", **WHERE)
+    assert (rule.mode, rule.sources["mode"]) == ("once", (WORKSPACE, "destructive"))
+    assert (rule.quorum, rule.sources["quorum"]) == (2, (WORKSPACE, "cleanup"))  # "cleanup" sorts first
+    await policies.set_rule(WORKSPACE, "delete_file", updated_by="U_ADMIN", mode="deny")
+    assert (await policies.resolve("delete_file", **WHERE)).mode == "deny"
+    assert (await policies.resolve("list_files", **WHERE)).mode == "never"  # not in a group: only "*"
+
+
+async def test_each_field_is_inherited_from_the_most_specific_rule_that_sets_it(policies):
+    await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", mode="always", quorum=1, ttl_seconds=3600)
+    await policies.set_rule(WORKSPACE, "destructive", updated_by="U_ADMIN", approvers=["U_BOB", "U_CAROL"], quorum=2)
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", four_eyes=True)
+    rule = await policies.resolve("delete_file", **WHERE)
+    assert (rule.mode, rule.approvers, rule.quorum, rule.four_eyes, rule.ttl_seconds) == (
+        "always", ("U_BOB", "U_CAROL"), 2, True, 3600,
+    )
+    assert rule.sources == {
+        "mode": (GLOBAL, "*"),
+        "ttl_seconds": (GLOBAL, "*"),
+        "approvers": (WORKSPACE, "destructive"),
+        "quorum": (WORKSPACE, "destructive"),
+        "four_eyes": (CHANNEL, "delete_file"),
+    }
+
+
+async def test_another_channel_does_not_see_a_channel_rule_and_empty_approvers_are_set(policies):
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="never")
+    assert (await policies.resolve("delete_file", platform="slack", workspace="T1", channel="C2")).mode is None
+    assert (await policies.resolve("delete_file", platform="teams", workspace="T1", channel="C1")).mode is None
+    await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", approvers=["U_BOB"])
+    await policies.set_rule(CHANNEL, "*", updated_by="U_ADMIN", approvers=[])
+    assert (await policies.resolve("delete_file", **WHERE)).approvers == ()
+
+
+async def test_set_rule_changes_only_the_given_fields_and_reset_inherits_again(policies):
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="always", quorum=2, four_eyes=False)
+    rule = await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ROOT", ttl_seconds=600)
+    assert (rule.mode, rule.quorum, rule.four_eyes, rule.ttl_seconds, rule.updated_by) == (
+        "always", 2, False, 600, "U_ROOT",
+    )
+    rule = await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ROOT", quorum=None)
+    assert (rule.mode, rule.quorum) == ("always", None)
+    assert await policies.get_rule(CHANNEL, "delete_file") == rule
+    assert await policies.reset_rule(CHANNEL, "delete_file")
+    assert not await policies.reset_rule(CHANNEL, "delete_file")
+    assert await policies.get_rule(CHANNEL, "delete_file") is None
+
+
+async def test_rules_are_listed_by_scope_and_tool_key(policies):
+    await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", mode="always")
+    await policies.set_rule(CHANNEL, "deploy", updated_by="U_ADMIN", mode="once")
+    await policies.set_rule(CHANNEL, "Backup", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(CHANNEL, "backup", updated_by="U_ADMIN", mode="never")
+    assert [(r.scope, r.tool_key) for r in await policies.list_rules()] == [
+        (CHANNEL, "Backup"), (CHANNEL, "backup"), (CHANNEL, "deploy"), (GLOBAL, "*"),
+    ]
+    assert [r.tool_key for r in await policies.list_rules(CHANNEL)] == ["Backup", "backup", "deploy"]
+
+
+INVALID_FIELDS = [
+    {"mode": "sometimes"}, {"quorum": 0}, {"quorum": True}, {"ttl_seconds": -5}, {"four_eyes": "yes"},
+    {"approvers": "U_BOB"}, {"colour": "red"}, {},
+]
+
+
+async def test_invalid_rules_and_scopes_are_refused(policies):
+    for fields in INVALID_FIELDS:
+        with pytest.raises(ValueError):
+            await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", **fields)
+    with pytest.raises(ValueError, match="scope"):
+        await policies.set_rule("C1", "*", updated_by="U_ADMIN", mode="never")
+    assert await policies.list_rules() == []
+
+
+async def test_groups_are_defined_replaced_and_deleted(policies):
+    assert await policies.groups() == {"destructive": ["delete_file", "drop_table"]}
+    await policies.define_group("destructive", ["rm_rf", "rm_rf"])
+    await policies.define_group("readonly", ["list_files", "cat"])
+    assert await policies.groups() == {"destructive": ["rm_rf"], "readonly": ["cat", "list_files"]}
+    await policies.define_group("readonly", [])
+    assert await policies.groups() == {"destructive": ["rm_rf"]}
+    with pytest.raises(ValueError):
+        await policies.define_group("*", ["x"])
+
+
+async def test_ask_once_remembers_exact_arguments_per_scope_until_revoked(policies):
+    await policies.remember_confirmation(CHANNEL, "deploy", "digest-prod", "U_BOB")
+    await policies.remember_confirmation(CHANNEL, "deploy", "digest-prod", "U_CAROL")  # again: still one
+    await policies.remember_confirmation(CHANNEL, "deploy", "d2", "U_BOB")
+    await policies.remember_confirmation(CHANNEL, "backup", "d3", "U_BOB")
+    assert await policies.is_confirmed(CHANNEL, "deploy", "digest-prod")
+    assert not await policies.is_confirmed(CHANNEL, "deploy", "digest-staging")
+    assert not await policies.is_confirmed(scope_channel("slack", "T1", "C2"), "deploy", "digest-prod")
+    assert await policies.revoke_confirmations(CHANNEL, "deploy") == 2
+    assert not await policies.is_confirmed(CHANNEL, "deploy", "digest-prod")
+    assert await policies.is_confirmed(CHANNEL, "backup", "d3")
+    assert await policies.revoke_confirmations(CHANNEL) == 1

@@ -1,0 +1,105 @@
+"""Runs on both backends: compare-and-set status changes, snapshots, the thread's active run."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+
+import pytest
+
+from storage import AlreadyExists, CorruptRecord, NotFound
+from tests.fakes.storage_contract import create_run
+from tests.fakes.storage_data import NOW, THREAD
+
+SNAPSHOT = {"schema_version": 1, "messages": [{"role": "user", "text": "delete a.txt"}], "step": 1}
+
+
+async def test_a_created_run_reads_back_with_utc_times(storage):
+    created = await create_run(storage)
+    run = await storage.runs.get("run-1")
+    assert run == created
+    assert (run.status, run.requester, run.chat_history_id, run.step) == ("running", "U_ANA", THREAD, 0)
+    assert run.created_at == NOW and run.created_at.tzinfo == UTC
+    assert not run.has_snapshot and run.error is None
+
+
+async def test_unknown_runs_are_not_found_and_ids_are_used_once(storage):
+    with pytest.raises(NotFound, match="run-404"):
+        await storage.runs.get("run-404")
+    with pytest.raises(NotFound):
+        await storage.runs.transition("run-404", "paused", "resuming")
+    await create_run(storage)
+    with pytest.raises(AlreadyExists):
+        await create_run(storage)
+
+
+async def test_transition_wins_only_from_the_expected_status(storage):
+    await create_run(storage)
+    assert await storage.runs.transition("run-1", "running", "paused", step=2)
+    assert not await storage.runs.transition("run-1", "running", "paused")
+    assert await storage.runs.transition("run-1", "paused", "resuming")
+    assert not await storage.runs.transition("run-1", "paused", "resuming")  # the second click
+    run = await storage.runs.get("run-1")
+    assert (run.status, run.step) == ("resuming", 2)
+
+
+async def test_transition_accepts_several_sources_and_stores_error_and_snapshot(storage):
+    await create_run(storage, status="paused")
+    assert await storage.runs.transition(
+        "run-1", ("running", "paused", "resuming"), "failed", error="tool set changed", snapshot_json=SNAPSHOT
+    )
+    run = await storage.runs.get("run-1")
+    assert (run.status, run.error, run.has_snapshot) == ("failed", "tool set changed", True)
+    assert await storage.runs.snapshot("run-1") == SNAPSHOT
+
+
+async def test_terminal_runs_unknown_statuses_and_fields_are_refused(storage):
+    await create_run(storage)
+    with pytest.raises(ValueError, match="terminal"):
+        await storage.runs.transition("run-1", "finished", "running")
+    with pytest.raises(ValueError, match="unknown run status"):
+        await storage.runs.transition("run-1", "running", "sleeping")
+    with pytest.raises(ValueError, match="requester"):
+        await storage.runs.transition("run-1", "running", "paused", requester="U_EVE")
+    assert (await storage.runs.get("run-1")).status == "running"
+
+
+async def test_a_snapshot_round_trips_and_an_invalid_one_is_refused(storage):
+    await create_run(storage)
+    with pytest.raises(NotFound, match="no snapshot"):
+        await storage.runs.snapshot("run-1")
+    with pytest.raises(ValueError, match="run-1"):
+        await storage.runs.save_snapshot("run-1", '{"messages": [')
+    await storage.runs.save_snapshot("run-1", json.dumps(SNAPSHOT))
+    assert await storage.runs.snapshot("run-1") == SNAPSHOT
+    await storage.runs.save_snapshot("run-1", {**SNAPSHOT, "step": 2})  # a dict is accepted too
+    assert (await storage.runs.snapshot("run-1"))["step"] == 2
+    with pytest.raises(NotFound):
+        await storage.runs.save_snapshot("run-404", SNAPSHOT)
+
+
+async def test_a_stored_snapshot_that_is_not_an_object_names_the_run(backend):
+    await create_run(backend.storage)
+    await backend.execute("UPDATE runs SET snapshot_json = '[1, 2]' WHERE run_id = 'run-1'")
+    with pytest.raises(CorruptRecord, match="run-1") as caught:
+        await backend.storage.runs.snapshot("run-1")
+    assert (caught.value.kind, caught.value.record_id) == ("run", "run-1")
+    assert (await backend.storage.runs.get("run-1")).status == "running"
+
+
+async def test_the_active_run_of_a_thread(storage):
+    assert await storage.runs.active_for_thread(THREAD) is None
+    await create_run(storage, "run-1", status="finished")
+    await create_run(storage, "run-2", status="paused")
+    await create_run(storage, "run-other", thread="slack:T1:C9:1.1")
+    assert (await storage.runs.active_for_thread(THREAD)).run_id == "run-2"
+    await storage.runs.transition("run-2", "paused", "expired")
+    assert await storage.runs.active_for_thread(THREAD) is None
+
+
+async def test_runs_listed_by_status_oldest_first(storage):
+    await create_run(storage, "run-b", status="paused")
+    await create_run(storage, "run-a", status="resuming")  # same time: creation order breaks the tie
+    await create_run(storage, "run-c", status="finished")
+    assert [r.run_id for r in await storage.runs.list_by_status("paused", "resuming")] == ["run-b", "run-a"]
+    assert await storage.runs.list_by_status("failed") == []
