@@ -1,8 +1,10 @@
 """``SlackPlugin``: serves Slack for ``countersign serve`` (``POST /slack/events``, or Socket Mode).
 
-HTTP mode mounts one route for events, interactivity and slash commands; Bolt verifies each request's
-signature (signing secret, 5-minute window) and answers 401 to anything else. With an app-level token
-(``SLACK_APP_TOKEN``) the same Bolt app is driven over Socket Mode instead and no route is mounted.
+HTTP mode mounts one route for events, interactivity and slash commands. Every request passes
+:mod:`.guard` before Bolt sees it: too large → 413, not signed correctly (signing secret, 5-minute
+window) → 401, signed but malformed → 400, each with one log line; no listener runs for any of them.
+With an app-level token (``SLACK_APP_TOKEN``) the same Bolt app is driven over Socket Mode instead and
+no route is mounted.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
 
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
+from adapters.slack.guard import Refusal, check_request, read_body
 from adapters.slack.surface import SlackSurface, web_client
 from bot.config import Config
 
@@ -27,7 +32,9 @@ logger = logging.getLogger(__name__)
 EVENTS_PATH = "/slack/events"
 
 
-def build_bolt_app(engine: Engine, config: Config, tasks: BackgroundTasks) -> tuple[AsyncApp, SlackSurface]:
+def build_bolt_app(
+    engine: Engine, config: Config, tasks: BackgroundTasks
+) -> tuple[AsyncApp, SlackSurface, SlackListeners]:
     """The Bolt AsyncApp with countersign's listeners, and the surface that shares its Web API client."""
     client = web_client(config.slack_bot_token, config.slack_api_url)
     socket_mode = bool(config.slack_app_token)
@@ -39,8 +46,9 @@ def build_bolt_app(engine: Engine, config: Config, tasks: BackgroundTasks) -> tu
         request_verification_enabled=not socket_mode,
     )
     surface = SlackSurface(client)
-    SlackListeners(engine, surface, tasks).register(app)
-    return app, surface
+    listeners = SlackListeners(engine, surface, tasks)
+    listeners.register(app)
+    return app, surface, listeners
 
 
 class SlackPlugin:
@@ -51,6 +59,8 @@ class SlackPlugin:
     def __init__(self) -> None:
         self.app: AsyncApp | None = None
         self.surface: SlackSurface | None = None
+        self.listeners: SlackListeners | None = None
+        self.verifier: SignatureVerifier | None = None
         self.tasks = BackgroundTasks()
         self._socket_handler: Any = None
 
@@ -60,7 +70,7 @@ class SlackPlugin:
 
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
-        self.app, self.surface = build_bolt_app(engine, config, self.tasks)
+        self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -69,13 +79,29 @@ class SlackPlugin:
             await self._socket_handler.connect_async()
             logger.info("slack connected over socket mode")
             return
+        self.verifier = SignatureVerifier(config.slack_signing_secret or "")
         app.router.add_post(EVENTS_PATH, self.handle)
         logger.info("slack listening over http", extra={"path": EVENTS_PATH})
 
     async def handle(self, request: web.Request) -> web.Response:
-        """``POST /slack/events``: hand the request to Bolt and its response back to aiohttp."""
-        assert self.app is not None, "setup() first"
-        return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+        """``POST /slack/events``: check the request (:mod:`.guard`), then hand it to Bolt."""
+        assert self.app is not None and self.listeners is not None, "setup() first"
+        raw = await read_body(request)
+        checked = Refusal(413, "body too large") if raw is None else check_request(self.verifier, raw, request.headers)
+        if isinstance(checked, Refusal):
+            logger.warning("slack request refused (%s): %s", checked.status, checked.reason)
+            if checked.payload is not None and self.listeners.on_unreadable_click(checked.payload):
+                return web.Response(status=200)  # the clicker is told; Slack must not show a failed click
+            return web.Response(status=checked.status)
+        try:
+            headers = dict(request.headers)
+            response = await self.app.async_dispatch(
+                AsyncBoltRequest(body=checked.body, query=request.query_string, headers=headers)
+            )
+        except Exception as exc:  # a payload shape the guard let through and Bolt choked on: still not a 500
+            logger.error("slack request could not be dispatched (%s)", type(exc).__name__)
+            return web.Response(status=400)
+        return await to_aiohttp_response(response)
 
     async def wait_idle(self) -> None:
         """Wait for the work started after acks (tests, graceful shutdown)."""
