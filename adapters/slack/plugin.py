@@ -13,16 +13,19 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
 from adapters.slack.guard import Refusal, check_request, read_body
-from adapters.slack.surface import SlackSurface, web_client
-from bot.config import Config
+from adapters.slack.surface import SlackSurface, configure_web_client
+from bot.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -30,22 +33,44 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+REFUSED_TOKEN_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "not_allowed_token_type"}
+)
+"""``auth.test`` errors that mean the bot token itself is wrong, not that Slack is unwell."""
+
+
+async def check_bot_token(client: AsyncWebClient) -> None:
+    """``auth.test`` at start: a token Slack refuses is a :class:`ConfigError` naming ``SLACK_BOT_TOKEN``.
+
+    Slack being unreachable is not a configuration error: it is logged and serving goes on.
+    """
+    try:
+        await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        if error in REFUSED_TOKEN_ERRORS:
+            raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused the bot token ({error})") from None
+        logger.warning("could not check SLACK_BOT_TOKEN with auth.test (%s); serving anyway", error)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        logger.warning("could not reach Slack to check SLACK_BOT_TOKEN (%s); serving anyway", type(exc).__name__)
 
 
 def build_bolt_app(
     engine: Engine, config: Config, tasks: BackgroundTasks
 ) -> tuple[AsyncApp, SlackSurface, SlackListeners]:
     """The Bolt AsyncApp with countersign's listeners, and the surface that shares its Web API client."""
-    client = web_client(config.slack_bot_token, config.slack_api_url)
     socket_mode = bool(config.slack_app_token)
     app = AsyncApp(
         name="countersign",
-        client=client,
+        # The token, not a client: Bolt also reads SLACK_BOT_TOKEN from the environment, and given a client
+        # as well it warns that the token is unused. Its own client is configured below instead.
+        token=config.slack_bot_token,
         signing_secret=config.slack_signing_secret or "",
         # Socket Mode requests arrive over an authenticated websocket; Bolt skips the check there anyway.
         request_verification_enabled=not socket_mode,
     )
-    surface = SlackSurface(client)
+    configure_web_client(app.client, config.slack_api_url)
+    surface = SlackSurface(app.client)
     listeners = SlackListeners(engine, surface, tasks)
     listeners.register(app)
     return app, surface, listeners
@@ -71,6 +96,7 @@ class SlackPlugin:
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
         self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
+        await check_bot_token(self.app.client)
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
