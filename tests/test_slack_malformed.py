@@ -8,6 +8,7 @@ garbled ``private_metadata``, missing form state, an option the modal never offe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -389,3 +390,25 @@ async def test_a_reject_submission_without_metadata_decides_nothing(
 
     assert reply.json()["response_action"] == "errors"
     assert (await stack.engine.get_approval(approval_id)).is_pending and scaler.runs == []
+
+
+# ---------------------------------------------------------------------- a slow Slack API and the modal's ack
+
+
+async def test_an_edit_submission_is_acked_before_the_message_update_completes(
+    stack: SlackStack, slack: FakeSlackAPI, scaler: Scaler
+) -> None:
+    approval_id, view = await open_edit_modal(stack, slack)
+    released = slack.hold("chat.update")  # Slack is slow: chat.update waits until the test releases it
+
+    reply = await asyncio.wait_for(stack.requests.submit(view, form(replicas=number_input("5")), user=ALICE), 5)
+
+    assert reply.status == 200 and reply.text == ""
+    assert slack.calls_to("chat.update") == []  # not answered yet, and the ack is already back
+    assert (await stack.engine.get_approval(approval_id)).status == "modified"  # decided before the ack
+    await slack.wait_for("chat.update:held")
+    released.set()
+    await stack.settle()
+    [updated] = slack.calls_to("chat.update")
+    assert updated.response["ok"]
+    assert scaler.runs == [{"service": "api", "replicas": 5, "region": "eu"}]

@@ -2,7 +2,8 @@
 
 No rules live here. Each listener acknowledges first (Slack's 3 seconds) and hands slow work to a
 background task, except Edit / Reject modal submissions, whose decision is made before the ack so
-that invalid values come back as field errors in the ack itself.
+that invalid values come back as field errors in the ack itself; the message update after such a
+decision still happens after the ack (``Engine.decide(..., render_later=True)``).
 
 Which threads the bot answers without a mention: a thread where it was mentioned. When a mention
 arrives, a marker ``slack-thread:<channel>:<thread ts>`` is stored with ``engine.save_conversation``;
@@ -256,9 +257,10 @@ class SlackListeners:
         await self._decide_in_modal(ack, view, request)
 
     async def _decide_in_modal(self, ack: Any, view: dict[str, Any], request: DecisionRequest) -> None:
-        # Decided before the ack: the ack is the only way to keep the modal open with errors.
+        # Decided before the ack: the ack is the only way to keep the modal open with errors. The message
+        # update (a Slack API call that may be slow or retried) runs after the ack, so the ack stays fast.
         try:
-            await self.engine.decide(request)
+            await self.engine.decide(request, render_later=True)
         except InvalidEdit as invalid:
             if not input_block_ids(view):
                 await ack(response_action="update", view=notice_modal(str(invalid)))

@@ -362,8 +362,13 @@ class Engine:
         authorize(self.is_admin, record, actor)
         return await self._view(record)
 
-    async def decide(self, request: DecisionRequest) -> DecisionResult:
-        """Record one decision (exactly one wins), update the rendering, and resume when the step is decided."""
+    async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
+        """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
+
+        With ``render_later`` it returns once the decision and its audit entry are stored: re-rendering
+        (a slow chat API) and the resume run as a tracked background task (:meth:`wait_idle` waits for it).
+        Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
+        """
         record = await self._record(request.approval_id)
         try:
             if request.action not in ACTIONS:
@@ -426,7 +431,13 @@ class Engine:
             await self.storage.policies.remember_confirmation(
                 scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
             )
-        return await self._after_decision(record, f"{STATUS_OF_ACTION[action].capitalize()}.")
+        message = f"{STATUS_OF_ACTION[action].capitalize()}."
+        if not render_later:
+            return await self._after_decision(record, message)
+        self._spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
+        views = await self.step_approvals(record.approval_id)
+        clicked = next(v for v in views if v.approval_id == record.approval_id)
+        return DecisionResult(approval=clicked, step=tuple(views), message=message)
 
     async def approve_all(self, approval_id: str, actor: str, actor_name: str | None = None) -> DecisionResult:
         """Approve every pending call of the step that ``actor`` may decide; refusals are reported, not raised."""
@@ -474,6 +485,12 @@ class Engine:
         if complete:
             self._spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
+
+    async def _after_decision_logged(self, record: Any, message: str) -> None:
+        try:
+            await self._after_decision(record, message)
+        except Exception:  # the decision is stored; recovery resumes the run if this process cannot
+            logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         records = await self.storage.approvals.for_run(record.run_id, step=record.step)
