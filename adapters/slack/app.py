@@ -21,6 +21,7 @@ import re
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 
 from adapters.slack.blocks import (
@@ -292,8 +293,11 @@ class SlackListeners:
             _text(command.get("text")) or "",
         )
         answer = await self.engine.admin(request)
-        for chunk in split_message(escape(answer), limit=3_800)[:MAX_COMMAND_REPLIES]:
-            await respond(text=f"```{chunk}```", response_type="ephemeral")
+        try:
+            for chunk in split_message(escape(answer), limit=3_800)[:MAX_COMMAND_REPLIES]:
+                await respond(text=f"```{chunk}```", response_type="ephemeral")
+        except (aiohttp.ClientError, ValueError) as exc:  # a response_url that is not a reachable URL
+            logger.warning("slash command answer not delivered (%s)", type(exc).__name__)
 
     async def on_home_opened(self, event: dict[str, Any], context: Any) -> None:
         """Opening the Home tab shows the approvals this person may decide and the policy table."""

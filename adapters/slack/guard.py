@@ -103,7 +103,7 @@ _PAYLOAD_SCHEMA = {
         },
         {
             "if": {"required": ["command"]},
-            "then": {"required": ["user_id"], "properties": {"command": _STR, "text": _STR}},
+            "then": {"required": ["user_id", "response_url"], "properties": {"command": _STR, "text": _STR}},
         },
     ],
 }

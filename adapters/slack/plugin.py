@@ -116,7 +116,8 @@ class SlackPlugin:
         checked = Refusal(413, "body too large") if raw is None else check_request(self.verifier, raw, request.headers)
         if isinstance(checked, Refusal):
             logger.warning("slack request refused (%s): %s", checked.status, checked.reason)
-            if checked.payload is not None and self.listeners.on_unreadable_click(checked.payload):
+            click = checked.payload is not None and checked.payload.get("type") == "block_actions"
+            if click and self.listeners.on_unreadable_click(checked.payload):
                 return web.Response(status=200)  # the clicker is told; Slack must not show a failed click
             return web.Response(status=checked.status)
         try:
