@@ -21,95 +21,52 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from aiohttp import web
-from jsonschema import Draft202012Validator
 from slack_sdk.signature import SignatureVerifier
 
 MAX_BODY_BYTES = 1024 * 1024
 """The largest body accepted. Slack's biggest payloads (a modal submitted with its whole view) stay far below."""
 
-_STR = {"type": "string"}
-_STR_OR_NULL = {"type": ["string", "null"]}
-_IDS = {
-    # The fields Bolt's context building reads from the payload and, recursively, from these nested objects.
-    "type": "object",
-    "properties": {
-        "type": _STR_OR_NULL,
-        "user": {"type": ["object", "string", "null"], "properties": {"id": _STR, "team_id": _STR_OR_NULL}},
-        "user_id": _STR_OR_NULL,
-        "team": {"type": ["object", "string", "null"], "properties": {"id": _STR, "enterprise_id": _STR_OR_NULL}},
-        "team_id": _STR_OR_NULL,
-        "enterprise": {"type": ["object", "string", "null"], "properties": {"id": _STR_OR_NULL}},
-        "enterprise_id": _STR_OR_NULL,
-        "is_enterprise_install": {"type": ["boolean", "string", "null"]},
-        "is_ext_shared_channel": {"type": ["boolean", "null"]},
-        "authorizations": {"type": ["array", "null"], "items": {"$ref": "#/$defs/ids"}},
-        "channel": {"type": ["object", "string", "null"], "properties": {"id": _STR}},
-        "channel_id": _STR_OR_NULL,
-        "thread_ts": _STR_OR_NULL,
-        "ts": _STR_OR_NULL,
-        "text": _STR_OR_NULL,
-        "event": {"$ref": "#/$defs/ids"},
-        "message": {"$ref": "#/$defs/ids"},
-        "previous_message": {"$ref": "#/$defs/ids"},
-        "item": {"$ref": "#/$defs/ids"},
-        "assistant_thread": {"$ref": "#/$defs/ids"},
-        "function_data": {"type": "object"},
-        "view": {
-            "type": "object",
-            "properties": {"type": _STR_OR_NULL, "callback_id": _STR_OR_NULL, "team_id": _STR_OR_NULL},
-        },
-        "container": {"type": "object", "properties": {"type": _STR_OR_NULL}},
-        "response_url": _STR,
-        "response_urls": {"type": "array", "items": {"type": "object", "properties": {"response_url": _STR}}},
-        "trigger_id": _STR_OR_NULL,
-        "bot_id": _STR_OR_NULL,
-        "subtype": _STR_OR_NULL,
-        "channel_type": _STR_OR_NULL,
-        "tab": _STR_OR_NULL,
-    },
+_S = (str,)
+_S_NONE = (str, type(None))
+_OBJ_S_NONE = (dict, str, type(None))
+_ID_FIELDS: dict[str, tuple[type, ...]] = {
+    # The fields Bolt's context building reads from a payload and, recursively, from its nested messages.
+    "type": _S_NONE,
+    "user": _OBJ_S_NONE,
+    "user_id": _S_NONE,
+    "team": _OBJ_S_NONE,
+    "team_id": _S_NONE,
+    "enterprise": _OBJ_S_NONE,
+    "enterprise_id": _S_NONE,
+    "is_enterprise_install": (bool, str, type(None)),
+    "is_ext_shared_channel": (bool, type(None)),
+    "authorizations": (list, type(None)),
+    "channel": _OBJ_S_NONE,
+    "channel_id": _S_NONE,
+    "thread_ts": _S_NONE,
+    "ts": _S_NONE,
+    "text": _S_NONE,
+    "view": (dict,),
+    "container": (dict,),
+    "function_data": (dict,),
+    "response_url": _S,
+    "response_urls": (list,),
+    "trigger_id": _S_NONE,
+    "bot_id": _S_NONE,
+    "subtype": _S_NONE,
+    "channel_type": _S_NONE,
+    "tab": _S_NONE,
 }
-_PAYLOAD_SCHEMA = {
-    "$defs": {"ids": _IDS},
-    "allOf": [
-        {"$ref": "#/$defs/ids"},
-        {"properties": {"type": _STR}},
-        {"anyOf": [{"required": ["type"]}, {"required": ["command"]}, {"required": ["ssl_check"]}]},
-        {
-            "if": {"properties": {"type": {"const": "event_callback"}}, "required": ["type"]},
-            "then": {
-                "required": ["event"],
-                "properties": {"event": {"required": ["type"], "properties": {"type": _STR}}},
-            },
-        },
-        {
-            "if": {"properties": {"type": {"enum": ["view_submission", "view_closed"]}}, "required": ["type"]},
-            "then": {
-                "required": ["view", "user"],
-                "properties": {"view": {"required": ["callback_id", "type"], "properties": {"callback_id": _STR}}},
-            },
-        },
-        {
-            "if": {"properties": {"type": {"const": "block_actions"}}, "required": ["type"]},
-            "then": {
-                "required": ["user", "actions"],
-                "properties": {
-                    "actions": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {"type": "object", "required": ["action_id"], "properties": {"action_id": _STR}},
-                    }
-                },
-            },
-        },
-        {
-            "if": {"required": ["command"]},
-            "then": {"required": ["user_id", "response_url"], "properties": {"command": _STR, "text": _STR}},
-        },
-    ],
+_INNER_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "user": {"id": _S, "team_id": _S_NONE},
+    "team": {"id": _S, "enterprise_id": _S_NONE},
+    "enterprise": {"id": _S_NONE},
+    "channel": {"id": _S},
+    "view": {"type": _S_NONE, "callback_id": _S_NONE, "team_id": _S_NONE, "app_installed_team_id": _S_NONE},
+    "container": {"type": _S_NONE},
 }
-_VALIDATOR = Draft202012Validator(_PAYLOAD_SCHEMA)
-
-
+_NESTED = ("event", "message", "previous_message", "item", "assistant_thread")
+_MAX_DEPTH = 4
 @dataclass(frozen=True)
 class Refusal:
     """A request that does not reach Bolt: the HTTP status to answer and why (for the log, never the client)."""
@@ -132,7 +89,7 @@ def check_request(verifier: SignatureVerifier | None, raw: bytes, headers: Mappi
     """Verify ``raw`` (the signature first, with ``verifier``; ``None`` skips it) and parse it.
 
     >>> check_request(SignatureVerifier("secret"), b"{}", {})
-    Refusal(status=401, reason='missing signature headers')
+    Refusal(status=401, reason='missing signature headers', payload=None)
     """
     if len(raw) > MAX_BODY_BYTES:
         return Refusal(413, f"body larger than {MAX_BODY_BYTES} bytes")
@@ -175,12 +132,64 @@ def parse_payload(body: str, content_type: str | None) -> dict[str, Any] | None:
 
 
 def payload_problem(payload: Mapping[str, Any]) -> str | None:
-    """What makes ``payload`` unroutable for Bolt (a field of the wrong type, a missing one), or ``None``."""
-    error = next(iter(_VALIDATOR.iter_errors(payload)), None)
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "payload"
-    return f"{where}: {error.validator} check failed"
+    """What makes ``payload`` unroutable for Bolt (a field of the wrong type, a missing one), or ``None``.
+
+    >>> payload_problem({"type": "event_callback", "event": []})
+    'event: wrong type'
+    """
+    problem = _fields_problem(payload, "", 0)
+    if problem is not None:
+        return problem
+    kind = payload.get("type")
+    if not isinstance(kind, str) and "command" not in payload and "ssl_check" not in payload:
+        return "type: missing"
+    if kind == "event_callback":
+        event = payload.get("event")
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            return "event: missing or without a type"
+    elif kind in ("view_submission", "view_closed"):
+        view = payload.get("view")
+        if "user" not in payload or not isinstance(view, dict) or "type" not in view:
+            return "view or user: missing"
+        if not isinstance(view.get("callback_id"), str):
+            return "view/callback_id: missing"
+    elif kind == "block_actions":
+        actions = payload.get("actions")
+        if "user" not in payload or not isinstance(actions, list) or not actions:
+            return "actions or user: missing"
+        if not all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
+            return "actions: an action without an action_id"
+    elif "command" in payload:
+        if not isinstance(payload["command"], str) or not isinstance(payload.get("text", ""), str):
+            return "command or text: wrong type"
+        if "user_id" not in payload or "response_url" not in payload:
+            return "user_id or response_url: missing"
+    return None
+
+
+def _fields_problem(obj: Mapping[str, Any], where: str, depth: int) -> str | None:
+    for key, kinds in _ID_FIELDS.items():
+        if key in obj and not isinstance(obj[key], kinds):
+            return f"{where}{key}: wrong type"
+    for key, inner in _INNER_FIELDS.items():
+        value = obj.get(key)
+        if isinstance(value, dict):
+            for name, kinds in inner.items():
+                if name in value and not isinstance(value[name], kinds):
+                    return f"{where}{key}/{name}: wrong type"
+    for url in obj.get("response_urls") or ():
+        if not isinstance(url, dict) or not isinstance(url.get("response_url", ""), str):
+            return f"{where}response_urls: wrong type"
+    nested = [(f"authorizations/{i}", a) for i, a in enumerate(obj.get("authorizations") or ())]
+    nested += [(key, obj[key]) for key in _NESTED if key in obj]
+    for key, value in nested:
+        if not isinstance(value, dict):
+            return f"{where}{key}: wrong type"
+        if depth < _MAX_DEPTH:
+            problem = _fields_problem(value, f"{where}{key}/", depth + 1)
+            if problem is not None:
+                return problem
+    return None
 
 
 async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes | None:
