@@ -115,10 +115,11 @@ class SlackPlugin:
         raw = await read_body(request)
         checked = Refusal(413, "body too large") if raw is None else check_request(self.verifier, raw, request.headers)
         if isinstance(checked, Refusal):
+            click = checked.payload if checked.payload and checked.payload.get("type") == "block_actions" else None
+            if click is not None and self.listeners.on_unreadable_click(click):
+                logger.warning("slack click unreadable, the clicker is told: %s", checked.reason)
+                return web.Response(status=200)  # Slack must not show a failed click on top of the message
             logger.warning("slack request refused (%s): %s", checked.status, checked.reason)
-            click = checked.payload is not None and checked.payload.get("type") == "block_actions"
-            if click and self.listeners.on_unreadable_click(checked.payload):
-                return web.Response(status=200)  # the clicker is told; Slack must not show a failed click
             return web.Response(status=checked.status)
         try:
             headers = dict(request.headers)
