@@ -148,7 +148,7 @@ async def fuzzed(tmp_path: Path, slack: FakeSlackAPI) -> AsyncIterator[Fuzzed]:
     [opened] = await slack.wait_for("views.open")
     view = opened.args["view"]
     region = next(b for b in view["blocks"] if b.get("block_id") == "region")["element"]["options"][1]
-    base = stack.requests._interaction_base  # the fake's own envelope for an interaction
+    base = stack.requests.interaction_base
     state.bases = {
         "event": {
             "token": "legacy",
