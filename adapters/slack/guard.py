@@ -117,15 +117,17 @@ def check_request(verifier: SignatureVerifier | None, raw: bytes, headers: Mappi
 
 
 def parse_payload(body: str, content_type: str | None) -> dict[str, Any] | None:
-    """The payload as Bolt reads it (JSON, ``payload=<json>`` form, or a plain form); ``None`` if unreadable."""
+    """The payload: JSON, a form's JSON ``payload`` field, or a plain form (a slash command); ``None`` if unreadable.
+
+    Unlike Bolt, a plain form whose text merely contains the word "payload" stays a plain form.
+    """
     media_type = (content_type or "").split(";")[0].strip().lower()
     try:
         if media_type == "application/json" or body.startswith("{"):
             parsed: Any = json.loads(body)
-        elif "payload" in body:  # Bolt's own test: a form carrying a JSON ``payload`` field
-            parsed = json.loads(dict(parse_qsl(body, keep_blank_values=True)).get("payload", "{}"))
         else:
-            parsed = dict(parse_qsl(body, keep_blank_values=True))
+            fields = dict(parse_qsl(body, keep_blank_values=True))
+            parsed = json.loads(fields["payload"]) if "payload" in fields else fields
     except ValueError:  # JSONDecodeError, and parse_qsl on odd input
         return None
     return parsed if isinstance(parsed, dict) else None

@@ -17,6 +17,8 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
@@ -123,9 +125,13 @@ class SlackPlugin:
             return web.Response(status=checked.status)
         try:
             headers = dict(request.headers)
-            response = await self.app.async_dispatch(
-                AsyncBoltRequest(body=checked.body, query=request.query_string, headers=headers)
-            )
+            bolt_request = AsyncBoltRequest(body=checked.body, query=request.query_string, headers=headers)
+            if bolt_request.body != checked.payload:
+                # Bolt reads any form containing the word "payload" as an interactivity payload, so a slash command
+                # like "/countersign policy set payload_sync never" would reach it empty: give it the real one.
+                bolt_request.body = checked.payload
+                bolt_request.context = build_async_context(AsyncBoltContext({}), checked.payload)
+            response = await self.app.async_dispatch(bolt_request)
         except Exception as exc:  # a payload shape the guard let through and Bolt choked on: still not a 500
             logger.error("slack request could not be dispatched (%s)", type(exc).__name__)
             return web.Response(status=400)
