@@ -31,6 +31,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
+from tests.fakes.recording_surface import RecordingSurface
 
 
 @pytest.fixture
@@ -72,6 +73,34 @@ async def test_approving_runs_the_tool_once_and_posts_the_answer(harnesses):
     assert h.surface.updates[-1].message_ref == h.surface.renders[-1].message_ref
     assert [e.subject for e in await h.audit("approved")] == [approval.approval_id]
     assert dangling_calls(await h.history()) == []
+
+
+class SlowUpdates(RecordingSurface):
+    """A surface whose re-renders wait until the test releases them (a slow chat API)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def update_approvals(self, thread, message_ref, approvals) -> None:
+        await self.release.wait()
+        await super().update_approvals(thread, message_ref, approvals)
+
+
+async def test_render_later_returns_once_the_decision_is_stored_and_wait_idle_waits_for_the_rest(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    [approval] = await h.paused_approvals("delete old.log")
+    slow = SlowUpdates()
+    h.engine.register_surface(PLATFORM, slow)
+
+    result = await bounded(h.engine.decide(decision(approval), render_later=True))
+
+    assert result.approval.status == "approved" and slow.updates == [] and h.tools.executed == []
+    assert [e.subject for e in await h.audit("approved")] == [approval.approval_id]
+    slow.release.set()
+    await bounded(h.engine.wait_idle())  # waits for the re-render and the resume it scheduled
+    assert slow.updates[-1].approvals[0].status == "approved"
+    assert h.tools.executed == [("delete_file", {"path": "old.log"})]
 
 
 async def test_rejecting_with_feedback_tells_the_model_and_never_runs_the_tool(harnesses):

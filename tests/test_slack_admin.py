@@ -101,6 +101,14 @@ async def test_a_non_admin_cannot_change_a_policy_and_is_told_privately(stack: S
     assert slack.calls_to("chat.postMessage") == []
 
 
+async def test_a_command_whose_text_contains_the_word_payload_is_still_a_command(
+    stack: SlackStack, slack: FakeSlackAPI
+) -> None:
+    answer = await command(stack, slack, "policy set payload_sync never", ADMIN)
+
+    assert "payload_sync" in answer
+
+
 async def test_command_answers_are_escaped(stack: SlackStack, slack: FakeSlackAPI) -> None:
     answer = await command(stack, slack, "policy set <!channel> never", ADMIN)
 

@@ -2,7 +2,8 @@
 
 No rules live here. Each listener acknowledges first (Slack's 3 seconds) and hands slow work to a
 background task, except Edit / Reject modal submissions, whose decision is made before the ack so
-that invalid values come back as field errors in the ack itself.
+that invalid values come back as field errors in the ack itself; the message update after such a
+decision still happens after the ack (``Engine.decide(..., render_later=True)``).
 
 Which threads the bot answers without a mention: a thread where it was mentioned. When a mention
 arrives, a marker ``slack-thread:<channel>:<thread ts>`` is stored with ``engine.save_conversation``;
@@ -21,6 +22,7 @@ import re
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 
 from adapters.slack.blocks import (
@@ -30,11 +32,13 @@ from adapters.slack.blocks import (
     ACTION_REJECT,
     EDIT_CALLBACK,
     REJECT_CALLBACK,
+    FormError,
     edit_modal,
     edit_values,
     feedback_value,
     field_errors,
     home_view,
+    input_block_ids,
     notice_modal,
     reject_modal,
 )
@@ -63,6 +67,8 @@ COMMAND = "/countersign"
 ANSWERED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 """Message subtypes that are a person writing; edits, deletions, joins and bot posts are not."""
 MAX_COMMAND_REPLIES = 4  # a response_url allows 5 uses
+UNREADABLE_CLICK = "That click could not be read, so nothing was decided. Try the button again."
+UNREADABLE_FORM = "This form could not be read, so nothing was decided. Close it and use the button again."
 
 
 def thread_marker(channel: str, thread: str) -> str:
@@ -129,25 +135,26 @@ class SlackListeners:
 
     async def on_mention(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
         """``@countersign …`` in a channel: answer in that message's thread (events are acked by Bolt)."""
-        if event.get("bot_id") or event.get("subtype") not in ANSWERED_SUBTYPES:
+        if event.get("bot_id") or event.get("subtype") not in ANSWERED_SUBTYPES or not _is_person_message(event):
             return
-        if str(event.get("channel", "")).startswith("D"):
+        if event["channel"].startswith("D"):
             return  # a mention in a DM: the message.im event answers it, as one DM conversation
-        inbound = _inbound(body, event, context.bot_user_id, thread=event.get("thread_ts") or event["ts"])
+        inbound = _inbound(body, event, context.bot_user_id, thread=_text(event.get("thread_ts")) or event["ts"])
         marker = {"channel": inbound.channel, "thread_ts": inbound.thread, "team": inbound.workspace}
         self.tasks.spawn(self._converse(inbound, marker), name=f"slack-mention-{inbound.event_id}")
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
         """Direct messages, and replies in threads the bot takes part in."""
-        if event.get("bot_id") or event.get("subtype") not in ANSWERED_SUBTYPES or not event.get("user"):
+        if event.get("bot_id") or event.get("subtype") not in ANSWERED_SUBTYPES or not _is_person_message(event):
             return
         if event.get("user") == context.bot_user_id:
             return
         if event.get("channel_type") == "im":
-            inbound = _inbound(body, event, context.bot_user_id, thread=event.get("thread_ts") or DIRECT_THREAD)
+            thread = _text(event.get("thread_ts")) or DIRECT_THREAD
+            inbound = _inbound(body, event, context.bot_user_id, thread=thread)
             self.tasks.spawn(self._converse(inbound), name=f"slack-dm-{inbound.event_id}")
             return
-        thread = event.get("thread_ts")
+        thread = _text(event.get("thread_ts"))
         if not thread or f"<@{context.bot_user_id}>" in (event.get("text") or ""):
             return  # not in a thread, or a mention: the app_mention event answers it
         inbound = _inbound(body, event, context.bot_user_id, thread=thread)
@@ -167,18 +174,34 @@ class SlackListeners:
     async def on_approve(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve: ack, then decide; a refusal is told to the clicker only."""
         await ack()
-        request = DecisionRequest(
-            action["value"], _actor(body), CONFIRM, actor_name=_actor_name(body), place=_place(body)
-        )
+        approval_id, actor = _text(action.get("value")), _actor(body)
+        if not approval_id or not actor:
+            self.on_unreadable_click(body)
+            return
+        request = DecisionRequest(approval_id, actor, CONFIRM, actor_name=_actor_name(body), place=_place(body))
         self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
 
     async def on_approve_all(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve all: every pending call of the step this clicker may decide."""
         await ack()
-        decision = self.engine.approve_all(
-            action["value"], _actor(body), actor_name=_actor_name(body), place=_place(body)
-        )
+        approval_id, actor = _text(action.get("value")), _actor(body)
+        if not approval_id or not actor:
+            self.on_unreadable_click(body)
+            return
+        decision = self.engine.approve_all(approval_id, actor, actor_name=_actor_name(body), place=_place(body))
         self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
+
+    def on_unreadable_click(self, body: Mapping[str, Any]) -> bool:
+        """A click whose action cannot be read: nothing is decided; the clicker is told when we know who and where.
+
+        Returns whether the clicker will be told (the request is then acknowledged normally).
+        """
+        actor = _actor(body)
+        if body.get("type") != "block_actions" or not actor or not (_from_home(body) or _channel(body)):
+            logger.warning("unreadable slack click: nobody to tell")
+            return False
+        self.tasks.spawn(self._tell_clicker(body, UNREADABLE_CLICK), name="slack-unreadable-click")
+        return True
 
     async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -195,57 +218,69 @@ class SlackListeners:
     async def on_open_reject(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Reject: open the feedback modal (if this person may decide)."""
         await ack()
-        self.tasks.spawn(self._open_modal(body, action["value"], reject_modal), name="slack-open-reject")
+        self._spawn_open_modal(body, action, reject_modal, name="slack-open-reject")
 
     async def on_open_edit(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Edit: open the parameter modal (if this person may decide)."""
         await ack()
-        self.tasks.spawn(self._open_modal(body, action["value"], edit_modal), name="slack-open-edit")
+        self._spawn_open_modal(body, action, edit_modal, name="slack-open-edit")
 
-    async def _open_modal(self, body: dict[str, Any], approval_id: str, build: Any) -> None:
+    def _spawn_open_modal(self, body: dict[str, Any], action: dict[str, Any], build: Any, name: str) -> None:
+        approval_id, actor, trigger = _text(action.get("value")), _actor(body), _text(body.get("trigger_id"))
+        if not approval_id or not actor or not trigger:
+            self.on_unreadable_click(body)
+            return
+        self.tasks.spawn(self._open_modal(body, approval_id, actor, trigger, build), name=name)
+
+    async def _open_modal(self, body: dict[str, Any], approval_id: str, actor: str, trigger: str, build: Any) -> None:
         # views.open goes out right after the check: the trigger id dies 3 s after the click.
         try:
-            view = await self.engine.check_can_decide(approval_id, _actor(body), _place(body))
+            view = await self.engine.check_can_decide(approval_id, actor, _place(body))
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
         modal = build(view)
         modal["private_metadata"] = _modal_target(approval_id, _place(body))  # where the button was clicked
-        await self.surface.open_modal(body["trigger_id"], modal)
+        await self.surface.open_modal(trigger, modal)
 
     # ------------------------------------------------------------------ modal submissions
 
     async def on_reject_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Reject with the feedback typed into the modal."""
-        approval_id, place = _modal_source(view["private_metadata"])
+        approval_id, actor, values, place = _submitted(body, view)
+        if approval_id is None or actor is None or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
         request = DecisionRequest(
-            approval_id,
-            _actor(body),
-            REJECT,
-            feedback=feedback_value(view["state"]["values"]),
-            actor_name=_actor_name(body),
-            place=place,
+            approval_id, actor, REJECT, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
         )
         await self._decide_in_modal(ack, view, request)
 
     async def on_edit_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Approve with the edited values, or show the engine's field errors in the modal."""
-        approval_id, place = _modal_source(view["private_metadata"])
+        approval_id, actor, values, place = _submitted(body, view)
+        if approval_id is None or actor is None or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
+        try:
+            edited = edit_values(values, view)
+        except FormError as unreadable:  # e.g. an option the modal never offered: nothing is decided
+            await ack(response_action="errors", errors=field_errors(unreadable.errors, view))
+            return
         request = DecisionRequest(
-            approval_id,
-            _actor(body),
-            MODIFY,
-            edited_params=edit_values(view["state"]["values"]),
-            actor_name=_actor_name(body),
-            place=place,
+            approval_id, actor, MODIFY, edited_params=edited, actor_name=_actor_name(body), place=place
         )
         await self._decide_in_modal(ack, view, request)
 
     async def _decide_in_modal(self, ack: Any, view: dict[str, Any], request: DecisionRequest) -> None:
-        # Decided before the ack: the ack is the only way to keep the modal open with errors.
+        # Decided before the ack: the ack is the only way to keep the modal open with errors. The message
+        # update (a Slack API call that may be slow or retried) runs after the ack, so the ack stays fast.
         try:
-            await self.engine.decide(request)
+            await self.engine.decide(request, render_later=True)
         except InvalidEdit as invalid:
+            if not input_block_ids(view):
+                await ack(response_action="update", view=notice_modal(str(invalid)))
+                return
             await ack(response_action="errors", errors=field_errors(invalid.errors, view))
             return
         except EngineError as refusal:
@@ -261,45 +296,58 @@ class SlackListeners:
         self.tasks.spawn(self._run_command(command, respond), name="slack-command")
 
     async def _run_command(self, command: dict[str, Any], respond: Any) -> None:
+        user = _text(command.get("user_id"))
+        if not user:
+            logger.warning("slash command without a user ignored")
+            return
         request = AdminRequest(
             PLATFORM,
-            command.get("team_id", ""),
-            command.get("channel_id", ""),
-            command["user_id"],
-            command.get("text", ""),
+            _text(command.get("team_id")) or "",
+            _text(command.get("channel_id")) or "",
+            user,
+            _text(command.get("text")) or "",
         )
         answer = await self.engine.admin(request)
-        for chunk in split_message(escape(answer), limit=3_800)[:MAX_COMMAND_REPLIES]:
-            await respond(text=f"```{chunk}```", response_type="ephemeral")
+        try:
+            for chunk in split_message(escape(answer), limit=3_800)[:MAX_COMMAND_REPLIES]:
+                await respond(text=f"```{chunk}```", response_type="ephemeral")
+        except (aiohttp.ClientError, ValueError) as exc:  # a response_url that is not a reachable URL
+            logger.warning("slash command answer not delivered (%s)", type(exc).__name__)
 
     async def on_home_opened(self, event: dict[str, Any], context: Any) -> None:
         """Opening the Home tab shows the approvals this person may decide and the policy table."""
-        if event.get("tab") == "home":
-            self.tasks.spawn(self._publish_home(event["user"], context.team_id or ""), name="slack-home")
+        user = _text(event.get("user"))
+        if event.get("tab") == "home" and user:
+            self.tasks.spawn(self._publish_home(user, _text(context.team_id) or ""), name="slack-home")
 
     async def _publish_home(self, user: str, team: str, notice: str | None = None) -> None:
         pending = await self.engine.pending_for(PLATFORM, user, place=home_place(PLATFORM, user))
         policies = await self.engine.policy_table(PLATFORM, team)
         await self.surface.publish_home(user, home_view(pending, policies, notice))
 
-    async def _tell_clicker(self, body: dict[str, Any], text: str) -> None:
+    async def _tell_clicker(self, body: Mapping[str, Any], text: str) -> None:
+        actor, channel = _actor(body), _channel(body)
+        if not actor:
+            return
         if _from_home(body):
-            await self._publish_home(_actor(body), _team(body), notice=text)
+            await self._publish_home(actor, _team(body), notice=text)
+            return
+        if not channel:
             return
         # Approval messages sit in a thread, except at the top level of a DM.
-        thread = (body.get("message") or {}).get("thread_ts") or DIRECT_THREAD
-        where = ThreadRef(PLATFORM, _team(body), body["channel"]["id"], thread)
-        await self.surface.tell_user(where, _actor(body), text)
+        message = body.get("message")
+        thread = (_text(message.get("thread_ts")) if isinstance(message, Mapping) else None) or DIRECT_THREAD
+        await self.surface.tell_user(ThreadRef(PLATFORM, _team(body), channel, thread), actor, text)
 
 
 def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str | None, thread: str) -> Inbound:
     channel = event["channel"]
-    text = event.get("text") or ""
+    text = _text(event.get("text")) or ""
     if bot_user_id:
         text = re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
     return Inbound(
         platform=PLATFORM,
-        workspace=body.get("team_id") or event.get("team") or "",
+        workspace=_text(body.get("team_id")) or _text(event.get("team")) or "",
         channel=channel,
         thread=thread,
         user=event["user"],
@@ -310,18 +358,35 @@ def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str
     )
 
 
-def _actor(body: Mapping[str, Any]) -> str:
-    return body["user"]["id"]
+def _is_person_message(event: Mapping[str, Any]) -> bool:
+    """Whether the event names its channel, author and ts as Slack does (non-empty strings)."""
+    return all(_text(event.get(key)) for key in ("channel", "user", "ts"))
+
+
+def _text(value: Any) -> str | None:
+    """``value`` if it is a string, else ``None`` (payload fields are untrusted in type too)."""
+    return value if isinstance(value, str) else None
+
+
+def _field(body: Mapping[str, Any], outer: str, inner: str) -> str | None:
+    container = body.get(outer)
+    return _text(container.get(inner)) if isinstance(container, Mapping) else None
+
+
+def _actor(body: Mapping[str, Any]) -> str | None:
+    return _field(body, "user", "id") or None
 
 
 def _actor_name(body: Mapping[str, Any]) -> str | None:
-    user = body.get("user") or {}
-    return user.get("username") or user.get("name")
+    return _field(body, "user", "username") or _field(body, "user", "name")
+
+
+def _channel(body: Mapping[str, Any]) -> str | None:
+    return _field(body, "channel", "id") or None
 
 
 def _team(body: Mapping[str, Any]) -> str:
-    team = body.get("team") or {}
-    return team.get("id") or body.get("user", {}).get("team_id") or ""
+    return _field(body, "team", "id") or _field(body, "user", "team_id") or ""
 
 
 def _place(body: Mapping[str, Any]) -> str | None:
@@ -351,4 +416,24 @@ def _modal_source(metadata: str) -> tuple[str, str | None]:
 
 
 def _from_home(body: Mapping[str, Any]) -> bool:
-    return (body.get("container") or {}).get("type") == "view" and (body.get("view") or {}).get("type") == "home"
+    return _field(body, "container", "type") == "view" and _field(body, "view", "type") == "home"
+
+
+def _submitted(
+    body: Mapping[str, Any], view: Mapping[str, Any]
+) -> tuple[str | None, str | None, Mapping | None, str | None]:
+    """A modal submission's approval id and click place (``private_metadata``), submitter and ``state.values``,
+    each if readable."""
+    metadata = _text(view.get("private_metadata"))
+    approval_id, place = _modal_source(metadata) if metadata else (None, None)
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, Mapping) else None
+    return approval_id or None, _actor(body), values if isinstance(values, Mapping) else None, place
+
+
+def _form_refused(view: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The ack that keeps nothing decided: an error on the form's first input, or a notice in its place."""
+    inputs = input_block_ids(view)
+    if inputs:
+        return {"response_action": "errors", "errors": {inputs[0]: text}}
+    return {"response_action": "update", "view": notice_modal(text)}

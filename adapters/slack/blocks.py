@@ -397,34 +397,89 @@ def _enum_options(schema: dict[str, Any], kind: str | None) -> list[Option] | No
     return options
 
 
-def edit_values(state_values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+class FormError(ValueError):
+    """A submitted modal whose values cannot be read; ``errors`` maps input block ids to a message."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = dict(errors)
+
+
+NOT_OFFERED = "choose one of the offered options"
+UNREADABLE_FIELD = "this value could not be read; enter it again"
+
+
+def edit_values(state_values: Any, view: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The raw values of a submitted Edit modal, by parameter; empty fields are left out.
 
     Select values come back as the JSON they were encoded with; everything else as the typed string,
-    which the engine coerces by the tool's schema.
+    which the engine coerces by the tool's schema. With the submitted ``view``, a selected option the
+    modal never offered is refused. Raises :class:`FormError` for values that cannot be read.
     """
+    if not isinstance(state_values, Mapping):
+        raise FormError({"_": "the form's values could not be read"})
     edited: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     for block_id, actions in state_values.items():
-        state = actions.get(EDIT_INPUT_ACTION)
+        state = actions.get(EDIT_INPUT_ACTION) if isinstance(actions, Mapping) else None
         if not isinstance(state, Mapping):
             continue
         selected = state.get("selected_option")
-        if isinstance(selected, Mapping):
-            edited[block_id] = json.loads(selected["value"])
-        elif state.get("value") not in (None, ""):
-            edited[block_id] = state["value"]
+        value = state.get("value")
+        if selected is not None:
+            option = selected.get("value") if isinstance(selected, Mapping) else None
+            offered = _offered_values(view, block_id)
+            if not isinstance(option, str) or (offered is not None and option not in offered):
+                errors[block_id] = NOT_OFFERED
+                continue
+            try:
+                edited[block_id] = json.loads(option)
+            except ValueError:
+                errors[block_id] = NOT_OFFERED
+        elif isinstance(value, str):
+            if value != "":
+                edited[block_id] = value
+        elif value is not None:
+            errors[block_id] = UNREADABLE_FIELD
+    if errors:
+        raise FormError(errors)
     return edited
 
 
-def feedback_value(state_values: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _offered_values(view: Mapping[str, Any] | None, block_id: str) -> set[str] | None:
+    """The option values the modal showed for ``block_id`` (empty if none); ``None`` without a view."""
+    if view is None:
+        return None
+    for block in _blocks_of(view):
+        element = block.get("element")
+        if block.get("block_id") == block_id and isinstance(element, Mapping):
+            options = element.get("options")
+            if isinstance(options, list):
+                return {o["value"] for o in options if isinstance(o, Mapping) and isinstance(o.get("value"), str)}
+    return set()
+
+
+def _blocks_of(view: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    blocks = view.get("blocks")
+    return [b for b in blocks if isinstance(b, Mapping)] if isinstance(blocks, list) else []
+
+
+def feedback_value(state_values: Any) -> str | None:
     """The feedback typed into the Reject modal, or ``None``."""
-    value = (state_values.get(FEEDBACK_BLOCK, {}).get(FEEDBACK_ACTION) or {}).get("value")
+    block = state_values.get(FEEDBACK_BLOCK) if isinstance(state_values, Mapping) else None
+    field = block.get(FEEDBACK_ACTION) if isinstance(block, Mapping) else None
+    value = field.get("value") if isinstance(field, Mapping) else None
     return value.strip() or None if isinstance(value, str) else None
+
+
+def input_block_ids(view: Mapping[str, Any]) -> list[str]:
+    """The block ids of the modal's input blocks (where field errors can be shown)."""
+    return [b["block_id"] for b in _blocks_of(view) if b.get("type") == "input" and isinstance(b.get("block_id"), str)]
 
 
 def field_errors(errors: Mapping[str, str], view: Mapping[str, Any]) -> dict[str, str]:
     """Map engine field errors onto the modal's input block ids (unknown fields go to the first input)."""
-    input_ids = [b["block_id"] for b in view.get("blocks", []) if b.get("type") == "input"]
+    input_ids = input_block_ids(view)
     mapped: dict[str, str] = {}
     for name, message in errors.items():
         target = name if name in input_ids else (input_ids[0] if input_ids else name)

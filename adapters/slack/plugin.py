@@ -1,8 +1,10 @@
 """``SlackPlugin``: serves Slack for ``countersign serve`` (``POST /slack/events``, or Socket Mode).
 
-HTTP mode mounts one route for events, interactivity and slash commands; Bolt verifies each request's
-signature (signing secret, 5-minute window) and answers 401 to anything else. With an app-level token
-(``SLACK_APP_TOKEN``) the same Bolt app is driven over Socket Mode instead and no route is mounted.
+HTTP mode mounts one route for events, interactivity and slash commands. Every request passes
+:mod:`.guard` before Bolt sees it: too large → 413, not signed correctly (signing secret, 5-minute
+window) → 401, signed but malformed → 400, each with one log line; no listener runs for any of them.
+With an app-level token (``SLACK_APP_TOKEN``) the same Bolt app is driven over Socket Mode instead and
+no route is mounted.
 """
 
 from __future__ import annotations
@@ -11,13 +13,21 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_internals import build_async_context
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
-from adapters.slack.surface import SlackSurface, web_client
-from bot.config import Config
+from adapters.slack.guard import Refusal, check_request, read_body
+from adapters.slack.surface import SlackSurface, configure_web_client
+from bot.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -25,22 +35,47 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+REFUSED_TOKEN_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "not_allowed_token_type"}
+)
+"""``auth.test`` errors that mean the bot token itself is wrong, not that Slack is unwell."""
 
 
-def build_bolt_app(engine: Engine, config: Config, tasks: BackgroundTasks) -> tuple[AsyncApp, SlackSurface]:
+async def check_bot_token(client: AsyncWebClient) -> None:
+    """``auth.test`` at start: a token Slack refuses is a :class:`ConfigError` naming ``SLACK_BOT_TOKEN``.
+
+    Slack being unreachable is not a configuration error: it is logged and serving goes on.
+    """
+    try:
+        await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        if error in REFUSED_TOKEN_ERRORS:
+            raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused the bot token ({error})") from None
+        logger.warning("could not check SLACK_BOT_TOKEN with auth.test (%s); serving anyway", error)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        logger.warning("could not reach Slack to check SLACK_BOT_TOKEN (%s); serving anyway", type(exc).__name__)
+
+
+def build_bolt_app(
+    engine: Engine, config: Config, tasks: BackgroundTasks
+) -> tuple[AsyncApp, SlackSurface, SlackListeners]:
     """The Bolt AsyncApp with countersign's listeners, and the surface that shares its Web API client."""
-    client = web_client(config.slack_bot_token, config.slack_api_url)
     socket_mode = bool(config.slack_app_token)
     app = AsyncApp(
         name="countersign",
-        client=client,
+        # The token, not a client: Bolt also reads SLACK_BOT_TOKEN from the environment, and given a client
+        # as well it warns that the token is unused. Its own client is configured below instead.
+        token=config.slack_bot_token,
         signing_secret=config.slack_signing_secret or "",
         # Socket Mode requests arrive over an authenticated websocket; Bolt skips the check there anyway.
         request_verification_enabled=not socket_mode,
     )
-    surface = SlackSurface(client)
-    SlackListeners(engine, surface, tasks).register(app)
-    return app, surface
+    configure_web_client(app.client, config.slack_api_url)
+    surface = SlackSurface(app.client)
+    listeners = SlackListeners(engine, surface, tasks)
+    listeners.register(app)
+    return app, surface, listeners
 
 
 class SlackPlugin:
@@ -51,6 +86,8 @@ class SlackPlugin:
     def __init__(self) -> None:
         self.app: AsyncApp | None = None
         self.surface: SlackSurface | None = None
+        self.listeners: SlackListeners | None = None
+        self.verifier: SignatureVerifier | None = None
         self.tasks = BackgroundTasks()
         self._socket_handler: Any = None
 
@@ -60,7 +97,8 @@ class SlackPlugin:
 
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
-        self.app, self.surface = build_bolt_app(engine, config, self.tasks)
+        self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
+        await check_bot_token(self.app.client)
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -69,13 +107,35 @@ class SlackPlugin:
             await self._socket_handler.connect_async()
             logger.info("slack connected over socket mode")
             return
+        self.verifier = SignatureVerifier(config.slack_signing_secret or "")
         app.router.add_post(EVENTS_PATH, self.handle)
         logger.info("slack listening over http", extra={"path": EVENTS_PATH})
 
     async def handle(self, request: web.Request) -> web.Response:
-        """``POST /slack/events``: hand the request to Bolt and its response back to aiohttp."""
-        assert self.app is not None, "setup() first"
-        return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+        """``POST /slack/events``: check the request (:mod:`.guard`), then hand it to Bolt."""
+        assert self.app is not None and self.listeners is not None, "setup() first"
+        raw = await read_body(request)
+        checked = Refusal(413, "body too large") if raw is None else check_request(self.verifier, raw, request.headers)
+        if isinstance(checked, Refusal):
+            click = checked.payload if checked.payload and checked.payload.get("type") == "block_actions" else None
+            if click is not None and self.listeners.on_unreadable_click(click):
+                logger.warning("slack click unreadable, the clicker is told: %s", checked.reason)
+                return web.Response(status=200)  # Slack must not show a failed click on top of the message
+            logger.warning("slack request refused (%s): %s", checked.status, checked.reason)
+            return web.Response(status=checked.status)
+        try:
+            headers = dict(request.headers)
+            bolt_request = AsyncBoltRequest(body=checked.body, query=request.query_string, headers=headers)
+            if bolt_request.body != checked.payload:
+                # Bolt reads any form containing the word "payload" as an interactivity payload, so a slash command
+                # like "/countersign policy set payload_sync never" would reach it empty: give it the real one.
+                bolt_request.body = checked.payload
+                bolt_request.context = build_async_context(AsyncBoltContext({}), checked.payload)
+            response = await self.app.async_dispatch(bolt_request)
+        except Exception as exc:  # a payload shape the guard let through and Bolt choked on: still not a 500
+            logger.error("slack request could not be dispatched (%s)", type(exc).__name__)
+            return web.Response(status=400)
+        return await to_aiohttp_response(response)
 
     async def wait_idle(self) -> None:
         """Wait for the work started after acks (tests, graceful shutdown)."""

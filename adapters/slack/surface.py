@@ -11,7 +11,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import approval_message
@@ -29,8 +35,28 @@ SLACK_API_URL = "https://slack.com/api/"
 
 def web_client(token: str | None, api_url: str | None = None) -> AsyncWebClient:
     """The Web API client, optionally pointed elsewhere (``COUNTERSIGN_SLACK_API_URL``)."""
+    client = AsyncWebClient(token=token)
+    configure_web_client(client, api_url)
+    return client
+
+
+def retry_handlers() -> list[AsyncRetryHandler]:
+    """slack_sdk's own retries: connection errors, rate limits (honouring ``Retry-After``), 500 and 503."""
+    return [
+        AsyncConnectionErrorRetryHandler(),
+        AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+        AsyncServerErrorRetryHandler(max_retry_count=2),
+    ]
+
+
+def configure_web_client(client: AsyncWebClient, api_url: str | None = None) -> None:
+    """Point ``client`` at ``api_url`` (default: Slack's own) and give it :func:`retry_handlers`.
+
+    Bolt builds its own client from the token; this adjusts that one, so Bolt and the surface share it.
+    """
     base_url = api_url or SLACK_API_URL
-    return AsyncWebClient(token=token, base_url=base_url if base_url.endswith("/") else base_url + "/")
+    client.base_url = base_url if base_url.endswith("/") else base_url + "/"
+    client.retry_handlers = retry_handlers()
 
 
 def thread_ts(thread: ThreadRef) -> str | None:
@@ -74,9 +100,19 @@ class SlackSurface:
     ) -> None:
         """Re-render the approval message with ``chat.update`` (``response_url`` expires; channel + ts do not)."""
         message = approval_message(approvals)
-        await self.client.chat_update(
-            channel=message_ref["channel"], ts=message_ref["ts"], text=message.text, blocks=message.blocks
-        )
+        try:
+            await self.client.chat_update(
+                channel=message_ref["channel"], ts=message_ref["ts"], text=message.text, blocks=message.blocks
+            )
+        except SlackClientError as exc:  # after slack_sdk's retries: the decision stands, the card is stale
+            error = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+            ids = ", ".join(a.approval_id for a in approvals)
+            logger.error(
+                "approval message not updated (approvals %s): %s",
+                ids,
+                error,
+                extra={"approvals": [a.approval_id for a in approvals], "error": error},
+            )
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
         """An ephemeral message only ``user`` sees, in the thread."""

@@ -393,11 +393,15 @@ class Engine:
             now=self.clock(),
         )
 
-    async def decide(self, request: DecisionRequest) -> DecisionResult:
+    async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
 
         Checked in this order: the place of the click, who may decide, then whether the approval is still
         open, so someone who may not decide learns neither the outcome nor who decided.
+
+        With ``render_later`` it returns once the decision and its audit entry are stored: re-rendering
+        (a slow chat API) and the resume run as a tracked background task (:meth:`wait_idle` waits for it).
+        Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
         record = await self._record(request.approval_id)
         try:
@@ -456,7 +460,13 @@ class Engine:
             await self.storage.policies.remember_confirmation(
                 scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
             )
-        return await self._after_decision(record, f"{STATUS_OF_ACTION[action].capitalize()}.")
+        message = f"{STATUS_OF_ACTION[action].capitalize()}."
+        if not render_later:
+            return await self._after_decision(record, message)
+        self._spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
+        views = await self.step_approvals(record.approval_id)
+        clicked = next(v for v in views if v.approval_id == record.approval_id)
+        return DecisionResult(approval=clicked, step=tuple(views), message=message)
 
     async def approve_all(
         self, approval_id: str, actor: str, actor_name: str | None = None, place: str | None = None
@@ -531,6 +541,12 @@ class Engine:
         if complete:
             self._spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
+
+    async def _after_decision_logged(self, record: Any, message: str) -> None:
+        try:
+            await self._after_decision(record, message)
+        except Exception:  # the decision is stored; recovery resumes the run if this process cannot
+            logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         records = await self.storage.approvals.for_run(record.run_id, step=record.step)

@@ -6,12 +6,17 @@ countersign uses (``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.p
 ``views.open``, ``views.publish``, ``views.update``, ``reactions.add``, ``reactions.remove``,
 ``users.info``); anything else gets ``{"ok": false, "error": "unknown_method"}``. Like Slack it
 refuses messages with more than 50 blocks (``invalid_blocks``) or blocks too large in total
-(``msg_blocks_too_long``). ``POST /respond/<name>`` stands in for a slash command's
+(``msg_blocks_too_long``), and a call without a token (``not_authed``) or, when ``tokens`` is set, with
+a token it does not know (``invalid_auth``). ``POST /respond/<name>`` stands in for a slash command's
 ``response_url``; those calls are recorded under the method name ``"response_url"``.
 
 Socket Mode too: ``apps.connections.open`` hands out ``ws://…/socket``; :meth:`FakeSlackAPI.socket_send`
 pushes an envelope to the connected app and every frame the app sends back (its acks) is recorded under
 the method name ``"socket"``.
+
+Trouble on demand: :meth:`FakeSlackAPI.answer_status` answers the next calls of a method with an HTTP
+status (429 with ``Retry-After``, 503, …) before answering normally, and :meth:`FakeSlackAPI.hold`
+keeps calls of a method waiting until the test releases them (a slow Slack, without sleeping).
 
 ::
 
@@ -61,6 +66,10 @@ class FakeSlackAPI:
     failures: dict[str, str] = field(default_factory=dict)
     """``method -> error``: answer every call of that method with ``{"ok": false, "error": ...}``."""
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: frozenset[str] | None = None
+    """The tokens this workspace knows; ``None`` accepts any token."""
+    _statuses: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
+    _gates: dict[str, asyncio.Event] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _port: int = 0
     _changed: asyncio.Condition | None = None
@@ -102,6 +111,17 @@ class FakeSlackAPI:
     def response_url(self, name: str = "cmd") -> str:
         """A ``response_url`` for a slash command payload."""
         return f"http://127.0.0.1:{self._port}/respond/{name}"
+
+    # ------------------------------------------------------------------ trouble
+
+    def answer_status(self, method: str, status: int, *, times: int = 1, headers: dict[str, str] | None = None) -> None:
+        """Answer the next ``times`` calls of ``method`` with HTTP ``status`` (recorded with ``{"status": …}``)."""
+        self._statuses.setdefault(method, []).extend([(status, dict(headers or {}))] * times)
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Keep every call of ``method`` waiting (after it is recorded as ``"<method>:held"``) until ``.set()``."""
+        gate = self._gates[method] = asyncio.Event()
+        return gate
 
     # ------------------------------------------------------------------ queries
 
@@ -168,6 +188,15 @@ class FakeSlackAPI:
                 args[key] = json.loads(args[key])
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.get("token")
+        scripted = self._statuses.get(method)
+        if scripted:
+            status, headers = scripted.pop(0)
+            await self._record(SlackCall(method=method, args=args, token=token, response={"status": status}))
+            return web.json_response({"ok": False, "error": f"http_{status}"}, status=status, headers=headers)
+        gate = self._gates.get(method)
+        if gate is not None and not gate.is_set():
+            await self._record(SlackCall(method=f"{method}:held", args=args, token=token))
+            await gate.wait()
         call = SlackCall(method=method, args=args, token=token)
         answer = self._answer(call)
         await self._record(SlackCall(method=method, args=args, token=token, response=answer))
@@ -188,6 +217,10 @@ class FakeSlackAPI:
         return f"1700000{next(self._ts):03d}.000100"
 
     def _answer(self, call: SlackCall) -> dict[str, Any]:
+        if not call.token:
+            return {"ok": False, "error": "not_authed"}
+        if self.tokens is not None and call.token not in self.tokens:
+            return {"ok": False, "error": "invalid_auth"}
         if call.method in self.failures:
             return {"ok": False, "error": self.failures[call.method]}
         args = call.args

@@ -166,7 +166,7 @@ class SlackRequests:
         if thread_ts:
             message["thread_ts"] = thread_ts
         payload = {
-            **self._interaction_base("block_actions", user),
+            **self.interaction_base("block_actions", user),
             "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False},
             "channel": {"id": channel, "name": "ops"},
             "message": message,
@@ -178,7 +178,7 @@ class SlackRequests:
     async def home_click(self, action_id: str, value: str, *, user: str) -> SlackReply:
         """A button click in the App Home tab."""
         payload = {
-            **self._interaction_base("block_actions", user),
+            **self.interaction_base("block_actions", user),
             "container": {"type": "view", "view_id": "VHOME"},
             "view": {"id": "VHOME", "type": "home", "blocks": []},
             "actions": [self._button(action_id, value)],
@@ -188,7 +188,7 @@ class SlackRequests:
     async def submit(self, view: dict[str, Any], values: dict[str, dict[str, Any]], *, user: str) -> SlackReply:
         """Submit a modal the app opened (``view`` as sent to ``views.open``) with ``state.values``."""
         payload = {
-            **self._interaction_base("view_submission", user),
+            **self.interaction_base("view_submission", user),
             "view": {**view, "id": "VMODAL", "state": {"values": values}},
         }
         return await self.interaction(payload)
@@ -213,7 +213,8 @@ class SlackRequests:
         )
         return await self.send(body, "application/x-www-form-urlencoded")
 
-    def _interaction_base(self, kind: str, user: str) -> dict[str, Any]:
+    def interaction_base(self, kind: str, user: str) -> dict[str, Any]:
+        """The envelope every interactivity payload of ``kind`` from ``user`` shares (team, user, trigger id)."""
         return {
             "type": kind,
             "team": {"id": self.team_id, "domain": "test"},
