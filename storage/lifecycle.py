@@ -52,7 +52,7 @@ class SQLiteRunLeases:
             row = db.execute(
                 "UPDATE runs SET owner = ?, lease_expires_at = ?, recoveries = recoveries + 1, updated_at = ? "
                 f"WHERE run_id = ? AND status IN {_WORKING} "
-                "AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
+                "AND (lease_expires_at IS NULL OR lease_expires_at <= ?) "
                 f"RETURNING {_RUN_COLUMNS}",
                 [owner, epoch(until), epoch(None), run_id, epoch(now)],
             ).fetchone()
@@ -91,7 +91,7 @@ class SQLiteRunLeases:
         with self.connector.reading() as db:
             rows = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN {_WORKING} "
-                "AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY created_at, rowid LIMIT ?",
+                "AND (lease_expires_at IS NULL OR lease_expires_at <= ?) ORDER BY created_at, rowid LIMIT ?",
                 [epoch(now), limit],
             ).fetchall()
         return [_run_record(row) for row in rows]

@@ -410,11 +410,11 @@ class RunLeases(Protocol):
         ...
 
     def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
-        """Take over a running/resuming run whose lease expired before ``now``; the run, or ``None``.
+        """Take over a running/resuming run whose lease expired by ``now``; the run, or ``None``.
 
         Counts the take-over in ``recoveries``. SQL: ``UPDATE runs SET owner=?, lease_expires_at=?,
         recoveries=recoveries+1 WHERE run_id=? AND status IN ('running','resuming') AND
-        (lease_expires_at IS NULL OR lease_expires_at < now) RETURNING ...``.
+        (lease_expires_at IS NULL OR lease_expires_at <= now) RETURNING ...``.
         """
         ...
 
@@ -427,7 +427,7 @@ class RunLeases(Protocol):
         ...
 
     def expired(self, now: Instant = None, limit: int = 100) -> list[RunRecord]:
-        """Running/resuming runs whose lease expired before ``now`` (or that have none), oldest first."""
+        """Running/resuming runs whose lease expired by ``now`` (or that have none), oldest first."""
         ...
 
     def decided_paused(self, limit: int = 100) -> list[RunRecord]:

@@ -105,7 +105,8 @@ def test_migrations_run_once(tmp_path):
     path = tmp_path / "c.db"
     open_storage(path).close()
     with open_storage(path) as storage:
-        assert [r["version"] for r in storage.db.query("SELECT version FROM schema_version")] == list(range(1, LATEST_VERSION + 1))
+        versions = [r["version"] for r in storage.db.query("SELECT version FROM schema_version")]
+        assert versions == list(range(1, LATEST_VERSION + 1))
 
 
 def test_a_database_from_a_newer_countersign_is_refused_untouched(tmp_path):
