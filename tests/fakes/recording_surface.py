@@ -8,8 +8,8 @@
 >>> reply = await surface.next_reply(within=5)   # the answer posted after the resume
 
 Every call lands in :attr:`calls` in order, and in a list per kind (:attr:`replies`, :attr:`renders`,
-:attr:`updates`, :attr:`tells`, :attr:`working`, :attr:`queued`). Waiting is bounded (``within`` seconds): ``next_*`` raise
-``TimeoutError`` instead of hanging a test.
+:attr:`updates`, :attr:`tells`, :attr:`working`, :attr:`queued`). Waiting is bounded (``within`` seconds):
+``next_*`` raise ``TimeoutError`` instead of hanging a test.
 """
 
 from __future__ import annotations
