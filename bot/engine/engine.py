@@ -144,6 +144,10 @@ class Engine:
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 
+    async def stop_taking_work(self, grace: float) -> None:
+        """Graceful shutdown's first half: no new work, in-flight work finishes (``grace`` s), leases released."""
+        await self.lifecycle.shutdown(grace)
+
     async def stop(self, grace: float | None = None) -> None:
         """Shut down gracefully (see :meth:`RunLifecycle.shutdown`), then close storage."""
         if self._stopped:
