@@ -397,7 +397,8 @@ class Engine:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
             failpoints.failpoint("after_decide")
-        except EngineError as refusal:
+        except EngineError as refused:
+            refusal = await self.lifecycle.explain_refusal(record, refused)
             await self.storage.audit.append(
                 request.actor,
                 "decision refused",
@@ -405,7 +406,9 @@ class Engine:
                 {"action": request.action, "reason": type(refusal).__name__, "tool": record.tool_name},
                 now=self.clock(),
             )
-            raise
+            if refusal is refused:
+                raise
+            raise refusal from refused
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],
