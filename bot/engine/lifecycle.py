@@ -164,7 +164,13 @@ class RunLifecycle:
         if waiting is not None and lock.locked():  # this process is busy with the thread: the holder will start it
             shown = await self._show_queued(thread, waiting)
         async with lock:
+            fresh = waiting is not None  # a message was just stored: try to start at once
             while not self.stopping:
+                # After a run, one read tells whether anything waits (a writer that saw the run active has
+                # committed its message before looking, so this read sees it).
+                if not fresh and not await self.storage.inbox.waiting(thread.key):
+                    return
+                fresh = False
                 run_id = new_id()
                 started = await self.storage.inbox.start_next(
                     thread.key, run_id, self.owner, self.lease_until(), now=self.clock()
