@@ -3,6 +3,8 @@
 Everything that must survive a restart is written to storage before anyone is told anything. Every
 state change that could race (approval decided, run resumed, tool executed) is a compare-and-set in
 storage, so double clicks, concurrent approvers, retries, replicas and restarts change nothing twice.
+Owners, leases, the thread inbox, recovery and shutdown live in :mod:`bot.engine.lifecycle`; messages
+owed to threads go through :mod:`bot.engine.outbox`.
 """
 
 from __future__ import annotations
