@@ -16,6 +16,7 @@ import pytest
 from bot.agent import AgentSnapshot
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.engine.errors import AlreadyDecided, ApprovalClosed
+from bot.engine.lifecycle import MAX_RECOVERIES
 from bot.engine.model import DecisionRequest
 from bot.engine.outbox import address_of
 from bot.llm import ScriptedChatGenerator
@@ -389,3 +390,24 @@ async def test_the_heartbeat_keeps_a_working_run_owned(harnesses):
     release.set()
     await bounded(running)
     assert h.surface.replies_in(h.thread()) == ["results: report ready"]
+
+
+async def test_a_run_that_keeps_killing_its_process_is_closed_and_the_person_told(harnesses):
+    before = await harnesses.open(replies=[])
+    thread = before.thread()
+    storage = before.engine.storage
+    await storage.inbox.enqueue(address_of(thread), REQUESTER, ChatMessage.from_user("crash me").to_dict())
+    await storage.inbox.start_next(thread.key, "run-poison", DEAD, before.clock())
+    for attempt in range(MAX_RECOVERIES):  # each taker died in turn
+        assert await storage.leases.claim_expired("run-poison", f"{DEAD}-{attempt}", before.clock(), now=before.clock())
+
+    lease_runs_out(before)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([says("back")]))
+    await after.engine.wait_idle()
+
+    [told] = after.surface.replies_in(thread)
+    assert "could not continue it" in told
+    assert (await after.run_of("run-poison")).status == "failed"
+    assert after.generator.calls == []
+    await after.say("hello again")  # the thread is usable again
+    assert after.surface.replies_in(thread)[-1] == "back"
