@@ -411,3 +411,21 @@ async def test_a_run_that_keeps_killing_its_process_is_closed_and_the_person_tol
     assert after.generator.calls == []
     await after.say("hello again")  # the thread is usable again
     assert after.surface.replies_in(thread)[-1] == "back"
+
+
+async def test_two_processes_sweeping_at_once_expire_each_approval_once_and_resume_each_run_once(harnesses):
+    threads = [f"1700000000.{n:06d}" for n in range(12)]
+    asks_then_answers = [asks_for("delete_file", path="a.txt")] * len(threads) + [echoes_results] * len(threads)
+    first = await harnesses.open(replies=asks_then_answers)
+    for name in threads:
+        await first.paused_approvals("delete a.txt", thread=name)
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([echoes_results] * len(threads)))
+    first.clock.advance(hours=25)
+    counts = await asyncio.gather(first.engine.sweep_expired(batch=5), second.engine.sweep_expired(batch=5))
+    await asyncio.gather(first.engine.wait_idle(), second.engine.wait_idle())
+
+    assert sum(counts) == len(threads)
+    assert len(await first.audit("expired")) == len(threads)
+    answers = [text for h in (first, second) for name in threads for text in h.surface.replies_in(h.thread(name))]
+    assert len(answers) == len(threads) and all("expired without a decision" in a for a in answers)
+    assert first.tools.executed == []
