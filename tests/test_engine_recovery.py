@@ -172,7 +172,9 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     )])
 
     lease_runs_out(before)
-    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt")]))
+    after = await harnesses.reopen(
+        before, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt"), echoes_results])
+    )
     await after.engine.wait_idle()
 
     assert (await storage.approvals.get(orphan.approval_id)).status == "cancelled"
@@ -184,6 +186,14 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     assert [a.tool_name for a in rendering.approvals] == ["delete_file"]
     assert (await after.run_of("run-dead")).status == "paused"
     assert before.tools.executed == []
+
+    # The new approval is its own step: approving it runs the call once, and its card shows only it.
+    [fresh] = rendering.approvals
+    await after.engine.decide(confirm(fresh))
+    await after.engine.wait_idle()
+    assert before.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert after.surface.replies_in(thread)[-1] == "results: deleted a.txt"
+    assert [a.approval_id for a in after.surface.updates[-1].approvals] == [fresh.approval_id]
 
 
 async def test_a_run_that_died_during_the_model_call_is_retried_from_its_stored_history(harnesses):

@@ -284,6 +284,8 @@ class Engine:
         assert snapshot is not None
         run = await self.storage.runs.get(run_id)
         step = run.step + 1
+        if run.recoveries:  # a pause that died half-way left (cancelled) approvals under the next step number
+            step = max([step, *(a.step + 1 for a in await self.storage.approvals.for_run(run_id))])
         now = self.clock()
         context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
         new_approvals = []
