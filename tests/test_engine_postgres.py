@@ -34,7 +34,7 @@ async def harnesses(tmp_path):
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:
-    return DecisionRequest(approval.approval_id, actor, "confirm")
+    return DecisionRequest(approval.approval_id, actor, "confirm", place=approval.thread.place)
 
 
 async def test_a_message_pauses_a_decision_resumes_and_the_answer_is_posted(harnesses, postgres_url):
