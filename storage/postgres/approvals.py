@@ -260,10 +260,14 @@ class PostgresApprovalStore:
         ['expired']
         """
         at = instant(now)
+        # ``= ANY(ARRAY(SELECT …))``, not ``IN (SELECT …)``: the planner may run an ``IN`` subquery as the
+        # inner side of a nested-loop semi join, re-running it per outer row; each re-run then skips the
+        # rows this statement has just updated and locks the next due ones, so one call expired more than
+        # ``limit`` approvals. An ARRAY subquery is an InitPlan: the batch is chosen and locked once.
         rows = await self.db.fetchall(
             "UPDATE approvals SET status = 'expired', decided_by = %s, decided_at = %s "
-            "WHERE approval_id IN (SELECT approval_id FROM approvals WHERE status = 'pending' AND expires_at <= %s "
-            "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+            "WHERE approval_id = ANY(ARRAY(SELECT approval_id FROM approvals WHERE status = 'pending' "
+            "AND expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED)) "
             f"AND status = 'pending' RETURNING {_COLUMNS}",
             [SYSTEM_ACTOR, at, at, limit],
         )
