@@ -447,8 +447,12 @@ class ThreadInbox(Protocol):
     """
 
     def enqueue(self, address: ThreadAddress, requester: str, message: dict[str, Any],
-                message_ref: str | None = None, now: Instant = None) -> int:
-        """Store a message for the thread and return its inbox id (larger ids arrived later)."""
+                message_ref: str | None = None, now: Instant = None, event_key: str | None = None) -> int | None:
+        """Store a message for the thread and return its inbox id (larger ids arrived later).
+
+        With ``event_key``, the key is recorded in the event dedupe table in the same transaction, and a key
+        seen before stores nothing and returns ``None`` (a platform's redelivery).
+        """
         ...
 
     def start_next(self, chat_history_id: str, run_id: str, owner: str, until: Instant,
