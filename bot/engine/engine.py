@@ -250,13 +250,14 @@ class Engine:
                 await _quietly(surface.show_working(thread, False, message_id))
 
     async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
-        """Owe the answer to the thread (durably), mark the run finished, then post the answer."""
+        """Owe the answer to the thread and mark the run finished (one write), then post the answer."""
         text = _answer_text(result)
         last = result.get("last_message")
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
-        owed = bool(text) and await self.lifecycle.deliveries.owe(thread, text, key)
-        await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
-        if owed:
+        if not text:
+            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
+            return
+        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id):
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
 
