@@ -439,3 +439,26 @@ async def test_two_processes_sweeping_at_once_expire_each_approval_once_and_resu
     answers = [text for h in (first, second) for name in threads for text in h.surface.replies_in(h.thread(name))]
     assert len(answers) == len(threads) and all("expired without a decision" in a for a in answers)
     assert first.tools.executed == []
+
+
+async def test_a_run_that_cannot_be_recovered_is_failed_with_a_notice_not_left_running(harnesses):
+    before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    approval = await approved_and_claimed_by_a_dead_process(before, write_step=False)
+    thread = before.thread()
+    # A decision that matches no call of the stored step (a damaged record): the step cannot be replayed.
+    [stray] = await before.engine.storage.approvals.create_many([NewApproval(
+        run_id=approval.run_id, step=1, tool_call_id="call_not_in_the_step", tool_name="delete_file",
+        arguments={"path": "b.txt"}, requester=REQUESTER, platform=thread.platform, chat_history_id=thread.key,
+        expires_at=before.clock() + timedelta(hours=1), created_at=before.clock(),
+    )])
+    await before.engine.storage.approvals.decide(stray.approval_id, status="approved", decided_by=REQUESTER,
+                                                 now=before.clock())
+
+    lease_runs_out(before)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([]))
+    await after.engine.wait_idle()
+
+    run = await after.run_of(approval.run_id)
+    assert (run.status, run.owner) == ("failed", None)
+    assert after.surface.replies_in(thread)[-1].startswith("Sorry, something went wrong")
+    assert before.tools.executed == []

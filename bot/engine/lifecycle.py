@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.agent import AgentSnapshot, SnapshotError
+from bot.agent import AgentSnapshot
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
 from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
 from bot.engine.errors import AlreadyDecided, EngineError
@@ -36,7 +36,6 @@ from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.messages import ChatMessage, ChatRole, new_id
-from storage import StorageError
 from storage.protocols import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -248,7 +247,7 @@ class RunLifecycle:
         async with self.engine.thread_lock(thread.key):
             try:
                 await self._continue(run, thread)
-            except (SnapshotError, StorageError) as exc:
+            except Exception as exc:  # whatever went wrong, the run must not stay owned and running forever
                 logger.exception("could not recover a run", extra={"run_id": run.run_id})
                 await self.engine.fail_run(run.run_id, thread, exc)
         await self.drain(thread)
