@@ -58,17 +58,18 @@ class SQLiteRunLeases:
             ).fetchone()
         return None if row is None else _run_record(row)
 
-    def renew(self, owner: str, until: Instant) -> int:
-        """Extend every lease ``owner`` holds on a running/resuming run; returns how many.
+    def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
 
         >>> storage.leases.renew("host-1-a", now + timedelta(seconds=30))
-        1
+        ['run-1']
         """
         with self.connector.writing() as db:
-            return db.execute(
-                f"UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING}",
+            rows = db.execute(
+                f"UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING} RETURNING run_id",
                 [epoch(until), owner],
-            ).rowcount
+            ).fetchall()
+        return sorted(row[0] for row in rows)
 
     def release(self, owner: str, now: Instant = None) -> int:
         """Give up ``owner``'s running/resuming runs: owner cleared, lease expired at ``now``.
@@ -147,18 +148,28 @@ class SQLiteThreadInbox:
         message: dict[str, Any],
         message_ref: str | None = None,
         now: Instant = None,
-    ) -> int:
-        """Store a message for its thread; returns its inbox id.
+        event_key: str | None = None,
+    ) -> int | None:
+        """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
 
-        >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict())
+        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        a crash can neither lose the message after its event was marked seen nor store it twice.
+
+        >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict(), event_key="slack:event:Ev1")
         1
         """
+        at = epoch(now)
         with self.connector.writing() as db:
+            if event_key is not None and not db.execute(
+                "INSERT INTO events (event_key, seen_at) VALUES (?, ?) ON CONFLICT (event_key) DO NOTHING",
+                [event_key, epoch(None)],
+            ).rowcount:
+                return None
             return db.execute(
                 "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
                 "message_json, message_ref, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 requester, dumps(message), message_ref, epoch(now)],
+                 requester, dumps(message), message_ref, at],
             ).lastrowid
 
     def start_next(
@@ -267,8 +278,12 @@ class SQLiteOutbox:
         claimed_by: str | None = None,
         claim_until: Instant = None,
         now: Instant = None,
+        finishes_run: str | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
+
+        ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
+        run's answer is owed exactly when the run is finished).
 
         >>> storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
@@ -276,6 +291,12 @@ class SQLiteOutbox:
         at = epoch(now)
         claimed = None if claimed_by is None else epoch(claim_until)
         with self.connector.writing() as db:
+            if finishes_run is not None:
+                db.execute(
+                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = ? "
+                    f"WHERE run_id = ? AND status IN {_WORKING}",
+                    [epoch(None), finishes_run],
+                )
             return db.execute(
                 "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
                 "attempts, next_attempt_at, claimed_by, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?) "

@@ -315,7 +315,15 @@ class ApprovalStore(Protocol):
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...
 
-    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]: ...
+    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
+        """Expire up to ``limit`` pending approvals due by ``now`` in ONE statement; return those this caller expired.
+
+        However many processes sweep at once, each approval is returned to exactly one of them. SQLite:
+        ``UPDATE approvals SET status='expired' ... WHERE approval_id IN (SELECT ... WHERE status='pending'
+        AND expires_at <= now ORDER BY expires_at LIMIT n) AND status='pending' RETURNING ...``; PostgreSQL
+        can select the batch ``FOR UPDATE SKIP LOCKED`` so concurrent sweepers take different batches.
+        """
+        ...
 
     def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]: ...
 
@@ -375,7 +383,9 @@ class AuditLog(Protocol):
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
     ) -> int: ...
 
-    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int: ...
+    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
+        """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many."""
+        ...
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
 
@@ -426,8 +436,11 @@ class RunLeases(Protocol):
         """
         ...
 
-    def renew(self, owner: str, until: Instant) -> int:
-        """Extend the lease of every running/resuming run ``owner`` holds; returns how many."""
+    def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend the lease of every running/resuming run ``owner`` holds; returns those runs' ids.
+
+        A run the owner works on that is missing from the answer was taken over: the owner stops working on it.
+        """
         ...
 
     def release(self, owner: str, now: Instant = None) -> int:
@@ -455,8 +468,12 @@ class ThreadInbox(Protocol):
     """
 
     def enqueue(self, address: ThreadAddress, requester: str, message: dict[str, Any],
-                message_ref: str | None = None, now: Instant = None) -> int:
-        """Store a message for the thread and return its inbox id (larger ids arrived later)."""
+                message_ref: str | None = None, now: Instant = None, event_key: str | None = None) -> int | None:
+        """Store a message for the thread and return its inbox id (larger ids arrived later).
+
+        With ``event_key``, the key is recorded in the event dedupe table in the same transaction, and a key
+        seen before stores nothing and returns ``None`` (a platform's redelivery).
+        """
         ...
 
     def start_next(self, chat_history_id: str, run_id: str, owner: str, until: Instant,
@@ -489,8 +506,11 @@ class Outbox(Protocol):
     """
 
     def add(self, key: str, address: ThreadAddress, text: str, *, claimed_by: str | None = None,
-            claim_until: Instant = None, now: Instant = None) -> bool:
-        """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists."""
+            claim_until: Instant = None, now: Instant = None, finishes_run: str | None = None) -> bool:
+        """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
+
+        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
+        """
         ...
 
     def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:

@@ -62,14 +62,14 @@ def test_only_an_expired_lease_is_taken_over_and_only_once(storage):
     assert storage.leases.claim_expired("run-1", "host-b", NOW + 2 * LEASE, now=NOW + timedelta(seconds=10)) is None
 
     # The owner's heartbeat moves the lease on; then the owner dies and the lease runs out.
-    assert storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == 1
+    assert storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == ["run-1"]
     assert storage.leases.expired(now=NOW + timedelta(seconds=40)) == []
     later = NOW + timedelta(seconds=51)
     assert [r.run_id for r in storage.leases.expired(now=later)] == ["run-1"]
     taken = storage.leases.claim_expired("run-1", "host-b", later + LEASE, now=later)
     assert (taken.owner, taken.recoveries) == ("host-b", 1)
     assert storage.leases.claim_expired("run-1", "host-c", later + LEASE, now=later) is None
-    assert storage.leases.renew("host-a", later + LEASE) == 0, "the old owner no longer renews it"
+    assert storage.leases.renew("host-a", later + LEASE) == [], "the old owner no longer renews it"
 
 
 def test_a_released_run_can_be_taken_over_at_once_and_a_paused_run_has_no_owner(storage):
@@ -179,3 +179,22 @@ def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_one
         assert storage.runs.get("run-2").owner is None and storage.runs.get("run-2").recoveries == 0
         with pytest.raises(ActiveRunExists):
             create_run(storage, "run-4")
+
+
+def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
+    message = ChatMessage.from_user("deploy").to_dict()
+    first = storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW)
+    assert first is not None
+    assert storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW) is None
+    assert [i.id for i in storage.inbox.waiting(THREAD)] == [first]
+    assert not storage.events.first_time("slack:event:Ev1"), "the same key as the event dedupe"
+
+
+def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
+    storage.inbox.enqueue(ADDRESS, "U_ANA", ChatMessage.from_user("deploy").to_dict(), now=NOW)
+    storage.inbox.start_next(THREAD, "run-1", "host-a", NOW + LEASE, now=NOW)
+    assert storage.outbox.add("answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE,
+                              now=NOW, finishes_run="run-1")
+    run = storage.runs.get("run-1")
+    assert (run.status, run.owner) == ("finished", None)
+    assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]
