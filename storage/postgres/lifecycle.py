@@ -61,16 +61,19 @@ class PostgresRunLeases:
         )
         return None if row is None else run_from_row(row)
 
-    async def renew(self, owner: str, until: Instant) -> int:
-        """Extend every lease ``owner`` holds on a running/resuming run; returns how many.
+    async def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
+
+        A run the owner works on that is missing from the answer was taken over: the owner stops working on it.
 
         >>> await storage.leases.renew("host-1-a", now + timedelta(seconds=30))
-        1
+        ['run-1']
         """
-        return await self.db.execute(
-            f"UPDATE runs SET lease_expires_at = %s WHERE owner = %s AND status IN {_WORKING}",
+        rows = await self.db.fetchall(
+            f"UPDATE runs SET lease_expires_at = %s WHERE owner = %s AND status IN {_WORKING} RETURNING run_id",
             [instant(until), owner],
         )
+        return sorted(row[0] for row in rows)
 
     async def release(self, owner: str, now: Instant = None) -> int:
         """Give up ``owner``'s running/resuming runs: owner cleared, lease expired at ``now``.
@@ -148,13 +151,24 @@ class PostgresThreadInbox:
         message: dict[str, Any],
         message_ref: str | None = None,
         now: Instant = None,
-    ) -> int:
-        """Store a message for its thread; returns its inbox id.
+        event_key: str | None = None,
+    ) -> int | None:
+        """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
 
-        >>> await storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict())
+        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        a crash can neither lose the message after its event was marked seen nor store it twice.
+
+        >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")
         1
         """
         async with self.db.transaction() as conn:
+            if event_key is not None:
+                cursor = await conn.execute(
+                    "INSERT INTO events (event_key, seen_at) VALUES (%s, %s) ON CONFLICT (event_key) DO NOTHING",
+                    [event_key, instant(None)],
+                )
+                if cursor.rowcount != 1:
+                    return None
             await _lock_thread(conn, address.chat_history_id)
             cursor = await conn.execute(
                 "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
@@ -278,22 +292,33 @@ class PostgresOutbox:
         claimed_by: str | None = None,
         claim_until: Instant = None,
         now: Instant = None,
+        finishes_run: str | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
+
+        ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
+        run's answer is owed exactly when the run is finished).
 
         >>> await storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
         """
         at = instant(now)
         claimed = None if claimed_by is None else instant(claim_until)
-        row = await self.db.fetchone(
-            "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
-            "attempts, next_attempt_at, claimed_by, claimed_until) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING true",
-            [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-             text, at, at, claimed_by, claimed],
-        )
-        return row is not None
+        async with self.db.transaction() as conn:
+            if finishes_run is not None:
+                await conn.execute(
+                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "
+                    f"WHERE run_id = %s AND status IN {_WORKING}",
+                    [finishes_run],
+                )
+            cursor = await conn.execute(
+                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
+                "attempts, next_attempt_at, claimed_by, claimed_until) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+                [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 text, at, at, claimed_by, claimed],
+            )
+            return cursor.rowcount == 1
 
     async def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
         """Claim an undelivered message whose claim is free or expired; ``True`` for one caller.

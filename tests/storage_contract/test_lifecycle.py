@@ -74,15 +74,15 @@ async def test_only_an_expired_lease_is_taken_over_and_only_once(storage):
     assert await storage.leases.claim_expired("run-1", "host-b", NOW + 2 * LEASE, now=early) is None
 
     # The owner's heartbeat moves the lease on; then the owner dies and the lease runs out.
-    assert await storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == 1
-    assert await storage.leases.renew("host-nobody", NOW + timedelta(seconds=50)) == 0
+    assert await storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == ["run-1"]
+    assert await storage.leases.renew("host-nobody", NOW + timedelta(seconds=50)) == []
     assert await storage.leases.expired(now=NOW + timedelta(seconds=40)) == []
     later = NOW + timedelta(seconds=51)
     assert [r.run_id for r in await storage.leases.expired(now=later)] == ["run-1"]
     taken = await storage.leases.claim_expired("run-1", "host-b", later + LEASE, now=later)
     assert (taken.owner, taken.lease_expires_at, taken.recoveries) == ("host-b", later + LEASE, 1)
     assert await storage.leases.claim_expired("run-1", "host-c", later + LEASE, now=later) is None
-    assert await storage.leases.renew("host-a", later + LEASE) == 0, "the old owner no longer renews it"
+    assert await storage.leases.renew("host-a", later + LEASE) == [], "the old owner no longer renews it"
     assert (await storage.runs.get("run-1")).owner == "host-b"
 
 
@@ -239,6 +239,26 @@ async def test_messages_enqueued_by_two_processes_start_in_the_order_they_were_s
     assert [m.text for m in await backend.storage.messages.retrieve_messages(THREAD, last_k=20)] == started_texts
 
 
+async def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
+    message = user("deploy")
+    first = await storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW)
+    assert first is not None
+    assert await storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW) is None
+    assert [i.id for i in await storage.inbox.waiting(THREAD)] == [first]
+    assert not await storage.events.first_time("slack:event:Ev1"), "the same key as the event dedupe"
+    assert await storage.inbox.enqueue(ADDRESS, "U_ANA", user("again"), now=NOW) is not None, "no key: no dedupe"
+
+
+async def test_a_redelivery_racing_the_first_delivery_on_two_processes_is_stored_once(backend):
+    other = await backend.open_another()
+    ids = await asyncio.gather(
+        *((backend.storage, other)[n % 2].inbox.enqueue(ADDRESS, "U_ANA", user("deploy"), event_key="slack:event:Ev2")
+          for n in range(CONTENDERS))
+    )
+    [stored] = [i for i in ids if i is not None]
+    assert [i.id for i in await other.inbox.waiting(THREAD)] == [stored]
+
+
 # --- the outbox ------------------------------------------------------------------------------------------
 
 
@@ -268,6 +288,21 @@ async def test_an_outbox_message_is_owed_until_delivered_and_claimed_by_one_proc
     assert not await storage.outbox.retry_later("answer:run-1", later)
     assert await storage.outbox.undelivered() == []
     assert await storage.outbox.due(["slack"], now=later + LEASE * 10) == []
+
+
+async def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
+    await started(storage)
+    assert await storage.outbox.add(
+        "answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE, now=NOW,
+        finishes_run="run-1",
+    )
+    run = await storage.runs.get("run-1")
+    assert (run.status, run.owner, run.lease_expires_at) == ("finished", None, None)
+    assert [m.key for m in await storage.outbox.undelivered(THREAD)] == ["answer:run-1"]
+    # A run that is no longer working is left as it is; the message is still owed once.
+    await create_run(storage, "run-2", thread=OTHER_THREAD, status="paused")
+    assert await storage.outbox.add("note:run-2", OTHER_ADDRESS, "Noted.", now=NOW, finishes_run="run-2")
+    assert (await storage.runs.get("run-2")).status == "paused"
 
 
 async def test_due_outbox_messages_come_oldest_first_per_platform(storage):
