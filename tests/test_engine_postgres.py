@@ -28,7 +28,8 @@ from tests.fakes.engine_kit import (
 
 
 @pytest.fixture
-async def harnesses(tmp_path):
+async def harnesses(tmp_path, postgres_url):
+    # Depends on postgres_url so the engines stop (and release their runs) before the schema is dropped.
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()
