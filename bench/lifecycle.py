@@ -113,7 +113,7 @@ async def conversations(db_path: Path, n: int) -> dict[str, Any]:
         began = time.perf_counter()
         await engine.handle_message(Inbound("slack", "T1", "C1", thread.thread, "U1", f"delete f{i}.log", f"Ev{i}"))
         approval = await surface._future(surface.rendered, thread.key)
-        await engine.decide(DecisionRequest(approval.approval_id, "U1", "confirm"))
+        await engine.decide(DecisionRequest(approval.approval_id, "U1", "confirm", place=approval.thread.place))
         answer = await asyncio.wait_for(surface._future(surface.answered, thread.key), 30)
         await engine.wait_idle()
         assert answer == f"Done: deleted f{i}.log", answer
