@@ -16,10 +16,11 @@ from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
-from storage.errors import AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
+from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
 from storage.events import SQLiteEventDedupe
 from storage.factory import open_async_storage
 from storage.ledger import SQLiteToolLedger
+from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
 from storage.places import SQLiteApprovalPlaces
@@ -34,18 +35,34 @@ from storage.protocols import (
     ConversationStore,
     EffectiveRule,
     EventDedupe,
+    InboxItem,
     LedgerEntry,
     NewApproval,
+    Outbox,
+    OutboxMessage,
     PolicyRule,
     PolicyStore,
+    RunLeases,
     RunRecord,
     RunStore,
+    ThreadAddress,
+    ThreadInbox,
     ToolLedger,
     Vote,
 )
 
 __all__ = [
     "ANY_TOOL",
+    "ActiveRunExists",
+    "InboxItem",
+    "Outbox",
+    "OutboxMessage",
+    "RunLeases",
+    "SQLiteOutbox",
+    "SQLiteRunLeases",
+    "SQLiteThreadInbox",
+    "ThreadAddress",
+    "ThreadInbox",
     "LATEST_VERSION",
     "MIGRATIONS",
     "AlreadyExists",

@@ -20,7 +20,10 @@ from storage.readers import ReadWorkers
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
-STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations", "places")
+STORE_NAMES = (
+    "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
+    "places", "leases", "inbox", "outbox",
+)
 READ_METHODS = frozenset(
     {
         "get",
@@ -42,6 +45,13 @@ READ_METHODS = frozenset(
         "recent",
         "load",
         "shown_in",
+        "expired",
+        "decided_paused",
+        "waiting",
+        "is_waiting",
+        "orphaned",
+        "due",
+        "undelivered",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -101,6 +111,9 @@ class AsyncStorage:
     events: Any
     conversations: Any
     places: Any
+    leases: Any
+    inbox: Any
+    outbox: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

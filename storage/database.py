@@ -13,6 +13,7 @@ from storage.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
 from storage.conversations import SQLiteConversationStore
 from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
+from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
 from storage.places import SQLiteApprovalPlaces
@@ -41,6 +42,9 @@ class Storage:
         self.events = SQLiteEventDedupe(connector)
         self.conversations = SQLiteConversationStore(connector)
         self.places = SQLiteApprovalPlaces(connector)
+        self.leases = SQLiteRunLeases(connector)
+        self.inbox = SQLiteThreadInbox(connector, self.messages)
+        self.outbox = SQLiteOutbox(connector)
 
     @property
     def path(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from bot.engine.model import DecisionRequest
 from bot.llm import ScriptedChatGenerator
+from bot.tools import tool
 from storage.postgres import PostgresStorage
 from tests.fakes.engine_kit import (
     ADMIN,
@@ -27,14 +28,15 @@ from tests.fakes.engine_kit import (
 
 
 @pytest.fixture
-async def harnesses(tmp_path):
+async def harnesses(tmp_path, postgres_url):
+    # Depends on postgres_url so the engines stop (and release their runs) before the schema is dropped.
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:
-    return DecisionRequest(approval.approval_id, actor, "confirm")
+    return DecisionRequest(approval.approval_id, actor, "confirm", place=approval.thread.place)
 
 
 async def test_a_message_pauses_a_decision_resumes_and_the_answer_is_posted(harnesses, postgres_url):
@@ -95,3 +97,56 @@ async def test_the_click_reaches_another_replica_after_the_first_one_stopped(har
     assert result.resumed and reply.text == "results: deleted a.txt"
     assert before.tools.executed == [("delete_file", {"path": "a.txt"})]
     assert (await after.run_of(approval.run_id)).status == "finished"
+
+
+async def test_messages_to_a_thread_whose_run_is_active_on_another_replica_are_queued_and_answered_in_order(
+    harnesses, postgres_url
+):
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def migrate_db(target: str) -> str:
+        """Migrate the database (slow).
+
+        :param target: The target version.
+        """
+        started.set()
+        await release.wait()
+        return f"migrated to {target}"
+
+    first = await harnesses.open(
+        database_url=postgres_url,
+        replies=[asks_for("migrate_db", target="v2"), echoes_results, says("second answer"), says("third answer")],
+        extra_tools=[migrate_db],
+    )
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("never used")]))
+    running = asyncio.create_task(first.engine.handle_message(first.inbound("migrate to v2")))
+    await bounded(started.wait())
+
+    # While the first replica's run works, the thread's next messages reach the other replica: each is
+    # queued there (the call returns at once), none starts a run beside the active one.
+    later = second.inbound("and then?")
+    await bounded(second.engine.handle_message(later))
+    last = second.inbound("and finally?")
+    await bounded(second.engine.handle_message(last))
+    assert [q.message_id for q in second.surface.queued] == [later.message_id, last.message_id]
+    assert [i.message["text"] for i in await first.engine.storage.inbox.waiting(first.thread().key)] == [
+        "and then?", "and finally?"
+    ]
+    assert second.generator.calls == []
+
+    release.set()
+    await bounded(running)
+    await first.engine.wait_idle()
+    await second.engine.wait_idle()
+    replies = first.surface.replies_in(first.thread()) + second.surface.replies_in(first.thread())
+    assert replies == ["results: migrated to v2", "second answer", "third answer"]
+    history = await first.history()
+    assert [(m.role.value, m.text) for m in history if m.text] == [
+        ("user", "migrate to v2"), ("assistant", "results: migrated to v2"),
+        ("user", "and then?"), ("assistant", "second answer"),
+        ("user", "and finally?"), ("assistant", "third answer"),
+    ]
+    assert dangling_calls(history) == []
+    assert await first.engine.storage.inbox.waiting(first.thread().key) == []
+    assert [r.status for r in await first.engine.storage.runs.list_by_status("running", "paused", "resuming")] == []

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from bot.messages import ChatMessage
-from storage import AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
+from storage import ActiveRunExists, AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
 from storage.postgres import LATEST_VERSION, MIGRATIONS, PostgresStorage, migrate, open_postgres_storage
 from tests.fakes.postgres import schema_url
 from tests.fakes.storage_data import tool_exchange
@@ -170,3 +170,37 @@ async def test_a_connection_lost_while_idle_is_replaced_before_it_is_used(postgr
         assert await storage.events.first_time("slack:Ev-after-the-loss")
         async with storage.db.connection() as conn:
             assert conn.info.backend_pid != pid
+
+
+async def test_an_upgrade_from_the_first_schema_keeps_pending_buttons_and_one_active_run_per_thread(empty_schema_url):
+    async with await psycopg.AsyncConnection.connect(empty_schema_url, autocommit=True) as conn:
+        assert await migrate(conn, target=1) == 1
+        # Written by a countersign of schema 1: two active runs in one thread (possible then), each with an
+        # approval; the older run's is pending.
+        for n, status in enumerate(["paused", "running", "finished"], start=1):
+            await conn.execute(
+                "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, status, "
+                "created_at, updated_at) VALUES (%s, 'slack:T1:C1:1.1', 'slack', 'T1', 'C1', '1.1', 'U_ANA', %s, "
+                "now() + make_interval(secs => %s), now())",
+                [f"run-{n}", status, n],
+            )
+        for run_id, status in [("run-1", "pending"), ("run-2", "approved")]:
+            await conn.execute(
+                "INSERT INTO approvals (approval_id, run_id, step, tool_call_id, tool_name, arguments_json, "
+                "args_digest, requester, mode, approvers, quorum, four_eyes, platform, chat_history_id, status, "
+                "created_at, expires_at) VALUES (%s, %s, 1, 'call_1', 'delete_file', '{}', 'd', 'U_ANA', 'always', "
+                "'[]', 1, false, 'slack', 'slack:T1:C1:1.1', %s, now(), now() + interval '1 hour')",
+                [f"appr-{run_id}", run_id, status],
+            )
+
+    async with await open_postgres_storage(empty_schema_url) as storage:
+        assert await storage.schema_version() == LATEST_VERSION
+        assert await storage.places.shown_in("appr-run-1", "slack:C1"), "a pending approval keeps its buttons"
+        assert not await storage.places.shown_in("appr-run-2", "slack:C1"), "a decided one gets no place"
+        runs = [await storage.runs.get(f"run-{n}") for n in (1, 2, 3)]
+        assert [r.status for r in runs] == ["failed", "running", "finished"], "the newest active run is kept"
+        assert runs[0].error == "closed at upgrade: a newer run was active in the thread"
+        assert (runs[1].owner, runs[1].lease_expires_at, runs[1].recoveries) == (None, None, 0)
+        with pytest.raises(ActiveRunExists):
+            await storage.runs.create("run-4", chat_history_id="slack:T1:C1:1.1", platform="slack", workspace="T1",
+                                      channel="C1", thread="1.1", requester="U_ANA")

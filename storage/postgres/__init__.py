@@ -12,8 +12,10 @@ from storage.postgres.conversations import PostgresConversationStore
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
+from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.storage import PostgresStorage, open_postgres_storage
@@ -21,15 +23,19 @@ from storage.postgres.storage import PostgresStorage, open_postgres_storage
 __all__ = [
     "LATEST_VERSION",
     "MIGRATIONS",
+    "PostgresApprovalPlaces",
     "PostgresApprovalStore",
     "PostgresAuditLog",
     "PostgresChatMessageStore",
     "PostgresConversationStore",
     "PostgresDatabase",
     "PostgresEventDedupe",
+    "PostgresOutbox",
     "PostgresPolicyStore",
+    "PostgresRunLeases",
     "PostgresRunStore",
     "PostgresStorage",
+    "PostgresThreadInbox",
     "PostgresToolLedger",
     "migrate",
     "open_postgres_storage",

@@ -249,6 +249,30 @@ class PostgresApprovalStore:
             return False
         return True
 
+    async def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
+        """Expire up to ``limit`` due pending approvals in one statement; return the ones this caller expired.
+
+        The batch is selected ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take disjoint batches instead
+        of queueing on each other's rows, and each approval is returned to exactly one of them (a row that a
+        decision changed meanwhile fails the outer ``status = 'pending'`` re-check).
+
+        >>> [a.status for a in await storage.approvals.expire_due(now=after_expiry)]
+        ['expired']
+        """
+        at = instant(now)
+        # ``= ANY(ARRAY(SELECT …))``, not ``IN (SELECT …)``: the planner may run an ``IN`` subquery as the
+        # inner side of a nested-loop semi join, re-running it per outer row; each re-run then skips the
+        # rows this statement has just updated and locks the next due ones, so one call expired more than
+        # ``limit`` approvals. An ARRAY subquery is an InitPlan: the batch is chosen and locked once.
+        rows = await self.db.fetchall(
+            "UPDATE approvals SET status = 'expired', decided_by = %s, decided_at = %s "
+            "WHERE approval_id = ANY(ARRAY(SELECT approval_id FROM approvals WHERE status = 'pending' "
+            "AND expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED)) "
+            f"AND status = 'pending' RETURNING {_COLUMNS}",
+            [SYSTEM_ACTOR, at, at, limit],
+        )
+        return [_record(row) for row in rows]
+
     async def _exists(self, approval_id: str) -> None:
         if await self.db.fetchone("SELECT 1 FROM approvals WHERE approval_id = %s", [approval_id]) is None:
             raise NotFound(f"approval {approval_id!r} not found")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.types.json import Json
 
-from storage.codec import loads
+from storage.codec import dumps, loads
 from storage.postgres.database import PostgresDatabase, instant, utc
 from storage.protocols import AuditEntry, Instant
 
@@ -30,6 +31,24 @@ class PostgresAuditLog:
             [instant(now), actor, action, subject, Json(details)],
         )
         return int(row[0])
+
+    async def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
+        """Append ``(actor, action, subject, details)`` entries in one statement; returns how many.
+
+        >>> await storage.audit.append_many([("countersign", "expired", approval_id, {"tool": "delete_file"})])
+        1
+        """
+        rows = list(entries)
+        if not rows:
+            return 0
+        return await self.db.execute(
+            "INSERT INTO audit (at, actor, action, subject, details_json) "
+            "SELECT %s, actor, action, subject, details::json "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+            "WITH ORDINALITY AS t(actor, action, subject, details, ord) ORDER BY ord",
+            [instant(now), [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+             [dumps(r[3]) for r in rows]],
+        )
 
     async def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
         """The ``n`` newest entries, newest first, optionally of one actor and/or subject.

@@ -8,6 +8,9 @@ thread take a transaction-scoped advisory lock on it, so sequence numbers never 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import psycopg
 
 from bot.messages import ChatMessage, ChatRole
 from storage.codec import dumps, loads
@@ -52,39 +55,58 @@ class PostgresChatMessageStore:
         >>> await store.write_messages("t1", [question, answer])
         0
         """
+        rows = self._rows(messages)
+        if not rows:
+            return 0
+        async with self.db.transaction() as conn:
+            return await self._insert(conn, chat_history_id, rows)
+
+    async def _write_in(
+        self, conn: psycopg.AsyncConnection[Any], chat_history_id: str, messages: Sequence[ChatMessage]
+    ) -> int:
+        """:meth:`write_messages` inside the caller's transaction on ``conn``; how many were new.
+
+        Other stores call it to write history atomically with their own rows (the inbox's ``start_next``).
+        """
+        rows = self._rows(messages)
+        return await self._insert(conn, chat_history_id, rows) if rows else 0
+
+    def _rows(self, messages: Sequence[ChatMessage]) -> dict[str, tuple[str, str]]:
+        """Message id → (role, JSON), system messages skipped if so configured; the first copy of an id wins."""
         rows: dict[str, tuple[str, str]] = {}
         for message in messages:
             if self.skip_system_messages and message.is_from(ChatRole.SYSTEM):
                 continue
-            rows.setdefault(message.id, (message.role.value, dumps(message.to_dict())))  # the first copy wins
-        if not rows:
+            rows.setdefault(message.id, (message.role.value, dumps(message.to_dict())))
+        return rows
+
+    @staticmethod
+    async def _insert(
+        conn: psycopg.AsyncConnection[Any], chat_history_id: str, rows: dict[str, tuple[str, str]]
+    ) -> int:
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [THREAD_LOCK, chat_history_id])
+        cursor = await conn.execute(
+            "SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE chat_history_id = %s), 0), "
+            "ARRAY(SELECT message_id FROM messages WHERE chat_history_id = %s AND message_id = ANY(%s))",
+            [chat_history_id, chat_history_id, list(rows)],
+        )
+        last_seq, existing = await cursor.fetchone()  # type: ignore[misc]
+        known = set(existing)
+        fresh = [(message_id, role, data) for message_id, (role, data) in rows.items() if message_id not in known]
+        if not fresh:
             return 0
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [THREAD_LOCK, chat_history_id]
-            )
-            cursor = await conn.execute(
-                "SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE chat_history_id = %s), 0), "
-                "ARRAY(SELECT message_id FROM messages WHERE chat_history_id = %s AND message_id = ANY(%s))",
-                [chat_history_id, chat_history_id, list(rows)],
-            )
-            last_seq, existing = await cursor.fetchone()  # type: ignore[misc]
-            known = set(existing)
-            fresh = [(message_id, role, data) for message_id, (role, data) in rows.items() if message_id not in known]
-            if not fresh:
-                return 0
-            await conn.execute(
-                "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
-                "SELECT %s, %s + ord, message_id, role, data::json, now() "
-                "FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t(message_id, role, data, ord)",
-                [
-                    chat_history_id,
-                    last_seq,
-                    [row[0] for row in fresh],
-                    [row[1] for row in fresh],
-                    [row[2] for row in fresh],
-                ],
-            )
+        await conn.execute(
+            "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
+            "SELECT %s, %s + ord, message_id, role, data::json, now() "
+            "FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t(message_id, role, data, ord)",
+            [
+                chat_history_id,
+                last_seq,
+                [row[0] for row in fresh],
+                [row[1] for row in fresh],
+                [row[2] for row in fresh],
+            ],
+        )
         return len(fresh)
 
     async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]:

@@ -180,7 +180,76 @@ _INITIAL_SCHEMA: Migration = (
     """,
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA]
+_APPROVAL_PLACES: Migration = (
+    # Every place (conversation, App Home, DM) an approval was shown in; clicks come only from those.
+    """
+    CREATE TABLE approval_places (
+        approval_id text NOT NULL REFERENCES approvals (approval_id),
+        place text NOT NULL,
+        shown_at timestamptz NOT NULL,
+        PRIMARY KEY (approval_id, place)
+    )
+    """,
+    # Approvals still pending at the upgrade were shown in their own thread: their buttons keep working.
+    "INSERT INTO approval_places (approval_id, place, shown_at) "
+    "SELECT a.approval_id, a.platform || ':' || r.channel, a.created_at "
+    "FROM approvals a JOIN runs r ON r.run_id = a.run_id WHERE a.status = 'pending' AND r.channel IS NOT NULL",
+)
+
+_ACTIVE = "('running', 'paused', 'resuming')"
+
+_RUN_LIFECYCLE: Migration = (
+    "ALTER TABLE runs ADD COLUMN owner text, ADD COLUMN lease_expires_at timestamptz, "
+    "ADD COLUMN recoveries integer NOT NULL DEFAULT 0",
+    # Before the database enforced it, two replicas could both open a run in one thread: keep the newest
+    # active run of each thread and close the older ones, so that the unique index below can be built.
+    "UPDATE runs SET status = 'failed', "
+    "error = to_json('closed at upgrade: a newer run was active in the thread'::text) "
+    f"WHERE status IN {_ACTIVE} AND seq <> (SELECT newest.seq FROM runs AS newest "
+    f"WHERE newest.chat_history_id = runs.chat_history_id AND newest.status IN {_ACTIVE} "
+    "ORDER BY newest.created_at DESC, newest.seq DESC LIMIT 1)",
+    # One active run per thread, whichever replica opens it: a second INSERT is a unique violation.
+    f"CREATE UNIQUE INDEX runs_one_active_per_thread ON runs (chat_history_id) WHERE status IN {_ACTIVE}",
+    # The recovery scan: working runs by lease expiry.
+    "CREATE INDEX runs_lease ON runs (status, lease_expires_at)",
+    """
+    CREATE TABLE inbox (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        chat_history_id text NOT NULL,
+        platform text NOT NULL,
+        workspace text NOT NULL,
+        channel text NOT NULL,
+        thread text NOT NULL,
+        requester text NOT NULL,
+        message_json json NOT NULL,
+        message_ref text,
+        received_at timestamptz NOT NULL
+    )
+    """,
+    # Within a thread, id order is arrival order (enqueue and start_next serialise on the thread).
+    "CREATE INDEX inbox_thread ON inbox (chat_history_id, id)",
+    """
+    CREATE TABLE outbox (
+        key text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        chat_history_id text NOT NULL,
+        platform text NOT NULL,
+        workspace text NOT NULL,
+        channel text NOT NULL,
+        thread text NOT NULL,
+        text text NOT NULL,
+        created_at timestamptz NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        next_attempt_at timestamptz NOT NULL,
+        claimed_by text,
+        claimed_until timestamptz,
+        delivered_at timestamptz
+    )
+    """,
+    "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

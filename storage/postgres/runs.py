@@ -7,15 +7,17 @@ from typing import Any
 from psycopg.types.json import Json
 
 from storage.codec import loads
-from storage.errors import AlreadyExists, CorruptRecord, NotFound
-from storage.postgres.database import PostgresDatabase, instant, utc
+from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
+from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunRecord
-from storage.runs import _SETTABLE, _check_status, _snapshot_text
+from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
 )
+RUN_COLUMNS = _COLUMNS
+"""The columns :func:`run_from_row` reads, in order (for other stores that return runs)."""
 
 
 def _record(row: Any) -> RunRecord:
@@ -33,7 +35,15 @@ def _record(row: Any) -> RunRecord:
         has_snapshot=bool(row[10]),
         created_at=utc(row[11]),
         updated_at=utc(row[12]),
+        owner=row[13],
+        lease_expires_at=utc_or_none(row[14]),
+        recoveries=row[15] or 0,
     )
+
+
+def run_from_row(row: Any) -> RunRecord:
+    """The :class:`RunRecord` of a row selected with :data:`RUN_COLUMNS`."""
+    return _record(row)
 
 
 class PostgresRunStore:
@@ -57,6 +67,9 @@ class PostgresRunStore:
     ) -> RunRecord:
         """Record a new run and return it; :class:`AlreadyExists` if the id is taken.
 
+        :class:`ActiveRunExists` if the thread has an active run already: the unique partial index
+        ``runs_one_active_per_thread`` refuses a second one, whichever replica asks.
+
         >>> (await storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
         ...     workspace="T1", channel="C1", thread="170.1", requester="U1")).status
         'running'
@@ -65,11 +78,14 @@ class PostgresRunStore:
         row = await self.db.fetchone(
             "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
             "status, step, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s) "
-            f"ON CONFLICT (run_id) DO NOTHING RETURNING {_COLUMNS}",
+            # No conflict target: both the run id and the one-active-run index are caught.
+            f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
             [run_id, chat_history_id, platform, workspace, channel, thread, requester, _check_status(status), at, at],
         )
         if row is None:
-            raise AlreadyExists(f"run {run_id!r} exists already")
+            if await self.db.fetchone("SELECT 1 FROM runs WHERE run_id = %s", [run_id]) is not None:
+                raise AlreadyExists(f"run {run_id!r} exists already")
+            raise ActiveRunExists(chat_history_id)
         return _record(row)
 
     async def get(self, run_id: str) -> RunRecord:
@@ -89,7 +105,8 @@ class PostgresRunStore:
         """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
 
         ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
-        Terminal runs never move again.
+        Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
+        the lease (nobody works on such a run).
 
         >>> await storage.runs.transition("run-1", "paused", "resuming")
         True
@@ -112,6 +129,8 @@ class PostgresRunStore:
         if "error" in values:
             values["error"] = None if values["error"] is None else Json(values["error"])
         assignments = "".join(f", {name} = %s" for name in values)
+        if to_status in _UNOWNED_STATUSES:
+            assignments += ", owner = NULL, lease_expires_at = NULL"
         row = await self.db.fetchone(
             f"UPDATE runs SET status = %s, updated_at = now(){assignments} "
             "WHERE run_id = %s AND status = ANY(%s) RETURNING true",

@@ -14,8 +14,10 @@ from storage.postgres.conversations import PostgresConversationStore
 from storage.postgres.database import DEFAULT_POOL_MAX, DEFAULT_POOL_MIN, DEFAULT_STATEMENT_TIMEOUT_MS, PostgresDatabase
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
+from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import migrate, schema_version
+from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
 
@@ -39,6 +41,10 @@ class PostgresStorage:
         self.audit = PostgresAuditLog(db)
         self.events = PostgresEventDedupe(db)
         self.conversations = PostgresConversationStore(db)
+        self.places = PostgresApprovalPlaces(db)
+        self.leases = PostgresRunLeases(db)
+        self.inbox = PostgresThreadInbox(db, self.messages)
+        self.outbox = PostgresOutbox(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.

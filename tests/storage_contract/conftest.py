@@ -2,7 +2,8 @@
 
 ``backend`` is the async storage the engine would get from ``open_async_storage`` (a fresh SQLite
 file, or a fresh PostgreSQL schema), with ``execute`` for the raw SQL a few tests need to damage a
-record or to try what the database must refuse.
+record or to try what the database must refuse, and ``open_another`` for a second storage on the same
+database, as another process (or replica) opens it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Backend:
     name: str
     storage: Any
     execute: Callable[[str], Awaitable[None]]
+    open_another: Callable[[], Awaitable[Any]]
 
 
 def _sqlite_execute(storage: Any) -> Callable[[str], Awaitable[None]]:
@@ -50,14 +52,19 @@ def _postgres_execute(storage: Any) -> Callable[[str], Awaitable[None]]:
 @pytest.fixture(params=BACKENDS)
 async def backend(request, tmp_path):
     """The storage of one backend, opened as the engine opens it, closed after the test."""
-    if request.param == "sqlite":
-        storage = await open_async_storage(tmp_path / "countersign.db", last_k=10)
-        opened = Backend("sqlite", storage, _sqlite_execute(storage))
-    else:
-        url = request.getfixturevalue("postgres_url")
-        storage = await open_async_storage(tmp_path / "unused.db", database_url=url, last_k=10)
-        opened = Backend("postgres", storage, _postgres_execute(storage))
-    yield opened
+    url = None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    others: list[Any] = []
+
+    async def open_another() -> Any:
+        other = await open_async_storage(tmp_path / "countersign.db", database_url=url, last_k=10)
+        others.append(other)
+        return other
+
+    storage = await open_async_storage(tmp_path / "countersign.db", database_url=url, last_k=10)
+    execute = _sqlite_execute(storage) if url is None else _postgres_execute(storage)
+    yield Backend(request.param, storage, execute, open_another)
+    for other in others:
+        await other.aclose()
     await storage.aclose()
 
 

@@ -102,7 +102,7 @@ async def test_due_for_expiry_lists_pending_due_approvals_soonest_first(approval
 
 
 async def test_closing_a_run_supersedes_only_its_pending_approvals(storage, approvals):
-    await create_run(storage, "run-2")
+    await create_run(storage, "run-2", thread="slack:T1:C9:1.1")
     a, b, c = await approvals.create_many(
         [new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b"), new_approval("run-2", "call_c")]
     )

@@ -19,6 +19,7 @@ from storage import (
     StorageError,
     ToolLedger,
 )
+from storage.protocols import ApprovalPlaces, Outbox, RunLeases, ThreadInbox
 from tests.fakes.storage_data import NOW
 
 UNKNOWN = "outcome unknown: the bot stopped while this tool was running"
@@ -110,6 +111,7 @@ async def test_every_protocol_method_is_awaitable_on_every_store(backend):
     stores = {
         "messages": ChatMessageStore, "runs": RunStore, "approvals": ApprovalStore, "ledger": ToolLedger,
         "policies": PolicyStore, "audit": AuditLog, "events": EventDedupe, "conversations": ConversationStore,
+        "places": ApprovalPlaces, "leases": RunLeases, "inbox": ThreadInbox, "outbox": Outbox,
     }
     for attribute, protocol in stores.items():
         store = getattr(backend.storage, attribute)

@@ -99,7 +99,8 @@ async def test_the_active_run_of_a_thread(storage):
 
 async def test_runs_listed_by_status_oldest_first(storage):
     await create_run(storage, "run-b", status="paused")
-    await create_run(storage, "run-a", status="resuming")  # same time: creation order breaks the tie
+    # Same time: creation order breaks the tie (another thread: a thread has one active run).
+    await create_run(storage, "run-a", status="resuming", thread="slack:T1:C9:1.1")
     await create_run(storage, "run-c", status="finished")
     assert [r.run_id for r in await storage.runs.list_by_status("paused", "resuming")] == ["run-b", "run-a"]
     assert await storage.runs.list_by_status("failed") == []

@@ -1,0 +1,392 @@
+"""The run lifecycle on PostgreSQL: leases on runs, the per-thread inbox and the outbox.
+
+:class:`PostgresRunLeases`, :class:`PostgresThreadInbox` and :class:`PostgresOutbox` have the semantics
+of their SQLite counterparts in :mod:`storage.lifecycle`. Every claim is one conditional ``UPDATE …
+RETURNING``: under READ COMMITTED a second writer of the same row waits for the first to commit, then
+re-checks the condition against the new row, so any number of replicas agree on one winner. One active
+run per thread is the unique partial index ``runs_one_active_per_thread``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.types.json import Json
+
+from bot.messages import ChatMessage
+from storage.codec import loads
+from storage.errors import AlreadyExists
+from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
+from storage.postgres.messages import PostgresChatMessageStore
+from storage.postgres.runs import RUN_COLUMNS, run_from_row
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunRecord, ThreadAddress
+
+_WORKING = "('running', 'resuming')"
+_ACTIVE = "('running', 'paused', 'resuming')"
+INBOX_LOCK = "countersign.inbox"
+"""With the thread's id, the key of the advisory lock that orders a thread's enqueues and starts."""
+
+
+class PostgresRunLeases:
+    """Owners and leases of runs (see :class:`~storage.protocols.RunLeases`)."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
+        """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+
+        >>> await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
+        True
+        """
+        row = await self.db.fetchone(
+            "UPDATE runs SET status = 'resuming', owner = %s, lease_expires_at = %s, updated_at = now() "
+            "WHERE run_id = %s AND status = 'paused' RETURNING true",
+            [owner, instant(until), run_id],
+        )
+        return row is not None
+
+    async def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
+        """Take over a running/resuming run whose lease expired by ``now``; the run as taken, or ``None``.
+
+        >>> (await storage.leases.claim_expired("run-1", "host-2-b", later + timedelta(seconds=30), now=later)).owner
+        'host-2-b'
+        """
+        row = await self.db.fetchone(
+            "UPDATE runs SET owner = %s, lease_expires_at = %s, recoveries = recoveries + 1, updated_at = now() "
+            f"WHERE run_id = %s AND status IN {_WORKING} AND (lease_expires_at IS NULL OR lease_expires_at <= %s) "
+            f"RETURNING {RUN_COLUMNS}",
+            [owner, instant(until), run_id, instant(now)],
+        )
+        return None if row is None else run_from_row(row)
+
+    async def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
+
+        A run the owner works on that is missing from the answer was taken over: the owner stops working on it.
+
+        >>> await storage.leases.renew("host-1-a", now + timedelta(seconds=30))
+        ['run-1']
+        """
+        rows = await self.db.fetchall(
+            f"UPDATE runs SET lease_expires_at = %s WHERE owner = %s AND status IN {_WORKING} RETURNING run_id",
+            [instant(until), owner],
+        )
+        return sorted(row[0] for row in rows)
+
+    async def release(self, owner: str, now: Instant = None) -> int:
+        """Give up ``owner``'s running/resuming runs: owner cleared, lease expired at ``now``.
+
+        >>> await storage.leases.release("host-1-a")
+        1
+        """
+        return await self.db.execute(
+            f"UPDATE runs SET owner = NULL, lease_expires_at = %s WHERE owner = %s AND status IN {_WORKING}",
+            [instant(now), owner],
+        )
+
+    async def expired(self, now: Instant = None, limit: int = 100) -> list[RunRecord]:
+        """Running/resuming runs whose lease expired by ``now`` (or that have none), oldest first.
+
+        >>> [r.run_id for r in await storage.leases.expired(now=later)]
+        ['run-1']
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status IN {_WORKING} "
+            "AND (lease_expires_at IS NULL OR lease_expires_at <= %s) ORDER BY created_at, seq LIMIT %s",
+            [instant(now), limit],
+        )
+        return [run_from_row(row) for row in rows]
+
+    async def decided_paused(self, limit: int = 100) -> list[RunRecord]:
+        """Paused runs whose current step has approvals, none of them pending: each is due a resume.
+
+        >>> [r.run_id for r in await storage.leases.decided_paused()]
+        ['run-1']
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'paused' "
+            "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
+            "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
+            "AND a.status = 'pending') ORDER BY updated_at, seq LIMIT %s",
+            [limit],
+        )
+        return [run_from_row(row) for row in rows]
+
+
+_INBOX_COLUMNS = (
+    "id, chat_history_id, platform, workspace, channel, thread, requester, message_json::text, message_ref, "
+    "received_at"
+)
+
+
+def _inbox_item(row: Any) -> InboxItem:
+    return InboxItem(
+        id=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        requester=row[6],
+        message=loads(row[7], kind="inbox message", record_id=str(row[0])),
+        message_ref=row[8],
+        received_at=utc(row[9]),
+    )
+
+
+class PostgresThreadInbox:
+    """Messages waiting for their thread (see :class:`~storage.protocols.ThreadInbox`).
+
+    ``enqueue`` and ``start_next`` take a transaction-scoped advisory lock on the thread, so a thread's
+    inbox ids are handed out in commit order: ``start_next`` never starts a message while an earlier
+    one of the same thread is still being stored.
+    """
+
+    def __init__(self, db: PostgresDatabase, messages: PostgresChatMessageStore) -> None:
+        self.db = db
+        self.messages = messages
+
+    async def enqueue(
+        self,
+        address: ThreadAddress,
+        requester: str,
+        message: dict[str, Any],
+        message_ref: str | None = None,
+        now: Instant = None,
+        event_key: str | None = None,
+    ) -> int | None:
+        """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
+
+        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        a crash can neither lose the message after its event was marked seen nor store it twice.
+
+        >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")
+        1
+        """
+        async with self.db.transaction() as conn:
+            if event_key is not None:
+                cursor = await conn.execute(
+                    "INSERT INTO events (event_key, seen_at) VALUES (%s, %s) ON CONFLICT (event_key) DO NOTHING",
+                    [event_key, instant(None)],
+                )
+                if cursor.rowcount != 1:
+                    return None
+            await _lock_thread(conn, address.chat_history_id)
+            cursor = await conn.execute(
+                "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
+                "message_json, message_ref, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 requester, Json(message), message_ref, instant(now)],
+            )
+            row = await cursor.fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    async def start_next(
+        self, chat_history_id: str, run_id: str, owner: str, until: Instant, now: Instant = None
+    ) -> tuple[RunRecord, InboxItem] | None:
+        """Start a run for the oldest waiting message of a thread with no active run (one transaction).
+
+        >>> run, item = await storage.inbox.start_next(address.chat_history_id, "run-2", "host-1-a", lease_end)
+        >>> run.status, item.requester
+        ('running', 'U1')
+        """
+        at = instant(now)
+        async with self.db.transaction() as conn:
+            await _lock_thread(conn, chat_history_id)
+            cursor = await conn.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id LIMIT 1",
+                [chat_history_id],
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                return None
+            item = _inbox_item(row)
+            address = item.address
+            # The unique partial index decides whether the thread is free: a run created meanwhile by
+            # any replica (not through the inbox) makes this insert a no-op, not a second active run.
+            cursor = await conn.execute(
+                "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
+                "status, step, created_at, updated_at, owner, lease_expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', 0, %s, %s, %s, %s) "
+                f"ON CONFLICT DO NOTHING RETURNING {RUN_COLUMNS}",
+                [run_id, chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 item.requester, at, at, owner, instant(until)],
+            )
+            created = await cursor.fetchone()
+            if created is None:
+                cursor = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", [run_id])
+                if await cursor.fetchone() is not None:
+                    raise AlreadyExists(f"run {run_id!r} exists already")
+                return None
+            await self.messages._write_in(conn, chat_history_id, [ChatMessage.from_dict(item.message)])
+            await conn.execute("DELETE FROM inbox WHERE id = %s", [item.id])
+        return run_from_row(created), item
+
+    async def waiting(self, chat_history_id: str) -> list[InboxItem]:
+        """The thread's waiting messages, oldest first.
+
+        >>> [i.requester for i in await storage.inbox.waiting(address.chat_history_id)]
+        ['U1']
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id", [chat_history_id]
+        )
+        return [_inbox_item(row) for row in rows]
+
+    async def is_waiting(self, item_id: int) -> bool:
+        """Whether the message is still waiting.
+
+        >>> await storage.inbox.is_waiting(1)
+        False
+        """
+        return await self.db.fetchone("SELECT 1 FROM inbox WHERE id = %s", [item_id]) is not None
+
+    async def orphaned(self, limit: int = 100) -> list[InboxItem]:
+        """The oldest waiting message of every thread that no process is running a run in.
+
+        >>> [i.address.chat_history_id for i in await storage.inbox.orphaned()]
+        ['slack:T1:C1:170.1']
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id IN (SELECT MIN(id) FROM inbox GROUP BY chat_history_id) "
+            "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.chat_history_id = inbox.chat_history_id "
+            f"AND runs.status IN {_WORKING}) ORDER BY id LIMIT %s",
+            [limit],
+        )
+        return [_inbox_item(row) for row in rows]
+
+
+async def _lock_thread(conn: Any, chat_history_id: str) -> None:
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [INBOX_LOCK, chat_history_id])
+
+
+_OUTBOX_COLUMNS = (
+    "key, chat_history_id, platform, workspace, channel, thread, text, created_at, attempts, next_attempt_at, "
+    "claimed_by, delivered_at"
+)
+
+
+def _outbox_message(row: Any) -> OutboxMessage:
+    return OutboxMessage(
+        key=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        text=row[6],
+        created_at=utc(row[7]),
+        attempts=row[8],
+        next_attempt_at=utc(row[9]),
+        claimed_by=row[10],
+        delivered_at=utc_or_none(row[11]),
+    )
+
+
+class PostgresOutbox:
+    """Messages owed to threads (see :class:`~storage.protocols.Outbox`)."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def add(
+        self,
+        key: str,
+        address: ThreadAddress,
+        text: str,
+        *,
+        claimed_by: str | None = None,
+        claim_until: Instant = None,
+        now: Instant = None,
+        finishes_run: str | None = None,
+    ) -> bool:
+        """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
+
+        ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
+        run's answer is owed exactly when the run is finished).
+
+        >>> await storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
+        True
+        """
+        at = instant(now)
+        claimed = None if claimed_by is None else instant(claim_until)
+        async with self.db.transaction() as conn:
+            if finishes_run is not None:
+                await conn.execute(
+                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "
+                    f"WHERE run_id = %s AND status IN {_WORKING}",
+                    [finishes_run],
+                )
+            cursor = await conn.execute(
+                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
+                "attempts, next_attempt_at, claimed_by, claimed_until) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+                [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 text, at, at, claimed_by, claimed],
+            )
+            return cursor.rowcount == 1
+
+    async def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
+        """Claim an undelivered message whose claim is free or expired; ``True`` for one caller.
+
+        >>> await storage.outbox.claim("answer:run-1", "host-2-b", later + timedelta(seconds=30), now=later)
+        True
+        """
+        row = await self.db.fetchone(
+            "UPDATE outbox SET claimed_by = %s, claimed_until = %s WHERE key = %s AND delivered_at IS NULL "
+            "AND (claimed_until IS NULL OR claimed_until < %s) RETURNING true",
+            [owner, instant(until), key, instant(now)],
+        )
+        return row is not None
+
+    async def delivered(self, key: str, now: Instant = None) -> bool:
+        """Mark the message delivered (it is never posted again).
+
+        >>> await storage.outbox.delivered("answer:run-1")
+        True
+        """
+        row = await self.db.fetchone(
+            "UPDATE outbox SET delivered_at = %s, claimed_until = NULL WHERE key = %s AND delivered_at IS NULL "
+            "RETURNING true",
+            [instant(now), key],
+        )
+        return row is not None
+
+    async def retry_later(self, key: str, at: Instant) -> bool:
+        """Release the claim after a failed post; the message is due again at ``at``.
+
+        >>> await storage.outbox.retry_later("answer:run-1", later + timedelta(seconds=30))
+        True
+        """
+        row = await self.db.fetchone(
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + 1, "
+            "next_attempt_at = %s WHERE key = %s AND delivered_at IS NULL RETURNING true",
+            [instant(at), key],
+        )
+        return row is not None
+
+    async def due(self, platforms: Sequence[str], now: Instant = None, limit: int = 100) -> list[OutboxMessage]:
+        """Undelivered, unclaimed (or claim expired) messages of ``platforms`` due by ``now``, oldest first.
+
+        >>> [m.key for m in await storage.outbox.due(["slack"])]
+        ['answer:run-1']
+        """
+        names = list(platforms)
+        if not names:
+            return []
+        at = instant(now)
+        rows = await self.db.fetchall(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= %s "
+            "AND (claimed_until IS NULL OR claimed_until < %s) AND platform = ANY(%s) "
+            "ORDER BY created_at, seq LIMIT %s",
+            [at, at, names, limit],
+        )
+        return [_outbox_message(row) for row in rows]
+
+    async def undelivered(self, chat_history_id: str | None = None) -> list[OutboxMessage]:
+        """Every message not yet delivered (of one thread, if given), oldest first.
+
+        >>> await storage.outbox.undelivered()
+        []
+        """
+        sql = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivered_at IS NULL"
+        params: list[Any] = []
+        if chat_history_id is not None:
+            sql += " AND chat_history_id = %s"
+            params.append(chat_history_id)
+        rows = await self.db.fetchall(sql + " ORDER BY created_at, seq", params)
+        return [_outbox_message(row) for row in rows]

@@ -1,0 +1,120 @@
+"""Two ``countersign serve`` replicas on one PostgreSQL schema: one dies mid-tool, the other takes the run over.
+
+Real processes, real HTTP: Slack's Web API and the model are the fakes, the database is the test
+server. Replica A is armed with the ``after_ledger`` failpoint, so it stops exactly like ``kill -9``
+right after the call's ledger entry says ``executing``; replica B's sweep finds the run once A's lease
+has expired, never re-runs the call (its outcome is unknown) and tells the thread so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import psycopg
+
+from adapters.slack.plugin import EVENTS_PATH
+from bot.agent.tool_runner import OUTCOME_UNKNOWN
+from bot.failpoints import FAILPOINT_EXIT_CODE
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_requests import SlackRequests
+from tests.test_cli import clean_env
+
+SECRET = "replica-signing-secret"
+CHANNEL = "C0OPS"
+ALICE = "U0ALICE"
+
+
+class Replica:
+    """One ``countersign serve`` process; its log is read as it comes, so its pipe never fills."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.log: list[str] = []
+        self.url: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, folder: Path, env: dict[str, str]) -> Replica:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+            cwd=folder, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            line = raw.decode(errors="replace")
+            self.log.append(line)
+            if not self.url.done() and (match := re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)):
+                self.url.set_result(match.group(1))
+
+    async def stop(self) -> int:
+        """SIGTERM (if still running), then its exit status."""
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(self.process.wait(), 30)
+        finally:
+            if self.process.returncode is None:
+                self.process.kill()
+                await self.process.wait()
+        await self.reader
+        return code
+
+
+async def test_a_replica_killed_while_its_tool_runs_is_taken_over_by_another_that_never_reruns_the_tool(
+    tmp_path, postgres_url
+):
+    async with FakeSlackAPI() as slack, FakeOpenAIServer() as llm:
+        llm.enqueue_tool_calls([("read_file", {"path": "notes.txt"})])
+        llm.enqueue_text("I could not tell whether that worked.")
+        common = {
+            "COUNTERSIGN_DATABASE_URL": postgres_url, "SLACK_BOT_TOKEN": "xoxb-test-token",
+            "SLACK_SIGNING_SECRET": SECRET, "COUNTERSIGN_SLACK_API_URL": slack.base_url,
+            "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "test", "COUNTERSIGN_MODEL": "fake-model",
+            "COUNTERSIGN_LEASE_SECONDS": "1", "COUNTERSIGN_HEARTBEAT_SECONDS": "0.3",
+            "COUNTERSIGN_SWEEP_SECONDS": "0.1", "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0",
+        }
+        a = await Replica.start(tmp_path, clean_env(
+            tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT="after_ledger"
+        ))
+        b = await Replica.start(tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-b"))
+        try:
+            url_a = await asyncio.wait_for(a.url, 30)
+            await asyncio.wait_for(b.url, 30)
+            async with aiohttp.ClientSession() as session:
+                requests = SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id)
+                mention = requests.mention(ALICE, CHANNEL, "<@U0BOT> what is in notes.txt?")
+                try:
+                    await requests.event(mention)
+                except aiohttp.ClientError:
+                    pass  # A may stop before its answer is sent: the event is in its inbox either way
+            assert await asyncio.wait_for(a.process.wait(), 30) == FAILPOINT_EXIT_CODE, "".join(a.log)
+
+            in_thread = lambda call: call.args.get("thread_ts") == mention["ts"]  # noqa: E731
+            posts = await slack.wait_for("chat.postMessage", count=2, where=in_thread, seconds=20)
+        finally:
+            await a.stop()
+            code_b = await b.stop()
+
+    texts = [p.args["text"] for p in posts]
+    assert "restarted" in texts[0] and "read_file is unknown" in texts[0], texts
+    assert texts[1] == "I could not tell whether that worked.", texts
+    assert code_b == 0, "".join(b.log)
+    assert "Traceback" not in "".join(b.log)
+    # The model saw the call's outcome as unknown; the call itself has one ledger entry, never re-run.
+    assert len(llm.requests) == 2
+    assert OUTCOME_UNKNOWN in str(llm.requests[1]["messages"][-1])
+    with psycopg.connect(postgres_url) as conn:
+        ledger = conn.execute("SELECT tool_name, status, result #>> '{}' FROM ledger").fetchall()
+        runs = conn.execute("SELECT status, owner, recoveries FROM runs").fetchall()
+    assert ledger == [("read_file", "failed", OUTCOME_UNKNOWN)]
+    assert runs == [("finished", None, 1)]
