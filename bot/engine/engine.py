@@ -483,7 +483,7 @@ class Engine:
         message = f"{STATUS_OF_ACTION[action].capitalize()}."
         if not render_later:
             return await self._after_decision(record, message)
-        self._spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
+        self.spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
         views = await self.step_approvals(record.approval_id)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         return DecisionResult(approval=clicked, step=tuple(views), message=message)
