@@ -122,22 +122,30 @@ class ToolControl:
         """What the tools get in ``CRASH_TOOLS_URL``."""
         return f"http://127.0.0.1:{self._port}"
 
-    def count(self, tool: str | None = None) -> int:
-        """How many executions (of ``tool``) were reported."""
-        return len(self.of(tool))
+    def count(self, tool: str | None = None, **arguments: Any) -> int:
+        """How many executions (of ``tool``, with these ``arguments`` among theirs) were reported."""
+        return len(self.of(tool, **arguments))
 
-    def of(self, tool: str | None = None) -> list[Execution]:
-        """The executions (of ``tool``), oldest first."""
-        return [e for e in self.executions if tool is None or e.tool == tool]
+    def of(self, tool: str | None = None, **arguments: Any) -> list[Execution]:
+        """The executions (of ``tool``, with these ``arguments`` among theirs), oldest first."""
+        return [
+            e
+            for e in self.executions
+            if (tool is None or e.tool == tool) and all(e.arguments.get(k) == v for k, v in arguments.items())
+        ]
 
     def release(self, name: str) -> None:
         """Let every execution waiting on gate ``name`` (now or later) go on."""
         self._gate_named(name).set()
 
-    async def wait_for(self, tool: str, count: int = 1, seconds: float = OUTCOME_SECONDS) -> list[Execution]:
-        """Wait until ``count`` executions of ``tool`` were reported; return them."""
-        await self._wait(lambda: self.count(tool) >= count, seconds, f"{count} execution(s) of {tool}")
-        return self.of(tool)
+    async def wait_for(
+        self, tool: str, count: int = 1, seconds: float = OUTCOME_SECONDS, **arguments: Any
+    ) -> list[Execution]:
+        """Wait until ``count`` executions of ``tool`` (with ``arguments``) were reported; return them."""
+        await self._wait(
+            lambda: self.count(tool, **arguments) >= count, seconds, f"{count} execution(s) of {tool} {arguments}"
+        )
+        return self.of(tool, **arguments)
 
     async def wait_blocked(self, name: str, seconds: float = OUTCOME_SECONDS) -> None:
         """Wait until some execution is blocked on gate ``name`` (the slow tool is running)."""
@@ -289,9 +297,23 @@ class ServeProcess:
                 await asyncio.wait_for(self._reader, 2.0)
         return code
 
-    async def wait_failpoint(self, seconds: float = OUTCOME_SECONDS) -> None:
-        """Wait for the process to stop at its armed failpoint (exit status 86)."""
-        code = await self.wait_exit(seconds)
+    async def wait_failpoint(self, seconds: float = OUTCOME_SECONDS, passed: Callable[[], Any] | None = None) -> None:
+        """Wait for the process to stop at its armed failpoint (exit status 86).
+
+        ``passed`` tells that the work went past the point without stopping (e.g. the answer was posted):
+        then the failpoint is missing from that code path, and waiting longer would only hide it.
+        """
+        deadline = time.monotonic() + seconds
+        exited = asyncio.ensure_future(self.process.wait())
+        while not exited.done() and time.monotonic() < deadline:
+            if passed is not None and passed():
+                exited.cancel()
+                raise HarnessError(
+                    f"{self.name} went past failpoint {self.failpoint!r} without stopping\n{self.log_text()}"
+                )
+            await asyncio.wait({exited}, timeout=0.05)
+        exited.cancel()
+        code = await self.wait_exit(max(0.1, deadline - time.monotonic()))
         if code != FAILPOINT_EXIT_CODE:
             raise HarnessError(
                 f"{self.name} exited with {code}, not at failpoint {self.failpoint!r}\n{self.log_text()}"
@@ -499,7 +521,8 @@ class ServeCluster:
         targets = to if isinstance(to, list) else [to]
         event_id = f"Ev{ts.replace('.', '')}"
         for attempt, target in enumerate(targets):
-            reply = await _send(target, lambda r: r.event(event, event_id=event_id, retry_num=attempt or None))
+            retry = attempt or None
+            reply = await _send(target, lambda r, retry=retry: r.event(event, event_id=event_id, retry_num=retry))
             if reply is not None and reply.status == 200:
                 break
         else:
@@ -514,7 +537,12 @@ class ServeCluster:
         return await _send(
             to,
             lambda r: r.click(
-                action, approval_id, user=user, channel=card.thread.channel, message_ts=card.ts, thread_ts=card.thread.ts
+                action,
+                approval_id,
+                user=user,
+                channel=card.thread.channel,
+                message_ts=card.ts,
+                thread_ts=card.thread.ts,
             ),
         )
 
@@ -548,7 +576,8 @@ class ServeCluster:
 
     def card_updates(self, card: ApprovalCard) -> list[str]:
         """Every re-rendering of ``card`` (``chat.update``), as text."""
-        return [all_text(c.args.get("blocks") or []) for c in self.slack.calls_to("chat.update") if c.args["ts"] == card.ts]
+        updates = self.slack.calls_to("chat.update", lambda c: c.args.get("ts") == card.ts)
+        return [all_text(c.args.get("blocks") or []) for c in updates]
 
     async def approval_card(self, thread: Thread, count: int = 1, seconds: float = OUTCOME_SECONDS) -> ApprovalCard:
         """Wait for the ``count``-th approval message in ``thread``; return it."""
@@ -609,11 +638,17 @@ class ServeCluster:
         """The runs of ``thread``, oldest first."""
         return self.query("SELECT * FROM runs WHERE chat_history_id = ? ORDER BY created_at, rowid", [thread.key])
 
-    def ledger(self, tool: str | None = None) -> list[sqlite3.Row]:
-        """Ledger entries (of ``tool``)."""
-        if tool is None:
-            return self.query("SELECT * FROM ledger ORDER BY started_at")
-        return self.query("SELECT * FROM ledger WHERE tool_name = ? ORDER BY started_at", [tool])
+    def ledger(self, thread: Thread) -> list[sqlite3.Row]:
+        """The execution-ledger entries of every run of ``thread``, oldest first."""
+        return self.query(
+            "SELECT ledger.* FROM ledger JOIN runs ON runs.run_id = ledger.run_id "
+            "WHERE runs.chat_history_id = ? ORDER BY ledger.started_at",
+            [thread.key],
+        )
+
+    def unsettled_runs(self, thread: Thread) -> list[sqlite3.Row]:
+        """Runs of ``thread`` still running, resuming or paused."""
+        return [r for r in self.runs(thread) if r["status"] in ("running", "resuming", "paused")]
 
     async def wait_until(
         self, condition: Callable[[], T], what: str, seconds: float = OUTCOME_SECONDS, every: float = 0.05
