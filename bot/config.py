@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +43,15 @@ class Config:
     history_last_k: int = 30
     default_ttl_seconds: int = 24 * 3600
     sweep_interval_seconds: float = 30.0
+    """``COUNTERSIGN_SWEEP_SECONDS``: the interval of the expiry sweep, the recovery scan and outbox retries."""
+    instance_id: str = field(default_factory=lambda: default_instance_id())
+    """``COUNTERSIGN_INSTANCE_ID``: this process's name as the owner of the runs it works on."""
+    lease_seconds: float = 30.0
+    """``COUNTERSIGN_LEASE_SECONDS``: how long a run stays owned without a heartbeat before recovery may take it."""
+    heartbeat_seconds: float = 10.0
+    """``COUNTERSIGN_HEARTBEAT_SECONDS``: how often the owner renews its leases (less than the lease)."""
+    shutdown_grace_seconds: float = 20.0
+    """``COUNTERSIGN_SHUTDOWN_GRACE_SECONDS``: how long a stopping process lets in-flight work finish."""
     slack_bot_token: str | None = field(default=None, repr=False)
     slack_signing_secret: str | None = field(default=None, repr=False)
     slack_app_token: str | None = field(default=None, repr=False)
@@ -98,6 +109,7 @@ class Config:
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
+            **_lifecycle_settings(env),
         )
 
     def load_tools(self) -> list[Any]:
@@ -151,6 +163,48 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def default_instance_id() -> str:
+    """``hostname-pid-random``: unique per process, readable in logs and in the ``runs.owner`` column."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if not (value > 0 or (allow_zero and value == 0)) or value == float("inf"):
+        kind = "zero or a positive" if allow_zero else "a positive"
+        raise ConfigError(f"{name} must be {kind} number of seconds, got {raw!r}")
+    return value
+
+
+def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """Instance id, lease, heartbeat, shutdown grace and sweep interval (the run lifecycle's settings)."""
+    lease = _seconds(env, "COUNTERSIGN_LEASE_SECONDS", 30.0)
+    heartbeat = _seconds(env, "COUNTERSIGN_HEARTBEAT_SECONDS", 10.0)
+    if heartbeat >= lease:
+        raise ConfigError(
+            f"COUNTERSIGN_HEARTBEAT_SECONDS ({heartbeat:g}) must be less than COUNTERSIGN_LEASE_SECONDS ({lease:g}), "
+            "or leases expire while their owner still works"
+        )
+    instance = (env.get("COUNTERSIGN_INSTANCE_ID") or "").strip()
+    if instance and (len(instance) > 200 or not instance.isprintable()):
+        raise ConfigError("COUNTERSIGN_INSTANCE_ID must be printable and at most 200 characters")
+    settings: dict[str, Any] = {
+        "lease_seconds": lease,
+        "heartbeat_seconds": heartbeat,
+        "shutdown_grace_seconds": _seconds(env, "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS", 20.0, allow_zero=True),
+        "sweep_interval_seconds": _seconds(env, "COUNTERSIGN_SWEEP_SECONDS", 30.0),
+    }
+    if instance:
+        settings["instance_id"] = instance
+    return settings
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

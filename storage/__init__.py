@@ -15,9 +15,10 @@ from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
-from storage.errors import AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
+from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
 from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
+from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
 from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
@@ -30,18 +31,34 @@ from storage.protocols import (
     ConversationStore,
     EffectiveRule,
     EventDedupe,
+    InboxItem,
     LedgerEntry,
     NewApproval,
+    Outbox,
+    OutboxMessage,
     PolicyRule,
     PolicyStore,
+    RunLeases,
     RunRecord,
     RunStore,
+    ThreadAddress,
+    ThreadInbox,
     ToolLedger,
     Vote,
 )
 
 __all__ = [
     "ANY_TOOL",
+    "ActiveRunExists",
+    "InboxItem",
+    "Outbox",
+    "OutboxMessage",
+    "RunLeases",
+    "SQLiteOutbox",
+    "SQLiteRunLeases",
+    "SQLiteThreadInbox",
+    "ThreadAddress",
+    "ThreadInbox",
     "LATEST_VERSION",
     "MIGRATIONS",
     "AlreadyExists",

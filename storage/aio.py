@@ -20,7 +20,10 @@ from storage.readers import ReadWorkers
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
-STORE_NAMES = ("messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations")
+STORE_NAMES = (
+    "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
+    "leases", "inbox", "outbox",
+)
 READ_METHODS = frozenset(
     {
         "get",
@@ -41,6 +44,13 @@ READ_METHODS = frozenset(
         "is_confirmed",
         "recent",
         "load",
+        "expired",
+        "decided_paused",
+        "waiting",
+        "is_waiting",
+        "orphaned",
+        "due",
+        "undelivered",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -99,6 +109,9 @@ class AsyncStorage:
     audit: Any
     events: Any
     conversations: Any
+    leases: Any
+    inbox: Any
+    outbox: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

@@ -283,6 +283,26 @@ class SQLiteApprovalStore:
                 self._exists(db, approval_id)
         return changed == 1
 
+    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
+        """Expire up to ``limit`` due pending approvals in one statement; return the ones this caller expired.
+
+        ``UPDATE ... WHERE approval_id IN (SELECT ... due ... LIMIT n) AND status = 'pending' RETURNING``:
+        however many processes sweep at once, each approval is returned to exactly one of them.
+
+        >>> [a.status for a in storage.approvals.expire_due(now=after_expiry)]
+        ['expired']
+        """
+        at = epoch(now)
+        with self.connector.writing() as db:
+            rows = db.execute(
+                "UPDATE approvals SET status = 'expired', decided_by = ?, decided_at = ? "
+                "WHERE approval_id IN (SELECT approval_id FROM approvals INDEXED BY approvals_status_expiry "
+                "WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?) "
+                f"AND status = 'pending' RETURNING {_COLUMNS}",
+                [SYSTEM_ACTOR, at, at, limit],
+            ).fetchall()
+        return [_record(row) for row in rows]
+
     @staticmethod
     def _exists(db: Any, approval_id: str) -> None:
         if db.execute("SELECT 1 FROM approvals WHERE approval_id = ?", [approval_id]).fetchone() is None:

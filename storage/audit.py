@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from storage.codec import dumps, epoch, loads, to_datetime
@@ -28,6 +29,22 @@ class SQLiteAuditLog:
                 "INSERT INTO audit (at, actor, action, subject, details_json) VALUES (?, ?, ?, ?, ?)",
                 [epoch(now), actor, action, subject, dumps(details)],
             ).lastrowid
+
+    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
+        """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many.
+
+        >>> storage.audit.append_many([("countersign", "expired", approval_id, {"tool": "delete_file"})])
+        1
+        """
+        at = epoch(now)
+        rows = [[at, actor, action, subject, dumps(details)] for actor, action, subject, details in entries]
+        if not rows:
+            return 0
+        with self.connector.writing() as db:
+            db.conn.executemany(
+                "INSERT INTO audit (at, actor, action, subject, details_json) VALUES (?, ?, ?, ?, ?)", rows
+            )
+        return len(rows)
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
         """The ``n`` newest entries, newest first, optionally of one actor and/or subject.

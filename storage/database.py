@@ -13,6 +13,7 @@ from storage.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
 from storage.conversations import SQLiteConversationStore
 from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
+from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
 from storage.policies import SQLitePolicyStore
@@ -39,6 +40,9 @@ class Storage:
         self.audit = SQLiteAuditLog(connector)
         self.events = SQLiteEventDedupe(connector)
         self.conversations = SQLiteConversationStore(connector)
+        self.leases = SQLiteRunLeases(connector)
+        self.inbox = SQLiteThreadInbox(connector, self.messages)
+        self.outbox = SQLiteOutbox(connector)
 
     @property
     def path(self) -> str:
@@ -58,7 +62,7 @@ class Storage:
         """The schema version of the database.
 
         >>> storage.schema_version()
-        2
+        3
         """
         with self.connector.reading() as db:
             return schema_version(db)
@@ -89,7 +93,7 @@ def open_storage(
 
     >>> with open_storage("countersign.db") as storage:
     ...     storage.schema_version()
-    2
+    3
 
     ``path`` may also be ``":memory:"`` (one connection shared by all threads) or a sqlite-utils
     ``Database``. ``synchronous="NORMAL"`` trades durability against power loss for cheaper commits.

@@ -44,3 +44,11 @@ class UnknownSchemaVersion(StorageError):
 
 class AlreadyExists(StorageError):
     """A record with this id exists already (e.g. a run created twice)."""
+
+
+class ActiveRunExists(AlreadyExists):
+    """The thread already has an active (running, paused or resuming) run; a second one is refused."""
+
+    def __init__(self, chat_history_id: str) -> None:
+        super().__init__(f"thread {chat_history_id!r} already has an active run")
+        self.chat_history_id = chat_history_id

@@ -176,7 +176,72 @@ def _votes_and_message_refs(db: Database) -> None:
     db["audit"].create_index(["actor", "id"], index_name="audit_actor")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs]
+def _run_lifecycle(db: Database) -> None:
+    """Version 3: run owners and leases, one active run per thread, the thread inbox and the outbox."""
+    db["runs"].add_column("owner", str)
+    db["runs"].add_column("lease_expires_at", float)
+    db["runs"].add_column("recoveries", int, not_null_default=0)
+    # Before the database enforced it, two processes could both open a run in one thread: keep the newest
+    # active run of each thread and close the older ones, so that the unique index below can be built.
+    db.execute(
+        "UPDATE runs SET status = 'failed', error = 'closed at upgrade: a newer run was active in the thread' "
+        "WHERE status IN ('running', 'paused', 'resuming') AND rowid NOT IN ("
+        "SELECT rowid FROM runs AS newest WHERE newest.chat_history_id = runs.chat_history_id "
+        "AND newest.status IN ('running', 'paused', 'resuming') "
+        "ORDER BY newest.created_at DESC, newest.rowid DESC LIMIT 1)"
+    )
+    db.execute(
+        "CREATE UNIQUE INDEX runs_one_active_per_thread ON runs (chat_history_id) "
+        "WHERE status IN ('running', 'paused', 'resuming')"
+    )
+    # The recovery scan: active runs by lease expiry.
+    db.execute("CREATE INDEX runs_lease ON runs (status, lease_expires_at)")
+
+    db["inbox"].create(
+        {
+            "id": int,
+            "chat_history_id": str,
+            "platform": str,
+            "workspace": str,
+            "channel": str,
+            "thread": str,
+            "requester": str,
+            "message_json": str,
+            "message_ref": str,
+            "received_at": float,
+        },
+        pk="id",
+        not_null=["chat_history_id", "platform", "workspace", "channel", "thread", "requester", "message_json",
+                  "received_at"],
+    )
+    # AUTOINCREMENT-free rowids only grow while rows exist; order by id within a thread is arrival order.
+    db["inbox"].create_index(["chat_history_id", "id"], index_name="inbox_thread")
+
+    db["outbox"].create(
+        {
+            "key": str,
+            "chat_history_id": str,
+            "platform": str,
+            "workspace": str,
+            "channel": str,
+            "thread": str,
+            "text": str,
+            "created_at": float,
+            "attempts": int,
+            "next_attempt_at": float,
+            "claimed_by": str,
+            "claimed_until": float,
+            "delivered_at": float,
+        },
+        pk="key",
+        not_null=["chat_history_id", "platform", "workspace", "channel", "thread", "text", "created_at",
+                  "attempts", "next_attempt_at"],
+        defaults={"attempts": 0},
+    )
+    db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
+
+
+MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _run_lifecycle]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
@@ -198,7 +263,7 @@ def migrate(db: Database, target: int | None = None, migrations: Sequence[Migrat
     """Bring ``db`` forward to ``target`` (default: the latest version) and return its version.
 
     >>> migrate(Database(memory=True))
-    2
+    3
 
     Raises :class:`UnknownSchemaVersion` for a database written by a newer countersign, before
     changing anything. ``migrations`` defaults to :data:`MIGRATIONS`.

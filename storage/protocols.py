@@ -53,6 +53,12 @@ class RunRecord:
     has_snapshot: bool
     created_at: datetime
     updated_at: datetime
+    owner: str | None = None
+    """The instance id of the process working on the run (``None`` while paused or ended)."""
+    lease_expires_at: datetime | None = None
+    """Until when the owner holds the run; after it, recovery may claim the run."""
+    recoveries: int = 0
+    """How many times recovery has taken the run over after its owner stopped."""
 
     @property
     def is_active(self) -> bool:
@@ -191,6 +197,45 @@ class AuditEntry:
     details: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ThreadAddress:
+    """Where a thread lives: the history key and the platform coordinates a surface posts to."""
+
+    chat_history_id: str
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """A person's message waiting in its thread's inbox for the thread's run to end or pause."""
+
+    id: int
+    address: ThreadAddress
+    requester: str
+    message: dict[str, Any]
+    """The user's ``ChatMessage.to_dict()``; its id is the id it gets in the history."""
+    message_ref: str | None
+    """The platform's id of the message (for reactions and the status line), if any."""
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    """A message owed to a thread: durable before it is posted, marked delivered after."""
+
+    key: str
+    address: ThreadAddress
+    text: str
+    created_at: datetime
+    attempts: int
+    next_attempt_at: datetime
+    claimed_by: str | None
+    delivered_at: datetime | None
+
+
 @runtime_checkable
 class ChatMessageStore(Protocol):
     """Thread history: idempotent writes, ``last_k`` reads that never split a tool call from its results."""
@@ -205,7 +250,13 @@ class ChatMessageStore(Protocol):
 
 
 class RunStore(Protocol):
-    """Agent runs and their snapshots; status changes are compare-and-set."""
+    """Agent runs and their snapshots; status changes are compare-and-set.
+
+    At most one run per thread (``chat_history_id``) is active (running, paused or resuming), enforced by
+    the database itself (a unique partial index, or a conditional insert): ``create`` raises
+    :class:`storage.errors.ActiveRunExists` instead of opening a second one, whichever process asks.
+    ``transition`` to ``paused`` or a terminal status clears the run's owner and lease.
+    """
 
     def create(
         self,
@@ -263,6 +314,8 @@ class ApprovalStore(Protocol):
     ) -> bool: ...
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...
+
+    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]: ...
 
     def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]: ...
 
@@ -322,6 +375,8 @@ class AuditLog(Protocol):
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
     ) -> int: ...
 
+    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int: ...
+
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
 
 
@@ -339,3 +394,113 @@ class ConversationStore(Protocol):
     def save(self, key: str, data: dict[str, Any]) -> None: ...
 
     def load(self, key: str) -> dict[str, Any] | None: ...
+
+
+class RunLeases(Protocol):
+    """Who works on which run, until when: the owner's lease, renewed by its heartbeat.
+
+    A run that is running or resuming has an owner (a process's instance id) and a lease expiry. Only a
+    run whose lease has expired (or that has none) may be taken over, and taking over is one
+    compare-and-set on the expiry, so two recovering processes never both win. A paused run has no
+    owner: it waits for people, not for a process. Every method is one statement.
+    """
+
+    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
+        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller."""
+        ...
+
+    def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
+        """Take over a running/resuming run whose lease expired by ``now``; the run, or ``None``.
+
+        Counts the take-over in ``recoveries``. SQL: ``UPDATE runs SET owner=?, lease_expires_at=?,
+        recoveries=recoveries+1 WHERE run_id=? AND status IN ('running','resuming') AND
+        (lease_expires_at IS NULL OR lease_expires_at <= now) RETURNING ...``.
+        """
+        ...
+
+    def renew(self, owner: str, until: Instant) -> int:
+        """Extend the lease of every running/resuming run ``owner`` holds; returns how many."""
+        ...
+
+    def release(self, owner: str, now: Instant = None) -> int:
+        """Give up ``owner``'s runs (owner cleared, lease expired at ``now``) so another process continues them."""
+        ...
+
+    def expired(self, now: Instant = None, limit: int = 100) -> list[RunRecord]:
+        """Running/resuming runs whose lease expired by ``now`` (or that have none), oldest first."""
+        ...
+
+    def decided_paused(self, limit: int = 100) -> list[RunRecord]:
+        """Paused runs whose current step has approvals and none of them is pending (due a resume)."""
+        ...
+
+
+class ThreadInbox(Protocol):
+    """Messages waiting for their thread, in arrival order; each starts exactly one run.
+
+    ``start_next`` is the only way out of the inbox and is one transaction: if the thread has no active
+    run, it takes the oldest waiting message, creates the run (running, with owner and lease), writes the
+    message into the thread's history (by its id, so idempotently) and deletes it from the inbox. Either
+    all of that happens or none, so a message is never lost between the inbox and the history and never
+    starts two runs; and since only the thread's one active run writes to its history, messages are
+    never interleaved.
+    """
+
+    def enqueue(self, address: ThreadAddress, requester: str, message: dict[str, Any],
+                message_ref: str | None = None, now: Instant = None) -> int:
+        """Store a message for the thread and return its inbox id (larger ids arrived later)."""
+        ...
+
+    def start_next(self, chat_history_id: str, run_id: str, owner: str, until: Instant,
+                   now: Instant = None) -> tuple[RunRecord, InboxItem] | None:
+        """Start a run for the thread's oldest waiting message; ``None`` if a run is active or none waits."""
+        ...
+
+    def waiting(self, chat_history_id: str) -> list[InboxItem]:
+        """The thread's waiting messages, oldest first."""
+        ...
+
+    def is_waiting(self, item_id: int) -> bool:
+        """Whether the message is still in the inbox (not yet started)."""
+        ...
+
+    def orphaned(self, limit: int = 100) -> list[InboxItem]:
+        """The oldest waiting message of each thread that has no running or resuming run.
+
+        Those are messages whose drainer stopped (a crash, a shutdown); the sweep starts them.
+        """
+        ...
+
+
+class Outbox(Protocol):
+    """Messages owed to threads: stored first, then posted, then marked delivered.
+
+    Each message has a caller-chosen ``key`` (adding the same key again changes nothing). Delivery is
+    claimed by compare-and-set on ``claimed_until``, so one process posts it at a time; a process that
+    dies mid-delivery leaves a claim that expires, and the message is posted again (at least once).
+    """
+
+    def add(self, key: str, address: ThreadAddress, text: str, *, claimed_by: str | None = None,
+            claim_until: Instant = None, now: Instant = None) -> bool:
+        """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists."""
+        ...
+
+    def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
+        """Claim an undelivered message whose claim is free or expired; ``True`` for one caller."""
+        ...
+
+    def delivered(self, key: str, now: Instant = None) -> bool:
+        """Mark the message delivered (it is never posted again)."""
+        ...
+
+    def retry_later(self, key: str, at: Instant) -> bool:
+        """Release the claim after a failed post; the message is due again at ``at``."""
+        ...
+
+    def due(self, platforms: Sequence[str], now: Instant = None, limit: int = 100) -> list[OutboxMessage]:
+        """Undelivered messages of ``platforms`` that are due and not claimed, oldest first."""
+        ...
+
+    def undelivered(self, chat_history_id: str | None = None) -> list[OutboxMessage]:
+        """Every message not yet delivered (of one thread, if given), oldest first."""
+        ...

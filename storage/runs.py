@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storage.codec import dumps, epoch, loads, to_datetime
+from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
 from storage.connection import Connector
-from storage.errors import AlreadyExists, CorruptRecord, NotFound
+from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.protocols import (
     ACTIVE_RUN_STATUSES,
     RUN_STATUSES,
@@ -18,8 +18,10 @@ from storage.protocols import (
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
 )
+_UNOWNED_STATUSES = ("paused", *TERMINAL_RUN_STATUSES)
+"""Statuses in which a run has no owner: moving there clears the owner and the lease."""
 _SETTABLE = ("snapshot_json", "error", "step")
 
 
@@ -38,7 +40,19 @@ def _record(row: Any) -> RunRecord:
         has_snapshot=bool(row[10]),
         created_at=to_datetime(row[11]),
         updated_at=to_datetime(row[12]),
+        owner=row[13],
+        lease_expires_at=to_datetime_or_none(row[14]),
+        recoveries=row[15] or 0,
     )
+
+
+RUN_COLUMNS = _COLUMNS
+"""The columns :func:`run_from_row` reads, in order (for other stores that return runs)."""
+
+
+def run_from_row(row: Any) -> RunRecord:
+    """The :class:`RunRecord` of a row selected with :data:`RUN_COLUMNS`."""
+    return _record(row)
 
 
 def _check_status(status: str) -> str:
@@ -82,7 +96,10 @@ class SQLiteRunStore:
         status: str = "running",
         now: Instant = None,
     ) -> RunRecord:
-        """Record a new run and return it.
+        """Record a new run and return it; :class:`ActiveRunExists` if the thread has an active run.
+
+        The database refuses a second active run per thread (a unique partial index), so two processes
+        or a retry can never both open one.
 
         >>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
         ...     workspace="T1", channel="C1", thread="170.1", requester="U1").status
@@ -92,6 +109,8 @@ class SQLiteRunStore:
         with self.connector.writing() as db:
             if db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
                 raise AlreadyExists(f"run {run_id!r} exists already")
+            if status in ACTIVE_RUN_STATUSES and self._active_run_id(db, chat_history_id) is not None:
+                raise ActiveRunExists(chat_history_id)
             db.execute(
                 "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
                 "status, step, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
@@ -110,6 +129,14 @@ class SQLiteRunStore:
             return self._get(db, run_id)
 
     @staticmethod
+    def _active_run_id(db: Any, chat_history_id: str) -> str | None:
+        row = db.execute(
+            "SELECT run_id FROM runs WHERE chat_history_id = ? AND status IN ('running', 'paused', 'resuming')",
+            [chat_history_id],
+        ).fetchone()
+        return None if row is None else row[0]
+
+    @staticmethod
     def _get(db: Any, run_id: str) -> RunRecord:
         row = db.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if row is None:
@@ -122,7 +149,8 @@ class SQLiteRunStore:
         """Move the run to ``to_status`` if it is in ``from_status``; return whether this caller won.
 
         ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
-        Terminal runs never move again.
+        Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
+        the lease (nobody works on such a run).
 
         >>> storage.runs.transition("run-1", "paused", "resuming")
         True
@@ -142,6 +170,8 @@ class SQLiteRunStore:
         if fields.get("snapshot_json") is not None:
             fields["snapshot_json"] = _snapshot_text(run_id, fields["snapshot_json"])
         assignments = "".join(f", {name} = ?" for name in fields)
+        if to_status in _UNOWNED_STATUSES:
+            assignments += ", owner = NULL, lease_expires_at = NULL"
         placeholders = ", ".join("?" for _ in sources)
         with self.connector.writing() as db:
             changed = db.execute(

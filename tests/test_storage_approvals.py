@@ -141,7 +141,7 @@ def test_the_expiry_query_reads_an_index(storage):
 
 
 def test_closing_a_run_supersedes_only_its_pending_approvals(storage):
-    create_run(storage, "run-2")
+    create_run(storage, "run-2", thread="slack:T1:C1:1700000000.000200")
     a, b, c = storage.approvals.create_many(
         [new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b"), new_approval("run-2", "call_c")]
     )

@@ -122,7 +122,7 @@ def test_the_active_run_of_a_thread(storage):
 
 def test_runs_listed_by_status_oldest_first(storage):
     create_run(storage, "run-1", status="paused")
-    create_run(storage, "run-2", status="resuming")
+    create_run(storage, "run-2", status="resuming", thread="slack:T1:C1:1700000000.000200")
     create_run(storage, "run-3", status="finished")
     assert [r.run_id for r in storage.runs.list_by_status("paused", "resuming")] == ["run-1", "run-2"]
     assert storage.runs.list_by_status("failed") == []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bot import failpoints
 from bot.agent.snapshot import AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import DEFAULT_MAX_CONCURRENT_TOOLS, ExecutionLedger, ToolRunner
 from bot.aio import run_sync
@@ -200,6 +201,7 @@ class Agent:
             "generation_kwargs": generation_kwargs,
             "streaming_callback": self.streaming_callback,
         }
+        failpoints.failpoint("before_llm")
         run_async = getattr(self.chat_generator, "run_async", None)
         if run_async is not None:
             output = await run_async(**kwargs)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bot import failpoints
 from bot.agent import Agent, AgentSnapshot, SnapshotError
-from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.admin_commands import AdminCommands
@@ -36,7 +36,8 @@ from bot.engine.errors import (
     NotAnApprover,
     UnknownAction,
 )
-from bot.engine.ledger import StorageExecutionLedger, ledger_key
+from bot.engine.ledger import StorageExecutionLedger
+from bot.engine.lifecycle import RunLifecycle
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -54,14 +55,12 @@ from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
-from bot.messages import ChatMessage, new_id
 from bot.tools import Tool
 from storage import AsyncStorage, NewApproval, NotFound, StorageError, open_storage
 
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_RESULT = "superseded by a newer message"
-NOT_RUN_AFTER_CRASH = "not run: the bot stopped before running this call"
 
 
 def utcnow() -> datetime:
@@ -100,7 +99,9 @@ class Engine:
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
+        self.lifecycle = RunLifecycle(self)
+        self._started = False
+        self._stopped = False
 
     @classmethod
     async def create(
@@ -133,18 +134,22 @@ class Engine:
         self.surfaces[platform] = surface
 
     async def start(self, *, sweep: bool = True) -> None:
-        """Recover from a crash, resume runs whose decisions are complete, start the expiry sweep."""
-        await self.recover()
-        if sweep and self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="countersign-expiry-sweep")
+        """Start the heartbeat and (if ``sweep``) the periodic sweep, after recovering what is due now.
 
-    async def stop(self) -> None:
-        """Stop the sweep, wait for background work, close storage."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-            self._sweeper = None
-        await self.wait_idle()
+        Call it after registering the surfaces: recovery posts notices through them.
+        """
+        if self._started:
+            return
+        self._started = True
+        await self.recover()
+        self.lifecycle.start(sweep=sweep)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Shut down gracefully (see :meth:`RunLifecycle.shutdown`), then close storage."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.lifecycle.shutdown(self.config.shutdown_grace_seconds if grace is None else grace)
         await self.storage.aclose()
 
     async def wait_idle(self) -> None:
@@ -152,12 +157,22 @@ class Engine:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """Background work in flight (resumes, recoveries, inbox drains)."""
+        return self._tasks
+
+    def spawn(self, coro: Any, name: str) -> None:
+        """Run ``coro`` in the background; :meth:`wait_idle` and shutdown wait for it."""
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _lock(self, thread_key: str) -> asyncio.Lock:
+    def thread_lock(self, thread_key: str) -> asyncio.Lock:
+        """This process's lock of a thread: spares a storage round trip when it already works on the thread.
+
+        Only an optimisation: the database enforces one active run per thread across processes.
+        """
         lock = self._thread_locks.get(thread_key)
         if lock is None:
             lock = asyncio.Lock()
@@ -173,51 +188,26 @@ class Engine:
     # --- messages -----------------------------------------------------------------------------------
 
     async def handle_message(self, inbound: Inbound) -> None:
-        """Run the agent on a person's message; returns when the run has finished or paused."""
+        """Queue a person's message in its thread's inbox and process the thread.
+
+        Returns when the message's run has finished or paused, or at once when it waits behind the
+        thread's active run (in this or another process), which processes it as soon as it ends or pauses.
+        """
         if not await self.storage.events.first_time(f"{inbound.platform}:event:{inbound.event_id}"):
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
             return
-        thread = inbound.thread_ref
-        surface = self._surface(inbound.platform)
-        async with self._lock(thread.key):
-            active = await self.storage.runs.active_for_thread(thread.key)
-            if active is not None and active.status == "paused":
-                await self._supersede(active)
-            elif active is not None:
-                # Running in another process (a replica). Writing this message into the history now could land
-                # between that run's tool calls and their results, so ask for it again instead.
-                if surface:
-                    await surface.post_reply(
-                        thread,
-                        "I'm still working on an earlier message in this thread; please send yours again "
-                        "once I've answered.",
-                    )
-                return
-            run_id = new_id()
-            await self.storage.runs.create(
-                run_id,
-                chat_history_id=thread.key,
-                platform=thread.platform,
-                workspace=thread.workspace,
-                channel=thread.channel,
-                thread=thread.thread,
-                requester=inbound.user,
-            )
-            message = _user_message(inbound)
-            await self._run(
-                run_id,
-                thread,
-                inbound.user,
-                lambda ctx: self.agent.run_async(
-                    [message],
-                    run_id=run_id,
-                    chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
-                    confirmation_strategy_context=ctx,
-                ),
-                message_id=inbound.message_id,
-            )
+        await self.lifecycle.accept(inbound)
 
-    async def _run(
+    def from_history(self, run_id: str, thread: ThreadRef) -> Callable[[dict[str, Any]], Any]:
+        """How a run continues from the thread's stored history (its newest message is already there)."""
+        return lambda ctx: self.agent.run_async(
+            [],
+            run_id=run_id,
+            chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
+            confirmation_strategy_context=ctx,
+        )
+
+    async def run_agent(
         self,
         run_id: str,
         thread: ThreadRef,
@@ -243,34 +233,36 @@ class Engine:
             except HITLBreakpointException as pause:
                 await self._on_pause(run_id, thread, requester, pause)
             except Exception as exc:  # the run fails; the thread stays usable
-                await self._on_failure(run_id, thread, exc)
+                await self.fail_run(run_id, thread, exc)
             else:
-                await self._on_finish(run_id, thread, result)
+                await self.finish_run(run_id, thread, result)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
             logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
             await _quietly(
                 self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
             )
-            if surface:
-                await _quietly(surface.post_reply(thread, _failure_sentence(exc)))
+            await _quietly(self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}"))
         finally:
             if surface:
                 await _quietly(surface.show_working(thread, False, message_id))
 
-    async def _on_finish(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
-        await self.storage.runs.transition(run_id, "running", "finished")
+    async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
+        """Owe the answer to the thread (durably), mark the run finished, then post the answer."""
         text = _answer_text(result)
-        surface = self._surface(thread.platform)
-        if surface and text:
-            await surface.post_reply(thread, text)
+        last = result.get("last_message")
+        key = f"answer:{run_id}:{last.id if last is not None else ''}"
+        owed = bool(text) and await self.lifecycle.deliveries.owe(thread, text, key)
+        await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
+        if owed:
+            failpoints.failpoint("before_reply")
+            await self.lifecycle.deliveries.post(thread, text, key)
 
-    async def _on_failure(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
+    async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
+        """Mark the run failed, close its dangling calls, and tell the thread."""
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
         await self._close_dangling(thread, "not run: the run failed")
-        surface = self._surface(thread.platform)
-        if surface:
-            await surface.post_reply(thread, _failure_sentence(exc))
+        await self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}")
 
     async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))
@@ -314,6 +306,7 @@ class Engine:
                 )
             )
         records = await self.storage.approvals.create_many(new_approvals)
+        failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
             run_id, "running", "paused", snapshot_json=snapshot.to_json(), step=step
         )
@@ -333,8 +326,10 @@ class Engine:
             logger.exception("could not render approvals", extra={"run_id": run_id})
             names = ", ".join(v.tool_name for v in views)
             await _quietly(
-                surface.post_reply(
-                    thread, f"I need approval to run {names}, but could not show the buttons. Try `pending`."
+                self.lifecycle.deliveries.say(
+                    thread,
+                    f"I need approval to run {names}, but could not show the buttons. Try `pending`.",
+                    f"render-failed:{run_id}:{step}",
                 )
             )
             return
@@ -397,6 +392,7 @@ class Engine:
             if not won:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
+            failpoints.failpoint("after_decide")
         except EngineError as refusal:
             await self.storage.audit.append(
                 request.actor,
@@ -471,8 +467,8 @@ class Engine:
         views = await self._update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         complete = all(not v.is_pending for v in views)
-        if complete:
-            self._spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
+        if complete and not self.lifecycle.stopping:  # when stopping, another process's sweep resumes it
+            self.spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
@@ -501,20 +497,21 @@ class Engine:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim."""
         run = await self.storage.runs.get(run_id)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
-        async with self._lock(thread.key):
+        async with self.thread_lock(thread.key):
             records = await self.storage.approvals.for_run(run_id, step=run.step)
-            if any(r.status == PENDING for r in records):
+            if not records or any(r.status == PENDING for r in records):
                 return
-            if not await self.storage.runs.transition(run_id, "paused", "resuming"):
+            if not await self.storage.leases.claim_paused(run_id, self.lifecycle.owner, self.lifecycle.lease_until()):
                 return  # another worker, replica or a supersede got there first
+            failpoints.failpoint("after_claim")
             try:
                 snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
             except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
-                await self._on_failure(run_id, thread, exc)
+                await self.fail_run(run_id, thread, exc)
                 return
             decisions = [decision_from_record(r) for r in records]
             await self.storage.runs.transition(run_id, "resuming", "running")
-            await self._run(
+            await self.run_agent(
                 run_id,
                 thread,
                 run.requester,
@@ -526,9 +523,10 @@ class Engine:
                     confirmation_strategy_context=ctx,
                 ),
             )
+        await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
-    async def _supersede(self, run: Any) -> None:
-        """A new message arrived while ``run`` was paused: close its approvals and its dangling calls."""
+    async def supersede(self, run: Any) -> None:
+        """A newer message is to run while ``run`` is paused: close its approvals and its dangling calls."""
         if not await self.storage.runs.transition(run.run_id, "paused", "finished", error=SUPERSEDED_RESULT):
             return
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
@@ -550,83 +548,35 @@ class Engine:
 
     # --- expiry -------------------------------------------------------------------------------------
 
-    async def sweep_expired(self) -> int:
-        """Expire every due approval (never approve), update renderings, resume fully decided runs."""
+    async def sweep_expired(self, batch: int = 500) -> int:
+        """Expire every due approval (never approve), update renderings, resume fully decided runs.
+
+        Each batch is claimed with one statement, so several processes sweeping at once expire each
+        approval exactly once; the follow-up (audit, re-render, resume) is per claimed approval.
+        """
         now = self.clock()
         expired = 0
-        for record in await self.storage.approvals.due_for_expiry(now=now, limit=500):
-            if not await self.storage.approvals.expire(record.approval_id, now=now):
-                continue
-            expired += 1
-            await self.storage.audit.append(
-                "countersign",
-                "expired",
-                record.approval_id,
-                {"tool": record.tool_name, "run_id": record.run_id},
+        while True:
+            records = await self.storage.approvals.expire_due(now=now, limit=batch)
+            if not records:
+                return expired
+            expired += len(records)
+            await self.storage.audit.append_many(
+                [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id}) for r in records],
                 now=now,
             )
-            await self._after_decision(record, "Expired.")
-        return expired
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            try:
-                await self.sweep_expired()
-                await self.storage.events.prune(7 * 86400)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the sweep must outlive a transient storage error
-                logger.exception("expiry sweep failed")
-            await asyncio.sleep(self.config.sweep_interval_seconds)
+            steps = {(r.run_id, r.step): r for r in records}  # one re-render and resume per paused step
+            for start in range(0, len(steps), 32):
+                chunk = list(steps.values())[start : start + 32]
+                await asyncio.gather(*(_quietly(self._after_decision(r, "Expired.")) for r in chunk))
+            if len(records) < batch:
+                return expired
 
     # --- crash recovery -----------------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Close runs a crash left running; resume paused runs whose decisions all landed."""
-        for run in await self.storage.runs.list_by_status("running", "resuming"):
-            thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
-            unknown = await self.storage.ledger.executing(run.run_id)
-            for entry in unknown:
-                await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
-            history = await self.storage.messages.retrieve_messages(
-                thread.key, last_k=max(50, self.config.history_last_k)
-            )
-            unknown_keys = {e.tool_call_id.split(":", 1)[-1] for e in unknown}
-            closing = []
-            for message in closing_results(history, NOT_RUN_AFTER_CRASH):
-                origin = message.tool_call_result.origin
-                if origin.id in unknown_keys:
-                    message.tool_call_result.result = OUTCOME_UNKNOWN
-                elif origin.id:
-                    # A call of the same step may have finished before the crash: its real outcome is in
-                    # the ledger, and telling the model "not run" would invite it to run the call again.
-                    entry = await self.storage.ledger.get(ledger_key(run.run_id, origin.id))
-                    if entry is not None and entry.status in ("done", "failed") and entry.result is not None:
-                        message.tool_call_result.result = entry.result
-                        message.tool_call_result.error = entry.status != "done"
-                closing.append(message)
-            if closing:
-                await self.storage.messages.write_messages(thread.key, closing)
-            await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
-            await self.storage.approvals.close_pending_for_run(run.run_id, "cancelled", "the bot restarted")
-            await self.storage.audit.append(
-                "countersign",
-                "recovered",
-                run.run_id,
-                {"unknown_outcome": [e.tool_name for e in unknown]},
-                now=self.clock(),
-            )
-            surface = self._surface(run.platform)
-            if surface:
-                names = ", ".join(sorted({e.tool_name or "a tool" for e in unknown}))
-                text = "I was restarted while working on this, so I stopped."
-                if unknown:
-                    text += f" The outcome of {names} is unknown: it was running when I stopped and was not re-run."
-                await _quietly(surface.post_reply(thread, text))
-        for run in await self.storage.runs.list_by_status("paused"):
-            records = await self.storage.approvals.for_run(run.run_id, step=run.step)
-            if records and all(r.status != PENDING for r in records):
-                self._spawn(self.resume(run.run_id), name=f"resume-{run.run_id}")
+        """Recover runs whose owner stopped, resume decided steps, start waiting messages, post owed ones."""
+        await self.lifecycle.recover()
 
     # --- admin --------------------------------------------------------------------------------------
 
@@ -710,10 +660,6 @@ class Engine:
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
         )
-
-
-def _user_message(inbound: Inbound) -> ChatMessage:
-    return ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
 
 
 def _answer_text(result: dict[str, Any]) -> str:

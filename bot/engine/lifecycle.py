@@ -1,0 +1,348 @@
+"""The run lifecycle across processes: owners and leases, the thread inbox, recovery and shutdown.
+
+Several ``countersign serve`` processes may share one database. This module keeps their work apart
+and makes sure none of it is lost:
+
+- **Owners and leases.** A process (its ``instance_id``) owns each run it works on until a lease
+  expires, and renews the leases of all its runs on a heartbeat. Only runs whose lease expired are
+  recovered, each claimed with a compare-and-set, so a live run is never taken.
+- **The thread inbox.** Every message is stored in its thread's inbox before anything else; a run
+  starts for the oldest waiting message only when the thread has no active run (one transaction in
+  storage), so messages are processed in order, one run at a time, by whichever process gets there.
+  The process that ends or pauses a run drains the inbox; the sweep starts what a dead process left.
+- **Recovery by what is durable.** A call whose ledger entry is ``executing`` gets "outcome unknown"
+  and never runs again; a call that people approved but that has no ledger entry has not started and
+  runs now, once, through the ledger's claim; a run that died between durable points is continued
+  from its stored history. The thread is always told what happened.
+- **Graceful shutdown.** A stopping process takes no new work, lets in-flight work finish within a
+  grace period, then releases its leases so another process continues at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from bot.agent import AgentSnapshot, SnapshotError
+from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
+from bot.engine.decisions import decision_from_record
+from bot.engine.ledger import StorageExecutionLedger, ledger_key
+from bot.engine.model import Inbound, ThreadRef
+from bot.engine.outbox import Deliveries, address_of
+from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
+from bot.messages import ChatMessage, ChatRole, new_id
+from storage import StorageError
+
+if TYPE_CHECKING:
+    from bot.engine.engine import Engine
+
+logger = logging.getLogger(__name__)
+
+NOT_RUN_AFTER_CRASH = "not run: the bot stopped before running this call"
+MAX_RECOVERIES = 3
+"""A run taken over this many times (it keeps killing its process) is closed and the person told."""
+HISTORY_LOOKBACK = 200
+"""How many recent messages recovery reads to find a run's last step (a step is far shorter)."""
+
+
+def user_message(inbound: Inbound) -> ChatMessage:
+    """The history message of a person's message."""
+    return ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery found and did for one run, for the notice and the audit log."""
+
+    ran: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    def notice(self, continuing: bool) -> str:
+        """The sentence the thread gets."""
+        text = "I was restarted while working on this"
+        text += ", so I picked it up where I stopped." if continuing else "."
+        if self.ran:
+            text += f" {_names(self.ran)} had been approved and had not started: it ran now, once."
+        if self.unknown:
+            text += (
+                f" The outcome of {_names(self.unknown)} is unknown: it was running when I stopped and was not re-run."
+            )
+        return text
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(sorted(set(names)))
+
+
+class RunLifecycle:
+    """One process's side of the lifecycle: its instance id, heartbeat, sweep, inbox drains, shutdown."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.storage = engine.storage
+        self.config = engine.config
+        self.owner: str = engine.config.instance_id
+        self.clock: Callable[[], datetime] = engine.clock
+        self.deliveries = Deliveries(
+            engine.storage, engine.surfaces, owner=self.owner, clock=engine.clock,
+            claim_seconds=engine.config.lease_seconds,
+        )
+        self.stopping = False
+        self._background: list[asyncio.Task[None]] = []
+        self._inflight: set[asyncio.Task[Any]] = set()
+
+    # --- leases -------------------------------------------------------------------------------------
+
+    def lease_until(self) -> datetime:
+        """When a lease taken or renewed now expires."""
+        return self.clock() + timedelta(seconds=self.config.lease_seconds)
+
+    def start(self, *, sweep: bool) -> None:
+        """Start the heartbeat, and the sweep if asked."""
+        self._background.append(asyncio.create_task(self._heartbeat(), name="countersign-heartbeat"))
+        if sweep:
+            self._background.append(asyncio.create_task(self._sweep_forever(), name="countersign-sweep"))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_seconds)
+            try:
+                await self.storage.leases.renew(self.owner, self.lease_until())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a missed beat is survivable; the lease is three beats long by default
+                logger.exception("could not renew leases")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_seconds)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the sweep must outlive a transient storage error
+                logger.exception("sweep failed")
+
+    async def sweep(self) -> None:
+        """One pass: expire due approvals, recover abandoned runs, start orphaned messages, deliver the outbox."""
+        await self.engine.sweep_expired()
+        await self.recover()
+        await self.storage.events.prune(7 * 86400)
+
+    # --- the inbox ----------------------------------------------------------------------------------
+
+    def track(self, task: asyncio.Task[Any] | None) -> None:
+        """Count ``task`` as in-flight work that a graceful shutdown waits for."""
+        if task is not None:
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def accept(self, inbound: Inbound) -> None:
+        """Store a person's message in its thread's inbox, then process the thread (or leave it queued)."""
+        thread = inbound.thread_ref
+        item_id = await self.storage.inbox.enqueue(
+            address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id, now=self.clock()
+        )
+        if self.stopping:
+            return  # durable: another process's sweep, or this one after a restart, starts it
+        self.track(asyncio.current_task())
+        await self.drain(thread, waiting=(item_id, inbound.message_id))
+
+    async def drain(self, thread: ThreadRef, waiting: tuple[int, str | None] | None = None) -> None:
+        """Start runs for the thread's waiting messages, oldest first, while the thread is free.
+
+        ``waiting`` names a message just stored: if it cannot start now, the person is shown that it is queued.
+        """
+        lock = self.engine.thread_lock(thread.key)
+        shown = False
+        if waiting is not None and lock.locked():  # this process is busy with the thread: the holder will start it
+            shown = await self._show_queued(thread, waiting)
+        async with lock:
+            while not self.stopping:
+                run_id = new_id()
+                started = await self.storage.inbox.start_next(
+                    thread.key, run_id, self.owner, self.lease_until(), now=self.clock()
+                )
+                if started is None:
+                    active = await self.storage.runs.active_for_thread(thread.key)
+                    if active is None:
+                        return
+                    if active.status == "paused":
+                        if not await self.storage.inbox.waiting(thread.key):
+                            return
+                        await self.engine.supersede(active)
+                        continue
+                    if waiting is not None and not shown:  # another process runs this thread
+                        shown = await self._show_queued(thread, waiting)
+                    return
+                run, item = started
+                await self.engine.run_agent(
+                    run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread),
+                    message_id=item.message_ref,
+                )
+
+    async def _show_queued(self, thread: ThreadRef, waiting: tuple[int, str | None]) -> bool:
+        surface = self.engine.surfaces.get(thread.platform)
+        show = getattr(surface, "show_queued", None)
+        if show is not None:
+            try:
+                await show(thread, waiting[1])
+            except Exception:  # cosmetic: the message is queued either way
+                logger.warning("could not show that a message is queued", exc_info=True)
+        return True
+
+    # --- recovery -----------------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Take over runs whose owner stopped, resume decided steps, start orphaned messages, post owed messages."""
+        if self.stopping:
+            return
+        now = self.clock()
+        for run in await self.storage.leases.expired(now=now):
+            claimed = await self.storage.leases.claim_expired(run.run_id, self.owner, self.lease_until(), now=now)
+            if claimed is not None:
+                self.engine.spawn(self._recover_run(claimed), name=f"recover-{run.run_id}")
+        for run in await self.storage.leases.decided_paused():
+            self.engine.spawn(self.engine.resume(run.run_id), name=f"resume-{run.run_id}")
+        for item in await self.storage.inbox.orphaned():
+            thread = ThreadRef(item.address.platform, item.address.workspace, item.address.channel,
+                               item.address.thread)
+            self.engine.spawn(self.drain(thread), name=f"drain-{thread.key}")
+        await self.deliveries.deliver_due()
+
+    async def _recover_run(self, run: Any) -> None:
+        thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        async with self.engine.thread_lock(thread.key):
+            try:
+                await self._continue(run, thread)
+            except (SnapshotError, StorageError) as exc:
+                logger.exception("could not recover a run", extra={"run_id": run.run_id})
+                await self.engine.fail_run(run.run_id, thread, exc)
+        await self.drain(thread)
+
+    async def _continue(self, run: Any, thread: ThreadRef) -> None:
+        """Repair the run's history from the ledger and the recorded decisions, then finish or continue it."""
+        # Approvals of a pause that never completed (the process died while pausing) can never be decided.
+        await self.storage.approvals.close_pending_for_run(run.run_id, "cancelled", "the bot restarted")
+        report = RecoveryReport()
+        if run.recoveries > MAX_RECOVERIES:
+            await self._close_dangling(run, thread, report)
+            await self._give_up(run, thread, report)
+            return
+        if run.step >= 1 and run.has_snapshot:
+            await self._finish_decided_step(run, thread, report)
+        await self._close_dangling(run, thread, report)
+        await self.storage.audit.append(
+            "countersign", "recovered", run.run_id,
+            {"unknown_outcome": sorted(report.unknown), "ran": sorted(report.ran), "owner": self.owner},
+            now=self.clock(),
+        )
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        last = history[-1] if history else None
+        notice_key = f"recovered:{run.run_id}:{run.recoveries}"
+        if last is None:
+            await self._give_up(run, thread, report)
+            return
+        if last.role == ChatRole.ASSISTANT and not last.tool_calls and last.text:
+            # The answer was computed before the process died: it is owed, not recomputed.
+            await self.deliveries.say(thread, report.notice(continuing=False), notice_key)
+            await self.engine.finish_run(run.run_id, thread, {"last_message": last, "exit_reason": "text"})
+            return
+        await self.storage.runs.transition(run.run_id, "resuming", "running")
+        await self.deliveries.say(thread, report.notice(continuing=True), notice_key)
+        await self.engine.run_agent(run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread))
+
+    async def _finish_decided_step(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
+        """Write the resumed step as the agent would have, and run its approved calls that never started."""
+        snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
+        records = await self.storage.approvals.for_run(run.run_id, step=run.step)
+        decisions = [*snapshot.decisions, *(decision_from_record(r) for r in records)]
+        step = snapshot.step_message
+        applied = apply_decisions(step, decisions, self.engine.tools)
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        written = {m.id for m in history} | {m.meta.get("split_from") for m in history}
+        if step.id not in written:  # the resume died before writing the step: nothing of it has run
+            await self.storage.messages.write_messages(thread.key, applied.messages)
+            history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        open_ids = {c.id for c in dangling_tool_calls(history) if c.id is not None}
+        positions = {id(c): i for i, c in enumerate(step.tool_calls)}
+        calls, keys, results = [], [], []
+        for call in applied.to_execute:
+            if call.id not in open_ids:
+                continue  # its result is in the history already
+            original = next((c for c in step.tool_calls if c.id == call.id), call)
+            call_key = call.id or f"{step.id}:{positions.get(id(original), 0)}"
+            entry = await self.storage.ledger.get(ledger_key(run.run_id, call_key))
+            if entry is None:
+                calls.append(call)
+                keys.append(call_key)
+                report.ran.append(call.tool_name)
+            elif entry.status == "executing":
+                await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
+                results.append(ChatMessage.from_tool(OUTCOME_UNKNOWN, origin=call, error=True))
+                report.unknown.append(call.tool_name)
+            else:
+                results.append(ChatMessage.from_tool(entry.result or "", origin=call, error=entry.status != "done"))
+        if calls:
+            runner = ToolRunner(self.engine.tools, ledger=StorageExecutionLedger(self.storage))
+            results += await runner.run(calls, run_id=run.run_id, call_keys=keys, state=dict(snapshot.state))
+        order = {c.id: i for i, c in enumerate(applied.to_execute)}
+        results.sort(key=lambda m: order.get(m.tool_call_result.origin.id, 0))
+        if results:
+            await self.storage.messages.write_messages(thread.key, results)
+
+    async def _close_dangling(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
+        """Give every call left without a result the result the ledger knows (or "not run")."""
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        closing = []
+        for message in closing_results(history, NOT_RUN_AFTER_CRASH):
+            origin = message.tool_call_result.origin
+            if origin.id is None:
+                closing.append(message)
+                continue
+            entry = await self.storage.ledger.get(ledger_key(run.run_id, origin.id))
+            if entry is not None and entry.status == "executing":
+                await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
+                message.tool_call_result.result = OUTCOME_UNKNOWN
+                report.unknown.append(origin.tool_name)
+            elif entry is not None and entry.result is not None:
+                # It finished before the crash: telling the model "not run" would invite running it again.
+                message.tool_call_result.result = entry.result
+                message.tool_call_result.error = entry.status != "done"
+            closing.append(message)
+        if closing:
+            await self.storage.messages.write_messages(thread.key, closing)
+
+    async def _give_up(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
+        await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
+        text = report.notice(continuing=False) + " I could not continue it, so I stopped; please ask again."
+        await self.deliveries.say(thread, text, f"gave-up:{run.run_id}")
+
+    # --- shutdown -----------------------------------------------------------------------------------
+
+    async def shutdown(self, grace: float) -> None:
+        """Take no new work; let in-flight work finish within ``grace`` seconds; then release this process's runs."""
+        self.stopping = True
+        deadline = asyncio.get_running_loop().time() + grace
+        while True:
+            pending = [t for t in (*self._inflight, *self.engine.tasks) if t is not asyncio.current_task()]
+            if not pending:
+                break
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                break
+            await asyncio.wait(pending, timeout=remaining)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+        released = await self.storage.leases.release(self.owner, now=self.clock())
+        if released:
+            logger.info("released runs for another process", extra={"runs": released, "owner": self.owner})

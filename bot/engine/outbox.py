@@ -1,0 +1,112 @@
+"""Messages owed to threads: written to the durable outbox first, then posted, then marked delivered.
+
+A process may die between computing an answer and posting it, and a surface may be missing or
+failing when a notice is due. So every message the engine owes a thread (answers, failure and
+recovery notices) is stored in ``storage.outbox`` under a key that names why it is owed (adding the
+same key again changes nothing), claimed by this process, posted, and marked delivered. What is left
+undelivered is posted by the sweep (:meth:`Deliveries.deliver_due`) of whichever process has a surface
+for the platform, once its claim has expired: at least once, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from bot.engine.model import ThreadRef
+from bot.engine.surface import Surface
+from storage import ThreadAddress
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 30.0
+"""How long a message whose post failed waits before the sweep tries again (doubled per attempt, capped)."""
+MAX_RETRY_SECONDS = 900.0
+
+
+def address_of(thread: ThreadRef) -> ThreadAddress:
+    """The storage address of an engine thread."""
+    return ThreadAddress(thread.key, thread.platform, thread.workspace, thread.channel, thread.thread)
+
+
+def thread_of(address: ThreadAddress) -> ThreadRef:
+    """The engine thread of a storage address."""
+    return ThreadRef(address.platform, address.workspace, address.channel, address.thread)
+
+
+class Deliveries:
+    """Owes, posts and retries the messages of one process (``owner``) through its surfaces.
+
+    >>> deliveries = Deliveries(storage, engine.surfaces, owner="host-1-a", clock=utcnow, claim_seconds=30)
+    >>> await deliveries.say(thread, "Deleted a.txt.", key="answer:run-1")
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        surfaces: Mapping[str, Surface],
+        *,
+        owner: str,
+        clock: Callable[[], datetime],
+        claim_seconds: float,
+    ) -> None:
+        self.storage = storage
+        self.surfaces = surfaces
+        self.owner = owner
+        self.clock = clock
+        self.claim_seconds = claim_seconds
+
+    async def owe(self, thread: ThreadRef, text: str, key: str) -> bool:
+        """Store the message durably, claimed by this process if it can post it; ``False`` if already owed."""
+        now = self.clock()
+        can_post = thread.platform in self.surfaces
+        return bool(
+            await self.storage.outbox.add(
+                key,
+                address_of(thread),
+                text,
+                claimed_by=self.owner if can_post else None,
+                claim_until=now + timedelta(seconds=self.claim_seconds) if can_post else None,
+                now=now,
+            )
+        )
+
+    async def post(self, thread: ThreadRef, text: str, key: str) -> bool:
+        """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed."""
+        return await self._deliver(key, thread, text, attempts=0)
+
+    async def say(self, thread: ThreadRef, text: str, key: str) -> bool:
+        """:meth:`owe` then :meth:`post`: the usual way to tell a thread something."""
+        if not await self.owe(thread, text, key):
+            return False  # owed already (a retry, a recovery): whoever holds it, or the sweep, posts it
+        return await self.post(thread, text, key)
+
+    async def deliver_due(self, limit: int = 100) -> int:
+        """Post undelivered messages for the platforms this process serves; returns how many were posted."""
+        now = self.clock()
+        posted = 0
+        for message in await self.storage.outbox.due(sorted(self.surfaces), now=now, limit=limit):
+            until = now + timedelta(seconds=self.claim_seconds)
+            if not await self.storage.outbox.claim(message.key, self.owner, until, now=now):
+                continue  # another process took it
+            if await self._deliver(message.key, thread_of(message.address), message.text, message.attempts):
+                posted += 1
+        return posted
+
+    async def _deliver(self, key: str, thread: ThreadRef, text: str, attempts: int) -> bool:
+        surface = self.surfaces.get(thread.platform)
+        if surface is None:
+            logger.warning("no surface for the platform; the message waits in the outbox",
+                           extra={"platform": thread.platform, "key": key})
+            return False
+        try:
+            await surface.post_reply(thread, text)
+        except Exception:  # the message stays owed: the sweep posts it later
+            delay = min(RETRY_AFTER_SECONDS * 2**attempts, MAX_RETRY_SECONDS)
+            logger.warning("could not post a message; it waits in the outbox", extra={"key": key}, exc_info=True)
+            await self.storage.outbox.retry_later(key, self.clock() + timedelta(seconds=delay))
+            return False
+        await self.storage.outbox.delivered(key, now=self.clock())
+        return True

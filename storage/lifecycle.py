@@ -1,0 +1,358 @@
+"""The run lifecycle in SQLite: leases on runs, the per-thread inbox and the outbox.
+
+:class:`SQLiteRunLeases`, :class:`SQLiteThreadInbox` and :class:`SQLiteOutbox` implement the
+:class:`~storage.protocols.RunLeases`, :class:`~storage.protocols.ThreadInbox` and
+:class:`~storage.protocols.Outbox` protocols. Every claim is a conditional ``UPDATE`` (or a
+transaction opened with ``BEGIN IMMEDIATE``), so any number of processes sharing the file agree on
+one winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bot.messages import ChatMessage
+from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
+from storage.connection import Connector
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunRecord, ThreadAddress
+from storage.runs import RUN_COLUMNS as _RUN_COLUMNS
+from storage.runs import run_from_row as _run_record
+
+_WORKING = "('running', 'resuming')"
+_ACTIVE = "('running', 'paused', 'resuming')"
+
+
+class SQLiteRunLeases:
+    """Owners and leases of runs (see :class:`~storage.protocols.RunLeases`)."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
+        """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+
+        >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
+        True
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
+                "WHERE run_id = ? AND status = 'paused'",
+                [owner, epoch(until), epoch(None), run_id],
+            ).rowcount == 1
+
+    def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
+        """Take over a running/resuming run whose lease expired; the run as taken, or ``None``.
+
+        >>> storage.leases.claim_expired("run-1", "host-2-b", later + timedelta(seconds=30), now=later).owner
+        'host-2-b'
+        """
+        with self.connector.writing() as db:
+            row = db.execute(
+                "UPDATE runs SET owner = ?, lease_expires_at = ?, recoveries = recoveries + 1, updated_at = ? "
+                f"WHERE run_id = ? AND status IN {_WORKING} "
+                "AND (lease_expires_at IS NULL OR lease_expires_at <= ?) "
+                f"RETURNING {_RUN_COLUMNS}",
+                [owner, epoch(until), epoch(None), run_id, epoch(now)],
+            ).fetchone()
+        return None if row is None else _run_record(row)
+
+    def renew(self, owner: str, until: Instant) -> int:
+        """Extend every lease ``owner`` holds on a running/resuming run; returns how many.
+
+        >>> storage.leases.renew("host-1-a", now + timedelta(seconds=30))
+        1
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                f"UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING}",
+                [epoch(until), owner],
+            ).rowcount
+
+    def release(self, owner: str, now: Instant = None) -> int:
+        """Give up ``owner``'s running/resuming runs: owner cleared, lease expired at ``now``.
+
+        >>> storage.leases.release("host-1-a")
+        1
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                f"UPDATE runs SET owner = NULL, lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING}",
+                [epoch(now), owner],
+            ).rowcount
+
+    def expired(self, now: Instant = None, limit: int = 100) -> list[RunRecord]:
+        """Running/resuming runs whose lease expired before ``now`` (or that have none), oldest first.
+
+        >>> [r.run_id for r in storage.leases.expired(now=later)]
+        ['run-1']
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN {_WORKING} "
+                "AND (lease_expires_at IS NULL OR lease_expires_at <= ?) ORDER BY created_at, rowid LIMIT ?",
+                [epoch(now), limit],
+            ).fetchall()
+        return [_run_record(row) for row in rows]
+
+    def decided_paused(self, limit: int = 100) -> list[RunRecord]:
+        """Paused runs whose current step has approvals, none of them pending: each is due a resume.
+
+        >>> [r.run_id for r in storage.leases.decided_paused()]
+        ['run-1']
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'paused' "
+                "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
+                "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
+                "AND a.status = 'pending') ORDER BY updated_at LIMIT ?",
+                [limit],
+            ).fetchall()
+        return [_run_record(row) for row in rows]
+
+
+_INBOX_COLUMNS = (
+    "id, chat_history_id, platform, workspace, channel, thread, requester, message_json, message_ref, received_at"
+)
+
+
+def _inbox_item(row: Any) -> InboxItem:
+    return InboxItem(
+        id=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        requester=row[6],
+        message=loads(row[7], kind="inbox message", record_id=str(row[0])),
+        message_ref=row[8],
+        received_at=to_datetime(row[9]),
+    )
+
+
+class SQLiteThreadInbox:
+    """Messages waiting for their thread (see :class:`~storage.protocols.ThreadInbox`).
+
+    ``messages`` is the chat-message store of the same database: :meth:`start_next` writes into it
+    inside its own transaction.
+    """
+
+    def __init__(self, connector: Connector, messages: Any) -> None:
+        self.connector = connector
+        self.messages = messages
+
+    def enqueue(
+        self,
+        address: ThreadAddress,
+        requester: str,
+        message: dict[str, Any],
+        message_ref: str | None = None,
+        now: Instant = None,
+    ) -> int:
+        """Store a message for its thread; returns its inbox id.
+
+        >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict())
+        1
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
+                "message_json, message_ref, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 requester, dumps(message), message_ref, epoch(now)],
+            ).lastrowid
+
+    def start_next(
+        self, chat_history_id: str, run_id: str, owner: str, until: Instant, now: Instant = None
+    ) -> tuple[RunRecord, InboxItem] | None:
+        """Start a run for the oldest waiting message of a thread with no active run (one transaction).
+
+        >>> run, item = storage.inbox.start_next(address.chat_history_id, "run-2", "host-1-a", lease_end)
+        >>> run.status, item.requester
+        ('running', 'U1')
+        """
+        at = epoch(now)
+        with self.connector.writing() as db:
+            if db.execute(
+                f"SELECT 1 FROM runs WHERE chat_history_id = ? AND status IN {_ACTIVE}", [chat_history_id]
+            ).fetchone():
+                return None
+            row = db.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = ? ORDER BY id LIMIT 1",
+                [chat_history_id],
+            ).fetchone()
+            if row is None:
+                return None
+            item = _inbox_item(row)
+            address = item.address
+            db.execute(
+                "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
+                "status, step, created_at, updated_at, owner, lease_expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', 0, ?, ?, ?, ?)",
+                [run_id, chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 item.requester, at, at, owner, epoch(until)],
+            )
+            self.messages.write_messages(chat_history_id, [ChatMessage.from_dict(item.message)])
+            db.execute("DELETE FROM inbox WHERE id = ?", [item.id])
+            run = _run_record(db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone())
+        return run, item
+
+    def waiting(self, chat_history_id: str) -> list[InboxItem]:
+        """The thread's waiting messages, oldest first.
+
+        >>> [i.requester for i in storage.inbox.waiting(address.chat_history_id)]
+        ['U1']
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = ? ORDER BY id", [chat_history_id]
+            ).fetchall()
+        return [_inbox_item(row) for row in rows]
+
+    def is_waiting(self, item_id: int) -> bool:
+        """Whether the message is still waiting.
+
+        >>> storage.inbox.is_waiting(1)
+        False
+        """
+        with self.connector.reading() as db:
+            return db.execute("SELECT 1 FROM inbox WHERE id = ?", [item_id]).fetchone() is not None
+
+    def orphaned(self, limit: int = 100) -> list[InboxItem]:
+        """The oldest waiting message of every thread that no process is running a run in.
+
+        >>> [i.address.chat_history_id for i in storage.inbox.orphaned()]
+        ['slack:T1:C1:170.1']
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id IN (SELECT MIN(id) FROM inbox GROUP BY chat_history_id) "
+                f"AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.chat_history_id = inbox.chat_history_id "
+                f"AND runs.status IN {_WORKING}) ORDER BY id LIMIT ?",
+                [limit],
+            ).fetchall()
+        return [_inbox_item(row) for row in rows]
+
+
+_OUTBOX_COLUMNS = (
+    "key, chat_history_id, platform, workspace, channel, thread, text, created_at, attempts, next_attempt_at, "
+    "claimed_by, delivered_at"
+)
+
+
+def _outbox_message(row: Any) -> OutboxMessage:
+    return OutboxMessage(
+        key=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        text=row[6],
+        created_at=to_datetime(row[7]),
+        attempts=row[8],
+        next_attempt_at=to_datetime(row[9]),
+        claimed_by=row[10],
+        delivered_at=to_datetime_or_none(row[11]),
+    )
+
+
+class SQLiteOutbox:
+    """Messages owed to threads (see :class:`~storage.protocols.Outbox`)."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def add(
+        self,
+        key: str,
+        address: ThreadAddress,
+        text: str,
+        *,
+        claimed_by: str | None = None,
+        claim_until: Instant = None,
+        now: Instant = None,
+    ) -> bool:
+        """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
+
+        >>> storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
+        True
+        """
+        at = epoch(now)
+        claimed = None if claimed_by is None else epoch(claim_until)
+        with self.connector.writing() as db:
+            return db.execute(
+                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
+                "attempts, next_attempt_at, claimed_by, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
+                 text, at, at, claimed_by, claimed],
+            ).rowcount == 1
+
+    def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
+        """Claim an undelivered message whose claim is free or expired; ``True`` for one caller.
+
+        >>> storage.outbox.claim("answer:run-1", "host-2-b", later + timedelta(seconds=30), now=later)
+        True
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE key = ? AND delivered_at IS NULL "
+                "AND (claimed_until IS NULL OR claimed_until < ?)",
+                [owner, epoch(until), key, epoch(now)],
+            ).rowcount == 1
+
+    def delivered(self, key: str, now: Instant = None) -> bool:
+        """Mark the message delivered.
+
+        >>> storage.outbox.delivered("answer:run-1")
+        True
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "UPDATE outbox SET delivered_at = ?, claimed_until = NULL WHERE key = ? AND delivered_at IS NULL",
+                [epoch(now), key],
+            ).rowcount == 1
+
+    def retry_later(self, key: str, at: Instant) -> bool:
+        """Release the claim after a failed post; the message is due again at ``at``.
+
+        >>> storage.outbox.retry_later("answer:run-1", later + timedelta(seconds=30))
+        True
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + 1, "
+                "next_attempt_at = ? WHERE key = ? AND delivered_at IS NULL",
+                [epoch(at), key],
+            ).rowcount == 1
+
+    def due(self, platforms: Sequence[str], now: Instant = None, limit: int = 100) -> list[OutboxMessage]:
+        """Undelivered, unclaimed (or claim expired) messages of ``platforms`` due by ``now``, oldest first.
+
+        >>> [m.key for m in storage.outbox.due(["slack"])]
+        ['answer:run-1']
+        """
+        names = list(platforms)
+        if not names:
+            return []
+        at = epoch(now)
+        placeholders = ", ".join("?" for _ in names)
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= ? "
+                f"AND (claimed_until IS NULL OR claimed_until < ?) AND platform IN ({placeholders}) "
+                "ORDER BY created_at, rowid LIMIT ?",
+                [at, at, *names, limit],
+            ).fetchall()
+        return [_outbox_message(row) for row in rows]
+
+    def undelivered(self, chat_history_id: str | None = None) -> list[OutboxMessage]:
+        """Every message not yet delivered (of one thread, if given), oldest first.
+
+        >>> storage.outbox.undelivered()
+        []
+        """
+        sql = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE delivered_at IS NULL"
+        params: list[Any] = []
+        if chat_history_id is not None:
+            sql += " AND chat_history_id = ?"
+            params.append(chat_history_id)
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY created_at, rowid", params).fetchall()
+        return [_outbox_message(row) for row in rows]
