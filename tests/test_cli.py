@@ -48,9 +48,7 @@ ENV_VARS = (
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The current environment without any countersign, OpenAI, Slack or Teams setting (offline demo)."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
+        k: v for k, v in os.environ.items() if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
     }
     env.update(COUNTERSIGN_DB=str(tmp_path / "cs.db"), PYTHONUNBUFFERED="1", COLUMNS="120", **extra)
     return env

@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.serve_processes import (
+    HarnessError,
     ServeCluster,
     ServeProcess,
     Thread,
@@ -57,7 +58,10 @@ async def start_victim(cluster: ServeCluster, failpoint: str) -> ServeProcess:
 
 async def assert_settled(cluster: ServeCluster, thread: Thread) -> None:
     """Nothing is left half-done: no run still active, no tool call without a result, nobody asked to resend."""
-    await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "every run of the thread settled")
+    try:
+        await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "every run of the thread settled")
+    except HarnessError as unsettled:
+        raise HarnessError(f"{unsettled}\n{cluster.describe(thread)}") from None
     assert dangling_calls(cluster.history(thread)) == []
     assert not any(RESEND in text for text in cluster.replies_in(thread))
 
@@ -168,16 +172,24 @@ async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answere
         passed=lambda: cluster.posts_in(thread) if failpoint == "before_llm" else cluster.replies_in(thread)
     )
 
-    # Retried from the stored history (a new approval card), or, where that is impossible, the person is told.
-    posted = await cluster.wait_until(lambda: cluster.posts_in(thread), "a message in the interrupted thread")
-    if any(call.args.get("blocks") for call in posted):
-        await cluster.wait_until(
-            lambda: [r for r in cluster.runs(thread) if r["status"] == "paused"], "the retried run paused"
-        )
+    # Retried from the stored history (it pauses again: a new approval card), or, where that is impossible,
+    # the person is told. Either way the thread comes to rest with a message in it.
+    def at_rest() -> bool:
+        runs = cluster.runs(thread)
+        if not runs or any(r["status"] in ("running", "resuming") for r in runs):
+            return False
+        paused = any(r["status"] == "paused" for r in runs)
+        return not paused or any(call.args.get("blocks") for call in cluster.posts_in(thread))
+
+    await cluster.wait_until(at_rest, "the interrupted thread at rest with a message in it")
+    if any(r["status"] == "paused" for r in cluster.runs(thread)):
         cards = [call for call in cluster.posts_in(thread) if call.args.get("blocks")]
         card = await cluster.approval_card(thread, count=len(cards))
         await cluster.click(survivor, card)
-        await cluster.wait_for_reply(thread, f"Finished: deleted {path}")
+        try:
+            await cluster.wait_for_reply(thread, f"Finished: deleted {path}")
+        except HarnessError as unanswered:
+            raise HarnessError(f"{unanswered}\n{cluster.describe(thread)}") from None
         assert cluster.control.count("delete_file", path=path) == 1
     else:
         assert cluster.replies_in(thread), "the person was never answered"

@@ -49,9 +49,7 @@ async def test_secrets_stay_out_of_logs_and_the_audit_log_through_a_whole_decisi
     h = await harnesses.open(replies=[asks_for("set_secret", name="stripe", api_key=SECRET), echoes_results])
     [view] = await h.paused_approvals("store the stripe key")
 
-    await h.engine.decide(
-        DecisionRequest(view.approval_id, REQUESTER, "modify", edited_params={"api_key": NEW_SECRET})
-    )
+    await h.engine.decide(DecisionRequest(view.approval_id, REQUESTER, "modify", edited_params={"api_key": NEW_SECRET}))
     await h.engine.wait_idle()
 
     assert h.tools.runs_of("set_secret") == [{"name": "stripe", "api_key": NEW_SECRET, "note": ""}]

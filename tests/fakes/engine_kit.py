@@ -236,8 +236,16 @@ class Harness:
         surface = surface or RecordingSurface()
         engine.register_surface(PLATFORM, surface)
         await engine.start(sweep=False)
-        return Harness(engine, surface, engine.agent.chat_generator, self.tools, self.clock, self.db_path,
-                       self.tool_list, self.admins)
+        return Harness(
+            engine,
+            surface,
+            engine.agent.chat_generator,
+            self.tools,
+            self.clock,
+            self.db_path,
+            self.tool_list,
+            self.admins,
+        )
 
     def thread(self, name: str = "1700000000.000100", channel: str = CHANNEL) -> ThreadRef:
         """A thread in the test workspace."""

@@ -47,7 +47,7 @@ from tests.fakes.crash_tools import CONTROL_URL_VARIABLE
 from tests.fakes.local_server import serve_locally
 from tests.fakes.openai_server import FakeOpenAIServer, ResponseSpec, TextResponse, ToolCallsResponse
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
-from tests.fakes.slack_requests import SlackReply, SlackRequests
+from tests.fakes.slack_requests import SlackReply, SlackRequests, form, text_input
 from tests.fakes.slack_stack import all_text, button_values
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -553,7 +553,7 @@ class ServeCluster:
         assert reply is not None and reply.status == 200, f"reject click failed\n{to.log_text()}"
         opened = await self.slack.wait_for("views.open", count=opened_before + 1, seconds=OUTCOME_SECONDS)
         view = opened[-1].args["view"]
-        values = {"feedback": {"cs_feedback": {"type": "plain_text_input", "value": feedback}}}
+        values = form("feedback", cs_feedback=text_input(feedback))
         # The decision is made before the ack: a failpoint there kills the process before it answers.
         await _send(to, lambda r: r.submit(view, values, user=user))
 
@@ -645,6 +645,22 @@ class ServeCluster:
             "WHERE runs.chat_history_id = ? ORDER BY ledger.started_at",
             [thread.key],
         )
+
+    def describe(self, thread: Thread) -> str:
+        """The thread's runs, ledger, stored history and replies, for failure messages."""
+        runs = [dict(r) for r in self.runs(thread)]
+        for run in runs:
+            run.pop("snapshot_json", None)
+        ledger = [dict(e) for e in self.ledger(thread)]
+        approvals = [
+            {k: row[k] for k in ("approval_id", "step", "tool_call_id", "status", "decided_by")}
+            for row in self.query("SELECT * FROM approvals WHERE chat_history_id = ? ORDER BY created_at", [thread.key])
+        ]
+        history = [
+            (m["role"], m.get("text"), m.get("tool_calls"), m.get("tool_call_result")) for m in self.history(thread)
+        ]
+        replies = self.replies_in(thread)
+        return f"runs: {runs}\napprovals: {approvals}\nledger: {ledger}\nhistory: {history}\nreplies: {replies}"
 
     def unsettled_runs(self, thread: Thread) -> list[sqlite3.Row]:
         """Runs of ``thread`` still running, resuming or paused."""
