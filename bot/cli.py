@@ -49,6 +49,17 @@ configuration (environment variables; a .env file in the working folder is read 
                                    Teams: the Microsoft 365 Agents SDK's own connection settings
   COUNTERSIGN_TEAMS_ANONYMOUS      1 accepts Teams requests without a JWT: local testing only; the server
                                    warns loudly at start (default: off)
+  COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on (default:
+                                   hostname-pid-random; unique per process)
+  COUNTERSIGN_LEASE_SECONDS        how long a run stays with its process without a heartbeat before another
+                                   process takes it over (default: 30)
+  COUNTERSIGN_HEARTBEAT_SECONDS    how often a process renews the leases of its runs; less than the lease
+                                   (default: 10)
+  COUNTERSIGN_SHUTDOWN_GRACE_SECONDS
+                                   on SIGTERM, how long in-flight work may finish before this process hands
+                                   its runs to the others (default: 20)
+  COUNTERSIGN_SWEEP_SECONDS        interval of the expiry sweep, crash recovery and retries of undelivered
+                                   messages; fractions allowed (default: 30)
   COUNTERSIGN_FAILPOINT            crash tests only: comma-separated failpoint names where `serve` exits
                                    at once (see README, "Failpoints"); unset in production
 """
@@ -245,7 +256,6 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
 
     failpoints.arm(config.failpoints)
     engine = await Engine.create(config)
-    await engine.start()
     runner: web.AppRunner | None = None
     try:
         app = await build_web_app(engine, config)
@@ -257,6 +267,8 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
                 "no chat surface is configured (set SLACK_BOT_TOKEN + SLACK_SIGNING_SECRET or SLACK_APP_TOKEN "
                 "for Slack, the Teams connection settings for Teams); serving /healthz only"
             )
+        # Only now, with the surfaces registered: recovery owes notices to threads and posts them through them.
+        await engine.start()
         # Start-up objects live for the whole process: keep them out of every later GC pass, which otherwise
         # shows up in the p99 of Slack's 3-second acknowledgements (bench/slack_ack.py).
         gc.collect()
@@ -270,6 +282,10 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         if ready is not None:
             ready(url)
         await _wait_for_stop_signal()
+        # Keep serving while in-flight work finishes: new messages go to the durable inbox meanwhile, for
+        # another process (or this one's next start); then this process's runs are released to the others.
+        logger.info("stopping: in-flight work has %gs to finish", config.shutdown_grace_seconds)
+        await engine.stop_taking_work(config.shutdown_grace_seconds)
         logger.info("stopping")
     finally:
         if runner is not None:

@@ -5,6 +5,18 @@ A crash test starts ``countersign serve`` with ``COUNTERSIGN_FAILPOINT=<name>`` 
 the process ends with :func:`os._exit` — no ``finally`` blocks, no flushing, exactly like ``kill -9``
 at that line. Unarmed, a failpoint is one set lookup and does nothing.
 
+The points (each is reached by every process, in this order through one approved call):
+
+- ``after_decide``: a decision won its compare-and-set (``approvals.decide``), before the resume starts.
+- ``after_claim``: the resume claimed the run (``paused → resuming``, with owner and lease), before the
+  agent runs.
+- ``before_ledger``: right before the ledger ``begin`` of a call that is about to run.
+- ``after_ledger``: the ledger entry is ``executing``, before the tool function runs.
+- ``after_tool``: the tool returned, before its ledger entry is finished.
+- ``while_pausing``: a step's approvals are stored, before the run is marked paused and rendered.
+- ``before_llm``: inside a run, before each call to the model.
+- ``before_reply``: a run's answer is durable in the outbox (and the run finished), before it is posted.
+
 >>> arm("before_ledger")
 >>> failpoint("after_claim")  # not armed: returns
 """

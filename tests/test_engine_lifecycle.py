@@ -117,7 +117,7 @@ async def test_a_step_decided_before_a_crash_is_resumed_when_the_engine_starts(h
     assert after.surface.replies_in(after.thread()) == ["results: deleted a.txt"]
 
 
-async def test_a_crash_while_a_tool_runs_closes_the_run_as_outcome_unknown_and_never_reruns_it(harnesses):
+async def test_a_crash_while_a_tool_runs_gives_outcome_unknown_never_reruns_it_and_continues_the_run(harnesses):
     started, release = asyncio.Event(), asyncio.Event()
     calls = []
 
@@ -142,18 +142,28 @@ async def test_a_crash_while_a_tool_runs_closes_the_run_as_outcome_unknown_and_n
     [run] = await before.engine.storage.runs.list_by_status("running")
     [entry] = await before.engine.storage.ledger.executing(run.run_id)
 
+    # A process starting while the lease is live leaves the run alone ...
+    bystander = await harnesses.reopen(before, generator=ScriptedChatGenerator([says("never used")]))
+    assert (await bystander.run_of(run.run_id)).owner == run.owner
+    assert bystander.surface.calls == [] and bystander.generator.calls == []
+    # ... and once the lease has expired, the next process takes the run over and continues it.
+    before.clock.advance(seconds=before.engine.config.lease_seconds + 1)
     after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.wait_idle()
 
     assert calls == ["1.2.3"], "the tool was not run again"
-    assert (await after.run_of(run.run_id)).status == "failed"
+    recovered = await after.run_of(run.run_id)
+    assert (recovered.status, recovered.recoveries) == ("finished", 1)
     closed = await after.engine.storage.ledger.get(entry.tool_call_id)
     assert (closed.status, closed.result) == ("failed", OUTCOME_UNKNOWN)
-    [told] = after.surface.replies_in(after.thread())
-    assert "deploy is unknown" in told and "not re-run" in told
+    told, answer = after.surface.replies_in(after.thread())
+    assert "restarted" in told and "deploy is unknown" in told and "not re-run" in told
+    assert answer == f"results: {OUTCOME_UNKNOWN}"
     history = await after.history()
     assert dangling_calls(history) == []
     assert tool_results(history) == [("deploy", OUTCOME_UNKNOWN, True)]
-    assert (await after.audit("recovered"))[0].details == {"unknown_outcome": ["deploy"]}
+    assert (await after.audit("recovered"))[0].details["unknown_outcome"] == ["deploy"]
+    assert bystander.surface.calls == []
 
     await after.say("what happened?")
     sent = sent_to_llm(after.generator)
@@ -314,7 +324,9 @@ async def test_a_crash_mid_step_keeps_the_real_result_of_a_call_that_had_finishe
     with pytest.raises(asyncio.CancelledError):
         await running
 
+    before.clock.advance(seconds=before.engine.config.lease_seconds + 1)
     after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.wait_idle()
 
     assert before.tools.runs_of("read_logs") == [{"service": "web"}]
     history = await after.history()

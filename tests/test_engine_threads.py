@@ -101,8 +101,8 @@ async def test_an_unreadable_stored_policy_mode_fails_closed_and_asks(tmp_path):
         await harness.close()
 
 
-async def test_a_message_while_another_process_runs_the_thread_is_refused_without_touching_the_history(tmp_path):
-    harness = await Harness.open(tmp_path, replies=[says("never used")])
+async def test_a_message_while_another_process_runs_the_thread_waits_and_runs_when_that_run_ends(tmp_path):
+    harness = await Harness.open(tmp_path, replies=[says("here I am")])
     try:
         thread = harness.thread()
         await harness.engine.storage.runs.create(  # a run another replica is working on right now
@@ -114,9 +114,19 @@ async def test_a_message_while_another_process_runs_the_thread_is_refused_withou
             thread=thread.thread,
             requester=REQUESTER,
         )
-        await harness.say("are you there?")
-        assert "please send yours again" in harness.surface.replies[-1].text
-        assert await harness.history() == []
-        assert harness.generator.calls == []
+        inbound = harness.inbound("are you there?")
+        await harness.engine.handle_message(inbound)
+        assert [q.message_id for q in harness.surface.queued] == [inbound.message_id]
+        assert harness.surface.replies == [], "nobody is asked to send it again"
+        assert await harness.history() == [] and harness.generator.calls == []
+        [waiting] = await harness.engine.storage.inbox.waiting(thread.key)
+        assert waiting.message["text"] == "are you there?"
+
+        # The other replica finishes and drains the thread, as the process that ends a run does.
+        assert await harness.engine.storage.runs.transition("run-elsewhere", "running", "finished")
+        await harness.engine.lifecycle.drain(thread)
+        assert harness.surface.replies_in(thread) == ["here I am"]
+        assert [m.text for m in await harness.history()] == ["are you there?", "here I am"]
+        assert await harness.engine.storage.inbox.waiting(thread.key) == []
     finally:
         await harness.close()

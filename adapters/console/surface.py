@@ -157,6 +157,11 @@ class ConsoleSurface:
         is typing, and would draw over their line.
         """
 
+    async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
+        """A short note: the message waits for the answer to the previous one."""
+        self.console.print(Text(f"(queued: I'll answer this after the current one{self._elsewhere(thread)})",
+                                style="dim"))
+
     # --- for the chat loop -------------------------------------------------------------------
 
     def show_approvals(self, approvals: Sequence[ApprovalView]) -> None:

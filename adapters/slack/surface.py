@@ -37,6 +37,10 @@ def thread_ts(thread: ThreadRef) -> str | None:
     return None if thread.thread == DIRECT_THREAD else thread.thread
 
 
+QUEUED_STATUS = "has your message and will answer it after the current one…"
+"""Slack shows status lines after the app's name: "countersign has your message and …"."""
+
+
 class SlackSurface:
     """Posts answers, approval messages, ephemeral notes, reactions, modals and the App Home."""
 
@@ -100,6 +104,18 @@ class SlackSurface:
                 )
         except SlackApiError as exc:  # already_reacted / no_reaction: cosmetic only
             logger.info("working reaction not changed", extra={"error": exc.response.get("error")})
+
+    async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
+        """Say on the thread's status line that the message waits for the current run; nothing if Slack refuses."""
+        ts = thread_ts(thread)
+        if ts is None:
+            return
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=thread.channel, thread_ts=ts, status=QUEUED_STATUS
+            )
+        except SlackApiError as exc:  # cosmetic: the message is queued either way
+            logger.info("status line not set", extra={"error": exc.response.get("error")})
 
     async def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
         """Open a modal (the trigger id is valid for 3 seconds, once)."""

@@ -168,6 +168,13 @@ class TeamsSurface:
             return
         self._typing[thread.key] = asyncio.create_task(self._keep_typing(thread.key), name=typing_task_name(thread))
 
+    async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
+        """One typing indicator: the message was received and waits for the current answer."""
+        try:
+            await self._send_typing(thread.key)
+        except Exception:  # cosmetic: the message is queued either way
+            logger.warning("typing indicator failed", extra={"thread": thread.key}, exc_info=True)
+
     async def _send_typing(self, key: str) -> None:
         await self._send(key, Activity(type=ActivityTypes.typing))
 

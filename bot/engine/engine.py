@@ -144,6 +144,10 @@ class Engine:
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 
+    async def stop_taking_work(self, grace: float) -> None:
+        """Graceful shutdown's first half: no new work, in-flight work finishes (``grace`` s), leases released."""
+        await self.lifecycle.shutdown(grace)
+
     async def stop(self, grace: float | None = None) -> None:
         """Shut down gracefully (see :meth:`RunLifecycle.shutdown`), then close storage."""
         if self._stopped:
@@ -393,7 +397,8 @@ class Engine:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
             failpoints.failpoint("after_decide")
-        except EngineError as refusal:
+        except EngineError as refused:
+            refusal = await self.lifecycle.explain_refusal(record, refused)
             await self.storage.audit.append(
                 request.actor,
                 "decision refused",
@@ -401,7 +406,9 @@ class Engine:
                 {"action": request.action, "reason": type(refusal).__name__, "tool": record.tool_name},
                 now=self.clock(),
             )
-            raise
+            if refusal is refused:
+                raise
+            raise refusal from refused
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],

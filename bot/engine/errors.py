@@ -27,9 +27,11 @@ class NotAnApprover(EngineError):
 class AlreadyDecided(EngineError):
     """Someone decided first (or this actor already voted)."""
 
-    def __init__(self, status: str, decided_by: str | None, decided_at: datetime | None) -> None:
+    def __init__(
+        self, status: str, decided_by: str | None, decided_at: datetime | None, detail: str | None = None
+    ) -> None:
         who = f" by {decided_by}" if decided_by else ""
-        super().__init__(f"This approval was already {status}{who}.")
+        super().__init__(detail or f"This approval was already {status}{who}.")
         self.status = status
         self.decided_by = decided_by
         self.decided_at = decided_at

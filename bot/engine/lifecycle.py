@@ -29,13 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from bot.agent import AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
-from bot.engine.decisions import decision_from_record
+from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
+from bot.engine.errors import AlreadyDecided, EngineError
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage import StorageError
+from storage.protocols import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -162,7 +164,13 @@ class RunLifecycle:
         if waiting is not None and lock.locked():  # this process is busy with the thread: the holder will start it
             shown = await self._show_queued(thread, waiting)
         async with lock:
+            fresh = waiting is not None  # a message was just stored: try to start at once
             while not self.stopping:
+                # After a run, one read tells whether anything waits (a writer that saw the run active has
+                # committed its message before looking, so this read sees it).
+                if not fresh and not await self.storage.inbox.waiting(thread.key):
+                    return
+                fresh = False
                 run_id = new_id()
                 started = await self.storage.inbox.start_next(
                     thread.key, run_id, self.owner, self.lease_until(), now=self.clock()
@@ -321,6 +329,27 @@ class RunLifecycle:
         await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
         text = report.notice(continuing=False) + " I could not continue it, so I stopped; please ask again."
         await self.deliveries.say(thread, text, f"gave-up:{run.run_id}")
+
+    async def explain_refusal(self, record: Any, refusal: EngineError) -> EngineError:
+        """A click on an approved call that never ran, or whose outcome is unknown, is told exactly that."""
+        if not isinstance(refusal, AlreadyDecided) or refusal.status not in ("approved", "modified"):
+            return refusal
+        if record.tool_call_id.startswith(ID_LESS_PREFIX):
+            return refusal
+        who = f" by {refusal.decided_by}" if refusal.decided_by else ""
+        entry = await self.storage.ledger.get(ledger_key(record.run_id, record.tool_call_id))
+        if entry is not None and entry.status == "failed" and entry.result == OUTCOME_UNKNOWN:
+            detail = (
+                f"This call was already {refusal.status}{who}, but the bot stopped while it was running: "
+                "its outcome is unknown, and it was not run again."
+            )
+        elif entry is None and (await self.storage.runs.get(record.run_id)).status in TERMINAL_RUN_STATUSES:
+            detail = (
+                f"This call was already {refusal.status}{who}, but it never ran: its run stopped before it started."
+            )
+        else:
+            return refusal
+        return AlreadyDecided(refusal.status, refusal.decided_by, refusal.decided_at, detail=detail)
 
     # --- shutdown -----------------------------------------------------------------------------------
 

@@ -36,3 +36,10 @@ class Surface(Protocol):
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """Show (or stop showing) that the bot is working, e.g. a reaction or a typing indicator."""
         ...
+
+    async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
+        """Show that a message waits behind the thread's active run (Slack: the status line; Teams: typing).
+
+        Optional: the engine skips a surface that lacks it, so the default is to show nothing.
+        """
+        ...

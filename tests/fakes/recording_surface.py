@@ -8,8 +8,8 @@
 >>> reply = await surface.next_reply(within=5)   # the answer posted after the resume
 
 Every call lands in :attr:`calls` in order, and in a list per kind (:attr:`replies`, :attr:`renders`,
-:attr:`updates`, :attr:`tells`, :attr:`working`). Waiting is bounded (``within`` seconds): ``next_*`` raise
-``TimeoutError`` instead of hanging a test.
+:attr:`updates`, :attr:`tells`, :attr:`working`, :attr:`queued`). Waiting is bounded (``within`` seconds):
+``next_*`` raise ``TimeoutError`` instead of hanging a test.
 """
 
 from __future__ import annotations
@@ -69,7 +69,15 @@ class Working:
     message_id: str | None
 
 
-Call = Reply | Rendering | Update | Tell | Working
+@dataclass(frozen=True)
+class Queued:
+    """``show_queued(thread, message_id)``."""
+
+    thread: ThreadRef
+    message_id: str | None
+
+
+Call = Reply | Rendering | Update | Tell | Working | Queued
 
 
 class RecordingSurface:
@@ -107,6 +115,10 @@ class RecordingSurface:
         """Record the working indicator being switched on or off."""
         await self._record(Working(thread, working, message_id))
 
+    async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
+        """Record that a message waits behind the thread's active run."""
+        await self._record(Queued(thread, message_id))
+
     # --- what was recorded ----------------------------------------------------------------------
 
     @property
@@ -133,6 +145,11 @@ class RecordingSurface:
     def working(self) -> list[Working]:
         """Every ``show_working``, in order."""
         return [c for c in self.calls if isinstance(c, Working)]
+
+    @property
+    def queued(self) -> list[Queued]:
+        """Every ``show_queued``, in order."""
+        return [c for c in self.calls if isinstance(c, Queued)]
 
     def replies_in(self, thread: ThreadRef) -> list[str]:
         """The texts posted in one thread, in order."""

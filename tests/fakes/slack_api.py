@@ -228,6 +228,10 @@ class FakeSlackAPI:
             if not args.get("channel") or not args.get("timestamp") or not args.get("name"):
                 return {"ok": False, "error": "invalid_arguments"}
             return {"ok": True}
+        if call.method == "assistant.threads.setStatus":
+            if not args.get("channel_id") or not args.get("thread_ts") or "status" not in args:
+                return {"ok": False, "error": "invalid_arguments"}
+            return {"ok": True}
         if call.method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
         if call.method == "users.info":

@@ -1,0 +1,81 @@
+"""A message that arrives while its thread's run is active waits in the inbox, and the person is shown so."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.llm import ScriptedChatGenerator
+from bot.messages import ChatMessage
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid
+
+ALICE = "U0ALICE"
+CHANNEL = "C0OPS"
+
+
+def echo(messages: list[ChatMessage]) -> ChatMessage:
+    users = [m for m in messages if m.role == "user"]
+    return ChatMessage.from_assistant(f"echo {users[-1].text}")
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI() as api:
+        yield api
+        assert_every_payload_valid(api.calls)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, slack: FakeSlackAPI) -> AsyncIterator[SlackStack]:
+    running = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=ScriptedChatGenerator([echo] * 5), tools=[]
+    )
+    yield running
+    await running.stop()
+
+
+async def _run_elsewhere(stack: SlackStack, thread_ts: str) -> str:
+    """A run another process is working on in the thread; returns its id."""
+    key = f"slack:{stack.requests.team_id}:{CHANNEL}:{thread_ts}"
+    await stack.engine.storage.runs.create(
+        "run-elsewhere", chat_history_id=key, platform="slack", workspace=stack.requests.team_id,
+        channel=CHANNEL, thread=thread_ts, requester=ALICE,
+    )
+    return key
+
+
+async def test_slack_shows_a_queued_message_on_the_thread_status_line_and_answers_it_after_the_run(
+    stack: SlackStack, slack: FakeSlackAPI
+) -> None:
+    root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> first")
+    key = await _run_elsewhere(stack, root["ts"])
+    second = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> second", thread_ts=root["ts"])
+    assert (await stack.requests.event(second)).status == 200
+    await stack.settle()
+
+    [status] = slack.calls_to("assistant.threads.setStatus")
+    assert (status.args["channel_id"], status.args["thread_ts"]) == (CHANNEL, root["ts"])
+    assert "after the current one" in status.args["status"]
+    assert slack.calls_to("chat.postMessage") == [], "nobody is asked to send it again"
+    assert len(await stack.engine.storage.inbox.waiting(key)) == 1
+
+    await stack.engine.storage.runs.transition("run-elsewhere", "running", "finished")
+    await stack.engine.recover()  # the sweep finds the orphaned message
+    await stack.engine.wait_idle()
+    [answer] = slack.calls_to("chat.postMessage")
+    assert answer.args["text"] == "echo second" and answer.args["thread_ts"] == root["ts"]
+
+
+async def test_a_status_line_slack_refuses_changes_nothing_else(stack: SlackStack, slack: FakeSlackAPI) -> None:
+    slack.failures["assistant.threads.setStatus"] = "not_allowed_token_type"
+    root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> first")
+    key = await _run_elsewhere(stack, root["ts"])
+    await stack.requests.event(stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> second", thread_ts=root["ts"]))
+    await stack.settle()
+
+    assert len(slack.calls_to("assistant.threads.setStatus")) == 1
+    assert slack.calls_to("chat.postMessage") == []
+    assert len(await stack.engine.storage.inbox.waiting(key)) == 1
