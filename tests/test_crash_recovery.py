@@ -9,8 +9,10 @@ unknown" notice when the crash came after the ledger entry), silent drops (none:
 request ends in a message in the thread) and notices delivered (all of them).
 
 The person's message goes to the survivor and the click to the victim when the failpoint lies on the
-way from a decision to the answer, so the victim dies exactly there; it goes to the victim when the
-failpoint lies between a message and its pause.
+way from a decision to the answer; it goes to the victim when the failpoint lies between a message and
+its pause. Every process sweeps for decided steps and waiting messages, so the survivor is frozen
+(SIGSTOP) while the victim works and thawed once it died: the victim alone reaches the failpoint, and
+the survivor can only recover what the durable state says.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ async def test_an_approved_call_runs_exactly_once_and_is_answered_when_its_proce
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
-    await cluster.click(victim, card)
-    await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
+    async with cluster.frozen(survivor):
+        await cluster.click(victim, card)
+        await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
 
     await cluster.wait_for_reply(thread, f"Finished: deleted {path}")
     assert cluster.control.count("delete_file", path=path) == 1
@@ -99,8 +102,9 @@ async def test_a_rejected_call_never_runs_and_the_rejection_is_answered_when_its
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
-    await cluster.reject(victim, card, "not this one")
-    await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
+    async with cluster.frozen(survivor):
+        await cluster.reject(victim, card, "not this one")
+        await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
 
     [answer] = [r for r in await cluster.wait_for_reply(thread, "rejected") if "rejected" in r.lower()]
     assert "not this one" in answer
@@ -122,8 +126,9 @@ async def test_a_call_whose_ledger_says_executing_is_never_rerun_and_the_person_
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
-    await cluster.click(victim, card)
-    await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
+    async with cluster.frozen(survivor):
+        await cluster.click(victim, card)
+        await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
 
     await cluster.wait_for_reply(thread, "unknown")
     assert cluster.control.count("delete_file", path=path) == executed  # the crash point decides; never a re-run
@@ -141,12 +146,13 @@ async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_an
     thread = await cluster.mention(survivor, "deploy crash-9")
     card = await cluster.approval_card(thread)
 
-    await cluster.click(victim, card)
-    await cluster.control.wait_blocked("crash-9")
-    [running] = cluster.control.of("slow_deploy", name="crash-9")
-    assert running.pid == victim.pid
-    victim.kill()
-    assert await victim.wait_exit() == -9
+    async with cluster.frozen(survivor):
+        await cluster.click(victim, card)
+        await cluster.control.wait_blocked("crash-9")
+        [running] = cluster.control.of("slow_deploy", name="crash-9")
+        assert running.pid == victim.pid
+        victim.kill()
+        assert await victim.wait_exit() == -9
 
     await cluster.wait_for_reply(thread, "unknown")
     assert cluster.control.count("slow_deploy", name="crash-9") == 1
@@ -166,11 +172,12 @@ async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answere
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
     victim = await start_victim(cluster, failpoint)
 
-    thread = await cluster.mention([victim, survivor], f"delete {path}")
-    # A card from the victim means it went past ``before_llm``; ``while_pausing`` may lie on either side of one.
-    await victim.wait_failpoint(
-        passed=lambda: cluster.posts_in(thread) if failpoint == "before_llm" else cluster.replies_in(thread)
-    )
+    async with cluster.frozen(survivor):
+        thread = await cluster.mention(victim, f"delete {path}")
+        # A card from the victim means it went past ``before_llm``; ``while_pausing`` may lie on either side.
+        await victim.wait_failpoint(
+            passed=lambda: cluster.posts_in(thread) if failpoint == "before_llm" else cluster.replies_in(thread)
+        )
 
     # Retried from the stored history (it pauses again: a new approval card), or, where that is impossible,
     # the person is told. Either way the thread comes to rest with a message in it.

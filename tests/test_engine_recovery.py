@@ -164,11 +164,22 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     # The dead process took the message from the inbox, asked the model, stored the approval ... and died.
     await storage.inbox.enqueue(address_of(thread), REQUESTER, ChatMessage.from_user("delete a.txt").to_dict())
     run, _ = await storage.inbox.start_next(thread.key, "run-dead", DEAD, before.clock() + timedelta(seconds=30))
-    [orphan] = await storage.approvals.create_many([NewApproval(
-        run_id="run-dead", step=1, tool_call_id="call_orphan", tool_name="delete_file", arguments={"path": "a.txt"},
-        requester=REQUESTER, platform=thread.platform, chat_history_id=thread.key,
-        expires_at=before.clock() + timedelta(hours=1), created_at=before.clock(),
-    )])
+    [orphan] = await storage.approvals.create_many(
+        [
+            NewApproval(
+                run_id="run-dead",
+                step=1,
+                tool_call_id="call_orphan",
+                tool_name="delete_file",
+                arguments={"path": "a.txt"},
+                requester=REQUESTER,
+                platform=thread.platform,
+                chat_history_id=thread.key,
+                expires_at=before.clock() + timedelta(hours=1),
+                created_at=before.clock(),
+            )
+        ]
+    )
 
     lease_runs_out(before)
     after = await harnesses.reopen(before, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt")]))
@@ -292,8 +303,10 @@ async def test_two_messages_to_one_thread_on_two_processes_run_in_order_without_
     assert first.surface.replies_in(first.thread()) == ["results: migrated to v2", "second answer"]
     history = await first.history()
     assert [(m.role.value, m.text) for m in history if m.text] == [
-        ("user", "migrate to v2"), ("assistant", "results: migrated to v2"),
-        ("user", "and then?"), ("assistant", "second answer"),
+        ("user", "migrate to v2"),
+        ("assistant", "results: migrated to v2"),
+        ("user", "and then?"),
+        ("assistant", "second answer"),
     ]
     assert dangling_calls(history) == []
 
@@ -370,8 +383,12 @@ async def test_the_heartbeat_keeps_a_working_run_owned(harnesses):
         await release.wait()
         return "report ready"
 
-    h = await harnesses.open(replies=[asks_for("slow_report", name="q3"), echoes_results],
-                             extra_tools=[slow_report], heartbeat_seconds=0.01, lease_seconds=30)
+    h = await harnesses.open(
+        replies=[asks_for("slow_report", name="q3"), echoes_results],
+        extra_tools=[slow_report],
+        heartbeat_seconds=0.01,
+        lease_seconds=30,
+    )
     running = asyncio.create_task(h.engine.handle_message(h.inbound("q3 report")))
     await bounded(started.wait())
     [run] = await h.engine.storage.runs.list_by_status("running")

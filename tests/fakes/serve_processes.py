@@ -286,6 +286,17 @@ class ServeProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process does nothing at all (no sweep, no heartbeat) until :meth:`thaw`."""
+        if self.running:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: a frozen process carries on where it stopped."""
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGCONT)
+
     async def wait_exit(self, seconds: float = OUTCOME_SECONDS) -> int:
         """Wait for the process to exit; its exit status (``-9`` after SIGKILL, 86 after a failpoint)."""
         try:
@@ -488,6 +499,30 @@ class ServeCluster:
         proc.slack = dataclasses.replace(self._base_requests(), url=f"{base_url}/slack/events")
         return proc
 
+    @contextlib.asynccontextmanager
+    async def frozen(self, *processes: ServeProcess) -> AsyncIterator[None]:
+        """Freeze ``processes`` for the block, so the others alone act in it (thawed however the block ends).
+
+        Every process sweeps for decided steps and waiting messages, so without this the survivor may take
+        the work before the victim reaches its failpoint; frozen, it can only recover what the victim left.
+        """
+        for _attempt in range(100):
+            for proc in processes:
+                proc.freeze()
+            if self._write_lock_free():
+                break
+            # Stopped inside a write transaction: the others would wait on its lock. Let it finish, try again.
+            for proc in processes:
+                proc.thaw()
+            await asyncio.sleep(0.01)
+        else:
+            raise HarnessError("could not freeze the processes outside a write transaction")
+        try:
+            yield
+        finally:
+            for proc in processes:
+                proc.thaw()
+
     async def start_many(self, *names: str, **options: Any) -> list[ServeProcess]:
         """Start several processes at once (their imports overlap on two cores)."""
         return list(await asyncio.gather(*(self.start(name, **options) for name in names)))
@@ -589,7 +624,15 @@ class ServeCluster:
         call = calls[count - 1]
         ids = button_values(call.args["blocks"], "cs_approve")
         assert ids, f"an approval message without Approve buttons: {call.args}"
-        return ApprovalCard(thread, call.response["ts"], ids, call)
+        card = ApprovalCard(thread, call.response["ts"], ids, call)
+        # Posted is not yet finished: the run pauses for good once the card's reference is stored.
+        await self.wait_until(lambda: self._card_stored(card), f"the reference of card {card.ts} stored", seconds)
+        return card
+
+    def _card_stored(self, card: ApprovalCard) -> bool:
+        marks = ",".join("?" * len(card.approval_ids))
+        rows = self.query(f"SELECT message_ref_json FROM approvals WHERE approval_id IN ({marks})", card.approval_ids)
+        return len(rows) == len(card.approval_ids) and all(card.ts in (r["message_ref_json"] or "") for r in rows)
 
     async def wait_for_reply(
         self, thread: Thread, containing: str, count: int = 1, seconds: float = OUTCOME_SECONDS
@@ -626,6 +669,18 @@ class ServeCluster:
         conn.row_factory = sqlite3.Row
         try:
             return list(conn.execute(sql, list(params)))
+        finally:
+            conn.close()
+
+    def _write_lock_free(self) -> bool:
+        """Whether no process holds the database's write lock now (probed with an empty write transaction)."""
+        conn = sqlite3.connect(self.db_path, timeout=0.05, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
         finally:
             conn.close()
 
