@@ -162,8 +162,12 @@ async def test_messages_queued_behind_a_running_one_are_answered_in_the_order_th
     thread = await shared.mention(a, "run job order-1")
     await shared.control.wait_blocked("order-1")
 
+    # Slack acknowledges before the message is stored, so each is sent once the one before it waits in the inbox.
     await shared.mention(b, "second in line", thread=thread)
+    await shared.wait_until(lambda: shared.queued(thread) == ["second in line"], "the second message queued")
     await shared.mention(a, "third in line", thread=thread)
+    await shared.wait_until(lambda: len(shared.queued(thread)) == 2, "the third message queued")
+    assert shared.queued(thread) == ["second in line", "third in line"]
     shared.control.release("order-1")
 
     await shared.wait_for_reply(thread, "You said: third in line")

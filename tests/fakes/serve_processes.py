@@ -689,6 +689,11 @@ class ServeCluster:
         rows = self.query("SELECT data FROM messages WHERE chat_history_id = ? ORDER BY seq", [thread.key])
         return [json.loads(row["data"]) for row in rows]
 
+    def queued(self, thread: Thread) -> list[str]:
+        """The texts of the messages waiting in ``thread``'s inbox, in the order they will run."""
+        rows = self.query("SELECT message_json FROM inbox WHERE chat_history_id = ? ORDER BY id", [thread.key])
+        return [json.loads(row["message_json"]).get("text") or "" for row in rows]
+
     def runs(self, thread: Thread) -> list[sqlite3.Row]:
         """The runs of ``thread``, oldest first."""
         return self.query("SELECT * FROM runs WHERE chat_history_id = ? ORDER BY created_at, rowid", [thread.key])
@@ -715,6 +720,9 @@ class ServeCluster:
             (m["role"], m.get("text"), m.get("tool_calls"), m.get("tool_call_result")) for m in self.history(thread)
         ]
         replies = self.replies_in(thread)
+        inbox = [dict(r) for r in self.query("SELECT * FROM inbox WHERE chat_history_id = ?", [thread.key])]
+        outbox = [dict(r) for r in self.query("SELECT * FROM outbox WHERE chat_history_id = ?", [thread.key])]
+        replies = f"{replies}\ninbox: {inbox}\noutbox: {outbox}"
         return f"runs: {runs}\napprovals: {approvals}\nledger: {ledger}\nhistory: {history}\nreplies: {replies}"
 
     def unsettled_runs(self, thread: Thread) -> list[sqlite3.Row]:
