@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import ConciseFormatter, build_parser, main
+from bot.config import Config
 from tests.fakes.openai_server import FakeOpenAIServer
 
 TIMEOUT = 60
@@ -42,6 +43,11 @@ ENV_VARS = (
     "COUNTERSIGN_TEAMS_ANONYMOUS",
     "COUNTERSIGN_HISTORY_LAST_K",
     "COUNTERSIGN_DEFAULT_TTL_SECONDS",
+    "COUNTERSIGN_INSTANCE_ID",
+    "COUNTERSIGN_LEASE_SECONDS",
+    "COUNTERSIGN_HEARTBEAT_SECONDS",
+    "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS",
+    "COUNTERSIGN_SWEEP_SECONDS",
 )
 
 
@@ -154,6 +160,37 @@ def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch,
     assert capsys.readouterr().err == (
         "countersign: configuration error: COUNTERSIGN_HISTORY_LAST_K must be a whole number, got 'lots'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"COUNTERSIGN_LEASE_SECONDS": "soon"}, "COUNTERSIGN_LEASE_SECONDS must be a number of seconds, got 'soon'"),
+        ({"COUNTERSIGN_SWEEP_SECONDS": "0"}, "COUNTERSIGN_SWEEP_SECONDS must be a positive number of seconds, got '0'"),
+        ({"COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "-1"},
+         "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS must be zero or a positive number of seconds, got '-1'"),
+        ({"COUNTERSIGN_LEASE_SECONDS": "5", "COUNTERSIGN_HEARTBEAT_SECONDS": "5"},
+         "COUNTERSIGN_HEARTBEAT_SECONDS (5) must be less than COUNTERSIGN_LEASE_SECONDS (5)"),
+    ],
+    ids=["lease-not-a-number", "sweep-zero", "grace-negative", "heartbeat-not-below-lease"],
+)
+def test_a_bad_lifecycle_setting_exits_2_naming_the_variable(terminal, monkeypatch, capsys, settings, error):
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err.startswith(f"countersign: configuration error: {error}")
+
+
+def test_lifecycle_settings_are_read_with_fractions_and_each_process_gets_its_own_instance_id():
+    env = {"COUNTERSIGN_SWEEP_SECONDS": "0.2", "COUNTERSIGN_LEASE_SECONDS": "3", "COUNTERSIGN_HEARTBEAT_SECONDS": "1",
+           "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0"}
+    config = Config.from_env(env)
+    assert (config.sweep_interval_seconds, config.lease_seconds, config.heartbeat_seconds) == (0.2, 3.0, 1.0)
+    assert config.shutdown_grace_seconds == 0.0
+    assert Config.from_env({}).instance_id != Config.from_env({}).instance_id
+    assert str(os.getpid()) in Config.from_env({}).instance_id
+    assert Config.from_env({"COUNTERSIGN_INSTANCE_ID": "web-1"}).instance_id == "web-1"
 
 
 # --- the real console script ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from bot.agent import AgentSnapshot
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.engine.errors import AlreadyDecided, ApprovalClosed
+from bot.engine.lifecycle import MAX_RECOVERIES
 from bot.engine.model import DecisionRequest
 from bot.engine.outbox import address_of
 from bot.llm import ScriptedChatGenerator
@@ -182,7 +183,9 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     )
 
     lease_runs_out(before)
-    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt")]))
+    after = await harnesses.reopen(
+        before, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt"), echoes_results])
+    )
     await after.engine.wait_idle()
 
     assert (await storage.approvals.get(orphan.approval_id)).status == "cancelled"
@@ -194,6 +197,14 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     assert [a.tool_name for a in rendering.approvals] == ["delete_file"]
     assert (await after.run_of("run-dead")).status == "paused"
     assert before.tools.executed == []
+
+    # The new approval is its own step: approving it runs the call once, and its card shows only it.
+    [fresh] = rendering.approvals
+    await after.engine.decide(confirm(fresh))
+    await after.engine.wait_idle()
+    assert before.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert after.surface.replies_in(thread)[-1] == "results: deleted a.txt"
+    assert [a.approval_id for a in after.surface.updates[-1].approvals] == [fresh.approval_id]
 
 
 async def test_a_run_that_died_during_the_model_call_is_retried_from_its_stored_history(harnesses):
@@ -406,3 +417,42 @@ async def test_the_heartbeat_keeps_a_working_run_owned(harnesses):
     release.set()
     await bounded(running)
     assert h.surface.replies_in(h.thread()) == ["results: report ready"]
+
+
+async def test_a_run_that_keeps_killing_its_process_is_closed_and_the_person_told(harnesses):
+    before = await harnesses.open(replies=[])
+    thread = before.thread()
+    storage = before.engine.storage
+    await storage.inbox.enqueue(address_of(thread), REQUESTER, ChatMessage.from_user("crash me").to_dict())
+    await storage.inbox.start_next(thread.key, "run-poison", DEAD, before.clock())
+    for attempt in range(MAX_RECOVERIES):  # each taker died in turn
+        assert await storage.leases.claim_expired("run-poison", f"{DEAD}-{attempt}", before.clock(), now=before.clock())
+
+    lease_runs_out(before)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([says("back")]))
+    await after.engine.wait_idle()
+
+    [told] = after.surface.replies_in(thread)
+    assert "could not continue it" in told
+    assert (await after.run_of("run-poison")).status == "failed"
+    assert after.generator.calls == []
+    await after.say("hello again")  # the thread is usable again
+    assert after.surface.replies_in(thread)[-1] == "back"
+
+
+async def test_two_processes_sweeping_at_once_expire_each_approval_once_and_resume_each_run_once(harnesses):
+    threads = [f"1700000000.{n:06d}" for n in range(12)]
+    asks_then_answers = [asks_for("delete_file", path="a.txt")] * len(threads) + [echoes_results] * len(threads)
+    first = await harnesses.open(replies=asks_then_answers)
+    for name in threads:
+        await first.paused_approvals("delete a.txt", thread=name)
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([echoes_results] * len(threads)))
+    first.clock.advance(hours=25)
+    counts = await asyncio.gather(first.engine.sweep_expired(batch=5), second.engine.sweep_expired(batch=5))
+    await asyncio.gather(first.engine.wait_idle(), second.engine.wait_idle())
+
+    assert sum(counts) == len(threads)
+    assert len(await first.audit("expired")) == len(threads)
+    answers = [text for h in (first, second) for name in threads for text in h.surface.replies_in(h.thread(name))]
+    assert len(answers) == len(threads) and all("expired without a decision" in a for a in answers)
+    assert first.tools.executed == []

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from adapters.console.surface import ConsoleSurface
+from adapters.teams.surface import TeamsSurface
+from bot.engine.model import ThreadRef
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage
+from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
+from tests.fakes.engine_kit import says
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid
+from tests.fakes.teams_stack import CHANNEL as TEAMS_CHANNEL
+from tests.fakes.teams_stack import TENANT, TeamsStack
 
 ALICE = "U0ALICE"
 CHANNEL = "C0OPS"
@@ -84,3 +93,30 @@ async def test_a_status_line_slack_refuses_changes_nothing_else(stack: SlackStac
     assert len(slack.calls_to("assistant.threads.setStatus")) == 1
     assert slack.calls_to("chat.postMessage") == []
     assert len(await stack.engine.storage.inbox.waiting(key)) == 1
+
+
+async def test_teams_shows_a_queued_message_as_typing(tmp_path, monkeypatch) -> None:
+
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        stack = await TeamsStack.open(tmp_path, connector, issuer, replies=[says("Hi.")])
+        try:
+            await stack.say("hello")
+            await stack.engine.wait_idle()
+            thread = ThreadRef("teams", TENANT, TEAMS_CHANNEL, connector.posted()[-1].conversation_id)
+            surface = TeamsSurface(stack.plugin.adapter, stack.engine)
+            before = len(connector.typing())
+            await surface.show_queued(thread, None)
+            await connector.wait_for(lambda r: r.activity_type == "typing", count=before + 1)
+            assert len(connector.posted()) == 1, "a typing indicator, no message"
+        finally:
+            await stack.aclose()
+
+
+async def test_the_console_notes_a_queued_message() -> None:
+
+    buffer = io.StringIO()
+    here = ThreadRef("console", "local", "console", "ops")
+    surface = ConsoleSurface(Console(file=buffer, width=120, color_system=None), thread=here)
+    await surface.show_queued(here, None)
+    assert "queued: I'll answer this after the current one" in buffer.getvalue()

@@ -173,7 +173,7 @@ class TeamsSurface:
         try:
             await self._send_typing(thread.key)
         except Exception:  # cosmetic: the message is queued either way
-            logger.warning("typing indicator failed", extra={"thread": thread.key}, exc_info=True)
+            logger.warning("typing indicator failed", extra={"thread_key": thread.key}, exc_info=True)
 
     async def _send_typing(self, key: str) -> None:
         await self._send(key, Activity(type=ActivityTypes.typing))

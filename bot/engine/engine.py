@@ -3,6 +3,8 @@
 Everything that must survive a restart is written to storage before anyone is told anything. Every
 state change that could race (approval decided, run resumed, tool executed) is a compare-and-set in
 storage, so double clicks, concurrent approvers, retries, replicas and restarts change nothing twice.
+Owners, leases, the thread inbox, recovery and shutdown live in :mod:`bot.engine.lifecycle`; messages
+owed to threads go through :mod:`bot.engine.outbox`.
 """
 
 from __future__ import annotations
@@ -282,6 +284,8 @@ class Engine:
         assert snapshot is not None
         run = await self.storage.runs.get(run_id)
         step = run.step + 1
+        if run.recoveries:  # a pause that died half-way left (cancelled) approvals under the next step number
+            step = max([step, *(a.step + 1 for a in await self.storage.approvals.for_run(run_id))])
         now = self.clock()
         context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
         new_approvals = []
@@ -558,26 +562,35 @@ class Engine:
     async def sweep_expired(self, batch: int = 500) -> int:
         """Expire every due approval (never approve), update renderings, resume fully decided runs.
 
-        Each batch is claimed with one statement, so several processes sweeping at once expire each
-        approval exactly once; the follow-up (audit, re-render, resume) is per claimed approval.
+        Returns how many approvals this process expired. See :meth:`expire_due` and :meth:`after_expiry`.
+        """
+        records = await self.expire_due(batch)
+        await self.after_expiry(records)
+        return len(records)
+
+    async def expire_due(self, batch: int = 500) -> list[Any]:
+        """Claim and audit every due approval, a batch per statement; the approvals this process expired.
+
+        However many processes sweep at once, each approval is claimed by exactly one of them.
         """
         now = self.clock()
-        expired = 0
+        claimed: list[Any] = []
         while True:
             records = await self.storage.approvals.expire_due(now=now, limit=batch)
-            if not records:
-                return expired
-            expired += len(records)
-            await self.storage.audit.append_many(
-                [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id}) for r in records],
-                now=now,
-            )
-            steps = {(r.run_id, r.step): r for r in records}  # one re-render and resume per paused step
-            for start in range(0, len(steps), 32):
-                chunk = list(steps.values())[start : start + 32]
-                await asyncio.gather(*(_quietly(self._after_decision(r, "Expired.")) for r in chunk))
+            if records:
+                entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
+                           for r in records]
+                await self.storage.audit.append_many(entries, now=now)
+                claimed += records
             if len(records) < batch:
-                return expired
+                return claimed
+
+    async def after_expiry(self, records: list[Any], concurrency: int = 64) -> None:
+        """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
+        steps = list({(r.run_id, r.step): r for r in records}.values())
+        for start in range(0, len(steps), concurrency):
+            chunk = steps[start : start + concurrency]
+            await asyncio.gather(*(_quietly(self._after_decision(r, "Expired.")) for r in chunk))
 
     # --- crash recovery -----------------------------------------------------------------------------
 

@@ -273,7 +273,9 @@ class RunLifecycle:
         applied = apply_decisions(step, decisions, self.engine.tools)
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         written = {m.id for m in history} | {m.meta.get("split_from") for m in history}
-        if step.id not in written:  # the resume died before writing the step: nothing of it has run
+        if step.id not in written and not await self._any_started(run.run_id, applied.to_execute):
+            # The resume died before writing the step, so nothing of it has run. (A step older than the
+            # window read here that ran a call has ledger entries, so it is not written a second time.)
             await self.storage.messages.write_messages(thread.key, applied.messages)
             history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         open_ids = {c.id for c in dangling_tool_calls(history) if c.id is not None}
@@ -302,6 +304,12 @@ class RunLifecycle:
         results.sort(key=lambda m: order.get(m.tool_call_result.origin.id, 0))
         if results:
             await self.storage.messages.write_messages(thread.key, results)
+
+    async def _any_started(self, run_id: str, calls: list[Any]) -> bool:
+        for call in calls:
+            if call.id is not None and await self.storage.ledger.get(ledger_key(run_id, call.id)) is not None:
+                return True
+        return False
 
     async def _close_dangling(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
         """Give every call left without a result the result the ledger knows (or "not run")."""
