@@ -270,6 +270,22 @@ async def test_kill_9_during_a_tool_then_a_fresh_start_tells_the_thread_the_outc
     assert "unknown" in result.lower()
 
 
+async def test_a_message_slack_saw_acknowledged_is_answered_even_if_its_process_dies_right_after(
+    cluster: ServeCluster,
+) -> None:
+    _a, b = await cluster.start_many("a", "b")
+
+    # Slack gets its 200 while b cannot write yet; b dies before the message is stored. Slack never sends
+    # an acknowledged event again, so unless it was stored before the acknowledgement, it is lost in silence.
+    with cluster.write_lock_held():
+        thread = await cluster.mention(b, "are you still there")
+        b.kill()
+        assert await b.wait_exit() == -9
+
+    await cluster.wait_for_reply(thread, "You said: are you still there")
+    await assert_settled(cluster, thread)
+
+
 def _jobs(cluster: ServeCluster, prefix: str) -> list[str]:
     """Names of the slow jobs started so far whose name starts with ``prefix``, in order."""
     return [e.arguments["name"] for e in cluster.control.of("slow_job") if e.arguments["name"].startswith(prefix)]

@@ -34,7 +34,7 @@ import signal
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -670,6 +670,17 @@ class ServeCluster:
         try:
             return list(conn.execute(sql, list(params)))
         finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def write_lock_held(self) -> Iterator[None]:
+        """Hold the database's write lock for the block: every process's writes wait (reads go on)."""
+        conn = sqlite3.connect(self.db_path, timeout=5.0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            conn.execute("ROLLBACK")
             conn.close()
 
     def _write_lock_free(self) -> bool:
