@@ -147,18 +147,28 @@ class SQLiteThreadInbox:
         message: dict[str, Any],
         message_ref: str | None = None,
         now: Instant = None,
-    ) -> int:
-        """Store a message for its thread; returns its inbox id.
+        event_key: str | None = None,
+    ) -> int | None:
+        """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
 
-        >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict())
+        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        a crash can neither lose the message after its event was marked seen nor store it twice.
+
+        >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict(), event_key="slack:event:Ev1")
         1
         """
+        at = epoch(now)
         with self.connector.writing() as db:
+            if event_key is not None and not db.execute(
+                "INSERT INTO events (event_key, seen_at) VALUES (?, ?) ON CONFLICT (event_key) DO NOTHING",
+                [event_key, epoch(None)],
+            ).rowcount:
+                return None
             return db.execute(
                 "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
                 "message_json, message_ref, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 requester, dumps(message), message_ref, epoch(now)],
+                 requester, dumps(message), message_ref, at],
             ).lastrowid
 
     def start_next(

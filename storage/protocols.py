@@ -315,7 +315,15 @@ class ApprovalStore(Protocol):
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...
 
-    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]: ...
+    def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
+        """Expire up to ``limit`` pending approvals due by ``now`` in ONE statement; return those this caller expired.
+
+        However many processes sweep at once, each approval is returned to exactly one of them. SQLite:
+        ``UPDATE approvals SET status='expired' ... WHERE approval_id IN (SELECT ... WHERE status='pending'
+        AND expires_at <= now ORDER BY expires_at LIMIT n) AND status='pending' RETURNING ...``; PostgreSQL
+        can select the batch ``FOR UPDATE SKIP LOCKED`` so concurrent sweepers take different batches.
+        """
+        ...
 
     def close_pending_for_run(self, run_id: str, status: str, reason: str) -> list[str]: ...
 
@@ -375,7 +383,9 @@ class AuditLog(Protocol):
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
     ) -> int: ...
 
-    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int: ...
+    def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
+        """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many."""
+        ...
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
 
@@ -447,8 +457,12 @@ class ThreadInbox(Protocol):
     """
 
     def enqueue(self, address: ThreadAddress, requester: str, message: dict[str, Any],
-                message_ref: str | None = None, now: Instant = None) -> int:
-        """Store a message for the thread and return its inbox id (larger ids arrived later)."""
+                message_ref: str | None = None, now: Instant = None, event_key: str | None = None) -> int | None:
+        """Store a message for the thread and return its inbox id (larger ids arrived later).
+
+        With ``event_key``, the key is recorded in the event dedupe table in the same transaction, and a key
+        seen before stores nothing and returns ``None`` (a platform's redelivery).
+        """
         ...
 
     def start_next(self, chat_history_id: str, run_id: str, owner: str, until: Instant,

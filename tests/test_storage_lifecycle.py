@@ -190,3 +190,12 @@ def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_one
         assert storage.runs.get("run-2").owner is None and storage.runs.get("run-2").recoveries == 0
         with pytest.raises(ActiveRunExists):
             create_run(storage, "run-4")
+
+
+def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
+    message = ChatMessage.from_user("deploy").to_dict()
+    first = storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW)
+    assert first is not None
+    assert storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW) is None
+    assert [i.id for i in storage.inbox.waiting(THREAD)] == [first]
+    assert not storage.events.first_time("slack:event:Ev1"), "the same key as the event dedupe"

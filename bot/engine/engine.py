@@ -194,14 +194,11 @@ class Engine:
     # --- messages -----------------------------------------------------------------------------------
 
     async def handle_message(self, inbound: Inbound) -> None:
-        """Queue a person's message in its thread's inbox and process the thread.
+        """Queue a person's message in its thread's inbox (once per platform event) and process the thread.
 
         Returns when the message's run has finished or paused, or at once when it waits behind the
         thread's active run (in this or another process), which processes it as soon as it ends or pauses.
         """
-        if not await self.storage.events.first_time(f"{inbound.platform}:event:{inbound.event_id}"):
-            logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
-            return
         await self.lifecycle.accept(inbound)
 
     def from_history(self, run_id: str, thread: ThreadRef) -> Callable[[dict[str, Any]], Any]:

@@ -144,11 +144,18 @@ class RunLifecycle:
             task.add_done_callback(self._inflight.discard)
 
     async def accept(self, inbound: Inbound) -> None:
-        """Store a person's message in its thread's inbox, then process the thread (or leave it queued)."""
+        """Store a person's message in its thread's inbox, then process the thread (or leave it queued).
+
+        The platform's event id is marked seen in the same write, so a redelivery is stored once.
+        """
         thread = inbound.thread_ref
         item_id = await self.storage.inbox.enqueue(
-            address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id, now=self.clock()
+            address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id,
+            now=self.clock(), event_key=f"{inbound.platform}:event:{inbound.event_id}",
         )
+        if item_id is None:
+            logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
+            return
         if self.stopping:
             return  # durable: another process's sweep, or this one after a restart, starts it
         self.track(asyncio.current_task())
