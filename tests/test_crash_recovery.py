@@ -27,14 +27,11 @@ from tests.fakes.serve_processes import (
     HarnessError,
     ServeCluster,
     ServeProcess,
-    Thread,
-    dangling_calls,
+    Standby,
     tool_results,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-RESEND = "send yours again"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -54,18 +51,30 @@ async def survivor(cluster: ServeCluster) -> ServeProcess:
     return await cluster.start(f"survivor{len(cluster.processes)}")
 
 
-async def start_victim(cluster: ServeCluster, failpoint: str) -> ServeProcess:
-    return await cluster.start(f"victim-{failpoint}-{len(cluster.processes)}", failpoint=failpoint)
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def standby(cluster: ServeCluster, request: pytest.FixtureRequest) -> AsyncIterator[Standby]:
+    """One victim per selected test of this module, started ahead and frozen until its test takes it."""
+    mine = [item for item in request.session.items if item.module is request.module]
+    pool = Standby(cluster, [_failpoint_of(item) for item in mine])
+    yield pool
+    await pool.close()
 
 
-async def assert_settled(cluster: ServeCluster, thread: Thread) -> None:
-    """Nothing is left half-done: no run still active, no tool call without a result, nobody asked to resend."""
-    try:
-        await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "every run of the thread settled")
-    except HarnessError as unsettled:
-        raise HarnessError(f"{unsettled}\n{cluster.describe(thread)}") from None
-    assert dangling_calls(cluster.history(thread)) == []
-    assert not any(RESEND in text for text in cluster.replies_in(thread))
+def _failpoint_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("failpoint") if callspec is not None else None
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def victim(standby: Standby, request: pytest.FixtureRequest) -> AsyncIterator[ServeProcess]:
+    """This test's victim: armed with the test's ``failpoint`` parameter (none for a plain kill -9).
+
+    Killed after the test if it is still up, so it can never reach its failpoint in a later test's recovery.
+    """
+    proc = await standby.take(_failpoint_of(request.node))
+    yield proc
+    proc.kill()
+    await proc.wait_exit()
 
 
 # ---------------------------------------------------------------------- approved, then the crash
@@ -73,11 +82,10 @@ async def assert_settled(cluster: ServeCluster, thread: Thread) -> None:
 
 @pytest.mark.parametrize("failpoint", ["after_decide", "after_claim", "before_ledger", "before_llm", "before_reply"])
 async def test_an_approved_call_runs_exactly_once_and_is_answered_when_its_process_dies(
-    cluster: ServeCluster, survivor: ServeProcess, failpoint: str
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str
 ) -> None:
     path = f"{failpoint}.log"
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
-    victim = await start_victim(cluster, failpoint)
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
@@ -87,18 +95,17 @@ async def test_an_approved_call_runs_exactly_once_and_is_answered_when_its_proce
 
     await cluster.wait_for_reply(thread, f"Finished: deleted {path}")
     assert cluster.control.count("delete_file", path=path) == 1
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert [e["status"] for e in cluster.ledger(thread)] == ["done"]
     assert tool_results(cluster.history(thread)) == [f"deleted {path}"]
 
 
 @pytest.mark.parametrize("failpoint", ["after_decide", "after_claim"])
 async def test_a_rejected_call_never_runs_and_the_rejection_is_answered_when_its_process_dies(
-    cluster: ServeCluster, survivor: ServeProcess, failpoint: str
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str
 ) -> None:
     path = f"keep-{failpoint}.log"
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
-    victim = await start_victim(cluster, failpoint)
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
@@ -109,7 +116,7 @@ async def test_a_rejected_call_never_runs_and_the_rejection_is_answered_when_its
     [answer] = [r for r in await cluster.wait_for_reply(thread, "rejected") if "rejected" in r.lower()]
     assert "not this one" in answer
     assert cluster.control.count("delete_file", path=path) == 0
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert cluster.ledger(thread) == []
 
 
@@ -118,11 +125,10 @@ async def test_a_rejected_call_never_runs_and_the_rejection_is_answered_when_its
 
 @pytest.mark.parametrize(("failpoint", "executed"), [("after_ledger", 0), ("after_tool", 1)])
 async def test_a_call_whose_ledger_says_executing_is_never_rerun_and_the_person_is_told_its_outcome_is_unknown(
-    cluster: ServeCluster, survivor: ServeProcess, failpoint: str, executed: int
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str, executed: int
 ) -> None:
     path = f"unknown-{failpoint}.log"
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
-    victim = await start_victim(cluster, failpoint)
     thread = await cluster.mention(survivor, f"delete {path}")
     card = await cluster.approval_card(thread)
 
@@ -132,17 +138,16 @@ async def test_a_call_whose_ledger_says_executing_is_never_rerun_and_the_person_
 
     await cluster.wait_for_reply(thread, "unknown")
     assert cluster.control.count("delete_file", path=path) == executed  # the crash point decides; never a re-run
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     [result] = tool_results(cluster.history(thread))
     assert "unknown" in result.lower()
     assert [e["status"] for e in cluster.ledger(thread)] != ["executing"]
 
 
 async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_and_never_rerun(
-    cluster: ServeCluster, survivor: ServeProcess
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess
 ) -> None:
     cluster.model.plan("deploy crash-9", [("slow_deploy", {"name": "crash-9"})])
-    victim = await cluster.start(f"victim-kill9-{len(cluster.processes)}")
     thread = await cluster.mention(survivor, "deploy crash-9")
     card = await cluster.approval_card(thread)
 
@@ -156,7 +161,7 @@ async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_an
 
     await cluster.wait_for_reply(thread, "unknown")
     assert cluster.control.count("slow_deploy", name="crash-9") == 1
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     [result] = tool_results(cluster.history(thread))
     assert "unknown" in result.lower()
 
@@ -166,11 +171,10 @@ async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_an
 
 @pytest.mark.parametrize("failpoint", ["before_llm", "while_pausing"])
 async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answered_never_dropped(
-    cluster: ServeCluster, survivor: ServeProcess, failpoint: str
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str
 ) -> None:
     path = f"pausing-{failpoint}.log"
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
-    victim = await start_victim(cluster, failpoint)
 
     async with cluster.frozen(survivor):
         thread = await cluster.mention(victim, f"delete {path}")
@@ -201,4 +205,4 @@ async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answere
     else:
         assert cluster.replies_in(thread), "the person was never answered"
         assert cluster.control.count("delete_file", path=path) == 0
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)

@@ -21,18 +21,15 @@ from tests.fakes.serve_processes import (
     ALICE,
     LEASE_SECONDS,
     SWEEP_SECONDS,
-    HarnessError,
     ServeCluster,
     ServeProcess,
     Thread,
-    dangling_calls,
     roles,
     tool_results,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-RESEND = "send yours again"
 LONG_LEASE_SECONDS = 30.0
 """A lease far longer than any deadline here: work continued before it could expire was handed over."""
 SHORT_GRACE_SECONDS = 0.5
@@ -58,16 +55,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ServeCluster]:
     """A cluster of this test's own (for tests that start, stop or kill processes)."""
     async with ServeCluster.open(tmp_path) as running:
         yield running
-
-
-async def assert_settled(cluster: ServeCluster, thread: Thread) -> None:
-    """No run still active, no tool call without a result, nobody asked to send a message again."""
-    try:
-        await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "every run of the thread settled")
-    except HarnessError as unsettled:
-        raise HarnessError(f"{unsettled}\n{cluster.describe(thread)}") from None
-    assert dangling_calls(cluster.history(thread)) == []
-    assert not any(RESEND in text for text in cluster.replies_in(thread))
 
 
 def nothing_unknown(cluster: ServeCluster, thread: Thread) -> None:
@@ -99,7 +86,7 @@ async def test_clicks_for_one_approval_split_between_processes_run_it_once_and_t
     [told] = await shared.wait_until(lambda: shared.ephemerals_to(loser), "the later clicker is told")
     assert "already approved" in told
     assert shared.ephemerals_to(winner) == []
-    await assert_settled(shared, thread)
+    await shared.assert_settled(thread)
 
 
 async def test_a_message_on_one_process_and_its_click_on_the_other_run_the_call_once(
@@ -117,7 +104,7 @@ async def test_a_message_on_one_process_and_its_click_on_the_other_run_the_call_
     assert answer == "Finished: deleted across.log"
     assert shared.control.count("delete_file", path="across.log") == 1
     assert any(f"Approved by <@{ALICE}>" in text for text in shared.card_updates(card))
-    await assert_settled(shared, thread)
+    await shared.assert_settled(thread)
     assert tool_results(shared.history(thread)) == ["deleted across.log"]
 
 
@@ -146,7 +133,7 @@ async def test_two_messages_to_one_thread_on_both_processes_at_once_run_one_afte
     shared.control.release(second)
 
     await shared.wait_for_reply(thread, "Finished: job", count=2)
-    await assert_settled(shared, thread)
+    await shared.assert_settled(thread)
     history = shared.history(thread)
     assert roles(history) == ["user", "assistant"] + ["user", "assistant", "tool", "assistant"] * 2
     assert [m["text"] for m in history if m["role"] == "user"][1:] == [f"run job {first}", f"run job {second}"]
@@ -171,7 +158,7 @@ async def test_messages_queued_behind_a_running_one_are_answered_in_the_order_th
     shared.control.release("order-1")
 
     await shared.wait_for_reply(thread, "You said: third in line")
-    await assert_settled(shared, thread)
+    await shared.assert_settled(thread)
     assert shared.replies_in(thread) == [
         "Finished: job order-1 finished",
         "You said: second in line",
@@ -203,7 +190,7 @@ async def test_a_process_starting_while_another_runs_a_slow_tool_leaves_that_run
     cluster.control.release("nightly")
 
     await cluster.wait_for_reply(thread, "Finished: job nightly finished")
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert cluster.replies_in(thread) == ["Finished: job nightly finished"]
     assert tool_results(cluster.history(thread)) == ["job nightly finished"]
     assert cluster.control.count("slow_job", name="nightly") == 1
@@ -222,7 +209,7 @@ async def test_sigterm_lets_a_running_tool_finish_within_the_grace_period(cluste
 
     await cluster.wait_for_reply(thread, "Finished: job graceful finished")
     assert await a.wait_exit() == 0
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert cluster.control.count("slow_job", name="graceful") == 1
     assert tool_results(cluster.history(thread)) == ["job graceful finished"]
     nothing_unknown(cluster, thread)
@@ -245,7 +232,7 @@ async def test_sigterm_past_the_grace_period_hands_the_run_to_the_other_process_
 
     await cluster.wait_for_reply(thread, "You said: summarise the incident")
     assert time.monotonic() - stopped < LONG_LEASE_SECONDS / 3, "continued only after the lease expired"
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert roles(cluster.history(thread)) == ["user", "assistant"]
 
 
@@ -264,7 +251,7 @@ async def test_kill_9_during_a_tool_then_a_fresh_start_tells_the_thread_the_outc
     await cluster.start("b")  # the only process now: its recovery must reach Slack
 
     await cluster.wait_for_reply(thread, "unknown")
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
     assert cluster.control.count("slow_deploy", name="v2") == 1
     [result] = tool_results(cluster.history(thread))
     assert "unknown" in result.lower()
@@ -283,7 +270,7 @@ async def test_a_message_slack_saw_acknowledged_is_answered_even_if_its_process_
         assert await b.wait_exit() == -9
 
     await cluster.wait_for_reply(thread, "You said: are you still there")
-    await assert_settled(cluster, thread)
+    await cluster.assert_settled(thread)
 
 
 def _jobs(cluster: ServeCluster, prefix: str) -> list[str]:

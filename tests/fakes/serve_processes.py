@@ -57,13 +57,16 @@ CHANNEL = "C0OPS"
 ALICE = "U0ALICE"  # asks the bot and decides her own calls
 ADMIN = "U0ADMIN"  # a countersign admin: may decide anyone's calls
 READY_PATTERN = re.compile(r"listening on (http://\S+)")
+RESEND = "send yours again"
+"""What the bot said before the inbox, when a message arrived while another process ran the thread."""
 
 LEASE_SECONDS = 1.0
 HEARTBEAT_SECONDS = 0.25
 SWEEP_SECONDS = 0.2
 SHUTDOWN_GRACE_SECONDS = 3.0
-START_SECONDS = 20.0
-"""How long a process may take to log that it listens (imports dominate: ~1.5 s on 2 cores)."""
+START_SECONDS = 60.0
+"""How long a process may take to log that it listens (imports dominate: ~1.5 s alone on 2 cores; a deadline
+for a loaded box starting several at once, not a wait)."""
 OUTCOME_SECONDS = 10.0
 """The default deadline for an outcome: lease expiry plus a sweep or two, with room for a loaded CI box."""
 
@@ -507,22 +510,25 @@ class ServeCluster:
         Every process sweeps for decided steps and waiting messages, so without this the survivor may take
         the work before the victim reaches its failpoint; frozen, it can only recover what the victim left.
         """
-        for _attempt in range(100):
-            for proc in processes:
-                proc.freeze()
-            if self._write_lock_free():
-                break
-            # Stopped inside a write transaction: the others would wait on its lock. Let it finish, try again.
-            for proc in processes:
-                proc.thaw()
-            await asyncio.sleep(0.01)
-        else:
-            raise HarnessError("could not freeze the processes outside a write transaction")
+        await self.freeze(*processes)
         try:
             yield
         finally:
             for proc in processes:
                 proc.thaw()
+
+    async def freeze(self, *processes: ServeProcess) -> None:
+        """SIGSTOP ``processes`` at a moment none of them holds the database's write lock."""
+        for _attempt in range(100):
+            for proc in processes:
+                proc.freeze()
+            if self._write_lock_free():
+                return
+            # Stopped inside a write transaction: the others would wait on its lock. Let it finish, try again.
+            for proc in processes:
+                proc.thaw()
+            await asyncio.sleep(0.01)
+        raise HarnessError("could not freeze the processes outside a write transaction")
 
     async def start_many(self, *names: str, **options: Any) -> list[ServeProcess]:
         """Start several processes at once (their imports overlap on two cores)."""
@@ -737,6 +743,31 @@ class ServeCluster:
         replies = f"{replies}\ninbox: {inbox}\noutbox: {outbox}"
         return f"runs: {runs}\napprovals: {approvals}\nledger: {ledger}\nhistory: {history}\nreplies: {replies}"
 
+    async def assert_settled(self, thread: Thread) -> None:
+        """The thread is at rest and nobody was left uninformed.
+
+        No run still active; no stored tool call without a result; every message owed to the thread (the
+        outbox) delivered and seen by Slack; nobody asked to send a message again.
+        """
+
+        def settled() -> bool:
+            return not self.unsettled_runs(thread) and not self.undelivered(thread)
+
+        try:
+            await self.wait_until(settled, "every run settled and every owed message delivered")
+        except HarnessError as unsettled:
+            raise HarnessError(f"{unsettled}\n{self.describe(thread)}") from None
+        assert dangling_calls(self.history(thread)) == [], self.describe(thread)
+        posted = " ".join(self.replies_in(thread))
+        owed = [row["text"] for row in self.query("SELECT text FROM outbox WHERE chat_history_id = ?", [thread.key])]
+        assert all(_slack_text(text) in posted for text in owed), f"owed {owed}, posted {self.replies_in(thread)}"
+        assert not any(RESEND in text for text in self.replies_in(thread)), self.replies_in(thread)
+
+    def undelivered(self, thread: Thread) -> list[str]:
+        """Messages owed to ``thread`` that no process has delivered yet."""
+        rows = self.query("SELECT text FROM outbox WHERE chat_history_id = ? AND delivered_at IS NULL", [thread.key])
+        return [row["text"] for row in rows]
+
     def unsettled_runs(self, thread: Thread) -> list[sqlite3.Row]:
         """Runs of ``thread`` still running, resuming or paused."""
         return [r for r in self.runs(thread) if r["status"] in ("running", "resuming", "paused")]
@@ -809,7 +840,53 @@ def _console_script() -> str:
     return found
 
 
+class Standby:
+    """Processes started ahead of the tests that will crash them, frozen (SIGSTOP) until a test takes one.
+
+    Starting ``countersign serve`` costs about a second and a half of imports; started a few at a time
+    while earlier tests run, the victims of a module cost little more than one start in all. A frozen
+    process does nothing, so it cannot take part in (or crash during) another test's recovery.
+    """
+
+    def __init__(self, cluster: ServeCluster, failpoints: Iterable[str | None], *, at_once: int = 3) -> None:
+        self.cluster = cluster
+        self._limit = asyncio.Semaphore(at_once)
+        self._ready: dict[str | None, list[asyncio.Task[ServeProcess]]] = {}
+        for number, failpoint in enumerate(failpoints):
+            task = asyncio.create_task(self._start(f"victim-{failpoint or 'plain'}-{number}", failpoint))
+            self._ready.setdefault(failpoint, []).append(task)
+
+    async def take(self, failpoint: str | None) -> ServeProcess:
+        """A running process armed with ``failpoint`` (``None``: none), thawed; started now if none waits."""
+        waiting = self._ready.get(failpoint) or []
+        if not waiting:
+            return await self.cluster.start(
+                f"victim-{failpoint or 'plain'}-{len(self.cluster.processes)}", failpoint=failpoint
+            )
+        proc = await waiting.pop(0)
+        proc.thaw()
+        return proc
+
+    async def close(self) -> None:
+        """Stop starting processes (the cluster kills the ones that started)."""
+        tasks = [task for waiting in self._ready.values() for task in waiting]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _start(self, name: str, failpoint: str | None) -> ServeProcess:
+        async with self._limit:
+            proc = await self.cluster.start(name, failpoint=failpoint)
+            await self.cluster.freeze(proc)
+            return proc
+
+
 # ---------------------------------------------------------------------- reading stored history
+
+
+def _slack_text(text: str) -> str:
+    """The part of an owed message that survives Slack's mrkdwn conversion unchanged (its first words)."""
+    return " ".join(text.split()[:4]).rstrip(".,:;*_`")
 
 
 def roles(history: list[dict[str, Any]]) -> list[str]:
