@@ -24,6 +24,9 @@ from tests.fakes.serve_processes import (
     ServeCluster,
     ServeProcess,
     Thread,
+    dangling_calls,
+    duplicate_results,
+    openai_conversation_problems,
     roles,
     tool_results,
 )
@@ -271,6 +274,30 @@ async def test_a_message_slack_saw_acknowledged_is_answered_even_if_its_process_
 
     await cluster.wait_for_reply(thread, "You said: are you still there")
     await cluster.assert_settled(thread)
+
+
+async def test_an_owner_stalled_past_its_lease_adds_no_second_result_when_it_wakes(cluster: ServeCluster) -> None:
+    a, b = await cluster.start_many("a", "b")
+    cluster.model.plan("run job stall", [("slow_job", {"name": "stall"})])
+    thread = await cluster.mention(a, "run job stall")
+    await cluster.control.wait_blocked("stall")
+
+    # a stalls (a long GC pause, a frozen VM) past its lease: b cannot tell that from a crash and takes over.
+    async with cluster.frozen(a):
+        await cluster.wait_for_reply(thread, "unknown")
+        await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "b closed the run")
+    cluster.control.release("stall")  # a wakes up and its tool returns
+    a.terminate()  # whatever a still does with its run, it does within its grace period
+    assert await a.wait_exit() == 0
+
+    history = cluster.history(thread)
+    assert duplicate_results(history) == [], cluster.describe(thread)
+    assert dangling_calls(history) == []
+    # The thread stays usable: the next message reaches the model as a conversation OpenAI accepts.
+    await cluster.mention(b, "is the job done", thread=thread)
+    await cluster.wait_for_reply(thread, "You said: is the job done")
+    assert openai_conversation_problems(cluster.model.requests[-1]["messages"]) == []
+    assert cluster.control.count("slow_job", name="stall") == 1
 
 
 def _jobs(cluster: ServeCluster, prefix: str) -> list[str]:

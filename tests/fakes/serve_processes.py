@@ -903,3 +903,36 @@ def dangling_calls(history: list[dict[str, Any]]) -> list[str]:
     """Ids of assistant tool calls without a stored result (there must be none once a run settles)."""
     answered = {m["tool_call_result"]["origin"].get("id") for m in history if m.get("tool_call_result")}
     return [c.get("id") for m in history for c in m.get("tool_calls") or [] if c.get("id") not in answered]
+
+
+def duplicate_results(history: list[dict[str, Any]]) -> list[str]:
+    """Ids of tool calls with more than one stored result (OpenAI refuses such a history with HTTP 400)."""
+    seen: dict[str, int] = {}
+    for m in history:
+        if m.get("tool_call_result"):
+            call_id = m["tool_call_result"]["origin"].get("id")
+            seen[call_id] = seen.get(call_id, 0) + 1
+    return [call_id for call_id, count in seen.items() if count > 1]
+
+
+def openai_conversation_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """What OpenAI would refuse in a chat-completions ``messages`` list: a tool call without exactly one
+    answer right after its assistant message, or a tool message answering no call."""
+    problems = []
+    open_calls: list[str] = []
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id in open_calls:
+                open_calls.remove(call_id)
+            else:
+                problems.append(f"message {index}: a tool result for {call_id!r}, which no open call asked for")
+            continue
+        if open_calls:
+            problems.append(f"message {index}: calls {open_calls} left without results")
+            open_calls = []
+        if message.get("role") == "assistant":
+            open_calls = [call["id"] for call in message.get("tool_calls") or []]
+    if open_calls:
+        problems.append(f"calls {open_calls} left without results at the end")
+    return problems
