@@ -277,8 +277,12 @@ class SQLiteOutbox:
         claimed_by: str | None = None,
         claim_until: Instant = None,
         now: Instant = None,
+        finishes_run: str | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
+
+        ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
+        run's answer is owed exactly when the run is finished).
 
         >>> storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
@@ -286,6 +290,12 @@ class SQLiteOutbox:
         at = epoch(now)
         claimed = None if claimed_by is None else epoch(claim_until)
         with self.connector.writing() as db:
+            if finishes_run is not None:
+                db.execute(
+                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = ? "
+                    f"WHERE run_id = ? AND status IN {_WORKING}",
+                    [epoch(None), finishes_run],
+                )
             return db.execute(
                 "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
                 "attempts, next_attempt_at, claimed_by, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?) "

@@ -495,8 +495,11 @@ class Outbox(Protocol):
     """
 
     def add(self, key: str, address: ThreadAddress, text: str, *, claimed_by: str | None = None,
-            claim_until: Instant = None, now: Instant = None) -> bool:
-        """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists."""
+            claim_until: Instant = None, now: Instant = None, finishes_run: str | None = None) -> bool:
+        """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
+
+        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
+        """
         ...
 
     def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,3 +121,24 @@ async def test_the_console_notes_a_queued_message() -> None:
     surface = ConsoleSurface(Console(file=buffer, width=120, color_system=None), thread=here)
     await surface.show_queued(here, None)
     assert "queued: I'll answer this after the current one" in buffer.getvalue()
+
+
+async def test_slack_acknowledges_a_message_only_once_it_is_stored(stack: SlackStack, slack: FakeSlackAPI) -> None:
+    raw = sqlite3.connect(stack.config.db_path)
+    raw.execute("ALTER TABLE inbox RENAME TO inbox_unavailable")  # storing fails, as a full disk would
+    raw.commit()
+    event = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> hello")
+
+    refused = await stack.requests.event(event, event_id="Ev0STORE")
+    await stack.settle()
+    assert refused.status == 503, "Slack must deliver again a message that was not stored"
+    assert slack.calls_to("chat.postMessage") == []
+
+    raw.execute("ALTER TABLE inbox_unavailable RENAME TO inbox")
+    raw.commit()
+    raw.close()
+    retried = await stack.requests.event(event, event_id="Ev0STORE", retry_num=1)
+    await stack.settle()
+    assert retried.status == 200
+    [answer] = slack.calls_to("chat.postMessage")
+    assert answer.args["text"] == "echo hello"

@@ -199,3 +199,13 @@ def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
     assert storage.inbox.enqueue(ADDRESS, "U_ANA", message, event_key="slack:event:Ev1", now=NOW) is None
     assert [i.id for i in storage.inbox.waiting(THREAD)] == [first]
     assert not storage.events.first_time("slack:event:Ev1"), "the same key as the event dedupe"
+
+
+def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
+    storage.inbox.enqueue(ADDRESS, "U_ANA", ChatMessage.from_user("deploy").to_dict(), now=NOW)
+    storage.inbox.start_next(THREAD, "run-1", "host-a", NOW + LEASE, now=NOW)
+    assert storage.outbox.add("answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE,
+                              now=NOW, finishes_run="run-1")
+    run = storage.runs.get("run-1")
+    assert (run.status, run.owner) == ("finished", None)
+    assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]

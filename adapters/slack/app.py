@@ -21,6 +21,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
 
 from adapters.slack.blocks import (
     ACTION_APPROVE,
@@ -113,18 +114,25 @@ class SlackListeners:
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
         app.command(COMMAND)(self.on_command)
+        app.error(self.on_error)
+
+    async def on_error(self, error: Exception) -> BoltResponse:
+        """An unhandled listener error: 503, so that Slack delivers the event again (a message never stored)."""
+        logger.error("slack listener failed; Slack will retry", exc_info=error)
+        return BoltResponse(status=503, body="")
 
     # ------------------------------------------------------------------ conversation
 
     async def on_mention(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
-        """``@countersign …`` in a channel: answer in that message's thread (events are acked by Bolt)."""
+        """``@countersign …`` in a channel: answer in that message's thread (Bolt acks once this returns)."""
         if event.get("bot_id") or event.get("subtype") not in ANSWERED_SUBTYPES:
             return
         if str(event.get("channel", "")).startswith("D"):
             return  # a mention in a DM: the message.im event answers it, as one DM conversation
         inbound = _inbound(body, event, context.bot_user_id, thread=event.get("thread_ts") or event["ts"])
         marker = {"channel": inbound.channel, "thread_ts": inbound.thread, "team": inbound.workspace}
-        self.tasks.spawn(self._converse(inbound, marker), name=f"slack-mention-{inbound.event_id}")
+        await self.engine.save_conversation(thread_marker(inbound.channel, inbound.thread), marker)
+        await self._receive(inbound, name=f"slack-mention-{inbound.event_id}")
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
         """Direct messages, and replies in threads the bot takes part in."""
@@ -134,22 +142,21 @@ class SlackListeners:
             return
         if event.get("channel_type") == "im":
             inbound = _inbound(body, event, context.bot_user_id, thread=event.get("thread_ts") or DIRECT_THREAD)
-            self.tasks.spawn(self._converse(inbound), name=f"slack-dm-{inbound.event_id}")
+            await self._receive(inbound, name=f"slack-dm-{inbound.event_id}")
             return
         thread = event.get("thread_ts")
         if not thread or f"<@{context.bot_user_id}>" in (event.get("text") or ""):
             return  # not in a thread, or a mention: the app_mention event answers it
         inbound = _inbound(body, event, context.bot_user_id, thread=thread)
-        self.tasks.spawn(self._reply_in_thread(inbound), name=f"slack-thread-{inbound.event_id}")
-
-    async def _reply_in_thread(self, inbound: Inbound) -> None:
         if await self.engine.load_conversation(thread_marker(inbound.channel, inbound.thread)) is not None:
-            await self.engine.handle_message(inbound)
+            await self._receive(inbound, name=f"slack-thread-{inbound.event_id}")
 
-    async def _converse(self, inbound: Inbound, marker: dict[str, str] | None = None) -> None:
-        if marker is not None:
-            await self.engine.save_conversation(thread_marker(inbound.channel, inbound.thread), marker)
-        await self.engine.handle_message(inbound)
+    async def _receive(self, inbound: Inbound, name: str) -> None:
+        """Store the message before Bolt acknowledges the event (what Slack saw acknowledged is never lost),
+        then process it in the background."""
+        received = await self.engine.receive(inbound)
+        if received is not None:
+            self.tasks.spawn(self.engine.process(received), name=name)
 
     # ------------------------------------------------------------------ buttons
 

@@ -37,6 +37,9 @@ def build_bolt_app(engine: Engine, config: Config, tasks: BackgroundTasks) -> tu
         signing_secret=config.slack_signing_secret or "",
         # Socket Mode requests arrive over an authenticated websocket; Bolt skips the check there anyway.
         request_verification_enabled=not socket_mode,
+        # Acknowledge only once the listener returns: message listeners store the message durably first, and
+        # every listener hands its slow work to a background task.
+        process_before_response=True,
     )
     surface = SlackSurface(client)
     SlackListeners(engine, surface, tasks).register(app)

@@ -1,8 +1,8 @@
 """``TeamsAgent``: the SDK ``ActivityHandler`` that turns Teams activities into engine calls.
 
 * A message stores the conversation reference (for the proactive answers), then either answers an
-  admin command in the turn, or schedules ``engine.handle_message`` and returns at once, so Teams gets
-  its ``202`` long before the model answers.
+  admin command in the turn, or stores the message (``engine.receive``), schedules ``engine.process``
+  and returns, so Teams gets its ``202`` once the message is durable and long before the model answers.
 * An ``adaptiveCard/action`` invoke becomes ``engine.decide`` / ``engine.approve_all``; the invoke
   response is the updated card (the engine also updates the posted card for everyone). Refusals,
   invalid edits and retried invokes come back as the current card with a notice on top, shown only to
@@ -87,7 +87,10 @@ class TeamsAgent(ActivityHandler):
                 answer += f"\n\nYour Teams user id: {handler.actor_of(activity)}"
             await turn_context.send_activity(_card_message(text_card(answer)))
             return
-        self._spawn(self._engine.handle_message(handler.inbound_from(activity, text)), thread.key)
+        # Stored before Teams gets its 202: a message the platform saw accepted survives this process dying.
+        received = await self._engine.receive(handler.inbound_from(activity, text))
+        if received is not None:
+            self._spawn(self._engine.process(received), thread.key)
 
     def _spawn(self, work: Coroutine[Any, Any, None], thread_key: str) -> None:
         task = asyncio.create_task(work)
@@ -100,7 +103,7 @@ class TeamsAgent(ActivityHandler):
             logger.error("agent run failed", extra={"thread": thread_key}, exc_info=task.exception())
 
     async def drain(self) -> None:
-        """Wait for every scheduled ``handle_message`` (tests; shutdown)."""
+        """Wait for every scheduled ``engine.process`` (tests; shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

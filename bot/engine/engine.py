@@ -39,7 +39,7 @@ from bot.engine.errors import (
     UnknownAction,
 )
 from bot.engine.ledger import StorageExecutionLedger
-from bot.engine.lifecycle import RunLifecycle
+from bot.engine.lifecycle import Received, RunLifecycle
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -199,7 +199,20 @@ class Engine:
         Returns when the message's run has finished or paused, or at once when it waits behind the
         thread's active run (in this or another process), which processes it as soon as it ends or pauses.
         """
-        await self.lifecycle.accept(inbound)
+        received = await self.receive(inbound)
+        if received is not None:
+            await self.process(received)
+
+    async def receive(self, inbound: Inbound) -> Received | None:
+        """Store a person's message durably (once per platform event); ``None`` for a redelivery.
+
+        Adapters await this before acknowledging the platform's event, then :meth:`process` it after.
+        """
+        return await self.lifecycle.receive(inbound)
+
+    async def process(self, received: Received) -> None:
+        """Process a received message's thread; returns when its run has finished or paused, or it waits."""
+        await self.lifecycle.process(received)
 
     def from_history(self, run_id: str, thread: ThreadRef) -> Callable[[dict[str, Any]], Any]:
         """How a run continues from the thread's stored history (its newest message is already there)."""
@@ -250,13 +263,14 @@ class Engine:
                 await _quietly(surface.show_working(thread, False, message_id))
 
     async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
-        """Owe the answer to the thread (durably), mark the run finished, then post the answer."""
+        """Owe the answer to the thread and mark the run finished (one write), then post the answer."""
         text = _answer_text(result)
         last = result.get("last_message")
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
-        owed = bool(text) and await self.lifecycle.deliveries.owe(thread, text, key)
-        await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
-        if owed:
+        if not text:
+            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
+            return
+        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id):
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
 

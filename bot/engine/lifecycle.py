@@ -56,6 +56,15 @@ def user_message(inbound: Inbound) -> ChatMessage:
     return ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
 
 
+@dataclass(frozen=True)
+class Received:
+    """A message stored in its thread's inbox, not yet processed."""
+
+    thread: ThreadRef
+    item_id: int
+    message_id: str | None
+
+
 @dataclass
 class RecoveryReport:
     """What recovery found and did for one run, for the notice and the audit log."""
@@ -143,10 +152,11 @@ class RunLifecycle:
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    async def accept(self, inbound: Inbound) -> None:
-        """Store a person's message in its thread's inbox, then process the thread (or leave it queued).
+    async def receive(self, inbound: Inbound) -> Received | None:
+        """Store a person's message in its thread's inbox, durably; ``None`` for a redelivered event.
 
-        The platform's event id is marked seen in the same write, so a redelivery is stored once.
+        The platform's event id is marked seen in the same write, so a redelivery is stored once. An
+        adapter awaits this before it acknowledges the event: what the platform saw acknowledged is stored.
         """
         thread = inbound.thread_ref
         item_id = await self.storage.inbox.enqueue(
@@ -155,11 +165,15 @@ class RunLifecycle:
         )
         if item_id is None:
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
-            return
+            return None
+        return Received(thread, item_id, inbound.message_id)
+
+    async def process(self, received: Received) -> None:
+        """Process the thread of a received message (or leave the message queued behind its active run)."""
         if self.stopping:
-            return  # durable: another process's sweep, or this one after a restart, starts it
+            return  # stored: another process's sweep, or this one after a restart, starts it
         self.track(asyncio.current_task())
-        await self.drain(thread, waiting=(item_id, inbound.message_id))
+        await self.drain(received.thread, waiting=(received.item_id, received.message_id))
 
     async def drain(self, thread: ThreadRef, waiting: tuple[int, str | None] | None = None) -> None:
         """Start runs for the thread's waiting messages, oldest first, while the thread is free.

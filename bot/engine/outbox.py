@@ -58,8 +58,11 @@ class Deliveries:
         self.clock = clock
         self.claim_seconds = claim_seconds
 
-    async def owe(self, thread: ThreadRef, text: str, key: str) -> bool:
-        """Store the message durably, claimed by this process if it can post it; ``False`` if already owed."""
+    async def owe(self, thread: ThreadRef, text: str, key: str, finishes_run: str | None = None) -> bool:
+        """Store the message durably, claimed by this process if it can post it; ``False`` if already owed.
+
+        ``finishes_run``: the message is that run's answer, and the run is marked finished in the same write.
+        """
         now = self.clock()
         can_post = thread.platform in self.surfaces
         return bool(
@@ -70,6 +73,7 @@ class Deliveries:
                 claimed_by=self.owner if can_post else None,
                 claim_until=now + timedelta(seconds=self.claim_seconds) if can_post else None,
                 now=now,
+                finishes_run=finishes_run,
             )
         )
 
