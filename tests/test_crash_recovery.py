@@ -24,6 +24,7 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.serve_processes import (
+    ADMIN,
     HarnessError,
     ServeCluster,
     ServeProcess,
@@ -142,6 +143,12 @@ async def test_a_call_whose_ledger_says_executing_is_never_rerun_and_the_person_
     [result] = tool_results(cluster.history(thread))
     assert "unknown" in result.lower()
     assert [e["status"] for e in cluster.ledger(thread)] != ["executing"]
+
+    # A second click on the old card is told what happened, not just "already approved"; nothing runs.
+    await cluster.click(survivor, card, user=ADMIN)
+    [told] = await cluster.wait_until(lambda: cluster.ephemerals_to(ADMIN, thread), "the late clicker told")
+    assert "unknown" in told
+    assert cluster.control.count("delete_file", path=path) == executed
 
 
 async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_and_never_rerun(

@@ -86,9 +86,9 @@ async def test_clicks_for_one_approval_split_between_processes_run_it_once_and_t
     )
     winner = ALICE if f"Approved by <@{ALICE}>" in approved[-1] else ADMIN
     loser = ADMIN if winner == ALICE else ALICE
-    [told] = await shared.wait_until(lambda: shared.ephemerals_to(loser), "the later clicker is told")
+    [told] = await shared.wait_until(lambda: shared.ephemerals_to(loser, thread), "the later clicker is told")
     assert "already approved" in told
-    assert shared.ephemerals_to(winner) == []
+    assert shared.ephemerals_to(winner, thread) == []
     await shared.assert_settled(thread)
 
 

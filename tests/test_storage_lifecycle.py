@@ -204,8 +204,15 @@ def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
 def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
     storage.inbox.enqueue(ADDRESS, "U_ANA", ChatMessage.from_user("deploy").to_dict(), now=NOW)
     storage.inbox.start_next(THREAD, "run-1", "host-a", NOW + LEASE, now=NOW)
-    assert storage.outbox.add("answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE,
-                              now=NOW, finishes_run="run-1")
+    assert storage.outbox.add(
+        "answer:run-1",
+        ADDRESS,
+        "Deployed.",
+        claimed_by="host-a",
+        claim_until=NOW + LEASE,
+        now=NOW,
+        finishes_run="run-1",
+    )
     run = storage.runs.get("run-1")
     assert (run.status, run.owner) == ("finished", None)
     assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]

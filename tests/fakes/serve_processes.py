@@ -612,9 +612,13 @@ class ServeCluster:
         """The texts of the plain messages (no buttons) the bot posted in ``thread``."""
         return [c.args.get("text", "") for c in self.posts_in(thread) if not c.args.get("blocks")]
 
-    def ephemerals_to(self, user: str) -> list[str]:
-        """Texts only ``user`` was shown."""
-        return [c.args.get("text", "") for c in self.slack.calls_to("chat.postEphemeral") if c.args["user"] == user]
+    def ephemerals_to(self, user: str, thread: Thread | None = None) -> list[str]:
+        """Texts only ``user`` was shown (in ``thread``)."""
+        return [
+            c.args.get("text", "")
+            for c in self.slack.calls_to("chat.postEphemeral")
+            if c.args["user"] == user and (thread is None or c.args.get("thread_ts") == thread.ts)
+        ]
 
     def card_updates(self, card: ApprovalCard) -> list[str]:
         """Every re-rendering of ``card`` (``chat.update``), as text."""
