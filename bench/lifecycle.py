@@ -5,9 +5,9 @@
 
 1. **One conversation** (message → pause → approve → resume → answer), one after another on a fresh
    engine with an instant model, so the figure is the engine's own work: storage round trips and
-   bookkeeping. The median over ``--conversations``. With ``--baseline-ref`` the same loop runs on that
-   commit's code (exported with ``git archive`` to a temporary folder), and the overhead is the
-   difference of the medians.
+   bookkeeping. The median over ``--conversations``. With ``--baseline-ref`` the same loop also runs on
+   that commit's code (exported with ``git archive`` to a temporary folder), alternating with this code
+   in fresh processes for ``--rounds`` rounds; the overhead is the difference of the medians.
 2. **Expiry of 10,000 due approvals**: 10,000 paused runs (cloned from one real pause), each with one
    approval past its deadline, swept by one engine, and by two engines on the same file at once. Three
    times: every approval expired (claimed and audited: durable, and no click can approve it any more);
@@ -204,22 +204,37 @@ async def expiry(folder: Path, n: int, engines: int) -> dict[str, Any]:
     }
 
 
-def baseline(ref: str, n: int) -> dict[str, Any] | None:
-    """The conversation figures of commit ``ref``: this script's conversation loop on that code."""
+def compare(ref: str, n: int, rounds: int) -> dict[str, Any]:
+    """The conversation figure of this code and of commit ``ref``, measured in alternating rounds.
+
+    Each round runs this script's conversation loop in a fresh process on each code base, one after the
+    other, so that load from elsewhere on the machine hits both alike; the figure is the median of the
+    rounds' medians.
+    """
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="countersign-baseline-") as folder:
         archive = subprocess.run(["git", "-C", str(root), "archive", ref], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
-        script = Path(folder) / "bench" / "lifecycle_baseline.py"
-        script.write_text(Path(__file__).read_text())
-        done = subprocess.run(
-            [sys.executable, str(script), "--conversations", str(n), "--only-conversations"],
-            capture_output=True, text=True, cwd=folder,
-        )
-    if done.returncode != 0:
-        print(done.stderr[-2000:], file=sys.stderr)
-        return None
-    return json.loads(done.stdout.strip().splitlines()[-1])["conversation"]
+        copy = Path(folder) / "bench" / "lifecycle_baseline.py"
+        copy.write_text(Path(__file__).read_text())
+        scripts = {"current": Path(__file__).resolve(), "baseline": copy}
+        medians: dict[str, list[float]] = {"current": [], "baseline": []}
+        for _ in range(rounds):
+            for name, script in scripts.items():
+                done = subprocess.run(
+                    [sys.executable, str(script), "--conversations", str(n), "--only-conversations"],
+                    capture_output=True, text=True, cwd=script.parents[1], check=True,
+                )
+                medians[name].append(json.loads(done.stdout.strip().splitlines()[-1])["conversation"]["median_ms"])
+    current, base = statistics.median(medians["current"]), statistics.median(medians["baseline"])
+    return {
+        "ref": ref,
+        "rounds": rounds,
+        "median_ms": round(base, 2),
+        "current_median_ms": round(current, 2),
+        "round_medians_ms": medians,
+        "overhead_ms": round(current - base, 2),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,12 +246,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         figures["expiry_one_engine"] = await expiry(Path(folder), args.approvals, 1)
         figures["expiry_two_engines"] = await expiry(Path(folder), args.approvals, 2)
     if args.baseline_ref:
-        base = baseline(args.baseline_ref, args.conversations)
-        figures["baseline"] = {"ref": args.baseline_ref, **(base or {"error": "the baseline run failed"})}
-        if base:
-            figures["conversation_overhead_ms"] = round(
-                figures["conversation"]["median_ms"] - base["median_ms"], 2
-            )
+        figures["baseline"] = compare(args.baseline_ref, args.conversations, args.rounds)
+        figures["conversation_overhead_ms"] = figures["baseline"]["overhead_ms"]
     figures["machine"] = {
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
@@ -251,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--conversations", type=int, default=200, help="conversations to time (default: 200)")
     parser.add_argument("--approvals", type=int, default=10_000, help="due approvals to expire (default: 10000)")
     parser.add_argument("--baseline-ref", help="a git commit to compare the conversation figure with")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the comparison (default: 3)")
     parser.add_argument("--only-conversations", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     figures = asyncio.run(main_async(args))
@@ -258,8 +270,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         conversation = figures["conversation"]
         print(f"one conversation: median {conversation['median_ms']} ms, p90 {conversation['p90_ms']} ms")
         if "conversation_overhead_ms" in figures:
-            print(f"  vs {args.baseline_ref}: median {figures['baseline']['median_ms']} ms "
-                  f"(overhead {figures['conversation_overhead_ms']} ms)")
+            base = figures["baseline"]
+            print(f"  alternating rounds: this code {base['current_median_ms']} ms, {args.baseline_ref} "
+                  f"{base['median_ms']} ms (overhead {figures['conversation_overhead_ms']} ms)")
         for key in ("expiry_one_engine", "expiry_two_engines"):
             e = figures[key]
             print(f"expire {e['approvals']} due approvals with {e['engines']} engine(s): {e['expired_s']} s; "

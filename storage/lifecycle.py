@@ -58,17 +58,18 @@ class SQLiteRunLeases:
             ).fetchone()
         return None if row is None else _run_record(row)
 
-    def renew(self, owner: str, until: Instant) -> int:
-        """Extend every lease ``owner`` holds on a running/resuming run; returns how many.
+    def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
 
         >>> storage.leases.renew("host-1-a", now + timedelta(seconds=30))
-        1
+        ['run-1']
         """
         with self.connector.writing() as db:
-            return db.execute(
-                f"UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING}",
+            rows = db.execute(
+                f"UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN {_WORKING} RETURNING run_id",
                 [epoch(until), owner],
-            ).rowcount
+            ).fetchall()
+        return sorted(row[0] for row in rows)
 
     def release(self, owner: str, now: Instant = None) -> int:
         """Give up ``owner``'s running/resuming runs: owner cleared, lease expired at ``now``.

@@ -428,8 +428,11 @@ class RunLeases(Protocol):
         """
         ...
 
-    def renew(self, owner: str, until: Instant) -> int:
-        """Extend the lease of every running/resuming run ``owner`` holds; returns how many."""
+    def renew(self, owner: str, until: Instant) -> list[str]:
+        """Extend the lease of every running/resuming run ``owner`` holds; returns those runs' ids.
+
+        A run the owner works on that is missing from the answer was taken over: the owner stops working on it.
+        """
         ...
 
     def release(self, owner: str, now: Instant = None) -> int:

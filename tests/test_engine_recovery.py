@@ -456,3 +456,59 @@ async def test_two_processes_sweeping_at_once_expire_each_approval_once_and_resu
     answers = [text for h in (first, second) for name in threads for text in h.surface.replies_in(h.thread(name))]
     assert len(answers) == len(threads) and all("expired without a decision" in a for a in answers)
     assert first.tools.executed == []
+
+
+async def test_a_run_that_cannot_be_recovered_is_failed_with_a_notice_not_left_running(harnesses):
+    before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    approval = await approved_and_claimed_by_a_dead_process(before, write_step=False)
+    thread = before.thread()
+    # A decision that matches no call of the stored step (a damaged record): the step cannot be replayed.
+    [stray] = await before.engine.storage.approvals.create_many([NewApproval(
+        run_id=approval.run_id, step=1, tool_call_id="call_not_in_the_step", tool_name="delete_file",
+        arguments={"path": "b.txt"}, requester=REQUESTER, platform=thread.platform, chat_history_id=thread.key,
+        expires_at=before.clock() + timedelta(hours=1), created_at=before.clock(),
+    )])
+    await before.engine.storage.approvals.decide(stray.approval_id, status="approved", decided_by=REQUESTER,
+                                                 now=before.clock())
+
+    lease_runs_out(before)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([]))
+    await after.engine.wait_idle()
+
+    run = await after.run_of(approval.run_id)
+    assert (run.status, run.owner) == ("failed", None)
+    assert after.surface.replies_in(thread)[-1].startswith("Sorry, something went wrong")
+    assert before.tools.executed == []
+
+
+async def test_a_process_that_lost_its_lease_stops_and_leaves_the_run_to_the_one_that_took_it(harnesses):
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def rebuild_index(name: str) -> str:
+        """Rebuild a search index (slow).
+
+        :param name: The index.
+        """
+        started.set()
+        await release.wait()
+        return f"rebuilt {name}"
+
+    stalled = await harnesses.open(replies=[asks_for("rebuild_index", name="docs"), says("never posted")],
+                                   extra_tools=[rebuild_index])
+    running = asyncio.create_task(stalled.engine.handle_message(stalled.inbound("rebuild docs")))
+    await bounded(started.wait())
+    # The process stalls past its lease; another one takes the run over and finishes it.
+    lease_runs_out(stalled)
+    taker = await harnesses.reopen(stalled, generator=ScriptedChatGenerator([echoes_results]))
+    await taker.engine.wait_idle()
+    assert taker.surface.replies_in(taker.thread())[-1] == f"results: {OUTCOME_UNKNOWN}"
+
+    # Back to life: its next heartbeat finds the run taken, and it drops its work without a word.
+    await stalled.engine.lifecycle.beat()
+    await bounded(running)
+    release.set()
+    assert stalled.surface.replies == []
+    assert len(stalled.generator.calls) == 1, "it asked the model nothing more"
+    [finished] = await taker.engine.storage.runs.list_by_status("finished")
+    assert (finished.owner, finished.recoveries) == (None, 1)

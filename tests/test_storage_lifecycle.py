@@ -62,14 +62,14 @@ def test_only_an_expired_lease_is_taken_over_and_only_once(storage):
     assert storage.leases.claim_expired("run-1", "host-b", NOW + 2 * LEASE, now=NOW + timedelta(seconds=10)) is None
 
     # The owner's heartbeat moves the lease on; then the owner dies and the lease runs out.
-    assert storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == 1
+    assert storage.leases.renew("host-a", NOW + timedelta(seconds=50)) == ["run-1"]
     assert storage.leases.expired(now=NOW + timedelta(seconds=40)) == []
     later = NOW + timedelta(seconds=51)
     assert [r.run_id for r in storage.leases.expired(now=later)] == ["run-1"]
     taken = storage.leases.claim_expired("run-1", "host-b", later + LEASE, now=later)
     assert (taken.owner, taken.recoveries) == ("host-b", 1)
     assert storage.leases.claim_expired("run-1", "host-c", later + LEASE, now=later) is None
-    assert storage.leases.renew("host-a", later + LEASE) == 0, "the old owner no longer renews it"
+    assert storage.leases.renew("host-a", later + LEASE) == [], "the old owner no longer renews it"
 
 
 def test_a_released_run_can_be_taken_over_at_once_and_a_paused_run_has_no_owner(storage):

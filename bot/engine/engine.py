@@ -39,7 +39,7 @@ from bot.engine.errors import (
     UnknownAction,
 )
 from bot.engine.ledger import StorageExecutionLedger
-from bot.engine.lifecycle import Received, RunLifecycle
+from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -245,7 +245,9 @@ class Engine:
             await _quietly(surface.show_working(thread, True, message_id))
         try:
             try:
-                result = await invoke(context)
+                result = await self.lifecycle.guarded(run_id, invoke(context))
+            except LeaseLost:  # another process continues the run: record and say nothing here
+                return
             except HITLBreakpointException as pause:
                 await self._on_pause(run_id, thread, requester, pause)
             except Exception as exc:  # the run fails; the thread stays usable

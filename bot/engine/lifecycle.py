@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.agent import AgentSnapshot, SnapshotError
+from bot.agent import AgentSnapshot
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
 from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
 from bot.engine.errors import AlreadyDecided, EngineError
@@ -36,7 +36,6 @@ from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.messages import ChatMessage, ChatRole, new_id
-from storage import StorageError
 from storage.protocols import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -54,6 +53,14 @@ HISTORY_LOOKBACK = 200
 def user_message(inbound: Inbound) -> ChatMessage:
     """The history message of a person's message."""
     return ChatMessage.from_user(inbound.text, meta={"user": inbound.user, "event_id": inbound.event_id})
+
+
+class LeaseLost(Exception):
+    """Another process took over the run this process was working on (its lease had expired)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} was taken over by another process")
+        self.run_id = run_id
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,8 @@ class RunLifecycle:
         self.stopping = False
         self._background: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._working: dict[str, asyncio.Task[Any]] = {}
+        self._lost: set[str] = set()
 
     # --- leases -------------------------------------------------------------------------------------
 
@@ -122,11 +131,43 @@ class RunLifecycle:
         while True:
             await asyncio.sleep(self.config.heartbeat_seconds)
             try:
-                await self.storage.leases.renew(self.owner, self.lease_until())
+                await self.beat()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a missed beat is survivable; the lease is three beats long by default
                 logger.exception("could not renew leases")
+
+    async def beat(self) -> None:
+        """Renew this process's leases; stop working on any run another process has taken over meanwhile.
+
+        A process that stalled longer than its lease (a long pause, a suspended VM) finds its run continued
+        elsewhere: it drops its own work on the run without writing anything, so nothing is done twice.
+        """
+        renewed = set(await self.storage.leases.renew(self.owner, self.lease_until()))
+        for run_id, task in list(self._working.items()):
+            if run_id in renewed or task.done():
+                continue
+            run = await self.storage.runs.get(run_id)
+            # While this process works on it, only a take-over changes the run's owner or status.
+            if run.status not in ("running", "resuming") or run.owner != self.owner:
+                logger.warning("another process took over a run; stopping here", extra={"run_id": run_id})
+                self._lost.add(run_id)
+                task.cancel()
+
+    async def guarded(self, run_id: str, work: Awaitable[Any]) -> Any:
+        """Await the agent's work on a run; :class:`LeaseLost` if the heartbeat finds the run taken over."""
+        task = asyncio.ensure_future(work)
+        self._working[run_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if run_id in self._lost and not (current is not None and current.cancelling()):
+                raise LeaseLost(run_id) from None
+            raise
+        finally:
+            self._working.pop(run_id, None)
+            self._lost.discard(run_id)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -248,7 +289,7 @@ class RunLifecycle:
         async with self.engine.thread_lock(thread.key):
             try:
                 await self._continue(run, thread)
-            except (SnapshotError, StorageError) as exc:
+            except Exception as exc:  # whatever went wrong, the run must not stay owned and running forever
                 logger.exception("could not recover a run", extra={"run_id": run.run_id})
                 await self.engine.fail_run(run.run_id, thread, exc)
         await self.drain(thread)
