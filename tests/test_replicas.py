@@ -263,14 +263,17 @@ async def test_kill_9_during_a_tool_then_a_fresh_start_tells_the_thread_the_outc
 async def test_a_message_slack_saw_acknowledged_is_answered_even_if_its_process_dies_right_after(
     cluster: ServeCluster,
 ) -> None:
-    _a, b = await cluster.start_many("a", "b")
+    a, b = await cluster.start_many("a", "b")
 
-    # Slack gets its 200 while b cannot write yet; b dies before the message is stored. Slack never sends
-    # an acknowledged event again, so unless it was stored before the acknowledgement, it is lost in silence.
+    # Nothing can be stored while the test holds the write lock. Acknowledging now would promise Slack a message
+    # b cannot keep if it dies: Slack never sends an acknowledged event again. Storing first leaves the event
+    # unacknowledged, and Slack delivers it again (here: to a) once b is gone.
     with cluster.write_lock_held():
-        thread = await cluster.mention(b, "are you still there")
+        sending = asyncio.create_task(cluster.mention([b, a], "are you still there"))
+        await asyncio.wait({sending}, timeout=1.0)  # an acknowledgement, if b gives one without storing
         b.kill()
         assert await b.wait_exit() == -9
+    thread = await sending
 
     await cluster.wait_for_reply(thread, "You said: are you still there")
     await cluster.assert_settled(thread)
@@ -286,7 +289,9 @@ async def test_an_owner_stalled_past_its_lease_adds_no_second_result_when_it_wak
     async with cluster.frozen(a):
         await cluster.wait_for_reply(thread, "unknown")
         await cluster.wait_until(lambda: not cluster.unsettled_runs(thread), "b closed the run")
-    cluster.control.release("stall")  # a wakes up and its tool returns
+        cluster.control.release("stall")  # the tool finished during the stall: its answer waits in a's socket
+    # a wakes up. Only a check made in the same write as its result (is the run still mine?) keeps it out of
+    # the history: its overdue heartbeat runs in the same instant as the tool's return.
     a.terminate()  # whatever a still does with its run, it does within its grace period
     assert await a.wait_exit() == 0
 
