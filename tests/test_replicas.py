@@ -188,8 +188,8 @@ async def test_a_process_starting_while_another_runs_a_slow_tool_leaves_that_run
         assert cluster.replies_in(thread) == []
         assert [e["status"] for e in cluster.ledger(thread)] == ["executing"]
 
-    # B's start-up and its sweeps over three lease periods: a live, heartbeating run is never taken over.
-    await cluster.observe_for(3 * LEASE_SECONDS, untouched)
+    # B's start-up and its sweeps over two lease periods: a live, heartbeating run is never taken over.
+    await cluster.observe_for(2 * LEASE_SECONDS, untouched)
     cluster.control.release("nightly")
 
     await cluster.wait_for_reply(thread, "Finished: job nightly finished")
