@@ -48,6 +48,7 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def pair(shared: ServeCluster) -> tuple[ServeProcess, ServeProcess]:
+    """The shared processes, checked to be still up."""
     a, b = shared.processes[:2]
     assert a.running and b.running, f"an earlier test took a process down\n{shared.logs()}"
     return a, b
