@@ -60,9 +60,7 @@ ENV_VARS = (
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The current environment without any countersign, OpenAI, Slack or Teams setting (offline demo)."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
+        k: v for k, v in os.environ.items() if not k.startswith(("COUNTERSIGN_", "OPENAI_", "SLACK_", "CONNECTIONS__"))
     }
     env.update({"COUNTERSIGN_DB": str(tmp_path / "cs.db"), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"} | extra)
     return env
@@ -304,10 +302,14 @@ def test_a_postgresql_url_selects_postgresql_and_stays_out_of_the_config_repr():
     [
         ({"COUNTERSIGN_LEASE_SECONDS": "soon"}, "COUNTERSIGN_LEASE_SECONDS must be a number of seconds, got 'soon'"),
         ({"COUNTERSIGN_SWEEP_SECONDS": "0"}, "COUNTERSIGN_SWEEP_SECONDS must be a positive number of seconds, got '0'"),
-        ({"COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "-1"},
-         "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS must be zero or a positive number of seconds, got '-1'"),
-        ({"COUNTERSIGN_LEASE_SECONDS": "5", "COUNTERSIGN_HEARTBEAT_SECONDS": "5"},
-         "COUNTERSIGN_HEARTBEAT_SECONDS (5) must be less than COUNTERSIGN_LEASE_SECONDS (5)"),
+        (
+            {"COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "-1"},
+            "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS must be zero or a positive number of seconds, got '-1'",
+        ),
+        (
+            {"COUNTERSIGN_LEASE_SECONDS": "5", "COUNTERSIGN_HEARTBEAT_SECONDS": "5"},
+            "COUNTERSIGN_HEARTBEAT_SECONDS (5) must be less than COUNTERSIGN_LEASE_SECONDS (5)",
+        ),
     ],
     ids=["lease-not-a-number", "sweep-zero", "grace-negative", "heartbeat-not-below-lease"],
 )
@@ -320,8 +322,12 @@ def test_a_bad_lifecycle_setting_exits_2_naming_the_variable(terminal, monkeypat
 
 
 def test_lifecycle_settings_are_read_with_fractions_and_each_process_gets_its_own_instance_id():
-    env = {"COUNTERSIGN_SWEEP_SECONDS": "0.2", "COUNTERSIGN_LEASE_SECONDS": "3", "COUNTERSIGN_HEARTBEAT_SECONDS": "1",
-           "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0"}
+    env = {
+        "COUNTERSIGN_SWEEP_SECONDS": "0.2",
+        "COUNTERSIGN_LEASE_SECONDS": "3",
+        "COUNTERSIGN_HEARTBEAT_SECONDS": "1",
+        "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0",
+    }
     config = Config.from_env(env)
     assert (config.sweep_interval_seconds, config.lease_seconds, config.heartbeat_seconds) == (0.2, 3.0, 1.0)
     assert config.shutdown_grace_seconds == 0.0

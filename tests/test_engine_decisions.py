@@ -155,9 +155,7 @@ async def test_an_invalid_modification_is_refused_per_field_and_decides_nothing(
     [approval] = await h.paused_approvals("scale web")
 
     with pytest.raises(InvalidEdit) as refused:
-        await h.engine.decide(
-            decision(approval, action="modify", edited_params={"replicas": "many", "colour": "blue"})
-        )
+        await h.engine.decide(decision(approval, action="modify", edited_params={"replicas": "many", "colour": "blue"}))
     await h.engine.wait_idle()
 
     assert set(refused.value.errors) == {"replicas", "colour"}

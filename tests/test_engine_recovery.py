@@ -305,8 +305,10 @@ async def test_two_messages_to_one_thread_on_two_processes_run_in_order_without_
     assert first.surface.replies_in(first.thread()) == ["results: migrated to v2", "second answer"]
     history = await first.history()
     assert [(m.role.value, m.text) for m in history if m.text] == [
-        ("user", "migrate to v2"), ("assistant", "results: migrated to v2"),
-        ("user", "and then?"), ("assistant", "second answer"),
+        ("user", "migrate to v2"),
+        ("assistant", "results: migrated to v2"),
+        ("user", "and then?"),
+        ("assistant", "second answer"),
     ]
     assert dangling_calls(history) == []
 
@@ -383,8 +385,12 @@ async def test_the_heartbeat_keeps_a_working_run_owned(harnesses):
         await release.wait()
         return "report ready"
 
-    h = await harnesses.open(replies=[asks_for("slow_report", name="q3"), echoes_results],
-                             extra_tools=[slow_report], heartbeat_seconds=0.01, lease_seconds=30)
+    h = await harnesses.open(
+        replies=[asks_for("slow_report", name="q3"), echoes_results],
+        extra_tools=[slow_report],
+        heartbeat_seconds=0.01,
+        lease_seconds=30,
+    )
     running = asyncio.create_task(h.engine.handle_message(h.inbound("q3 report")))
     await bounded(started.wait())
     [run] = await h.engine.storage.runs.list_by_status("running")
@@ -448,13 +454,25 @@ async def test_a_run_that_cannot_be_recovered_is_failed_with_a_notice_not_left_r
     approval = await approved_and_claimed_by_a_dead_process(before, write_step=False)
     thread = before.thread()
     # A decision that matches no call of the stored step (a damaged record): the step cannot be replayed.
-    [stray] = await before.engine.storage.approvals.create_many([NewApproval(
-        run_id=approval.run_id, step=1, tool_call_id="call_not_in_the_step", tool_name="delete_file",
-        arguments={"path": "b.txt"}, requester=REQUESTER, platform=thread.platform, chat_history_id=thread.key,
-        expires_at=before.clock() + timedelta(hours=1), created_at=before.clock(),
-    )])
-    await before.engine.storage.approvals.decide(stray.approval_id, status="approved", decided_by=REQUESTER,
-                                                 now=before.clock())
+    [stray] = await before.engine.storage.approvals.create_many(
+        [
+            NewApproval(
+                run_id=approval.run_id,
+                step=1,
+                tool_call_id="call_not_in_the_step",
+                tool_name="delete_file",
+                arguments={"path": "b.txt"},
+                requester=REQUESTER,
+                platform=thread.platform,
+                chat_history_id=thread.key,
+                expires_at=before.clock() + timedelta(hours=1),
+                created_at=before.clock(),
+            )
+        ]
+    )
+    await before.engine.storage.approvals.decide(
+        stray.approval_id, status="approved", decided_by=REQUESTER, now=before.clock()
+    )
 
     lease_runs_out(before)
     after = await harnesses.reopen(before, generator=ScriptedChatGenerator([]))
@@ -479,8 +497,9 @@ async def test_a_process_that_lost_its_lease_stops_and_leaves_the_run_to_the_one
         await release.wait()
         return f"rebuilt {name}"
 
-    stalled = await harnesses.open(replies=[asks_for("rebuild_index", name="docs"), says("never posted")],
-                                   extra_tools=[rebuild_index])
+    stalled = await harnesses.open(
+        replies=[asks_for("rebuild_index", name="docs"), says("never posted")], extra_tools=[rebuild_index]
+    )
     running = asyncio.create_task(stalled.engine.handle_message(stalled.inbound("rebuild docs")))
     await bounded(started.wait())
     # The process stalls past its lease; another one takes the run over and finishes it.

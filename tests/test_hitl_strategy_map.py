@@ -208,9 +208,10 @@ def test_component_to_dict_refuses_an_object_without_to_dict() -> None:
 
 def test_import_class_reaches_nested_classes() -> None:
     assert import_class("tests.test_hitl_strategy_map.NamedStrategy.Nested") is NamedStrategy.Nested
-    assert component_from_dict(
-        {"type": "tests.test_hitl_strategy_map.NamedStrategy.Nested", "init_parameters": {"x": 1}}
-    ) == "nested:1"
+    assert (
+        component_from_dict({"type": "tests.test_hitl_strategy_map.NamedStrategy.Nested", "init_parameters": {"x": 1}})
+        == "nested:1"
+    )
 
 
 @pytest.mark.parametrize(

@@ -184,9 +184,7 @@ def test_each_field_prompt_shows_the_current_value(terminal: TerminalFactory) ->
 def test_edited_values_keep_the_type_of_the_current_value(terminal: TerminalFactory) -> None:
     term = terminal(["m", "5", "0.25", "true", '["a", "b"]', '{"k": 1}', "[not json", ""])
 
-    result = term.ask(
-        {"retries": 3, "ratio": 0.5, "force": False, "tags": [], "options": {}, "title": "old"}
-    )
+    result = term.ask({"retries": 3, "ratio": 0.5, "force": False, "tags": [], "options": {}, "title": "old"})
 
     assert result.new_tool_params == {
         "retries": 5,

@@ -51,8 +51,13 @@ async def _run_elsewhere(stack: SlackStack, thread_ts: str) -> str:
     """A run another process is working on in the thread; returns its id."""
     key = f"slack:{stack.requests.team_id}:{CHANNEL}:{thread_ts}"
     await stack.engine.storage.runs.create(
-        "run-elsewhere", chat_history_id=key, platform="slack", workspace=stack.requests.team_id,
-        channel=CHANNEL, thread=thread_ts, requester=ALICE,
+        "run-elsewhere",
+        chat_history_id=key,
+        platform="slack",
+        workspace=stack.requests.team_id,
+        channel=CHANNEL,
+        thread=thread_ts,
+        requester=ALICE,
     )
     return key
 

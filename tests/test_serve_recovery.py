@@ -22,8 +22,11 @@ def crashed_run_in_a_slack_thread(db_path: Path, team_id: str) -> None:
     """A run whose process died during the model call, its lease long expired."""
     key = f"slack:{team_id}:{CHANNEL}:{THREAD_TS}"
     with open_storage(db_path) as storage:
-        storage.inbox.enqueue(ThreadAddress(key, "slack", team_id, CHANNEL, THREAD_TS), "U0ALICE",
-                              ChatMessage.from_user("hello").to_dict())
+        storage.inbox.enqueue(
+            ThreadAddress(key, "slack", team_id, CHANNEL, THREAD_TS),
+            "U0ALICE",
+            ChatMessage.from_user("hello").to_dict(),
+        )
         expired = datetime.now(UTC) - timedelta(minutes=5)
         assert storage.inbox.start_next(key, "run-crashed", "dead-host-1-abc", expired) is not None
 
@@ -32,12 +35,25 @@ async def test_serve_tells_the_thread_about_a_run_it_recovered_at_start(tmp_path
     async with FakeSlackAPI() as slack:
         crashed_run_in_a_slack_thread(tmp_path / "cs.db", slack.team_id)
         env = clean_env(
-            tmp_path, SLACK_BOT_TOKEN="xoxb-test-token", SLACK_SIGNING_SECRET="secret",
-            COUNTERSIGN_SLACK_API_URL=slack.base_url, COUNTERSIGN_SHUTDOWN_GRACE_SECONDS="1",
+            tmp_path,
+            SLACK_BOT_TOKEN="xoxb-test-token",
+            SLACK_SIGNING_SECRET="secret",
+            COUNTERSIGN_SLACK_API_URL=slack.base_url,
+            COUNTERSIGN_SHUTDOWN_GRACE_SECONDS="1",
         )
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-            cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            cwd=tmp_path,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
         try:

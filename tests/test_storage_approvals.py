@@ -72,8 +72,12 @@ def test_an_approval_that_expires_before_it_exists_is_refused(storage):
 
 def test_the_first_decision_wins_and_later_ones_change_nothing(storage, approval):
     assert storage.approvals.decide(
-        approval.approval_id, status="modified", decided_by="U_BOB", feedback="only the copy",
-        final_arguments={"path": "/srv/app/a.txt.bak"}, now=LATER,
+        approval.approval_id,
+        status="modified",
+        decided_by="U_BOB",
+        feedback="only the copy",
+        final_arguments={"path": "/srv/app/a.txt.bak"},
+        now=LATER,
     )
     assert not storage.approvals.decide(approval.approval_id, status="rejected", decided_by="U_CAROL", now=LATER)
     decided = storage.approvals.get(approval.approval_id)

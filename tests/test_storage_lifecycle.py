@@ -116,8 +116,9 @@ def test_the_inbox_starts_messages_in_arrival_order_one_run_at_a_time(storage):
 
 
 def test_an_outbox_message_is_owed_until_delivered_and_claimed_by_one_process_at_a_time(storage):
-    assert storage.outbox.add("answer:run-1", ADDRESS, "Deleted.", claimed_by="host-a", claim_until=NOW + LEASE,
-                              now=NOW)
+    assert storage.outbox.add(
+        "answer:run-1", ADDRESS, "Deleted.", claimed_by="host-a", claim_until=NOW + LEASE, now=NOW
+    )
     assert not storage.outbox.add("answer:run-1", ADDRESS, "Deleted.", now=NOW), "the same key is owed once"
     assert storage.outbox.due(["slack"], now=NOW) == [], "claimed by its writer"
     # host-a died before posting: its claim expires and another process takes the message.
@@ -168,9 +169,19 @@ def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_one
     t = NOW.timestamp()
     for n, status in enumerate(["running", "paused", "finished"], start=1):
         db["runs"].insert(
-            {"run_id": f"run-{n}", "chat_history_id": THREAD, "platform": "slack", "workspace": "T1", "channel": "C1",
-             "thread": "1", "requester": "U_ANA", "status": status, "step": 0, "created_at": t + n,
-             "updated_at": t + n}
+            {
+                "run_id": f"run-{n}",
+                "chat_history_id": THREAD,
+                "platform": "slack",
+                "workspace": "T1",
+                "channel": "C1",
+                "thread": "1",
+                "requester": "U_ANA",
+                "status": status,
+                "step": 0,
+                "created_at": t + n,
+                "updated_at": t + n,
+            }
         )
     db.close()
     with open_storage(path) as storage:
@@ -193,8 +204,15 @@ def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
 def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
     storage.inbox.enqueue(ADDRESS, "U_ANA", ChatMessage.from_user("deploy").to_dict(), now=NOW)
     storage.inbox.start_next(THREAD, "run-1", "host-a", NOW + LEASE, now=NOW)
-    assert storage.outbox.add("answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE,
-                              now=NOW, finishes_run="run-1")
+    assert storage.outbox.add(
+        "answer:run-1",
+        ADDRESS,
+        "Deployed.",
+        claimed_by="host-a",
+        claim_until=NOW + LEASE,
+        now=NOW,
+        finishes_run="run-1",
+    )
     run = storage.runs.get("run-1")
     assert (run.status, run.owner) == ("finished", None)
     assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]

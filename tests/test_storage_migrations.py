@@ -31,21 +31,51 @@ def write_schema_1_database(path) -> list[ChatMessage]:
     t = NOW.timestamp()
     for seq, message in enumerate(history, start=1):
         db["messages"].insert(
-            {"chat_history_id": THREAD, "seq": seq, "message_id": message.id, "role": message.role.value,
-             "data": json.dumps(message.to_dict()),
-             "created_at": t}
+            {
+                "chat_history_id": THREAD,
+                "seq": seq,
+                "message_id": message.id,
+                "role": message.role.value,
+                "data": json.dumps(message.to_dict()),
+                "created_at": t,
+            }
         )
     db["runs"].insert(
-        {"run_id": "run-1", "chat_history_id": THREAD, "platform": "slack", "workspace": "T1", "channel": "C1",
-         "thread": "1700000000.000100", "requester": "U_ANA", "status": "paused", "step": 1,
-         "snapshot_json": '{"step": 1}', "created_at": t, "updated_at": t}
+        {
+            "run_id": "run-1",
+            "chat_history_id": THREAD,
+            "platform": "slack",
+            "workspace": "T1",
+            "channel": "C1",
+            "thread": "1700000000.000100",
+            "requester": "U_ANA",
+            "status": "paused",
+            "step": 1,
+            "snapshot_json": '{"step": 1}',
+            "created_at": t,
+            "updated_at": t,
+        }
     )
     db["approvals"].insert(
-        {"approval_id": "appr-v1", "run_id": "run-1", "step": 1, "tool_call_id": "call_1",
-         "tool_name": "delete_file", "arguments_json": '{"path": "/srv/app/a.txt"}', "args_digest": args_digest(ARGS),
-         "requester": "U_ANA", "mode": "always", "approvers_json": '["U_BOB", "U_CAROL"]', "quorum": 2,
-         "four_eyes": 1, "platform": "slack", "chat_history_id": THREAD, "status": "pending",
-         "created_at": t, "expires_at": t + 3600}
+        {
+            "approval_id": "appr-v1",
+            "run_id": "run-1",
+            "step": 1,
+            "tool_call_id": "call_1",
+            "tool_name": "delete_file",
+            "arguments_json": '{"path": "/srv/app/a.txt"}',
+            "args_digest": args_digest(ARGS),
+            "requester": "U_ANA",
+            "mode": "always",
+            "approvers_json": '["U_BOB", "U_CAROL"]',
+            "quorum": 2,
+            "four_eyes": 1,
+            "platform": "slack",
+            "chat_history_id": THREAD,
+            "status": "pending",
+            "created_at": t,
+            "expires_at": t + 3600,
+        }
     )
     db["audit"].insert(
         {"at": t, "actor": "U_ADMIN", "action": "policy.set", "subject": "global/*", "details_json": "{}"}
@@ -92,7 +122,10 @@ def test_a_schema_1_database_is_upgraded_without_losing_data(tmp_path):
         assert storage.runs.snapshot("run-1") == {"step": 1}
         approval = storage.approvals.get("appr-v1")
         assert (approval.arguments, approval.approvers, approval.quorum, approval.four_eyes) == (
-            ARGS, ("U_BOB", "U_CAROL"), 2, True,
+            ARGS,
+            ("U_BOB", "U_CAROL"),
+            2,
+            True,
         )
         assert approval.message_ref is None  # the column schema 2 added
         # what schema 2 brought works on the old rows

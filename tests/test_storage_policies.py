@@ -77,7 +77,11 @@ def test_each_field_is_inherited_from_the_most_specific_rule_that_sets_it(polici
     policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", four_eyes=True)
     rule = policies.resolve("delete_file", **WHERE)
     assert (rule.mode, rule.approvers, rule.quorum, rule.four_eyes, rule.ttl_seconds) == (
-        "always", ("U_BOB", "U_CAROL"), 2, True, 3600,
+        "always",
+        ("U_BOB", "U_CAROL"),
+        2,
+        True,
+        3600,
     )
     assert rule.sources == {
         "mode": (GLOBAL, "*"),
@@ -123,15 +127,25 @@ def test_rules_are_listed_by_scope(policies):
     policies.set_rule(CHANNEL, "deploy", updated_by="U_ADMIN", mode="once")
     policies.set_rule(CHANNEL, "backup", updated_by="U_ADMIN", mode="never")
     assert [(r.scope, r.tool_key) for r in policies.list_rules()] == [
-        (CHANNEL, "backup"), (CHANNEL, "deploy"), (GLOBAL, "*"),
+        (CHANNEL, "backup"),
+        (CHANNEL, "deploy"),
+        (GLOBAL, "*"),
     ]
     assert [r.tool_key for r in policies.list_rules(CHANNEL)] == ["backup", "deploy"]
 
 
 @pytest.mark.parametrize(
     "fields",
-    [{"mode": "sometimes"}, {"quorum": 0}, {"quorum": True}, {"ttl_seconds": -5}, {"four_eyes": "yes"},
-     {"approvers": "U_BOB"}, {"colour": "red"}, {}],
+    [
+        {"mode": "sometimes"},
+        {"quorum": 0},
+        {"quorum": True},
+        {"ttl_seconds": -5},
+        {"four_eyes": "yes"},
+        {"approvers": "U_BOB"},
+        {"colour": "red"},
+        {},
+    ],
 )
 def test_invalid_rule_fields_are_refused(policies, fields):
     with pytest.raises(ValueError):

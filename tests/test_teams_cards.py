@@ -153,13 +153,20 @@ def test_approve_all_appears_only_when_several_calls_wait():
     [
         (APPROVED, None, None, "Approved by Ben Okafor at 2026-11-30 10:00 UTC."),
         (REJECTED, "not today", None, "Rejected by Ben Okafor at 2026-11-30 10:00 UTC. Feedback: not today"),
-        (MODIFIED, None, {**DEPLOY_ARGS, "replicas": 5}, "Edited and approved by Ben Okafor at 2026-11-30 10:00 UTC: "
-         "replicas=5."),
+        (
+            MODIFIED,
+            None,
+            {**DEPLOY_ARGS, "replicas": 5},
+            "Edited and approved by Ben Okafor at 2026-11-30 10:00 UTC: replicas=5.",
+        ),
     ],
 )
 def test_a_decided_call_shows_its_outcome_and_has_no_buttons(status, feedback, final, sentence):
     decided = view(
-        status=status, decided_by="Ben Okafor", decided_at=CREATED + timedelta(hours=1), feedback=feedback,
+        status=status,
+        decided_by="Ben Okafor",
+        decided_at=CREATED + timedelta(hours=1),
+        feedback=feedback,
         final_arguments=final,
     )
     card = approval_card([decided])

@@ -19,7 +19,9 @@ def test_model_markdown_keeps_its_formatting():
 
 
 def test_links_in_model_text_show_their_real_target():
-    assert sanitize_markdown("see [the docs](https://evil.example/login)") == "see the docs (https://evil.example/login)"
+    assert (
+        sanitize_markdown("see [the docs](https://evil.example/login)") == "see the docs (https://evil.example/login)"
+    )
     assert sanitize_markdown('[docs](https://a.example "title")') == "docs (https://a.example)"
     assert sanitize_markdown("![logo](https://img.example/x.png)") == "logo (https://img.example/x.png)"
     assert sanitize_markdown("[https://a.example](https://a.example)") == "https://a.example"

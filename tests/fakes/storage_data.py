@@ -12,9 +12,7 @@ NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
 THREAD = "slack:T1:C1:1700000000.000100"
 
 
-def create_run(
-    storage: Storage, run_id: str = "run-1", *, thread: str = THREAD, status: str = "running"
-) -> RunRecord:
+def create_run(storage: Storage, run_id: str = "run-1", *, thread: str = THREAD, status: str = "running") -> RunRecord:
     """A run started by U_ANA in #C1 of workspace T1."""
     return storage.runs.create(
         run_id,

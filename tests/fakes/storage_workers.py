@@ -82,8 +82,13 @@ def writer_process(path: str, prefix: str, n_threads: int, rounds: int, processe
                 storage.audit.append(name, "test.write", thread, {"round": i})
                 storage.events.first_time(f"{name}:{i}")
                 storage.runs.create(
-                    f"{name}-run-{i}", chat_history_id=thread, platform="slack", workspace="T1",
-                    channel="C1", thread=name, requester=name,
+                    f"{name}-run-{i}",
+                    chat_history_id=thread,
+                    platform="slack",
+                    workspace="T1",
+                    channel="C1",
+                    thread=name,
+                    requester=name,
                 )
                 storage.runs.transition(f"{name}-run-{i}", "running", "finished")
                 storage.messages.retrieve_messages(thread, last_k=5)

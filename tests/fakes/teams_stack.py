@@ -270,8 +270,18 @@ class TeamsStack:
         await engine.start(sweep=False)
         session = aiohttp.ClientSession()
         return cls(
-            connector, issuer, engine, plugin, runner, session, f"http://127.0.0.1:{port}", tools, tool_list,
-            generator, config, clock,
+            connector,
+            issuer,
+            engine,
+            plugin,
+            runner,
+            session,
+            f"http://127.0.0.1:{port}",
+            tools,
+            tool_list,
+            generator,
+            config,
+            clock,
         )
 
     async def restart(self, *, replies: Sequence[Any] | None = None) -> TeamsStack:
