@@ -11,10 +11,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from psycopg_pool import PoolTimeout
 
+from bot.config import Config
+from bot.engine.engine import Engine
 from bot.engine.errors import DatabaseUnavailable
 from bot.engine.model import DecisionRequest
-from bot.llm import OpenAIChatGenerator
+from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from bot.messages import ChatMessage
 from storage import StorageError
 from storage.postgres import open_postgres_storage
@@ -84,6 +87,11 @@ async def test_a_statement_while_the_server_is_down_fails_fast_as_a_storage_erro
         with pytest.raises(StorageError):
             await storage.messages.count_messages("t")
         assert time.monotonic() - started < 3.0, "a caller must learn within Slack's 3 s deadline"
+        for _ in range(3):  # once the pool knows the server refuses connections, callers hear it sooner
+            started = time.monotonic()
+            with pytest.raises(StorageError):
+                await storage.messages.count_messages("t")
+            assert time.monotonic() - started < 1.0
         server.start_again()
         assert await bounded(storage.messages.count_messages("t")) == 0
     finally:
@@ -197,3 +205,18 @@ async def test_in_slack_a_click_while_the_database_is_down_is_told_to_try_again_
     await stack.settle()
     assert ops.deleted == ["old.log"]
     assert slack.calls_to("chat.update"), "the approval message shows the decision"
+
+
+async def test_the_configured_pool_size_caps_the_connections_of_a_replica(tmp_path: Path, database_url: str):
+    config = Config(db_path=tmp_path / "unused.db", database_url=database_url, db_pool_size=3)
+    engine = await Engine.create(config, generator=ScriptedChatGenerator([]), tools=[])
+    try:
+        pool = engine.storage.db.pool
+        assert pool.max_size == 3
+        holding = [await pool.getconn() for _ in range(3)]
+        with pytest.raises(PoolTimeout):
+            await pool.getconn(timeout=0.2)
+        for conn in holding:
+            await pool.putconn(conn)
+    finally:
+        await engine.stop()
