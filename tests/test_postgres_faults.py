@@ -6,6 +6,7 @@ and start again; countersign is never restarted. Each test gets a fresh database
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,17 +16,19 @@ from psycopg_pool import PoolTimeout
 
 from bot.config import Config
 from bot.engine.engine import Engine
-from bot.engine.errors import DatabaseUnavailable
+from bot.engine.errors import MESSAGE_NOT_SAVED, DatabaseUnavailable
 from bot.engine.model import DecisionRequest
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from bot.messages import ChatMessage
 from storage import StorageError
 from storage.postgres import open_postgres_storage
+from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import REQUESTER, Harnesses, asks_for, bounded, echoes_results
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.private_postgres import PrivatePostgres
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.fakes.teams_stack import TeamsStack
 from tests.test_slack_approvals import ALICE, CHANNEL, Ops, ask
 
 TRY_AGAIN = "I can't reach my database right now; nothing was decided — please try again in a minute."
@@ -220,3 +223,43 @@ async def test_the_configured_pool_size_caps_the_connections_of_a_replica(tmp_pa
             await pool.putconn(conn)
     finally:
         await engine.stop()
+
+
+@pytest.fixture
+async def teams_fakes(monkeypatch):
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        yield connector, issuer
+
+
+async def test_in_teams_a_message_and_a_click_while_the_database_is_down_are_answered_with_one_sentence(
+    tmp_path: Path, teams_fakes, server: PrivatePostgres, database_url: str
+):
+    connector, _issuer = teams_fakes
+    stack = await TeamsStack.open(
+        tmp_path,
+        *teams_fakes,
+        replies=[asks_for("delete_file", path="a.txt"), echoes_results],
+        database_url=database_url,
+    )
+    try:
+        accepted = await stack.say("delete a.txt")
+        _request, card = stack.last_card()
+
+        server.stop()
+        started = time.monotonic()
+        status = await stack.say("anyone there?")
+        assert status == accepted and time.monotonic() - started < 3.0, "never a 500, within the deadline"
+        assert connector.texts()[-1] == MESSAGE_NOT_SAVED
+        status, body = await stack.click("approve", card=card)
+        assert status == 200
+        assert TRY_AGAIN in json.dumps(body, ensure_ascii=False)
+        assert stack.tools.executed == []
+
+        server.start_again()
+        status, _body = await stack.click("approve", card=card)
+        await stack.settle()
+        assert status == 200
+        assert stack.tools.executed == [("delete_file", {"path": "a.txt"})]
+    finally:
+        await stack.aclose()

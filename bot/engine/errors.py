@@ -97,6 +97,15 @@ class CommandError(EngineError):
     """Bad admin-command syntax or arguments; the message includes usage help."""
 
 
+MESSAGE_NOT_SAVED = (
+    "I can't reach my database right now; your message was not saved — please send it again in a minute."
+)
+"""What a surface that cannot have the message delivered again (Teams, the console) tells its sender.
+
+Slack redelivers an event answered with a 5xx, so there the adapter answers 503 and says nothing.
+"""
+
+
 class DatabaseUnavailable(EngineError):
     """The database could not be reached (or failed) while deciding; nothing was decided, the person may retry."""
 
