@@ -36,6 +36,8 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_DB                   SQLite database file (default: countersign.db in the working folder)
   COUNTERSIGN_DATABASE_URL         postgresql://user:password@host/db: use PostgreSQL instead of the
                                    SQLite file, for several replicas sharing one database (default: unset)
+  COUNTERSIGN_DB_POOL_SIZE         PostgreSQL only: at most this many connections per replica, a whole
+                                   number of at least 2 (default: 10)
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)

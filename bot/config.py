@@ -37,6 +37,8 @@ class Config:
     db_path: Path = Path("countersign.db")
     database_url: str | None = field(default=None, repr=False)
     """``postgresql://…``: PostgreSQL instead of the SQLite file (``COUNTERSIGN_DATABASE_URL``; may hold a password)."""
+    db_pool_size: int = 10
+    """``COUNTERSIGN_DB_POOL_SIZE``: at most this many PostgreSQL connections per process (replica)."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
@@ -104,6 +106,7 @@ class Config:
             # With PostgreSQL no SQLite file is opened, so its path is not checked.
             db_path=db_path if database_url else check_db_path(db_path, "COUNTERSIGN_DB"),
             database_url=database_url,
+            db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
             admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,

@@ -16,9 +16,15 @@ from storage.database import open_storage
 
 
 async def open_async_storage(
-    db_path: str | pathlib.Path, *, database_url: str | None = None, last_k: int = 10
+    db_path: str | pathlib.Path,
+    *,
+    database_url: str | None = None,
+    last_k: int = 10,
+    pool_size: int | None = None,
 ) -> Any:
     """Open PostgreSQL at ``database_url`` when given, else the SQLite file ``db_path``; run pending migrations.
+
+    ``pool_size`` caps PostgreSQL's connections from this process (default 10); SQLite ignores it.
 
     >>> storage = await open_async_storage("countersign.db", database_url=None, last_k=30)
     >>> await storage.events.first_time("slack:Ev1")
@@ -29,5 +35,6 @@ async def open_async_storage(
         # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
         from storage.postgres import open_postgres_storage
 
-        return await open_postgres_storage(database_url, last_k=last_k)
+        sizing = {} if pool_size is None else {"pool_max": pool_size}
+        return await open_postgres_storage(database_url, last_k=last_k, **sizing)
     return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k))

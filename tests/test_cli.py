@@ -34,6 +34,7 @@ TIMEOUT = 60
 ENV_VARS = (
     "COUNTERSIGN_DB",
     "COUNTERSIGN_DATABASE_URL",
+    "COUNTERSIGN_DB_POOL_SIZE",
     "COUNTERSIGN_TOOLS",
     "COUNTERSIGN_ADMINS",
     "COUNTERSIGN_MODEL",
@@ -170,6 +171,26 @@ def test_a_default_ttl_the_ttl_command_would_refuse_is_a_config_error_naming_the
     with pytest.raises(ConfigError) as refused:
         Config.from_env({"COUNTERSIGN_DEFAULT_TTL": value})
     assert str(refused.value) == f"COUNTERSIGN_DEFAULT_TTL: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1", "COUNTERSIGN_DB_POOL_SIZE must be at least 2, got 1"),
+        ("0", "COUNTERSIGN_DB_POOL_SIZE must be at least 2, got 0"),
+        ("ten", "COUNTERSIGN_DB_POOL_SIZE must be a whole number, got 'ten'"),
+        ("2.5", "COUNTERSIGN_DB_POOL_SIZE must be a whole number, got '2.5'"),
+    ],
+)
+def test_a_pool_size_below_two_or_not_a_whole_number_is_a_config_error_naming_the_variable(value, problem):
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": value})
+    assert str(refused.value) == problem
+
+
+def test_the_pool_size_defaults_to_ten_connections_per_replica():
+    assert Config.from_env({}).db_pool_size == 10
+    assert Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": "25"}).db_pool_size == 25
 
 
 def test_the_default_ttl_takes_the_durations_of_the_ttl_command_and_plain_seconds():

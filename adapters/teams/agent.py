@@ -43,8 +43,18 @@ from adapters.teams.cards import (
 from adapters.teams.names import display_names, remember_name, with_names
 from adapters.teams.surface import conversation_record
 from bot.engine.admin_syntax import is_admin_command
-from bot.engine.errors import AlreadyDecided, ApprovalNotFound, EngineError, InvalidEdit, NotAnApprover, NotShownHere
+from bot.engine.errors import (
+    MESSAGE_NOT_SAVED,
+    AlreadyDecided,
+    ApprovalNotFound,
+    DatabaseUnavailable,
+    EngineError,
+    InvalidEdit,
+    NotAnApprover,
+    NotShownHere,
+)
 from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
+from storage import StorageError
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -67,6 +77,14 @@ class TeamsAgent(ActivityHandler):
 
     async def on_message_activity(self, turn_context: TurnContext) -> None:  # type: ignore[override]
         """A person wrote to the bot (personal chat, group chat, or a channel @mention)."""
+        try:
+            await self._on_message(turn_context)
+        except StorageError as exc:
+            # Teams does not deliver a message again, so the sender is told to; nothing of it was kept.
+            logger.warning("teams message not stored: storage unavailable (%s)", exc)
+            await turn_context.send_activity(MESSAGE_NOT_SAVED)
+
+    async def _on_message(self, turn_context: TurnContext) -> None:
         activity = turn_context.activity
         if handler.is_from_bot_itself(activity):
             return
@@ -134,6 +152,9 @@ class TeamsAgent(ActivityHandler):
             return invoke_message_response(NOT_OURS)
         try:
             return await self._click(activity, action)
+        except StorageError as exc:  # the database is unreachable: nothing was decided, the clicker may retry
+            logger.warning("card click refused: storage unavailable (%s)", exc)
+            return invoke_message_response(str(DatabaseUnavailable()))
         except Exception:  # the clicker must get an answer within Teams' time limit, never a 500
             logger.exception("card action failed", extra={"approval_id": action.approval_id, "verb": action.verb})
             return invoke_message_response(GENERIC_FAILURE)

@@ -38,6 +38,7 @@ from bot.engine.errors import (
     NotAnApprover,
     NotShownHere,
     UnknownAction,
+    refused_while_storage_fails,
 )
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
@@ -122,7 +123,10 @@ class Engine:
         chosen_tools = list(tools) if tools is not None else config.load_tools()
         chosen_generator = generator if generator is not None else config.build_generator()
         storage = await open_async_storage(
-            config.db_path, database_url=config.database_url, last_k=config.history_last_k
+            config.db_path,
+            database_url=config.database_url,
+            last_k=config.history_last_k,
+            pool_size=config.db_pool_size,
         )
         return cls(
             config=config,
@@ -381,6 +385,7 @@ class Engine:
         if approval_ids:
             await self.storage.places.record(list(approval_ids), place, now=self.clock())
 
+    @refused_while_storage_fails
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         record = await self._record(approval_id)
@@ -409,6 +414,7 @@ class Engine:
             now=self.clock(),
         )
 
+    @refused_while_storage_fails
     async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
 
@@ -488,6 +494,7 @@ class Engine:
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         return DecisionResult(approval=clicked, step=tuple(views), message=message)
 
+    @refused_while_storage_fails
     async def approve_all(
         self, approval_id: str, actor: str, actor_name: str | None = None, place: str | None = None
     ) -> DecisionResult:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import ParamSpec, TypeVar
+
+from storage import StorageError
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class EngineError(Exception):
@@ -85,3 +95,37 @@ class NotAnAdmin(EngineError):
 
 class CommandError(EngineError):
     """Bad admin-command syntax or arguments; the message includes usage help."""
+
+
+MESSAGE_NOT_SAVED = (
+    "I can't reach my database right now; your message was not saved — please send it again in a minute."
+)
+"""What a surface that cannot have the message delivered again (Teams, the console) tells its sender.
+
+Slack redelivers an event answered with a 5xx, so there the adapter answers 503 and says nothing.
+"""
+
+
+class DatabaseUnavailable(EngineError):
+    """The database could not be reached (or failed) while deciding; nothing was decided, the person may retry."""
+
+    def __init__(self) -> None:
+        super().__init__("I can't reach my database right now; nothing was decided — please try again in a minute.")
+
+
+def refused_while_storage_fails(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn a :class:`StorageError` leaving ``method`` into :class:`DatabaseUnavailable` (one sentence, no traceback).
+
+    Every decision path writes its compare-and-set first and nothing before it, so a failure leaves the
+    approval pending: deciding again once the database is back works exactly once.
+    """
+
+    @functools.wraps(method)
+    async def refusing(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except StorageError as exc:
+            logger.warning("decision refused: storage unavailable (%s)", exc)
+            raise DatabaseUnavailable() from exc
+
+    return refusing

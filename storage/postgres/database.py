@@ -6,6 +6,7 @@ needs several statements opens :meth:`PostgresDatabase.transaction` explicitly.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -22,6 +23,14 @@ DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
 DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
 """No statement may hold a connection (and its locks) longer than this."""
+RECONNECT_GIVE_UP_SECONDS = 1.0
+UNREACHABLE_ACQUIRE_TIMEOUT = 0.5
+DEFAULT_ACQUIRE_TIMEOUT = 2.0
+"""How long a statement waits for a pooled connection before :class:`StorageError` ("try again").
+
+Short on purpose: while the server is unreachable, a click or an event is answered within Slack's 3 s
+deadline (a clear "try again", or a 503 that Slack retries) instead of hanging until a proxy gives up.
+"""
 
 
 def instant(now: Instant) -> datetime:
@@ -52,8 +61,11 @@ class PostgresDatabase:
     >>> await db.close()
     """
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT) -> None:
         self.pool = pool
+        self.acquire_timeout = acquire_timeout
+        self.unreachable = False
+        """The pool's latest connect attempts all failed (set by the pool, cleared by the next new connection)."""
 
     @classmethod
     async def open(
@@ -64,11 +76,38 @@ class PostgresDatabase:
         max_size: int = DEFAULT_POOL_MAX,
         statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         connect_timeout: float = 30.0,
+        acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT,
     ) -> PostgresDatabase:
-        """Open the pool and wait for its first connection; ``StorageError`` if the server cannot be reached."""
+        """Open the pool and wait for its first connection; ``StorageError`` if the server cannot be reached.
+
+        ``connect_timeout`` bounds the wait at start; ``acquire_timeout`` every later wait for a connection.
+        """
+        sweeping: set[asyncio.Task[None]] = set()
+        database: PostgresDatabase | None = None  # set below; the pool's callbacks only run once it exists
+
+        async def check(conn: psycopg.AsyncConnection[Any]) -> None:
+            # An empty round trip before each use: a connection the server dropped while it sat idle (a
+            # restart, a failover, a proxy's timeout) is replaced instead of failing the caller's statement.
+            try:
+                await AsyncConnectionPool.check_connection(conn)
+            except Exception:
+                # One dead connection means its idle siblings died with it. The pool would find them one by
+                # one, backing off a second, then two, between them; check them all at once instead, so the
+                # first statement after a restart waits only for one fresh connection.
+                if not sweeping:
+                    task = asyncio.create_task(pool.check(), name="countersign-pool-check")
+                    sweeping.add(task)
+                    task.add_done_callback(sweeping.discard)
+                raise
 
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            if database is not None:
+                database.unreachable = False
             await conn.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
+
+        def gave_up(_pool: AsyncConnectionPool) -> None:
+            if database is not None:
+                database.unreachable = True
 
         pool = AsyncConnectionPool(
             url,
@@ -76,10 +115,14 @@ class PostgresDatabase:
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=configure,
-            # An empty round trip before each use: a connection the server dropped while it sat idle (a
-            # restart, a failover, a proxy's timeout) is replaced instead of failing the caller's statement.
-            check=AsyncConnectionPool.check_connection,
-            timeout=connect_timeout,
+            check=check,
+            timeout=acquire_timeout,
+            # The pool retries a failed connect with a doubling back-off (1 s, 2 s, 4 s, …), so after an outage
+            # it could come back long after the server. Give up a retry series early instead: the next caller
+            # that finds no connection starts a fresh attempt at once, so the first request after the server
+            # is back connects immediately, and while it is down each request costs one refused connect.
+            reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
+            reconnect_failed=gave_up,
             open=False,
             name="countersign",
         )
@@ -88,16 +131,24 @@ class PostgresDatabase:
         except psycopg.Error as exc:
             await pool.close()
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
-        return cls(pool)
+        database = cls(pool, acquire_timeout=acquire_timeout)
+        return database
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection (autocommit); any driver error leaves as :class:`StorageError`."""
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection(timeout=self._wait_for_connection()) as conn:
                 yield conn
         except psycopg.Error as exc:
             raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
+
+    def _wait_for_connection(self) -> float:
+        # While the server is known to refuse connections, waiting the full acquire timeout only delays the
+        # "try again": wait just long enough for the one fresh attempt this request starts to succeed.
+        if self.unreachable and self.pool.get_stats().get("pool_available", 0) == 0:
+            return min(UNREACHABLE_ACQUIRE_TIMEOUT, self.acquire_timeout)
+        return self.acquire_timeout
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

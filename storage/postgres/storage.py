@@ -11,7 +11,13 @@ from typing import Any
 from storage.postgres.approvals import PostgresApprovalStore
 from storage.postgres.audit import PostgresAuditLog
 from storage.postgres.conversations import PostgresConversationStore
-from storage.postgres.database import DEFAULT_POOL_MAX, DEFAULT_POOL_MIN, DEFAULT_STATEMENT_TIMEOUT_MS, PostgresDatabase
+from storage.postgres.database import (
+    DEFAULT_ACQUIRE_TIMEOUT,
+    DEFAULT_POOL_MAX,
+    DEFAULT_POOL_MIN,
+    DEFAULT_STATEMENT_TIMEOUT_MS,
+    PostgresDatabase,
+)
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
@@ -74,6 +80,7 @@ async def open_postgres_storage(
     pool_max: int = DEFAULT_POOL_MAX,
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     connect_timeout: float = 30.0,
+    acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT,
 ) -> PostgresStorage:
     """Connect, run pending migrations (once, whatever number of replicas start together) and return the stores.
 
@@ -91,6 +98,7 @@ async def open_postgres_storage(
         max_size=pool_max,
         statement_timeout_ms=statement_timeout_ms,
         connect_timeout=connect_timeout,
+        acquire_timeout=acquire_timeout,
     )
     try:
         async with db.connection() as conn:

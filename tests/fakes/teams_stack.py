@@ -239,6 +239,7 @@ class TeamsStack:
         admins: frozenset[str] = frozenset({ADA.id}),
         anonymous: bool = False,
         clock: Clock | None = None,
+        database_url: str | None = None,
     ) -> TeamsStack:
         """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep)."""
         tools = tools or RecordingTools()
@@ -249,6 +250,7 @@ class TeamsStack:
             admins=admins,
             teams_anonymous=anonymous,
             teams_settings={} if anonymous else teams_settings(),
+            database_url=database_url,
         )
         return await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
 
