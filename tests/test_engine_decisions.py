@@ -6,10 +6,19 @@ Real engine, real SQLite file, scripted model, recording surface; tools record e
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import pytest
 
-from bot.engine.errors import AlreadyDecided, ApprovalClosed, InvalidEdit, NotAnApprover, NotShownHere, UnknownAction
+from bot.engine.errors import (
+    AlreadyDecided,
+    ApprovalClosed,
+    DecidedButUnfinished,
+    InvalidEdit,
+    NotAnApprover,
+    NotShownHere,
+    UnknownAction,
+)
 from bot.engine.model import AdminRequest, DecisionRequest, conversation_place, home_place
 from bot.hitl.blocking import REJECTION_FEEDBACK_TEMPLATE
 from bot.messages import ChatRole, ToolCall
@@ -562,3 +571,28 @@ async def test_a_call_id_shaped_like_name_colon_number_is_still_bound_to_its_dec
     await harness.engine.wait_idle()
     assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
     assert harness.surface.replies[-1].text == "Deleted."
+
+
+async def test_a_decision_whose_follow_up_fails_in_the_database_is_not_reported_as_nothing_decided(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    # The database fails right after the compare-and-set: the audit write of the decision is refused.
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute(
+            "CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'approved' "
+            "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
+
+    with pytest.raises(DecidedButUnfinished) as told:
+        await h.engine.decide(decision(approval))
+    await h.engine.wait_idle()
+
+    assert "recorded" in str(told.value) and "nothing was decided" not in str(told.value)
+    assert (await h.engine.get_approval(approval.approval_id)).status == "approved"
+    with pytest.raises(AlreadyDecided):  # deciding again changes nothing
+        await h.engine.decide(decision(approval))
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute("DROP TRIGGER audit_down")
+    await h.engine.lifecycle.recover()  # once the database is back, the decided step is resumed
+    await h.engine.wait_idle()
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]

@@ -33,6 +33,7 @@ from bot.engine.errors import (
     AlreadyDecided,
     ApprovalExpired,
     ApprovalNotFound,
+    DecidedButUnfinished,
     EngineError,
     InvalidEdit,
     NotAnApprover,
@@ -466,6 +467,20 @@ class Engine:
             if refusal is refused:
                 raise
             raise refusal from refused
+        try:
+            return await self._after_won_decision(record, request, action, final_arguments, render_later)
+        except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
+            logger.warning(
+                "decision stored, follow-up failed: storage unavailable (%s)",
+                exc,
+                extra={"approval_id": record.approval_id},
+            )
+            raise DecidedButUnfinished() from exc
+
+    async def _after_won_decision(
+        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
+    ) -> DecisionResult:
+        """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],

@@ -113,11 +113,26 @@ class DatabaseUnavailable(EngineError):
         super().__init__("I can't reach my database right now; nothing was decided — please try again in a minute.")
 
 
+class DecidedButUnfinished(EngineError):
+    """The decision won its compare-and-set, then the database failed before the rest was written.
+
+    The decision stands (recovery resumes the run once the database is back), so the person must not be
+    told that nothing was decided.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Your decision was recorded, but I lost my database while finishing it; "
+            "I'll carry on with it once the database is back. No need to decide again."
+        )
+
+
 def refused_while_storage_fails(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """Turn a :class:`StorageError` leaving ``method`` into :class:`DatabaseUnavailable` (one sentence, no traceback).
 
-    Every decision path writes its compare-and-set first and nothing before it, so a failure leaves the
-    approval pending: deciding again once the database is back works exactly once.
+    Every decision path writes its compare-and-set first and nothing before it, so a failure up to there
+    leaves the approval pending: deciding again once the database is back works exactly once. A failure
+    after the compare-and-set won is :class:`DecidedButUnfinished`, raised by the method itself.
     """
 
     @functools.wraps(method)
