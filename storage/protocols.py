@@ -91,6 +91,11 @@ class RunFence:
             raise ValueError(f"run {run.run_id!r} has no owner to fence with")
         return cls(run.run_id, run.owner, run.recoveries)
 
+    def holds_for(self, run: RunRecord) -> bool:
+        """Whether the fence holds for the run as read (the stores check it again in each fenced write)."""
+        return (run.run_id == self.run_id and run.owner == self.owner and run.recoveries == self.generation
+                and run.status in ("running", "resuming"))
+
 
 @dataclass(frozen=True)
 class NewApproval:
