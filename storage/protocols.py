@@ -482,6 +482,10 @@ class RunLeases(Protocol):
         Counts the take-over in ``recoveries``. SQL: ``UPDATE runs SET owner=?, lease_expires_at=?,
         recoveries=recoveries+1 WHERE run_id=? AND status IN ('running','resuming') AND
         (lease_expires_at IS NULL OR lease_expires_at <= now) RETURNING ...``.
+
+        ``recoveries`` is the run's fencing generation (see :class:`RunFence`): bumping it, with the new
+        owner, in this one statement is what fences out every write of the previous owner from now on,
+        even when a process takes over its own run. A release (``owner`` cleared) fences out too.
         """
         ...
 
