@@ -86,3 +86,40 @@ async def test_a_stalled_owner_whose_run_was_taken_over_adds_no_second_result_an
     [late] = await b.audit("late_result")
     assert (late.subject, late.details["result"], late.details["ok"]) == (entry.tool_call_id, "job stall done", True)
     assert (await b.run_of(run.run_id)).status == "finished"
+
+
+async def test_a_recovery_cut_short_after_marking_a_call_unknown_still_tells_the_thread(harnesses, database_url):
+    # A recoverer can be fenced out (or die) between marking a call "outcome unknown" in the ledger and
+    # writing that result: the next recoverer finds the mark, not a running call, and must still say so.
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def slow_job(name: str) -> str:
+        """Run a slow job.
+
+        :param name: The job.
+        """
+        started.set()
+        await release.wait()
+        return f"job {name} done"
+
+    a = await harnesses.open(
+        replies=[asks_for("slow_job", name="stall")], extra_tools=[slow_job],
+        heartbeat_seconds=3600.0, database_url=database_url,
+    )
+    working = asyncio.create_task(a.engine.handle_message(a.inbound("run job stall")))
+    await bounded(started.wait())
+    [run] = await a.engine.storage.runs.list_by_status("running")
+    [entry] = await a.engine.storage.ledger.executing(run.run_id)
+    assert await a.engine.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
+
+    a.clock.advance(seconds=a.engine.config.lease_seconds + 1)
+    b = await harnesses.reopen(a, generator=ScriptedChatGenerator([says("B's answer")]))
+    await b.engine.lifecycle.recover()
+    await b.engine.wait_idle()
+    release.set()
+    await bounded(working)
+
+    notices = [r.text for r in b.surface.replies if r.text.startswith("I was restarted")]
+    assert len(notices) == 1 and "The outcome of slow_job is unknown" in notices[0], notices
+    assert tool_results(await b.history()) == [("slow_job", OUTCOME_UNKNOWN, True)]

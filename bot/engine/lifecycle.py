@@ -99,6 +99,11 @@ class RecoveryReport:
         return text
 
 
+def _marked_unknown(entry: Any) -> bool:
+    """Whether a ledger entry is an "outcome unknown" a recovery recorded (its call's result is still unwritten)."""
+    return bool(entry.status == "failed" and entry.result == OUTCOME_UNKNOWN)
+
+
 def _names(names: Iterable[str]) -> str:
     return ", ".join(sorted(set(names)))
 
@@ -401,6 +406,8 @@ class RunLifecycle:
                 results.append(ChatMessage.from_tool(OUTCOME_UNKNOWN, origin=call, error=True))
                 report.unknown.append(call.tool_name)
             else:
+                if _marked_unknown(entry):  # by an earlier recoverer that was stopped before it told the thread
+                    report.unknown.append(call.tool_name)
                 results.append(ChatMessage.from_tool(entry.result or "", origin=call, error=entry.status != "done"))
         if calls:
             runner = ToolRunner(self.engine.tools, ledger=StorageExecutionLedger(self.storage, self.fence))
@@ -434,6 +441,8 @@ class RunLifecycle:
                 # It finished before the crash: telling the model "not run" would invite running it again.
                 message.tool_call_result.result = entry.result
                 message.tool_call_result.error = entry.status != "done"
+                if _marked_unknown(entry):  # by an earlier recoverer that was stopped before it told the thread
+                    report.unknown.append(origin.tool_name)
             closing.append(message)
         if closing:
             await self.storage.messages.write_messages(thread.key, closing, fence=self.fence(run.run_id))
