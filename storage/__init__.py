@@ -16,7 +16,15 @@ from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
-from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound, StorageError, UnknownSchemaVersion
+from storage.errors import (
+    ActiveRunExists,
+    AlreadyExists,
+    CorruptRecord,
+    FencedOut,
+    NotFound,
+    StorageError,
+    UnknownSchemaVersion,
+)
 from storage.events import SQLiteEventDedupe
 from storage.factory import open_async_storage
 from storage.ledger import SQLiteToolLedger
@@ -42,6 +50,7 @@ from storage.protocols import (
     OutboxMessage,
     PolicyRule,
     PolicyStore,
+    RunFence,
     RunLeases,
     RunRecord,
     RunStore,
@@ -95,6 +104,8 @@ __all__ = [
     "SQLiteToolLedger",
     "Storage",
     "StorageError",
+    "FencedOut",
+    "RunFence",
     "ToolLedger",
     "UnknownSchemaVersion",
     "Vote",

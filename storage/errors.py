@@ -52,3 +52,11 @@ class ActiveRunExists(AlreadyExists):
     def __init__(self, chat_history_id: str) -> None:
         super().__init__(f"thread {chat_history_id!r} already has an active run")
         self.chat_history_id = chat_history_id
+
+
+class FencedOut(StorageError):
+    """A run owner's write was refused: the run was taken over (its fence no longer holds); nothing was written."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is no longer owned by this process; the write was dropped")
+        self.run_id = run_id

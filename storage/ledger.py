@@ -11,7 +11,8 @@ from typing import Any
 from storage.codec import epoch, to_datetime, to_datetime_or_none
 from storage.connection import Connector
 from storage.errors import NotFound
-from storage.protocols import LedgerEntry
+from storage.protocols import LedgerEntry, RunFence
+from storage.runs import fence_holds
 
 _COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
 
@@ -55,13 +56,16 @@ class SQLiteToolLedger:
                 == 1
             )
 
-    def finish(self, tool_call_id: str, ok: bool, result: str) -> bool:
+    def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.
+
+        With a ``fence``, also ``False`` (nothing written) unless the fence holds in the same transaction:
+        an owner whose run was taken over never overwrites the recoverer's "outcome unknown".
 
         >>> storage.ledger.finish("call_1", ok=True, result="deleted a.txt")
         True
         """
-        return self._close(tool_call_id, "done" if ok else "failed", result)
+        return self._close(tool_call_id, "done" if ok else "failed", result, fence)
 
     def mark_unknown(self, tool_call_id: str, result: str) -> bool:
         """Crash recovery: an entry still ``executing`` becomes ``failed`` with ``result``.
@@ -71,8 +75,10 @@ class SQLiteToolLedger:
         """
         return self._close(tool_call_id, "failed", result)
 
-    def _close(self, tool_call_id: str, status: str, result: str) -> bool:
+    def _close(self, tool_call_id: str, status: str, result: str, fence: RunFence | None = None) -> bool:
         with self.connector.writing() as db:
+            if fence is not None and not fence_holds(db, fence):
+                return False
             changed = db.execute(
                 "UPDATE ledger SET status = ?, result = ?, finished_at = ? "
                 "WHERE tool_call_id = ? AND status = 'executing'",

@@ -15,8 +15,9 @@ from typing import Any
 from bot.messages import ChatMessage
 from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
 from storage.connection import Connector
-from storage.protocols import InboxItem, Instant, OutboxMessage, RunRecord, ThreadAddress
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 from storage.runs import RUN_COLUMNS as _RUN_COLUMNS
+from storage.runs import fence_holds
 from storage.runs import run_from_row as _run_record
 
 _WORKING = "('running', 'resuming')"
@@ -279,11 +280,13 @@ class SQLiteOutbox:
         claim_until: Instant = None,
         now: Instant = None,
         finishes_run: str | None = None,
+        fence: RunFence | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
 
         ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
-        run's answer is owed exactly when the run is finished).
+        run's answer is owed exactly when the run is finished). ``fence``: only while the fence holds, in
+        that transaction; otherwise nothing is written and the result is ``False``.
 
         >>> storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
@@ -291,6 +294,8 @@ class SQLiteOutbox:
         at = epoch(now)
         claimed = None if claimed_by is None else epoch(claim_until)
         with self.connector.writing() as db:
+            if fence is not None and not fence_holds(db, fence):
+                return False
             if finishes_run is not None:
                 db.execute(
                     "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = ? "

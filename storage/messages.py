@@ -16,7 +16,9 @@ from sqlite_utils import Database
 from bot.messages import ChatMessage, ChatRole
 from storage.codec import dumps, loads
 from storage.connection import connector_for
-from storage.errors import CorruptRecord
+from storage.errors import CorruptRecord, FencedOut
+from storage.protocols import RunFence
+from storage.runs import fence_holds
 
 _TOOL = ChatRole.TOOL.value
 
@@ -51,10 +53,14 @@ class SQLiteChatMessageStore:
         self.skip_system_messages = skip_system_messages
         self.connector, self._owned = connector_for(path_or_db)
 
-    def write_messages(self, chat_history_id: str, messages: Sequence[ChatMessage]) -> int:
+    def write_messages(
+        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: RunFence | None = None
+    ) -> int:
         """Append ``messages`` to the thread and return how many were new.
 
-        Idempotent by ``message.meta["id"]``: writing the same messages again adds nothing.
+        Idempotent by ``message.meta["id"]``: writing the same messages again adds nothing. With a
+        ``fence`` (a run owner writing its step), :class:`~storage.errors.FencedOut` and nothing written
+        unless the fence holds in the same transaction.
 
         >>> store.write_messages("t1", [question, answer])
         2
@@ -71,6 +77,8 @@ class SQLiteChatMessageStore:
         now = time.time()
         written = 0
         with self.connector.writing() as db:
+            if fence is not None and not fence_holds(db, fence):
+                raise FencedOut(fence.run_id)
             seq = db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE chat_history_id = ?", [chat_history_id]
             ).fetchone()[0]

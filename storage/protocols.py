@@ -67,6 +67,37 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class RunFence:
+    """The fencing token a run's owner carries: its instance id and the run's takeover generation.
+
+    A process that starts, resumes or takes over a run gets the run's ``recoveries`` count as it claimed
+    it; a takeover (``leases.claim_expired``) bumps that count and changes the owner. Every durable write
+    the owner makes on behalf of the run (its history, the ledger's ``finish``, the run's status changes,
+    its answer in the outbox) passes the fence, and the store makes the write only if, in the same
+    transaction, the run is still running or resuming with ``owner = fence.owner`` and
+    ``recoveries = fence.generation``. A stalled owner that wakes after a takeover thus writes nothing.
+
+    >>> RunFence("run-1", "host-1-a", 0)
+    """
+
+    run_id: str
+    owner: str
+    generation: int
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunFence:
+        """The fence of a run as its owner claimed it (``run.owner`` must be set)."""
+        if run.owner is None:
+            raise ValueError(f"run {run.run_id!r} has no owner to fence with")
+        return cls(run.run_id, run.owner, run.recoveries)
+
+    def holds_for(self, run: RunRecord) -> bool:
+        """Whether the fence holds for the run as read (the stores check it again in each fenced write)."""
+        return (run.run_id == self.run_id and run.owner == self.owner and run.recoveries == self.generation
+                and run.status in ("running", "resuming"))
+
+
+@dataclass(frozen=True)
 class NewApproval:
     """What the engine knows when a tool call pauses; ``approvals.create_many`` stores it.
 
@@ -240,7 +271,16 @@ class OutboxMessage:
 class ChatMessageStore(Protocol):
     """Thread history: idempotent writes, ``last_k`` reads that never split a tool call from its results."""
 
-    def write_messages(self, chat_history_id: str, messages: Sequence[ChatMessage]) -> int: ...
+    def write_messages(
+        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: RunFence | None = None
+    ) -> int:
+        """Append the messages that are new (by id); how many were.
+
+        With a ``fence`` (a run owner writing its step), the write happens only if the fence holds in the
+        same transaction (see :class:`RunFence`); otherwise nothing is written and
+        :class:`storage.errors.FencedOut` is raised.
+        """
+        ...
 
     def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]: ...
 
@@ -256,6 +296,8 @@ class RunStore(Protocol):
     the database itself (a unique partial index, or a conditional insert): ``create`` raises
     :class:`storage.errors.ActiveRunExists` instead of opening a second one, whichever process asks.
     ``transition`` to ``paused`` or a terminal status clears the run's owner and lease.
+    ``transition(..., fence=...)`` moves the run only while the fence holds (see :class:`RunFence`):
+    a fenced-out owner gets ``False`` and the run is left as its new owner has it.
     """
 
     def create(
@@ -275,7 +317,8 @@ class RunStore(Protocol):
     def get(self, run_id: str) -> RunRecord: ...
 
     def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        **fields: Any,
     ) -> bool: ...
 
     def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None: ...
@@ -341,7 +384,13 @@ class ToolLedger(Protocol):
         self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
     ) -> bool: ...
 
-    def finish(self, tool_call_id: str, ok: bool, result: str) -> bool: ...
+    def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
+        """Record the outcome of an ``executing`` call; ``False`` if it was finished (or marked unknown) already.
+
+        With a ``fence``, also ``False`` (nothing written) unless the fence holds in the same transaction
+        (see :class:`RunFence`): the "outcome unknown" a recoverer wrote, or will write, is never overwritten.
+        """
+        ...
 
     def get(self, tool_call_id: str) -> LedgerEntry | None: ...
 
@@ -433,6 +482,10 @@ class RunLeases(Protocol):
         Counts the take-over in ``recoveries``. SQL: ``UPDATE runs SET owner=?, lease_expires_at=?,
         recoveries=recoveries+1 WHERE run_id=? AND status IN ('running','resuming') AND
         (lease_expires_at IS NULL OR lease_expires_at <= now) RETURNING ...``.
+
+        ``recoveries`` is the run's fencing generation (see :class:`RunFence`): bumping it, with the new
+        owner, in this one statement is what fences out every write of the previous owner from now on,
+        even when a process takes over its own run. A release (``owner`` cleared) fences out too.
         """
         ...
 
@@ -506,10 +559,13 @@ class Outbox(Protocol):
     """
 
     def add(self, key: str, address: ThreadAddress, text: str, *, claimed_by: str | None = None,
-            claim_until: Instant = None, now: Instant = None, finishes_run: str | None = None) -> bool:
+            claim_until: Instant = None, now: Instant = None, finishes_run: str | None = None,
+            fence: RunFence | None = None) -> bool:
         """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
 
         ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
+        With a ``fence`` (for ``finishes_run``), nothing is written and ``False`` returned unless the fence
+        holds in that transaction (see :class:`RunFence`): a fenced-out owner owes no answer.
         """
         ...
 

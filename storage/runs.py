@@ -13,6 +13,7 @@ from storage.protocols import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     Instant,
+    RunFence,
     RunRecord,
 )
 
@@ -53,6 +54,22 @@ RUN_COLUMNS = _COLUMNS
 def run_from_row(row: Any) -> RunRecord:
     """The :class:`RunRecord` of a row selected with :data:`RUN_COLUMNS`."""
     return _record(row)
+
+
+FENCE_CONDITION = "owner = ? AND recoveries = ? AND status IN ('running', 'resuming')"
+"""The ``runs`` condition under which a fence holds (parameters: :func:`fence_params`)."""
+
+
+def fence_params(fence: RunFence) -> list[Any]:
+    """The parameters of :data:`FENCE_CONDITION`."""
+    return [fence.owner, fence.generation]
+
+
+def fence_holds(db: Any, fence: RunFence) -> bool:
+    """Whether the fence holds, read inside the caller's write transaction (SQLite writes are serialised)."""
+    return db.execute(
+        f"SELECT 1 FROM runs WHERE run_id = ? AND {FENCE_CONDITION}", [fence.run_id, *fence_params(fence)]
+    ).fetchone() is not None
 
 
 def _check_status(status: str) -> str:
@@ -144,13 +161,15 @@ class SQLiteRunStore:
         return _record(row)
 
     def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; return whether this caller won.
 
         ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
         Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
-        the lease (nobody works on such a run).
+        the lease (nobody works on such a run). With a ``fence``, the run moves only while the fence holds
+        (same statement): an owner whose run was taken over gets ``False``.
 
         >>> storage.runs.transition("run-1", "paused", "resuming")
         True
@@ -173,11 +192,16 @@ class SQLiteRunStore:
         if to_status in _UNOWNED_STATUSES:
             assignments += ", owner = NULL, lease_expires_at = NULL"
         placeholders = ", ".join("?" for _ in sources)
+        fenced, fenced_params = "", []
+        if fence is not None:
+            if fence.run_id != run_id:
+                raise ValueError(f"the fence of run {fence.run_id!r} cannot guard run {run_id!r}")
+            fenced, fenced_params = f" AND {FENCE_CONDITION}", fence_params(fence)
         with self.connector.writing() as db:
             changed = db.execute(
                 f"UPDATE runs SET status = ?, updated_at = ?{assignments} "
-                f"WHERE run_id = ? AND status IN ({placeholders})",
-                [to_status, epoch(None), *fields.values(), run_id, *sources],
+                f"WHERE run_id = ? AND status IN ({placeholders}){fenced}",
+                [to_status, epoch(None), *fields.values(), run_id, *sources, *fenced_params],
             ).rowcount
             if not changed:
                 self._get(db, run_id)  # NotFound for an unknown run, rather than a silent False

@@ -56,6 +56,8 @@ class _RunContext:
     history_id: str | None
     store: Any
     step_count: int = 0
+    fence: Any = None
+    """``chat_message_store_kwargs["fence"]``: passed to every history write of the run (see storage's RunFence)."""
     token_usage: dict[str, int] = field(default_factory=dict)
     tool_call_counts: dict[str, int] = field(default_factory=dict)
 
@@ -363,6 +365,7 @@ class Agent:
             state=initial_state,
             history_id=store_kwargs.get("chat_history_id"),
             store=self.chat_message_store,
+            fence=store_kwargs.get("fence"),
         )
         prompt = system_prompt or self.system_prompt
         if prompt and not (messages and messages[0].role == ChatRole.SYSTEM):
@@ -385,6 +388,7 @@ class Agent:
             state=dict(snapshot.state),
             history_id=store_kwargs.get("chat_history_id", snapshot.history_id),
             store=self.chat_message_store,
+            fence=store_kwargs.get("fence"),
             step_count=snapshot.step_count,
             token_usage=dict(snapshot.token_usage),
             tool_call_counts=dict(snapshot.tool_call_counts),
@@ -395,7 +399,9 @@ class Agent:
         if not messages:
             return
         if ctx.store is not None and ctx.history_id:
-            await _call_store(ctx.store.write_messages, ctx.history_id, messages)
+            # A fenced write raises (and writes nothing) once the run is no longer this owner's.
+            fenced = {} if ctx.fence is None else {"fence": ctx.fence}
+            await _call_store(ctx.store.write_messages, ctx.history_id, messages, **fenced)
         ctx.messages.extend(messages)
 
     def _result(self, ctx: _RunContext, exit_reason: str) -> dict[str, Any]:

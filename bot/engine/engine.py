@@ -61,7 +61,7 @@ from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.tools import Tool
-from storage import NewApproval, NotFound, StorageError, open_async_storage
+from storage import FencedOut, NewApproval, NotFound, StorageError, open_async_storage
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Engine:
             tools=list(tools),
             system_prompt=config.system_prompt,
             confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage)},
+            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
         )
         self.admin_commands = AdminCommands(
@@ -227,9 +227,14 @@ class Engine:
         return lambda ctx: self.agent.run_async(
             [],
             run_id=run_id,
-            chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
+            chat_message_store_kwargs=self._store_kwargs(run_id, thread),
             confirmation_strategy_context=ctx,
         )
+
+    def _store_kwargs(self, run_id: str, thread: ThreadRef) -> dict[str, Any]:
+        """Where the agent keeps the run's history, and the fence every write of it is made under."""
+        return {"chat_history_id": thread.key, "last_k": self.config.history_last_k,
+                "fence": self.lifecycle.fence(run_id)}
 
     async def run_agent(
         self,
@@ -256,16 +261,24 @@ class Engine:
                 result = await self.lifecycle.guarded(run_id, invoke(context))
             except LeaseLost:  # another process continues the run: record and say nothing here
                 return
+            except FencedOut:  # a write found the run taken over: nothing was written, nothing is said
+                self.lifecycle.dropped(run_id)
+                return
             except HITLBreakpointException as pause:
                 await self._on_pause(run_id, thread, requester, pause)
             except Exception as exc:  # the run fails; the thread stays usable
                 await self.fail_run(run_id, thread, exc)
             else:
                 await self.finish_run(run_id, thread, result)
+        except FencedOut:
+            self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
             logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
+            fence = self.lifecycle.fence(run_id)
             await _quietly(
-                self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
+                self.storage.runs.transition(
+                    run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
+                )
             )
             await _quietly(self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}"))
         finally:
@@ -277,17 +290,23 @@ class Engine:
         text = _answer_text(result)
         last = result.get("last_message")
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
+        fence = self.lifecycle.fence(run_id)
         if not text:
-            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished")
+            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence)
             return
-        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id):
+        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
 
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread."""
+        fence = self.lifecycle.fence(run_id)
+        if not await self.storage.runs.transition(
+            run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
+        ) and fence is not None:
+            self.lifecycle.dropped(run_id)  # taken over: the new owner tells the thread what happened
+            return
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
-        await self.storage.runs.transition(run_id, ("running", "resuming"), "failed", error=type(exc).__name__)
         await self._close_dangling(thread, "not run: the run failed")
         await self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}")
 
@@ -304,6 +323,10 @@ class Engine:
         snapshot = pause.snapshot
         assert snapshot is not None
         run = await self.storage.runs.get(run_id)
+        fence = self.lifecycle.fence(run_id)
+        if fence is not None and not fence.holds_for(run):
+            self.lifecycle.dropped(run_id)  # taken over while asking the model: no approvals for a run not ours
+            return
         step = run.step + 1
         if run.recoveries:  # a pause that died half-way left (cancelled) approvals under the next step number
             step = max([step, *(a.step + 1 for a in await self.storage.approvals.for_run(run_id))])
@@ -337,8 +360,13 @@ class Engine:
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
-            run_id, "running", "paused", snapshot_json=snapshot.to_json(), step=step
+            run_id, "running", "paused", fence=fence, snapshot_json=snapshot.to_json(), step=step
         )
+        if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
+            # Taken over in the moment since the check above: closing the run's pending approvals could close
+            # the new owner's, so these are left to expire (they cannot resume a run that is not paused on them).
+            self.lifecycle.dropped(run_id)
+            return
         if not paused:
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
@@ -623,26 +651,31 @@ class Engine:
             if not await self.storage.leases.claim_paused(run_id, self.lifecycle.owner, self.lifecycle.lease_until()):
                 return  # another worker, replica or a supersede got there first
             failpoints.failpoint("after_claim")
-            try:
-                snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
-            except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
-                await self.fail_run(run_id, thread, exc)
-                return
-            decisions = [decision_from_record(r) for r in records]
-            await self.storage.runs.transition(run_id, "resuming", "running")
-            await self.run_agent(
-                run_id,
-                thread,
-                run.requester,
-                lambda ctx: self.agent.run_async(
-                    [],
-                    snapshot=snapshot,
-                    tool_execution_decisions=decisions,
-                    chat_message_store_kwargs={"chat_history_id": thread.key, "last_k": self.config.history_last_k},
-                    confirmation_strategy_context=ctx,
-                ),
-            )
+            async with self.lifecycle.holding(await self.storage.runs.get(run_id)) as fence:
+                if fence is not None:
+                    await self._resume_claimed(run_id, thread, run.requester, records)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
+
+    async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
+        try:
+            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
+        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
+            await self.fail_run(run_id, thread, exc)
+            return
+        decisions = [decision_from_record(r) for r in records]
+        await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id))
+        await self.run_agent(
+            run_id,
+            thread,
+            requester,
+            lambda ctx: self.agent.run_async(
+                [],
+                snapshot=snapshot,
+                tool_execution_decisions=decisions,
+                chat_message_store_kwargs=self._store_kwargs(run_id, thread),
+                confirmation_strategy_context=ctx,
+            ),
+        )
 
     async def supersede(self, run: Any) -> None:
         """A newer message is to run while ``run`` is paused: close its approvals and its dangling calls."""

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
 from bot.messages import ToolCall
+from storage.protocols import RunFence
+
+logger = logging.getLogger(__name__)
+
+LATE_RESULT_LIMIT = 4000
+"""How much of a result that came too late for the ledger the audit log keeps (tool output can be long)."""
 
 
 def ledger_key(run_id: str, call_key: str) -> str:
@@ -15,11 +23,21 @@ def ledger_key(run_id: str, call_key: str) -> str:
     return f"{run_id}:{call_key}"
 
 
-class StorageExecutionLedger:
-    """Implements :class:`bot.agent.tool_runner.ExecutionLedger` with ``storage.ledger``."""
+def _no_fence(_run_id: str) -> RunFence | None:
+    return None
 
-    def __init__(self, storage: Any) -> None:
+
+class StorageExecutionLedger:
+    """Implements :class:`bot.agent.tool_runner.ExecutionLedger` with ``storage.ledger``.
+
+    ``fences`` gives the fence this process holds on a run (``None`` if it holds none): the outcome is
+    recorded only while it holds, so an owner whose run was taken over never overwrites the "outcome
+    unknown" its recoverer wrote. Such a late result is kept in the audit log instead (``late_result``).
+    """
+
+    def __init__(self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence) -> None:
         self.storage = storage
+        self.fences = fences
 
     async def begin(self, run_id: str, call_key: str, call: ToolCall) -> LedgerClaim:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
@@ -34,6 +52,16 @@ class StorageExecutionLedger:
         return LedgerClaim(granted=False, prior_result=entry.result, prior_error=entry.status != "done")
 
     async def finish(self, run_id: str, call_key: str, ok: bool, result: str) -> None:
-        """Record the outcome."""
+        """Record the outcome; one that comes after a takeover goes to the audit log, not the ledger."""
         failpoints.failpoint("after_tool")
-        await self.storage.ledger.finish(ledger_key(run_id, call_key), ok, result)
+        key = ledger_key(run_id, call_key)
+        fence = self.fences(run_id)
+        if await self.storage.ledger.finish(key, ok, result, fence=fence):
+            return
+        # The run was taken over (or the call closed) meanwhile: the ledger keeps what the thread was told.
+        logger.warning("a tool result came after the run was taken over; kept in the audit log only",
+                       extra={"run_id": run_id, "call_key": call_key})
+        await self.storage.audit.append(
+            fence.owner if fence is not None else "countersign", "late_result", key,
+            {"run_id": run_id, "ok": ok, "result": result[:LATE_RESULT_LIMIT]},
+        )

@@ -14,6 +14,11 @@ and makes sure none of it is lost:
   and never runs again; a call that people approved but that has no ledger entry has not started and
   runs now, once, through the ledger's claim; a run that died between durable points is continued
   from its stored history. The thread is always told what happened.
+- **Fencing.** A process holds a :class:`~storage.protocols.RunFence` (its instance id and the run's
+  takeover generation) for each run it works on, and every durable write it makes for the run (its
+  history, the ledger's outcome, the run's status, its answer) is conditional on that fence in the same
+  transaction. An owner that stalled past its lease and wakes after a takeover has its first write
+  refused: it drops the run at once, without a second result or a second answer.
 - **Graceful shutdown.** A stopping process takes no new work, lets in-flight work finish within a
   grace period, then releases its leases so another process continues at once.
 """
@@ -22,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -36,7 +42,8 @@ from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.messages import ChatMessage, ChatRole, new_id
-from storage.protocols import TERMINAL_RUN_STATUSES
+from storage.errors import FencedOut
+from storage.protocols import TERMINAL_RUN_STATUSES, RunFence, RunRecord
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -92,6 +99,11 @@ class RecoveryReport:
         return text
 
 
+def _marked_unknown(entry: Any) -> bool:
+    """Whether a ledger entry is an "outcome unknown" a recovery recorded (its call's result is still unwritten)."""
+    return bool(entry.status == "failed" and entry.result == OUTCOME_UNKNOWN)
+
+
 def _names(names: Iterable[str]) -> str:
     return ", ".join(sorted(set(names)))
 
@@ -114,6 +126,37 @@ class RunLifecycle:
         self._inflight: set[asyncio.Task[Any]] = set()
         self._working: dict[str, asyncio.Task[Any]] = {}
         self._lost: set[str] = set()
+        self._fences: dict[str, RunFence] = {}
+
+    # --- fences -------------------------------------------------------------------------------------
+
+    def fence(self, run_id: str) -> RunFence | None:
+        """The fence this process holds on the run while it works on it, else ``None``."""
+        return self._fences.get(run_id)
+
+    @asynccontextmanager
+    async def holding(self, run: RunRecord) -> AsyncIterator[RunFence | None]:
+        """Work on a run this process just claimed, under the fence it claimed it with.
+
+        Yields ``None`` (hold nothing, write nothing) if the run is not this process's: it was taken
+        over between the claim and this read.
+        """
+        if run.owner != self.owner or not RunFence.of(run).holds_for(run):
+            logger.warning("run taken over before work on it began; dropping it here", extra={"run_id": run.run_id})
+            yield None
+            return
+        fence = RunFence.of(run)
+        self._fences[run.run_id] = fence
+        try:
+            yield fence
+        finally:
+            if self._fences.get(run.run_id) == fence:
+                del self._fences[run.run_id]
+
+    def dropped(self, run_id: str) -> None:
+        """Log, once, that this process's write for a run was fenced out and its work on the run dropped."""
+        logger.warning("run taken over by another process; this process's work on it was dropped",
+                       extra={"run_id": run_id, "owner": self.owner})
 
     # --- leases -------------------------------------------------------------------------------------
 
@@ -250,10 +293,12 @@ class RunLifecycle:
                         shown = await self._show_queued(thread, waiting)
                     return
                 run, item = started
-                await self.engine.run_agent(
-                    run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread),
-                    message_id=item.message_ref,
-                )
+                async with self.holding(run) as fence:
+                    if fence is not None:
+                        await self.engine.run_agent(
+                            run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread),
+                            message_id=item.message_ref,
+                        )
 
     async def _show_queued(self, thread: ThreadRef, waiting: tuple[int, str | None]) -> bool:
         surface = self.engine.surfaces.get(thread.platform)
@@ -286,9 +331,12 @@ class RunLifecycle:
 
     async def _recover_run(self, run: Any) -> None:
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
-        async with self.engine.thread_lock(thread.key):
+        async with self.engine.thread_lock(thread.key), self.holding(run) as fence:
             try:
-                await self._continue(run, thread)
+                if fence is not None:
+                    await self._continue(run, thread)
+            except FencedOut:  # taken over again while recovering it: the new owner continues
+                self.dropped(run.run_id)
             except Exception as exc:  # whatever went wrong, the run must not stay owned and running forever
                 logger.exception("could not recover a run", extra={"run_id": run.run_id})
                 await self.engine.fail_run(run.run_id, thread, exc)
@@ -322,7 +370,7 @@ class RunLifecycle:
             await self.deliveries.say(thread, report.notice(continuing=False), notice_key)
             await self.engine.finish_run(run.run_id, thread, {"last_message": last, "exit_reason": "text"})
             return
-        await self.storage.runs.transition(run.run_id, "resuming", "running")
+        await self.storage.runs.transition(run.run_id, "resuming", "running", fence=self.fence(run.run_id))
         await self.deliveries.say(thread, report.notice(continuing=True), notice_key)
         await self.engine.run_agent(run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread))
 
@@ -338,7 +386,7 @@ class RunLifecycle:
         if step.id not in written and not await self._any_started(run.run_id, applied.to_execute):
             # The resume died before writing the step, so nothing of it has run. (A step older than the
             # window read here that ran a call has ledger entries, so it is not written a second time.)
-            await self.storage.messages.write_messages(thread.key, applied.messages)
+            await self.storage.messages.write_messages(thread.key, applied.messages, fence=self.fence(run.run_id))
             history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         open_ids = {c.id for c in dangling_tool_calls(history) if c.id is not None}
         positions = {id(c): i for i, c in enumerate(step.tool_calls)}
@@ -358,14 +406,16 @@ class RunLifecycle:
                 results.append(ChatMessage.from_tool(OUTCOME_UNKNOWN, origin=call, error=True))
                 report.unknown.append(call.tool_name)
             else:
+                if _marked_unknown(entry):  # by an earlier recoverer that was stopped before it told the thread
+                    report.unknown.append(call.tool_name)
                 results.append(ChatMessage.from_tool(entry.result or "", origin=call, error=entry.status != "done"))
         if calls:
-            runner = ToolRunner(self.engine.tools, ledger=StorageExecutionLedger(self.storage))
+            runner = ToolRunner(self.engine.tools, ledger=StorageExecutionLedger(self.storage, self.fence))
             results += await runner.run(calls, run_id=run.run_id, call_keys=keys, state=dict(snapshot.state))
         order = {c.id: i for i, c in enumerate(applied.to_execute)}
         results.sort(key=lambda m: order.get(m.tool_call_result.origin.id, 0))
         if results:
-            await self.storage.messages.write_messages(thread.key, results)
+            await self.storage.messages.write_messages(thread.key, results, fence=self.fence(run.run_id))
 
     async def _any_started(self, run_id: str, calls: list[Any]) -> bool:
         for call in calls:
@@ -391,12 +441,18 @@ class RunLifecycle:
                 # It finished before the crash: telling the model "not run" would invite running it again.
                 message.tool_call_result.result = entry.result
                 message.tool_call_result.error = entry.status != "done"
+                if _marked_unknown(entry):  # by an earlier recoverer that was stopped before it told the thread
+                    report.unknown.append(origin.tool_name)
             closing.append(message)
         if closing:
-            await self.storage.messages.write_messages(thread.key, closing)
+            await self.storage.messages.write_messages(thread.key, closing, fence=self.fence(run.run_id))
 
     async def _give_up(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
-        await self.storage.runs.transition(run.run_id, ("running", "resuming"), "failed", error="bot restarted")
+        if not await self.storage.runs.transition(
+            run.run_id, ("running", "resuming"), "failed", fence=self.fence(run.run_id), error="bot restarted"
+        ):
+            self.dropped(run.run_id)
+            return
         text = report.notice(continuing=False) + " I could not continue it, so I stopped; please ask again."
         await self.deliveries.say(thread, text, f"gave-up:{run.run_id}")
 

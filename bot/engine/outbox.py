@@ -17,7 +17,7 @@ from typing import Any
 
 from bot.engine.model import ThreadRef
 from bot.engine.surface import Surface
-from storage import ThreadAddress
+from storage import RunFence, ThreadAddress
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +58,13 @@ class Deliveries:
         self.clock = clock
         self.claim_seconds = claim_seconds
 
-    async def owe(self, thread: ThreadRef, text: str, key: str, finishes_run: str | None = None) -> bool:
+    async def owe(
+        self, thread: ThreadRef, text: str, key: str, finishes_run: str | None = None, fence: RunFence | None = None
+    ) -> bool:
         """Store the message durably, claimed by this process if it can post it; ``False`` if already owed.
 
         ``finishes_run``: the message is that run's answer, and the run is marked finished in the same write.
+        ``fence``: only while this process still owns the run (else ``False``, nothing stored, nothing posted).
         """
         now = self.clock()
         can_post = thread.platform in self.surfaces
@@ -74,6 +77,7 @@ class Deliveries:
                 claim_until=now + timedelta(seconds=self.claim_seconds) if can_post else None,
                 now=now,
                 finishes_run=finishes_run,
+                fence=fence,
             )
         )
 

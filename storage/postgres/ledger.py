@@ -12,7 +12,8 @@ from psycopg.types.json import Json
 
 from storage.errors import NotFound
 from storage.postgres.database import PostgresDatabase, utc, utc_or_none
-from storage.protocols import LedgerEntry
+from storage.postgres.runs import fence_holds
+from storage.protocols import LedgerEntry, RunFence
 
 _COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
 
@@ -55,13 +56,16 @@ class PostgresToolLedger:
             == 1
         )
 
-    async def finish(self, tool_call_id: str, ok: bool, result: str) -> bool:
+    async def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.
+
+        With a ``fence``, also ``False`` (nothing written) unless the fence holds in the same transaction:
+        an owner whose run was taken over never overwrites the recoverer's "outcome unknown".
 
         >>> await storage.ledger.finish("call_1", ok=True, result="deleted a.txt")
         True
         """
-        return await self._close(tool_call_id, "done" if ok else "failed", result)
+        return await self._close(tool_call_id, "done" if ok else "failed", result, fence)
 
     async def mark_unknown(self, tool_call_id: str, result: str) -> bool:
         """Crash recovery: an entry still ``executing`` becomes ``failed`` with ``result``.
@@ -71,13 +75,17 @@ class PostgresToolLedger:
         """
         return await self._close(tool_call_id, "failed", result)
 
-    async def _close(self, tool_call_id: str, status: str, result: str) -> bool:
-        # The result is stored as a JSON string: tool output may hold characters (NUL) that text refuses.
-        row = await self.db.fetchone(
-            "UPDATE ledger SET status = %s, result = %s, finished_at = now() "
-            "WHERE tool_call_id = %s AND status = 'executing' RETURNING true",
-            [status, Json(result), tool_call_id],
-        )
+    async def _close(self, tool_call_id: str, status: str, result: str, fence: RunFence | None = None) -> bool:
+        async with self.db.transaction() as conn:
+            if fence is not None and not await fence_holds(conn, fence):
+                return False
+            # The result is stored as a JSON string: tool output may hold characters (NUL) that text refuses.
+            cursor = await conn.execute(
+                "UPDATE ledger SET status = %s, result = %s, finished_at = now() "
+                "WHERE tool_call_id = %s AND status = 'executing' RETURNING true",
+                [status, Json(result), tool_call_id],
+            )
+            row = await cursor.fetchone()
         if row is not None:
             return True
         if await self.db.fetchone("SELECT 1 FROM ledger WHERE tool_call_id = %s", [tool_call_id]) is None:

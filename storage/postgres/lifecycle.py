@@ -19,8 +19,8 @@ from storage.codec import loads
 from storage.errors import AlreadyExists
 from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
 from storage.postgres.messages import PostgresChatMessageStore
-from storage.postgres.runs import RUN_COLUMNS, run_from_row
-from storage.protocols import InboxItem, Instant, OutboxMessage, RunRecord, ThreadAddress
+from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
@@ -293,11 +293,13 @@ class PostgresOutbox:
         claim_until: Instant = None,
         now: Instant = None,
         finishes_run: str | None = None,
+        fence: RunFence | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
 
         ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
-        run's answer is owed exactly when the run is finished).
+        run's answer is owed exactly when the run is finished). ``fence``: only while the fence holds, in
+        that transaction; otherwise nothing is written and the result is ``False``.
 
         >>> await storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
@@ -305,6 +307,8 @@ class PostgresOutbox:
         at = instant(now)
         claimed = None if claimed_by is None else instant(claim_until)
         async with self.db.transaction() as conn:
+            if fence is not None and not await fence_holds(conn, fence):
+                return False
             if finishes_run is not None:
                 await conn.execute(
                     "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "

@@ -14,9 +14,11 @@ import psycopg
 
 from bot.messages import ChatMessage, ChatRole
 from storage.codec import dumps, loads
-from storage.errors import CorruptRecord
+from storage.errors import CorruptRecord, FencedOut
 from storage.messages import _check_k
 from storage.postgres.database import PostgresDatabase
+from storage.postgres.runs import fence_holds
+from storage.protocols import RunFence
 
 _TOOL = ChatRole.TOOL.value
 THREAD_LOCK = "countersign.messages"
@@ -47,8 +49,13 @@ class PostgresChatMessageStore:
         self.last_k = _check_k(last_k)
         self.skip_system_messages = skip_system_messages
 
-    async def write_messages(self, chat_history_id: str, messages: Sequence[ChatMessage]) -> int:
+    async def write_messages(
+        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: RunFence | None = None
+    ) -> int:
         """Append ``messages`` to the thread and return how many were new (idempotent by message id).
+
+        With a ``fence`` (a run owner writing its step), :class:`~storage.errors.FencedOut` and nothing
+        written unless the fence holds in the same transaction.
 
         >>> await store.write_messages("t1", [question, answer])
         2
@@ -59,6 +66,8 @@ class PostgresChatMessageStore:
         if not rows:
             return 0
         async with self.db.transaction() as conn:
+            if fence is not None and not await fence_holds(conn, fence):
+                raise FencedOut(fence.run_id)
             return await self._insert(conn, chat_history_id, rows)
 
     async def _write_in(

@@ -9,7 +9,7 @@ from psycopg.types.json import Json
 from storage.codec import loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
-from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunRecord
+from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord
 from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
 _COLUMNS = (
@@ -18,6 +18,22 @@ _COLUMNS = (
 )
 RUN_COLUMNS = _COLUMNS
 """The columns :func:`run_from_row` reads, in order (for other stores that return runs)."""
+FENCE_CONDITION = "owner = %s AND recoveries = %s AND status IN ('running', 'resuming')"
+"""The ``runs`` condition under which a fence holds (parameters: owner, generation)."""
+
+
+async def fence_holds(conn: Any, fence: RunFence) -> bool:
+    """Whether the fence holds, inside the caller's transaction on ``conn``.
+
+    ``FOR SHARE`` locks the run's row until the transaction ends: a takeover (an ``UPDATE`` of the row)
+    waits for the fenced write to commit, and a check that meets a takeover in flight waits for it and
+    re-reads the row, so the fenced write and the takeover never interleave.
+    """
+    cursor = await conn.execute(
+        f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE",
+        [fence.run_id, fence.owner, fence.generation],
+    )
+    return await cursor.fetchone() is not None
 
 
 def _record(row: Any) -> RunRecord:
@@ -100,13 +116,15 @@ class PostgresRunStore:
         return _record(row)
 
     async def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, **fields: Any
+        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
 
         ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
         Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
-        the lease (nobody works on such a run).
+        the lease (nobody works on such a run). With a ``fence``, the run moves only while the fence holds
+        (same statement): an owner whose run was taken over gets ``False``.
 
         >>> await storage.runs.transition("run-1", "paused", "resuming")
         True
@@ -131,10 +149,15 @@ class PostgresRunStore:
         assignments = "".join(f", {name} = %s" for name in values)
         if to_status in _UNOWNED_STATUSES:
             assignments += ", owner = NULL, lease_expires_at = NULL"
+        fenced, fenced_params = "", []
+        if fence is not None:
+            if fence.run_id != run_id:
+                raise ValueError(f"the fence of run {fence.run_id!r} cannot guard run {run_id!r}")
+            fenced, fenced_params = f" AND {FENCE_CONDITION}", [fence.owner, fence.generation]
         row = await self.db.fetchone(
             f"UPDATE runs SET status = %s, updated_at = now(){assignments} "
-            "WHERE run_id = %s AND status = ANY(%s) RETURNING true",
-            [to_status, *values.values(), run_id, list(sources)],
+            f"WHERE run_id = %s AND status = ANY(%s){fenced} RETURNING true",
+            [to_status, *values.values(), run_id, list(sources), *fenced_params],
         )
         if row is None:
             await self.get(run_id)  # NotFound for an unknown run, rather than a silent False

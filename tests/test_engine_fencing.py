@@ -1,0 +1,125 @@
+"""Fencing through the engine: an owner that stalled past its lease and wakes after a takeover writes nothing.
+
+Two engines share one database (a SQLite file, or PostgreSQL), as two processes would. Engine A's
+tool blocks on an event (A "stalls"); the clock passes A's lease and engine B's recovery takes the run
+over, records "outcome unknown" for the call and finishes the run. Then A's tool returns: its heartbeat
+has not run (it is an hour long here), so only the fence in each write keeps A's late result out of the
+history and A's answer out of the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from bot.agent.tool_runner import OUTCOME_UNKNOWN
+from bot.llm import ScriptedChatGenerator
+from bot.tools import tool
+from tests.fakes.engine_kit import Harnesses, asks_for, bounded, dangling_calls, says, tool_results
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request) -> str | None:
+    """``None`` for SQLite, else a fresh PostgreSQL schema of the test's own."""
+    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+async def harnesses(tmp_path, database_url):
+    # Depends on database_url so the engines stop (and release their runs) before a schema is dropped.
+    opened = Harnesses(tmp_path)
+    yield opened
+    await opened.aclose()
+
+
+async def test_a_stalled_owner_whose_run_was_taken_over_adds_no_second_result_and_no_second_answer(
+    harnesses, database_url
+):
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def slow_job(name: str) -> str:
+        """Run a slow job.
+
+        :param name: The job.
+        """
+        started.set()
+        await release.wait()
+        return f"job {name} done"
+
+    a = await harnesses.open(
+        replies=[asks_for("slow_job", name="stall"), says("A's answer")], extra_tools=[slow_job],
+        # A's heartbeat never notices the takeover: the fence alone must hold.
+        heartbeat_seconds=3600.0, database_url=database_url,
+    )
+    working = asyncio.create_task(a.engine.handle_message(a.inbound("run job stall")))
+    await bounded(started.wait())
+    [run] = await a.engine.storage.runs.list_by_status("running")
+
+    a.clock.advance(seconds=a.engine.config.lease_seconds + 1)
+    b = await harnesses.reopen(a, generator=ScriptedChatGenerator([says("B's answer")]))
+    await b.engine.lifecycle.recover()
+    await b.engine.wait_idle()
+    taken = await b.run_of(run.run_id)
+    assert (taken.status, taken.recoveries) == ("finished", 1)
+
+    release.set()  # A wakes up: its tool returns the real result
+    await bounded(working)
+
+    history = await b.history()
+    results = tool_results(history)
+    assert results == [("slow_job", OUTCOME_UNKNOWN, True)], "exactly one result for the call"
+    call_ids = [m.tool_call_result.origin.id for m in history if m.tool_call_result is not None]
+    assert [n for n in Counter(call_ids).values() if n > 1] == []
+    assert dangling_calls(history) == []
+    assert [m.text for m in history if m.text == "A's answer"] == []
+    assert a.surface.replies == [], "A posts nothing for a run it lost"
+    assert [r.text for r in b.surface.replies][-1] == "B's answer"
+    assert len(a.generator.calls) == 1, "A never asked the model about its late result"
+
+    # The ledger keeps what the thread was told; the real, late result is kept in the audit log.
+    [step] = [m for m in history if m.tool_calls]
+    entry = await b.engine.storage.ledger.get(f"{run.run_id}:{step.tool_calls[0].id}")
+    assert (entry.status, entry.result) == ("failed", OUTCOME_UNKNOWN)
+    [late] = await b.audit("late_result")
+    assert (late.subject, late.details["result"], late.details["ok"]) == (entry.tool_call_id, "job stall done", True)
+    assert (await b.run_of(run.run_id)).status == "finished"
+
+
+async def test_a_recovery_cut_short_after_marking_a_call_unknown_still_tells_the_thread(harnesses, database_url):
+    # A recoverer can be fenced out (or die) between marking a call "outcome unknown" in the ledger and
+    # writing that result: the next recoverer finds the mark, not a running call, and must still say so.
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def slow_job(name: str) -> str:
+        """Run a slow job.
+
+        :param name: The job.
+        """
+        started.set()
+        await release.wait()
+        return f"job {name} done"
+
+    a = await harnesses.open(
+        replies=[asks_for("slow_job", name="stall")], extra_tools=[slow_job],
+        heartbeat_seconds=3600.0, database_url=database_url,
+    )
+    working = asyncio.create_task(a.engine.handle_message(a.inbound("run job stall")))
+    await bounded(started.wait())
+    [run] = await a.engine.storage.runs.list_by_status("running")
+    [entry] = await a.engine.storage.ledger.executing(run.run_id)
+    assert await a.engine.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
+
+    a.clock.advance(seconds=a.engine.config.lease_seconds + 1)
+    b = await harnesses.reopen(a, generator=ScriptedChatGenerator([says("B's answer")]))
+    await b.engine.lifecycle.recover()
+    await b.engine.wait_idle()
+    release.set()
+    await bounded(working)
+
+    notices = [r.text for r in b.surface.replies if r.text.startswith("I was restarted")]
+    assert len(notices) == 1 and "The outcome of slow_job is unknown" in notices[0], notices
+    assert tool_results(await b.history()) == [("slow_job", OUTCOME_UNKNOWN, True)]
