@@ -8,6 +8,7 @@ Haystack's Agent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import hashlib
@@ -381,10 +382,9 @@ def schema_from_signature(
             if default is None or isinstance(default, str | int | float | bool | list | dict):
                 schema["default"] = default
             elif _needs_conversion(hint):  # a datetime, a dataclass, ...: its JSON form
-                try:
+                # A default with no JSON form is left out of the schema: the function still applies it.
+                with contextlib.suppress(pydantic.PydanticSchemaGenerationError, pydantic.PydanticSerializationError):
                     schema["default"] = _adapter(hint).dump_python(default, mode="json")
-                except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticSerializationError):
-                    pass
         properties[pname] = schema
     result: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
