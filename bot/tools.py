@@ -24,6 +24,7 @@ from typing import Any, Literal, Union, get_args, get_origin, is_typeddict
 
 import jsonschema
 import pydantic
+import pydantic_core
 import typing_extensions
 from pydantic import TypeAdapter
 
@@ -383,7 +384,8 @@ def schema_from_signature(
                 schema["default"] = default
             elif _needs_conversion(hint):  # a datetime, a dataclass, ...: its JSON form
                 # A default with no JSON form is left out of the schema: the function still applies it.
-                with contextlib.suppress(pydantic.PydanticSchemaGenerationError, pydantic.PydanticSerializationError):
+                no_json_form = (pydantic.PydanticSchemaGenerationError, pydantic_core.PydanticSerializationError)
+                with contextlib.suppress(*no_json_form):
                     schema["default"] = _adapter(hint).dump_python(default, mode="json")
         properties[pname] = schema
     result: dict[str, Any] = {"type": "object", "properties": properties}

@@ -558,3 +558,19 @@ def test_a_typing_typed_dict_works_on_python_3_11_too() -> None:
         "properties": {"key": {"type": "string"}, "value": {"type": "string"}},
     }
     assert tag.invoke(label={"key": "team"}) == {"key": "team"}
+
+
+def test_a_default_without_a_json_form_is_left_out_of_the_schema_and_still_applied() -> None:
+    odd = Window(start=object(), minutes=45)  # type: ignore[arg-type]  # no JSON form for the start
+
+    @tool
+    def plan(window: Window = odd) -> str:
+        """Plan a window.
+
+        :param window: When.
+        """
+        return str(window.minutes)
+
+    assert "default" not in plan.parameters["properties"]["window"]
+    assert "window" not in plan.parameters.get("required", [])
+    assert plan.invoke() == "45"
