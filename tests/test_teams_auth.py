@@ -48,6 +48,22 @@ async def test_a_valid_bot_framework_token_is_accepted(stack):
     assert stack.issuer.jwks_requests >= 1, "the signing key was fetched from the issuer's JWKS"
 
 
+async def test_an_activity_whose_service_url_is_not_the_tokens_gets_401(stack):
+    # A validly signed token for the real connector, on an activity that points replies somewhere else.
+    activity = {**stack.message("hello"), "serviceUrl": "http://127.0.0.1:9/elsewhere"}
+    status, body = await stack.post(activity)
+    assert body == {"error": "the activity's serviceUrl does not match its token"}
+    await assert_refused(stack, status)
+
+
+async def test_a_service_url_differing_only_in_case_is_accepted(stack):
+    activity = {**stack.message("hello"), "serviceUrl": stack.connector.base_url.upper()}
+    status, _ = await stack.post(activity)
+    await stack.settle()
+    assert status == 202
+    assert stack.connector.texts() == ["Hello."]
+
+
 async def test_a_request_without_a_token_gets_401(stack):
     status, body = await stack.post(stack.message("hello"), token=None)
     assert body == {"error": "Authorization header not found"}

@@ -30,8 +30,9 @@ from tests.fakes.teams_stack import ADA, ANA, PERSONAL_CHAT, TeamsStack, action_
 
 EXAMPLES = 40
 """Random examples per payload type, on top of two explicit ones per field (about 100 requests in all)."""
-ALLOWED = {200, 202, 400, 501}
-"""200 a click's answer, 202 a message taken, 400 not an activity, 501 an invoke we do not implement."""
+ALLOWED = {200, 202, 400, 401, 501}
+"""200 a click's answer, 202 a message taken, 400 not an activity, 401 a serviceUrl its token does not vouch
+for, 501 an invoke we do not implement."""
 UNEXPECTED = ("teams request failed", "card action failed", "teams turn failed", "agent run failed")
 
 

@@ -86,6 +86,19 @@ def _checking() -> Iterator[None]:
         _checking_request.reset(token)
 
 
+def _service_url_matches_token(request: web.Request, service_url: str | None) -> bool:
+    """Whether the activity's ``serviceUrl`` is the one the channel's token vouches for.
+
+    Bot Framework channel tokens carry a ``serviceurl`` claim equal to the activity's ``serviceUrl``.
+    A request without that claim (anonymous mode, a token of another kind) has nothing to compare.
+    """
+    identity = request.get("claims_identity")
+    claimed = identity.get_claim_value("serviceurl") if identity is not None else None
+    if not isinstance(claimed, str) or not claimed:
+        return True
+    return claimed.rstrip("/").lower() == (service_url or "").rstrip("/").lower()
+
+
 def _error(status: int, text: str) -> web.Response:
     return web.json_response({"error": text}, status=status)
 
@@ -188,6 +201,10 @@ class TeamsPlugin:
         except MalformedActivity as exc:
             logger.warning("teams request rejected", extra={"reason": str(exc)})
             return _error(400, f"not a valid activity: {exc}")
+        if not _service_url_matches_token(request, activity.service_url):
+            # A signed activity must not point our replies (and the token we attach to them) at another host.
+            logger.warning("teams request rejected", extra={"reason": "the serviceUrl is not the token's"})
+            return _error(401, "the activity's serviceUrl does not match its token")
         try:
             response = await self.adapter.process(request, self.agent)
         except Exception:  # the SDK failed outside the turn (which has its own handler)
