@@ -8,26 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.codec import epoch, to_datetime, to_datetime_or_none
+from storage.codec import epoch
 from storage.connection import Connector
 from storage.errors import NotFound
 from storage.protocols import LedgerEntry, RunFence
+from storage.records import SQLITE_TIMES, ledger_entry
 from storage.runs import fence_holds
 
 _COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
 
 
 def _entry(row: Any) -> LedgerEntry:
-    return LedgerEntry(
-        tool_call_id=row[0],
-        run_id=row[1],
-        tool_name=row[2],
-        args_digest=row[3],
-        status=row[4],
-        result=row[5],
-        started_at=to_datetime(row[6]),
-        finished_at=to_datetime_or_none(row[7]),
-    )
+    return ledger_entry(row, SQLITE_TIMES)
 
 
 class SQLiteToolLedger:

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.messages import ChatMessage
-from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
+from storage.codec import dumps, epoch
 from storage.connection import Connector
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
+from storage.records import SQLITE_TIMES, inbox_item, outbox_message
 from storage.runs import RUN_COLUMNS as _RUN_COLUMNS
 from storage.runs import fence_holds
 from storage.runs import run_from_row as _run_record
@@ -121,14 +122,7 @@ _INBOX_COLUMNS = (
 
 
 def _inbox_item(row: Any) -> InboxItem:
-    return InboxItem(
-        id=row[0],
-        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
-        requester=row[6],
-        message=loads(row[7], kind="inbox message", record_id=str(row[0])),
-        message_ref=row[8],
-        received_at=to_datetime(row[9]),
-    )
+    return inbox_item(row, SQLITE_TIMES)
 
 
 class SQLiteThreadInbox:
@@ -252,16 +246,7 @@ _OUTBOX_COLUMNS = (
 
 
 def _outbox_message(row: Any) -> OutboxMessage:
-    return OutboxMessage(
-        key=row[0],
-        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
-        text=row[6],
-        created_at=to_datetime(row[7]),
-        attempts=row[8],
-        next_attempt_at=to_datetime(row[9]),
-        claimed_by=row[10],
-        delivered_at=to_datetime_or_none(row[11]),
-    )
+    return outbox_message(row, SQLITE_TIMES)
 
 
 class SQLiteOutbox:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
+from storage.codec import dumps, epoch, loads
 from storage.connection import Connector
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.protocols import (
@@ -16,6 +16,7 @@ from storage.protocols import (
     RunFence,
     RunRecord,
 )
+from storage.records import SQLITE_TIMES, run_record
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
@@ -27,24 +28,7 @@ _SETTABLE = ("snapshot_json", "error", "step")
 
 
 def _record(row: Any) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        chat_history_id=row[1],
-        platform=row[2],
-        workspace=row[3],
-        channel=row[4],
-        thread=row[5],
-        requester=row[6],
-        status=row[7],
-        step=row[8],
-        error=row[9],
-        has_snapshot=bool(row[10]),
-        created_at=to_datetime(row[11]),
-        updated_at=to_datetime(row[12]),
-        owner=row[13],
-        lease_expires_at=to_datetime_or_none(row[14]),
-        recoveries=row[15] or 0,
-    )
+    return run_record(row, SQLITE_TIMES)
 
 
 RUN_COLUMNS = _COLUMNS

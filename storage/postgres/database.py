@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from storage.codec import epoch
 from storage.errors import StorageError
 from storage.protocols import Instant
+from storage.records import TimeReader
 
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
@@ -181,3 +182,7 @@ class PostgresDatabase:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+POSTGRES_TIMES = TimeReader(utc, utc_or_none)
+"""PostgreSQL keeps times as ``timestamptz``; the shared row mappers read them through this."""

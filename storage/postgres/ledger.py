@@ -11,24 +11,16 @@ from typing import Any
 from psycopg.types.json import Json
 
 from storage.errors import NotFound
-from storage.postgres.database import PostgresDatabase, utc, utc_or_none
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase
 from storage.postgres.runs import fence_holds
 from storage.protocols import LedgerEntry, RunFence
+from storage.records import ledger_entry
 
 _COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
 
 
 def _entry(row: Any) -> LedgerEntry:
-    return LedgerEntry(
-        tool_call_id=row[0],
-        run_id=row[1],
-        tool_name=row[2],
-        args_digest=row[3],
-        status=row[4],
-        result=row[5],
-        started_at=utc(row[6]),
-        finished_at=utc_or_none(row[7]),
-    )
+    return ledger_entry(row, POSTGRES_TIMES)
 
 
 class PostgresToolLedger:

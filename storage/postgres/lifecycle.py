@@ -15,12 +15,12 @@ from typing import Any
 from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
-from storage.codec import loads
 from storage.errors import AlreadyExists
-from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
+from storage.records import inbox_item, outbox_message
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
@@ -122,14 +122,7 @@ _INBOX_COLUMNS = (
 
 
 def _inbox_item(row: Any) -> InboxItem:
-    return InboxItem(
-        id=row[0],
-        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
-        requester=row[6],
-        message=loads(row[7], kind="inbox message", record_id=str(row[0])),
-        message_ref=row[8],
-        received_at=utc(row[9]),
-    )
+    return inbox_item(row, POSTGRES_TIMES)
 
 
 class PostgresThreadInbox:
@@ -265,16 +258,7 @@ _OUTBOX_COLUMNS = (
 
 
 def _outbox_message(row: Any) -> OutboxMessage:
-    return OutboxMessage(
-        key=row[0],
-        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
-        text=row[6],
-        created_at=utc(row[7]),
-        attempts=row[8],
-        next_attempt_at=utc(row[9]),
-        claimed_by=row[10],
-        delivered_at=utc_or_none(row[11]),
-    )
+    return outbox_message(row, POSTGRES_TIMES)
 
 
 class PostgresOutbox:

@@ -8,8 +8,9 @@ from psycopg.types.json import Json
 
 from storage.codec import loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
-from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord
+from storage.records import run_record
 from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
 _COLUMNS = (
@@ -37,24 +38,7 @@ async def fence_holds(conn: Any, fence: RunFence) -> bool:
 
 
 def _record(row: Any) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        chat_history_id=row[1],
-        platform=row[2],
-        workspace=row[3],
-        channel=row[4],
-        thread=row[5],
-        requester=row[6],
-        status=row[7],
-        step=row[8],
-        error=row[9],
-        has_snapshot=bool(row[10]),
-        created_at=utc(row[11]),
-        updated_at=utc(row[12]),
-        owner=row[13],
-        lease_expires_at=utc_or_none(row[14]),
-        recoveries=row[15] or 0,
-    )
+    return run_record(row, POSTGRES_TIMES)
 
 
 def run_from_row(row: Any) -> RunRecord:

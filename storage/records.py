@@ -1,0 +1,94 @@
+"""Rows to records, shared by every backend: one mapping per record, so the backends cannot drift.
+
+Each backend selects the columns in the order a mapper reads them and passes its own :class:`TimeReader`
+(SQLite stores epoch seconds, PostgreSQL ``timestamptz``). JSON columns arrive as text on both.
+
+>>> run_record(row, SQLITE_TIMES)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from storage.codec import loads, to_datetime, to_datetime_or_none
+from storage.protocols import InboxItem, LedgerEntry, OutboxMessage, RunRecord, ThreadAddress
+
+
+@dataclass(frozen=True)
+class TimeReader:
+    """How a backend turns a stored time into an aware UTC ``datetime`` (``optional`` keeps ``None``)."""
+
+    required: Callable[[Any], datetime]
+    optional: Callable[[Any], datetime | None]
+
+
+SQLITE_TIMES = TimeReader(to_datetime, to_datetime_or_none)
+"""SQLite keeps times as epoch seconds (PostgreSQL's reader is ``storage.postgres.database.POSTGRES_TIMES``)."""
+
+
+def run_record(row: Any, times: TimeReader) -> RunRecord:
+    """Columns: run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error,
+    has_snapshot, created_at, updated_at, owner, lease_expires_at, recoveries."""
+    return RunRecord(
+        run_id=row[0],
+        chat_history_id=row[1],
+        platform=row[2],
+        workspace=row[3],
+        channel=row[4],
+        thread=row[5],
+        requester=row[6],
+        status=row[7],
+        step=row[8],
+        error=row[9],
+        has_snapshot=bool(row[10]),
+        created_at=times.required(row[11]),
+        updated_at=times.required(row[12]),
+        owner=row[13],
+        lease_expires_at=times.optional(row[14]),
+        recoveries=row[15] or 0,
+    )
+
+
+def ledger_entry(row: Any, times: TimeReader) -> LedgerEntry:
+    """Columns: tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at."""
+    return LedgerEntry(
+        tool_call_id=row[0],
+        run_id=row[1],
+        tool_name=row[2],
+        args_digest=row[3],
+        status=row[4],
+        result=row[5],
+        started_at=times.required(row[6]),
+        finished_at=times.optional(row[7]),
+    )
+
+
+def inbox_item(row: Any, times: TimeReader) -> InboxItem:
+    """Columns: id, chat_history_id, platform, workspace, channel, thread, requester, message_json (text),
+    message_ref, received_at."""
+    return InboxItem(
+        id=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        requester=row[6],
+        message=loads(row[7], kind="inbox message", record_id=str(row[0])),
+        message_ref=row[8],
+        received_at=times.required(row[9]),
+    )
+
+
+def outbox_message(row: Any, times: TimeReader) -> OutboxMessage:
+    """Columns: key, chat_history_id, platform, workspace, channel, thread, text, created_at, attempts,
+    next_attempt_at, claimed_by, delivered_at."""
+    return OutboxMessage(
+        key=row[0],
+        address=ThreadAddress(row[1], row[2], row[3], row[4], row[5]),
+        text=row[6],
+        created_at=times.required(row[7]),
+        attempts=row[8],
+        next_attempt_at=times.required(row[9]),
+        claimed_by=row[10],
+        delivered_at=times.optional(row[11]),
+    )
