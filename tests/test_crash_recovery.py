@@ -184,7 +184,8 @@ async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answere
     cluster.model.plan(f"delete {path}", [("delete_file", {"path": path})])
 
     async with cluster.frozen(survivor):
-        thread = await cluster.mention(victim, f"delete {path}")
+        # The message is stored before Slack's ack: the victim may reach its failpoint before answering.
+        thread = await cluster.mention(victim, f"delete {path}", may_die_after_storing=True)
         # A card from the victim means it went past ``before_llm``; ``while_pausing`` may lie on either side.
         await victim.wait_failpoint(
             passed=lambda: cluster.posts_in(thread) if failpoint == "before_llm" else cluster.replies_in(thread)
