@@ -43,6 +43,9 @@ configuration (environment variables; a .env file in the working folder is read 
                                    tools confined to ./countersign-sandbox)
   COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies (default: none;
                                    in `countersign chat` your user id is your OS user name or --user)
+  COUNTERSIGN_REPLY_MODE           whom the bot answers in a channel thread: requester (the person who
+                                   started the thread's run, or anyone mentioning the bot), mention (only
+                                   mentions) or all (every reply); DMs are always answered (default: requester)
   COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
   OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
                                    Ollama, llama.cpp). Neither set: the offline demo model answers

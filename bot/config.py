@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
 DEFAULT_MODEL = "gpt-4o-mini"
+REPLY_MODES = ("requester", "mention", "all")
+"""``COUNTERSIGN_REPLY_MODE``: whom the bot listens to in a channel thread (see :mod:`bot.engine.listening`)."""
 DEFAULT_SYSTEM_PROMPT = (
     "You are countersign, a careful operations assistant in a team chat. Use the tools to act. "
     "Some tool calls need a human's approval; if a call is rejected, do not retry it unchanged: "
@@ -66,6 +68,9 @@ class Config:
     teams_anonymous: bool = False
     teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
+    reply_mode: str = "requester"
+    """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
+    ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
     failpoints: str = ""
     """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
 
@@ -122,6 +127,7 @@ class Config:
             slack_api_url=env.get("COUNTERSIGN_SLACK_API_URL") or None,
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
+            reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_lifecycle_settings(env),
         )
@@ -306,6 +312,16 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if instance:
         settings["instance_id"] = instance
     return settings
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive); the first when unset."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return choices[0]
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

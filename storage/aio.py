@@ -35,6 +35,7 @@ READ_METHODS = frozenset(
         "due_for_expiry",
         "snapshot",
         "active_for_thread",
+        "latest_for_thread",
         "list_by_status",
         "executing",
         "resolve",

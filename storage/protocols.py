@@ -327,6 +327,10 @@ class RunStore(Protocol):
 
     def active_for_thread(self, chat_history_id: str) -> RunRecord | None: ...
 
+    def latest_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest run, whatever its status (whose requester the thread "belongs" to now)."""
+        ...
+
     def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
 
 

@@ -137,19 +137,62 @@ async def test_a_mention_in_a_thread_the_bot_is_in_is_answered_once(
 # ---------------------------------------------------------------------- threads and DMs
 
 
-async def test_the_bot_continues_a_thread_it_takes_part_in_without_a_new_mention(
-    stack: SlackStack, slack: FakeSlackAPI
+async def test_the_bot_continues_a_thread_with_its_requester_without_a_new_mention(
+    stack: SlackStack, slack: FakeSlackAPI, model: ScriptedChatGenerator
 ) -> None:
     root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
     await stack.requests.event(root)
     await stack.settle()
 
-    await stack.requests.event(stack.requests.message(BOB, CHANNEL, "and staging?", thread_ts=root["ts"]))
+    await stack.requests.event(stack.requests.message(BOB, CHANNEL, "looks fine to me", thread_ts=root["ts"]))
+    await stack.requests.event(stack.requests.message(ALICE, CHANNEL, "and staging?", thread_ts=root["ts"]))
     await stack.settle()
 
     answers = replies(slack)
+    # Bob talks to Alice, not to the bot: no model call, nothing stored (the model saw 2 user messages).
     assert [c.args["text"] for c in answers] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
     assert {c.args["thread_ts"] for c in answers} == {root["ts"]}
+    assert len(model.calls) == 2
+
+
+async def test_in_all_mode_the_bot_answers_every_reply_in_its_thread(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator
+) -> None:
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=model, tools=[], reply_mode="all"
+    )
+    try:
+        root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
+        await stack.requests.event(root)
+        await stack.settle()
+        await stack.requests.event(stack.requests.message(BOB, CHANNEL, "and staging?", thread_ts=root["ts"]))
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    assert [c.args["text"] for c in replies(slack)] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
+
+
+async def test_in_mention_mode_only_mentions_are_answered_even_from_the_requester(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator
+) -> None:
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=model, tools=[], reply_mode="mention"
+    )
+    try:
+        root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
+        await stack.requests.event(root)
+        await stack.settle()
+        await stack.requests.event(stack.requests.message(ALICE, CHANNEL, "thinking aloud", thread_ts=root["ts"]))
+        await stack.settle()
+        await stack.requests.event(
+            stack.requests.mention(BOB, CHANNEL, "<@U0BOT> and staging?", thread_ts=root["ts"])
+        )
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    assert [c.args["text"] for c in replies(slack)] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
 
 
 async def test_the_bot_stays_out_of_threads_and_channel_chatter_it_was_not_asked_into(

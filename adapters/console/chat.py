@@ -150,6 +150,7 @@ class ChatSession:
                 text=text,
                 event_id=uuid.uuid4().hex,
                 user_name=self.user,
+                is_direct=True,  # a terminal conversation is one person's, with the bot
             )
             with self.surface.busy():
                 await engine.handle_message(inbound)

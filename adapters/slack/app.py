@@ -5,9 +5,10 @@ background task, except Edit / Reject modal submissions, whose decision is made 
 that invalid values come back as field errors in the ack itself; the message update after such a
 decision still happens after the ack (``Engine.decide(..., render_later=True)``).
 
-Which threads the bot answers without a mention: a thread where it was mentioned. When a mention
+Which threads the bot hears without a mention: a thread where it was mentioned. When a mention
 arrives, a marker ``slack-thread:<channel>:<thread ts>`` is stored with ``engine.save_conversation``;
-later thread replies are answered when their thread has that marker. Both the ``app_mention`` and the
+later thread replies reach the engine (marked ``mentioned=False``) when their thread has that marker,
+and the engine decides whether to act on them (``COUNTERSIGN_REPLY_MODE``). Both the ``app_mention`` and the
 ``message`` event of one message (a mention inside such a thread) reach the engine with the same
 event id, ``msg:<channel>:<ts>``, and the engine's durable dedupe runs it once; Slack's retries
 (``X-Slack-Retry-Num``) carry the same message, so they are dropped the same way.
@@ -165,7 +166,7 @@ class SlackListeners:
         thread = _text(event.get("thread_ts"))
         if not thread or f"<@{context.bot_user_id}>" in (event.get("text") or ""):
             return  # not in a thread, or a mention: the app_mention event answers it
-        inbound = _inbound(body, event, context.bot_user_id, thread=thread)
+        inbound = _inbound(body, event, context.bot_user_id, thread=thread, mentioned=False)
         if await self.engine.load_conversation(thread_marker(inbound.channel, inbound.thread)) is not None:
             await self._receive(inbound, name=f"slack-thread-{inbound.event_id}")
 
@@ -347,7 +348,9 @@ class SlackListeners:
         await self.surface.tell_user(ThreadRef(PLATFORM, _team(body), channel, thread), actor, text)
 
 
-def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str | None, thread: str) -> Inbound:
+def _inbound(
+    body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str | None, thread: str, mentioned: bool = True
+) -> Inbound:
     channel = event["channel"]
     text = _text(event.get("text")) or ""
     if bot_user_id:
@@ -362,6 +365,7 @@ def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str
         event_id=f"msg:{channel}:{event['ts']}",
         message_id=event["ts"],
         is_direct=event.get("channel_type") == "im",
+        mentioned=mentioned,
     )
 
 

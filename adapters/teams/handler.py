@@ -139,6 +139,12 @@ def _without_bot_mention(activity: Activity) -> str:
     return text.strip()
 
 
+def mentions_bot(activity: Activity) -> bool:
+    """Whether ``activity`` @mentions the bot itself."""
+    bot_id = activity.recipient.id if activity.recipient else None
+    return bool(bot_id) and any(m.mentioned and m.mentioned.id == bot_id for m in activity.get_mentions())
+
+
 def message_text(activity: Activity) -> str:
     """The text a person wrote, without the bot's @mention; other mentions become ``@Name``."""
     text = _without_bot_mention(activity)
@@ -168,6 +174,7 @@ def inbound_from(activity: Activity, text: str) -> Inbound:
         message_id=activity.id,
         user_name=actor_name_of(activity),
         is_direct=is_personal(activity),
+        mentioned=mentions_bot(activity),
     )
 
 

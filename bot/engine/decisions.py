@@ -54,6 +54,15 @@ def authorize(is_admin: Callable[[str], bool], record: Any, actor: str) -> None:
         raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
 
 
+def who_decides(record: Any) -> str:
+    """Who may decide ``record``, in words (the rule of :func:`authorize`), e.g. ``U1 (who asked) or an admin``."""
+    if record.approvers:
+        return ", ".join(record.approvers)
+    if record.four_eyes:
+        return "an admin other than the person who asked"
+    return f"{record.requester} (who asked) or an admin"
+
+
 def decision_from_record(record: Any) -> ToolExecutionDecision:
     """The agent's decision for one settled approval: approved, edited, or (anything else) rejected."""
     call_id = None if record.tool_call_id.startswith(ID_LESS_PREFIX) else record.tool_call_id

@@ -43,6 +43,7 @@ from bot.engine.errors import (
 )
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
+from bot.engine.listening import Listening, pending_note
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -100,6 +101,7 @@ class Engine:
         self.admin_commands = AdminCommands(
             storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
         )
+        self.listening = Listening(storage, config.reply_mode, self.is_admin)
         self.surfaces: dict[str, Surface] = {}
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -215,8 +217,23 @@ class Engine:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery.
 
         Adapters await this before acknowledging the platform's event, then :meth:`process` it after.
+        A message the bot does not act on (:mod:`bot.engine.listening`) is not stored (``None``); its
+        author may get a private note about an approval waiting in the thread.
         """
+        hearing = await self.listening.hear(inbound)
+        if hearing.waiting is not None:
+            self.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
+        if not hearing.act:
+            return None
         return await self.lifecycle.receive(inbound)
+
+    async def _note_pending(self, inbound: Inbound, record: Any) -> None:
+        """Tell someone privately, once per approval, that it waits and who can decide it."""
+        if not await self.storage.events.first_time(f"pending-note:{record.approval_id}:{inbound.user}"):
+            return
+        surface = self._surface(inbound.platform)
+        if surface is not None:
+            await _quietly(surface.tell_user(inbound.thread_ref, inbound.user, pending_note(record)))
 
     async def process(self, received: Received) -> None:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""
