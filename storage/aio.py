@@ -22,7 +22,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access",
 )
 READ_METHODS = frozenset(
     {
@@ -53,6 +53,9 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "list_groups",
+        "rules",
+        "direct_messages_allowed",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -112,6 +115,8 @@ class AsyncStorage:
     events: Any
     conversations: Any
     places: Any
+    approver_groups: Any
+    access: Any
     leases: Any
     inbox: Any
     outbox: Any

@@ -261,7 +261,25 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle]
+def _team_settings(db: Database) -> None:
+    """Named approver groups, who may ask (access rules per scope), and the direct-message switch."""
+    db.execute(
+        "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE access_rules (scope TEXT NOT NULL, principal TEXT NOT NULL, updated_by TEXT NOT NULL, "
+        "updated_at FLOAT NOT NULL, PRIMARY KEY (scope, principal))"
+    )
+    db.execute(
+        "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    _initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle, _team_settings,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

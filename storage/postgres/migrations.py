@@ -249,7 +249,17 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
+_TEAM_SETTINGS: Migration = (
+    # Named approver groups, who may ask (access rules per scope), and the direct-message switch.
+    "CREATE TABLE approver_groups (name text PRIMARY KEY, members_json json NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    "CREATE TABLE access_rules (scope text NOT NULL, principal text NOT NULL, updated_by text NOT NULL, "
+    "updated_at timestamptz NOT NULL, PRIMARY KEY (scope, principal))",
+    "CREATE TABLE direct_message_settings (scope text PRIMARY KEY, allowed boolean NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _TEAM_SETTINGS]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
