@@ -41,7 +41,8 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)
-  COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies (default: none;
+  COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies; @name for an
+                                   approver group, subteam^S... for a Slack user group (default: none;
                                    in `countersign chat` your user id is your OS user name or --user)
   COUNTERSIGN_REPLY_MODE           whom the bot answers in a channel thread: requester (the person who
                                    started the thread's run, or anyone mentioning the bot), mention (only

@@ -113,7 +113,7 @@ class Config:
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
-            admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
+            admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
@@ -213,6 +213,23 @@ def _probe_sqlite(path: Path, name: str) -> None:
 
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in re.split(r"[,\s]+", value or "") if part.strip())
+
+
+def _admins(raw: str | None) -> frozenset[str]:
+    """``COUNTERSIGN_ADMINS``: people's ids, ``@name`` for a named approver group, ``<!subteam^S…>`` (or
+    ``subteam^S…``) for a Slack user group."""
+    from bot.engine.roles import named_group, platform_group
+
+    entries = set()
+    for word in _split(raw):
+        usergroup = re.match(r"^<?!?subteam\^([A-Za-z0-9]+)(?:\|[^>]*)?>?$", word)
+        if usergroup:
+            entries.add(platform_group(usergroup.group(1)))
+        elif word.startswith("@") and len(word) > 1:
+            entries.add(named_group(word))
+        else:
+            entries.add(word)
+    return frozenset(entries)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:

@@ -390,3 +390,10 @@ def test_the_payload_validator_itself_rejects_what_slack_would() -> None:
     for bad in ([too_long], [section] * 51, [{"type": "actions", "elements": [button]}]):
         with pytest.raises((AssertionError, SlackObjectFormationError)):
             assert_valid_message_blocks(bad)
+
+
+def test_approvers_show_people_as_mentions_and_groups_by_name_without_pinging_them() -> None:
+    message = approval_message([approval(approvers=("group:oncall", "usergroup:S0SRE|@sre", "U0BEN"))])
+    shown = all_text(message.blocks)
+    assert "approvers @oncall, @sre, <@U0BEN>" in shown
+    assert "subteam" not in json.dumps(message.blocks)

@@ -44,6 +44,7 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, outcome_sentence, value_text
+from bot.engine.roles import group_label, is_group
 from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
@@ -213,12 +214,19 @@ def _status_line(call: ApprovalView) -> str:
     icon = _STATUS_ICON.get(call.status, "")
     if call.is_pending:
         policy = f"policy `{escape(call.policy_mode)}`"
+        if call.approvers:
+            policy += ", approvers " + ", ".join(_approver_markup(a) for a in call.approvers)
         if call.quorum > 1:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
         return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
     return f"{icon} {outcome_markup(call)}"
+
+
+def _approver_markup(entry: str) -> str:
+    """A person as a mention (Slack shows their name); a group by its name, never as a ping."""
+    return escape(group_label(entry)) if is_group(entry) else mention(entry)
 
 
 def outcome_markup(call: ApprovalView) -> str:
@@ -545,7 +553,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"  # not set by this rule: inherited
     if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(str(v) for v in value) or "-"
+        return ",".join(group_label(str(v)) for v in value) or "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)[:80]

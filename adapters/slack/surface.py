@@ -155,6 +155,12 @@ class SlackSurface:
         except SlackApiError as exc:  # cosmetic: the message is queued either way
             logger.info("status line not set", extra={"error": exc.response.get("error")})
 
+    async def group_members(self, group_id: str) -> list[str]:
+        """The members of a Slack user group (``usergroups.users.list``; needs ``usergroups:read``)."""
+        response = await self.client.usergroups_users_list(usergroup=group_id)
+        users = response.get("users")
+        return [u for u in users if isinstance(u, str)] if isinstance(users, list) else []
+
     async def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
         """Open a modal (the trigger id is valid for 3 seconds, once)."""
         await self.client.views_open(trigger_id=trigger_id, view=view)

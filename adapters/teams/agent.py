@@ -99,6 +99,8 @@ class TeamsAgent(ActivityHandler):
             personal = handler.personal_key(thread.workspace, handler.actor_of(activity))
             await self._engine.save_conversation(personal, record)
         if is_admin_command(text):
+            for person_id, name in handler.mentioned_people(activity).items():  # approvers, shown by name later
+                await remember_name(self._engine, person_id, name)
             answer = await self._engine.admin(handler.admin_request(activity))
             if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
                 # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.

@@ -30,6 +30,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
 CARD_VERSION = "1.5"
@@ -341,7 +342,8 @@ def _execute(title: str, approval_id: str, verb: str, style: str | None = None, 
 def policy_text(view: ApprovalView) -> str:
     """The policy that asked, in one line: mode, approvers, quorum, four-eyes."""
     parts = [view.policy_mode]
-    parts.append("approvers: " + ", ".join(view.approvers) if view.approvers else "approvers: requester or admins")
+    who = ", ".join(map(group_label, view.approvers)) if view.approvers else "requester or admins"
+    parts.append("approvers: " + who)
     if view.quorum > 1:
         parts.append(f"{view.quorum} approvals needed")
     if view.four_eyes:

@@ -127,6 +127,16 @@ def _mention_ids(activity: Activity) -> dict[str, str]:
     return found
 
 
+def mentioned_people(activity: Activity) -> dict[str, str]:
+    """Id → display name of everyone ``activity`` mentions except the bot (to show approvers by name)."""
+    bot_id = activity.recipient.id if activity.recipient else None
+    return {
+        m.mentioned.id: m.mentioned.name
+        for m in activity.get_mentions()
+        if m.mentioned and m.mentioned.id and m.mentioned.name and m.mentioned.id != bot_id
+    }
+
+
 def _without_bot_mention(activity: Activity) -> str:
     """``activity.text`` without the bot's own ``<at>…</at>`` (left untouched: the SDK's helper mutates)."""
     text = activity.text or ""

@@ -2,8 +2,10 @@
 
 ``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
 ``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
-``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``help``.
-Without ``#channel`` a rule applies to the whole workspace.
+``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
+``group list``, ``group delete <name>``, ``pending``, ``audit [n]``, ``help``.
+Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
+(``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
 
 from __future__ import annotations
@@ -15,23 +17,30 @@ from typing import Any
 
 from bot.engine.confirmation import MAX_TTL_SECONDS, MODES
 from bot.engine.errors import CommandError
+from bot.engine.roles import group_label, platform_group
 
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
   policy set <tool|group|*> <always|never|once|deny> [#channel]
   policy reset <tool|group|*> [#channel]                   remove a rule
-  approvers <tool> <@user ...|none>                        who may approve (none: the requester and admins)
+  approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
+  group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
+  group list                                               the approver groups and their members
+  group delete <name>                                      remove an approver group
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
 
-COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "help")
-CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl"})
+COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "group", "pending", "audit", "help")
+CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
+                     "group delete"})
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
+_SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
+_GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
 _DURATION = re.compile(r"^([+-]?\d+)\s*([smhd]?)$")
 _DURATION_DIGITS = 12  # far above the bound already; keeps a pasted wall of digits cheap to refuse
@@ -129,7 +138,15 @@ def parse_command(text: str) -> AdminCommand:
     if head == "approvers" and len(args) >= 2:
         if len(args) == 2 and args[1].lower() == "none":
             return AdminCommand("approvers", tool_key=args[0], value=())
-        return AdminCommand("approvers", tool_key=args[0], value=tuple(_user(a) for a in args[1:]))
+        return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]))
+    if head == "group" and args:
+        sub, rest = args[0].lower(), args[1:]
+        if sub == "list" and not rest:
+            return AdminCommand("group list")
+        if sub == "delete" and len(rest) == 1:
+            return AdminCommand("group delete", value=_group_name(rest[0]))
+        if sub == "set" and len(rest) >= 2:
+            return AdminCommand("group set", value=(_group_name(rest[0]), tuple(_approver(a) for a in rest[1:])))
     if head == "quorum" and len(args) == 2:
         if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
             raise _usage("quorum is a number between 1 and 10")
@@ -163,6 +180,24 @@ def _user(word: str) -> str:
     return match.group(1) or match.group(2)
 
 
+def _group_name(word: str) -> str:
+    match = _GROUP_NAME.match(word)
+    if not match:
+        raise _usage(f"'{word[:64]}' is not a group name; use letters, digits, '-', '_' or '.'")
+    return match.group(1).lower()
+
+
+def _approver(word: str) -> str:
+    """An approver word: a Slack user group → its entry; ``<@U…>`` → the id; ``@name`` → ``@name`` (a named
+    group if one exists, else a person's id: :class:`~bot.engine.admin_commands.AdminCommands` decides)."""
+    match = _SLACK_USERGROUP.match(word)
+    if match:
+        return platform_group(match.group(1), match.group(2) or None)
+    if word.startswith("<@"):
+        return _user(word)
+    return "@" + _user(word)
+
+
 def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
     """One line describing a rule, e.g. ``delete_file @ channel:slack:T1:C1: mode=always, quorum=2``."""
     shown = []
@@ -171,7 +206,7 @@ def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
         if value is None:
             continue
         if name == "approvers":
-            value = ", ".join(value) if value else "requester and admins"
+            value = ", ".join(group_label(a) for a in value) if value else "requester and admins"
         if name == "four_eyes":
             value = "on" if value else "off"
         if name == "ttl_seconds":

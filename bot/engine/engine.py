@@ -25,7 +25,7 @@ from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_sc
 from bot.engine.decisions import (
     STATUS_OF_ACTION,
     approval_call_key,
-    authorize,
+    authorize_now,
     check_open,
     decision_from_record,
 )
@@ -57,6 +57,7 @@ from bot.engine.model import (
     ThreadRef,
 )
 from bot.engine.params import merge_edit
+from bot.engine.roles import Roles
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -98,11 +99,12 @@ class Engine:
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
         )
-        self.admin_commands = AdminCommands(
-            storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
-        )
-        self.listening = Listening(storage, config.reply_mode, self.is_admin)
         self.surfaces: dict[str, Surface] = {}
+        self.roles = Roles(storage, config.admins, self.surfaces)
+        self.admin_commands = AdminCommands(
+            storage, self.tools, self.roles, self.clock, default_ttl=config.default_ttl_seconds
+        )
+        self.listening = Listening(storage, config.reply_mode, self.roles)
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -440,7 +442,7 @@ class Engine:
         except NotShownHere as refusal:
             await self._audit_refusal(actor, record, "open form", refusal, place)
             raise
-        authorize(self.is_admin, record, actor)
+        await authorize_now(self.roles, record, actor)
         check_open(self.clock(), record)
         return await self._view(record)
 
@@ -476,7 +478,7 @@ class Engine:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
             await self._check_place(record, request.place)
-            authorize(self.is_admin, record, request.actor)
+            await authorize_now(self.roles, record, request.actor)
             check_open(self.clock(), record)
             action, final_arguments = request.action, None
             if action == MODIFY:
@@ -567,7 +569,7 @@ class Engine:
         step = await self.storage.approvals.for_run(record.run_id, step=record.step)
         try:
             await self._check_place(record, place)
-            self._authorize_any(step, record, actor)
+            await self._authorize_any(step, record, actor)
             if all(other.status != PENDING for other in step):
                 check_open(self.clock(), record)
         except EngineError as refusal:
@@ -591,15 +593,15 @@ class Engine:
         message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, refused=tuple(refused))
 
-    def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
+    async def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
         """Raise the clicked call's :class:`NotAnApprover` unless ``actor`` may decide some call of the step."""
         for other in step:
             try:
-                authorize(self.is_admin, other, actor)
+                await authorize_now(self.roles, other, actor)
                 return
             except NotAnApprover:
                 continue
-        authorize(self.is_admin, clicked, actor)
+        await authorize_now(self.roles, clicked, actor)
 
     async def _vote(self, record: Any, request: DecisionRequest) -> DecisionResult | None:
         """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
@@ -652,7 +654,7 @@ class Engine:
         return merge_edit(tool, record.arguments, edited)
 
     def is_admin(self, actor: str) -> bool:
-        """Whether ``actor`` is listed in ``COUNTERSIGN_ADMINS``."""
+        """Whether ``actor`` is listed by id in ``COUNTERSIGN_ADMINS`` (groups there: ``await roles.is_admin``)."""
         return actor in self.config.admins
 
     # --- resuming -----------------------------------------------------------------------------------
@@ -776,7 +778,7 @@ class Engine:
         for record in await self.storage.approvals.pending(platform=platform):
             try:
                 check_open(self.clock(), record)
-                authorize(self.is_admin, record, actor)
+                await authorize_now(self.roles, record, actor, fresh=False)  # a listing; the click re-checks
             except EngineError:
                 continue
             views.append(await self._view(record))

@@ -287,7 +287,7 @@ class RunLifecycle:
                     if active.status == "paused":
                         queued = await self.storage.inbox.waiting(thread.key)
                         # Messages queued while the run ran, none by someone who may replace it: they wait for its end.
-                        if not any(self.engine.listening.may_supersede(active, q.requester) for q in queued):
+                        if not any([await self.engine.listening.may_supersede(active, q.requester) for q in queued]):
                             return
                         await self.engine.supersede(active)
                         continue

@@ -14,7 +14,6 @@ The one place these rules live (adapters only say who wrote, where, and whether 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,14 +37,14 @@ class Hearing:
 class Listening:
     """Decides whether the bot acts on an inbound message (see the module docstring).
 
-    >>> (await Listening(storage, "requester", is_admin).hear(inbound)).act
+    >>> (await Listening(storage, "requester", roles).hear(inbound)).act
     True
     """
 
-    def __init__(self, storage: Any, reply_mode: str, is_admin: Callable[[str], bool]) -> None:
+    def __init__(self, storage: Any, reply_mode: str, roles: Any) -> None:
         self.storage = storage
         self.reply_mode = reply_mode
-        self.is_admin = is_admin
+        self.roles = roles
 
     async def hear(self, inbound: Inbound) -> Hearing:
         """Whether to act on ``inbound``; when an approval waits and it may not supersede it, that approval."""
@@ -60,15 +59,15 @@ class Listening:
         waiting = await self._waiting_approval(latest)
         if waiting is None:
             return Hearing(act=addressed)
-        if addressed and self.may_supersede(latest, inbound.user):
+        if addressed and await self.may_supersede(latest, inbound.user):
             return Hearing(act=True)
         if inbound.user == latest.requester:
             return Hearing(act=False)  # the requester chatting without addressing the bot: nothing to tell
         return Hearing(act=False, waiting=waiting)
 
-    def may_supersede(self, run: Any, user: str) -> bool:
+    async def may_supersede(self, run: Any, user: str) -> bool:
         """Whether a message from ``user`` may replace the paused ``run`` (and close its approvals)."""
-        return user == run.requester or self.is_admin(user)
+        return user == run.requester or await self.roles.is_admin(user, run.platform)
 
     async def _waiting_approval(self, run: Any) -> Any:
         if run is None or run.status != "paused":
