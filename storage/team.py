@@ -9,9 +9,6 @@ from storage.codec import dumps, epoch, loads, to_datetime
 from storage.connection import Connector
 from storage.protocols import AccessRule, ApproverGroup, Instant
 
-EVERYONE = "everyone"
-"""The principal of an access rule that lets everyone ask."""
-
 
 def group_name(name: str) -> str:
     """The stored form of a group name: lower-case, without a leading ``@``.

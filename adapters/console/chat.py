@@ -30,7 +30,7 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
-ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit")
+ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit")
 QUIT_WORDS = ("/quit", "/exit", "/q")
 
 CONSOLE_HELP = """\
@@ -44,8 +44,8 @@ Commands:
                         continue with `countersign chat --thread NAME`
   /policy list          each tool's effective policy here
   /policy set <tool|*> <always|never|once|deny>, /policy reset <tool>
-  /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
-  /ttl <tool> <duration>
+  /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
+  /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
   /pending              approvals waiting for a decision
   /audit [n]            the last n audit entries
 Policy changes need your user id in COUNTERSIGN_ADMINS."""

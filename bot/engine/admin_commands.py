@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
 from bot.engine.decisions import authorize_now
@@ -40,7 +41,7 @@ class AdminCommands:
         self.roles = roles
         self.clock = clock
         self.default_ttl = default_ttl
-        self.team = TeamCommands(storage, tools, clock)
+        self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
@@ -62,7 +63,7 @@ class AdminCommands:
     async def _run_admin(self, command: AdminCommand, request: AdminRequest) -> str:
         if command.name == "help":
             return USAGE
-        if command.name.startswith("group "):
+        if command.name.startswith(("group ", "access ")) or command.name == "dm":
             return await self.team.run(command, request)
         if command.name == "pending":
             # One install may serve several workspaces: never list another workspace's approvals.

@@ -3,7 +3,8 @@
 ``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
 ``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
-``group list``, ``group delete <name>``, ``pending``, ``audit [n]``, ``help``.
+``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
+``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
 (``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
@@ -30,14 +31,21 @@ USAGE = """countersign admin commands:
   group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
   group list                                               the approver groups and their members
   group delete <name>                                      remove an approver group
+  access allow <#channel|*> <@user|@group|everyone>        who may ask the bot there (default: everyone)
+  access revoke <#channel|*> <@user|@group|everyone>       remove an access rule
+  access list                                              who may ask, per channel and workspace
+  dm on|off                                                allow or refuse direct messages to the bot
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
 
-COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "group", "pending", "audit", "help")
+COMMAND_WORDS = (
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "help",
+)
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
-                     "group delete"})
+                     "group delete", "access allow", "access revoke", "dm"})
+EVERYONE = "everyone"
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
 _SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
 _GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
@@ -147,6 +155,16 @@ def parse_command(text: str) -> AdminCommand:
             return AdminCommand("group delete", value=_group_name(rest[0]))
         if sub == "set" and len(rest) >= 2:
             return AdminCommand("group set", value=(_group_name(rest[0]), tuple(_approver(a) for a in rest[1:])))
+    if head == "access" and args:
+        sub, rest = args[0].lower(), args[1:]
+        if sub == "list" and not rest:
+            return AdminCommand("access list")
+        if sub in ("allow", "revoke") and len(rest) == 2:
+            where = None if rest[0] == "*" else _channel(rest[0])
+            who = EVERYONE if rest[1].lower() in (EVERYONE, "@everyone") else _approver(rest[1])
+            return AdminCommand(f"access {sub}", channel=where, value=who)
+    if head == "dm" and len(args) == 1 and args[0].lower() in ("on", "off"):
+        return AdminCommand("dm", value=args[0].lower() == "on")
     if head == "quorum" and len(args) == 2:
         if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
             raise _usage("quorum is a number between 1 and 10")

@@ -20,6 +20,7 @@ from bot import failpoints
 from bot.agent import Agent, AgentSnapshot, SnapshotError
 from bot.canonical import args_digest
 from bot.config import Config
+from bot.engine.access import AccessControl
 from bot.engine.admin_commands import AdminCommands
 from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
 from bot.engine.decisions import (
@@ -105,6 +106,7 @@ class Engine:
             storage, self.tools, self.roles, self.clock, default_ttl=config.default_ttl_seconds
         )
         self.listening = Listening(storage, config.reply_mode, self.roles)
+        self.access = AccessControl(storage, self.roles)
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -226,6 +228,16 @@ class Engine:
         if hearing.waiting is not None:
             self.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
         if not hearing.act:
+            return None
+        refusal = await self.access.refusal(inbound)
+        if refusal is not None:
+            await self.storage.audit.append(
+                inbound.user, "ask refused", inbound.thread_ref.key, {"direct": inbound.is_direct}, now=self.clock()
+            )
+            surface = self._surface(inbound.platform)
+            if surface is not None:
+                self.spawn(_quietly(surface.tell_user(inbound.thread_ref, inbound.user, refusal)),
+                           name=f"refuse-{inbound.event_id}")
             return None
         return await self.lifecycle.receive(inbound)
 
