@@ -22,7 +22,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions",
 )
 READ_METHODS = frozenset(
     {
@@ -117,6 +117,7 @@ class AsyncStorage:
     places: Any
     approver_groups: Any
     access: Any
+    conditions: Any
     leases: Any
     inbox: Any
     outbox: Any

@@ -19,7 +19,7 @@ from storage.migrations import schema_version
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
-from storage.team import SQLiteAccessStore, SQLiteApproverGroups
+from storage.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
 
 
 class Storage:
@@ -48,6 +48,7 @@ class Storage:
         self.outbox = SQLiteOutbox(connector)
         self.approver_groups = SQLiteApproverGroups(connector)
         self.access = SQLiteAccessStore(connector)
+        self.conditions = SQLiteConditionalRules(connector)
 
     @property
     def path(self) -> str:

@@ -262,7 +262,8 @@ def _run_lifecycle(db: Database) -> None:
 
 
 def _team_settings(db: Database) -> None:
-    """Named approver groups, who may ask (access rules per scope), and the direct-message switch."""
+    """Named approver groups, who may ask (access rules per scope), the direct-message switch, and policy
+    modes with conditions on the arguments."""
     db.execute(
         "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
         "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
@@ -274,6 +275,11 @@ def _team_settings(db: Database) -> None:
     db.execute(
         "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
         "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE conditional_rules (scope TEXT NOT NULL, tool_name TEXT NOT NULL, condition TEXT NOT NULL, "
+        "mode TEXT NOT NULL, updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, "
+        "PRIMARY KEY (scope, tool_name, condition))"
     )
 
 

@@ -239,6 +239,19 @@ class ApproverGroup:
 
 
 @dataclass(frozen=True)
+class ConditionalRule:
+    """A policy mode that applies only to calls whose arguments match ``condition`` (its canonical text,
+    e.g. ``env=prod``; the engine parses and evaluates it)."""
+
+    scope: str
+    tool_name: str
+    condition: str
+    mode: str
+    updated_by: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
 class AccessRule:
     """Who may start runs in a scope (a workspace or a channel): a person, a group reference, or ``everyone``."""
 
@@ -464,6 +477,22 @@ class ApproverGroupStore(Protocol):
 
     def delete_group(self, name: str) -> bool:
         """Remove the group; whether it existed."""
+        ...
+
+
+class ConditionalRuleStore(Protocol):
+    """Policy modes with conditions on the arguments (``storage.conditions``), one per scope, tool and condition."""
+
+    def set_rule(
+        self, scope: str, tool_name: str, condition: str, mode: str, *, updated_by: str, now: Instant = None
+    ) -> ConditionalRule: ...
+
+    def reset_rule(self, scope: str, tool_name: str, condition: str) -> bool:
+        """Remove one rule; whether it existed."""
+        ...
+
+    def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
+        """The rules of ``scopes`` (all when ``None``), of one tool when given, by scope, tool and condition."""
         ...
 
 

@@ -1,5 +1,5 @@
-"""Team settings on SQLite: named approver groups (:class:`SQLiteApproverGroups`) and who may ask
-(:class:`SQLiteAccessStore`)."""
+"""Team settings on SQLite: named approver groups (:class:`SQLiteApproverGroups`), who may ask
+(:class:`SQLiteAccessStore`) and policy modes with conditions (:class:`SQLiteConditionalRules`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from storage.codec import dumps, epoch, loads, to_datetime
 from storage.connection import Connector
-from storage.protocols import AccessRule, ApproverGroup, Instant
+from storage.protocols import AccessRule, ApproverGroup, ConditionalRule, Instant
 
 
 def group_name(name: str) -> str:
@@ -162,3 +162,67 @@ class SQLiteAccessStore:
         with self.connector.reading() as db:
             row = db.execute("SELECT allowed FROM direct_message_settings WHERE scope = ?", [scope]).fetchone()
         return row is None or bool(row[0])
+
+
+_CONDITIONAL_COLUMNS = "scope, tool_name, condition, mode, updated_by, updated_at"
+
+
+class SQLiteConditionalRules:
+    """Policy modes for calls whose arguments match a condition (``policy set deploy always when env=prod``)."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+
+    def set_rule(
+        self, scope: str, tool_name: str, condition: str, mode: str, *, updated_by: str, now: Instant = None
+    ) -> ConditionalRule:
+        """Create or replace the mode of one scope, tool and condition.
+
+        >>> storage.conditions.set_rule("global", "deploy", "env=prod", "always", updated_by="U1").mode
+        'always'
+        """
+        if not condition:
+            raise ValueError("a conditional rule needs a condition")
+        at = epoch(now)
+        with self.connector.writing() as db:
+            db.execute(
+                f"INSERT INTO conditional_rules ({_CONDITIONAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (scope, tool_name, condition) DO UPDATE SET mode = excluded.mode, "
+                "updated_by = excluded.updated_by, updated_at = excluded.updated_at",
+                [scope, tool_name, condition, mode, updated_by, at],
+            )
+        return ConditionalRule(scope, tool_name, condition, mode, updated_by, to_datetime(at))
+
+    def reset_rule(self, scope: str, tool_name: str, condition: str) -> bool:
+        """Remove one rule; whether it existed.
+
+        >>> storage.conditions.reset_rule("global", "deploy", "env=prod")
+        True
+        """
+        with self.connector.writing() as db:
+            return db.execute(
+                "DELETE FROM conditional_rules WHERE scope = ? AND tool_name = ? AND condition = ?",
+                [scope, tool_name, condition],
+            ).rowcount > 0
+
+    def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
+        """The rules of ``scopes`` (all when ``None``), of ``tool_name`` when given.
+
+        >>> [r.condition for r in storage.conditions.rules(["global"], "deploy")]
+        ['env=prod']
+        """
+        where, params = [], []
+        if scopes is not None:
+            if not scopes:
+                return []
+            where.append(f"scope IN ({', '.join('?' for _ in scopes)})")
+            params.extend(scopes)
+        if tool_name is not None:
+            where.append("tool_name = ?")
+            params.append(tool_name)
+        sql = f"SELECT {_CONDITIONAL_COLUMNS} FROM conditional_rules"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self.connector.reading() as db:
+            rows = db.execute(sql + " ORDER BY scope, tool_name, condition", params).fetchall()
+        return [ConditionalRule(r[0], r[1], r[2], r[3], r[4], to_datetime(r[5])) for r in rows]

@@ -103,6 +103,8 @@ class AdminCommands:
             return await self._policy_listing(request, channel or request.channel, scope if channel else None)
         tool_key = command.tool_key or ""
         await self._check_tool_key(tool_key)
+        if command.condition is not None:
+            return await self._conditional(command, request, scope)
         if command.name == "policy reset":
             removed = await self.storage.policies.reset_rule(scope, tool_key)
             await self._audit_change(request, "policy reset", tool_key, scope, {})
@@ -134,6 +136,26 @@ class AdminCommands:
                 "ttl_seconds": rule.ttl_seconds,
             },
         )
+
+    async def _conditional(self, command: AdminCommand, request: AdminRequest, scope: str) -> str:
+        """``policy set|reset <tool> … when …``: a mode for the calls whose arguments match."""
+        tool, condition = self.tools.get(command.tool_key or ""), command.condition
+        assert condition is not None
+        if tool is None:
+            raise CommandError("A condition looks at one tool's arguments: name a tool, not a group or '*'.")
+        condition.check_fields(tool)
+        where = f"{tool.name} when {condition.text} @ {scope}"
+        if command.name == "policy reset":
+            removed = await self.storage.conditions.reset_rule(scope, tool.name, condition.text)
+            await self._audit_change(request, "policy reset", tool.name, scope, {"condition": condition.text})
+            return f"Rule for {where} removed." if removed else f"There was no rule for {where}."
+        await self.storage.conditions.set_rule(
+            scope, tool.name, condition.text, command.value, updated_by=request.actor, now=self.clock()
+        )
+        await self._audit_change(
+            request, "policy set", tool.name, scope, {"mode": command.value, "condition": condition.text}
+        )
+        return f"Rule updated: {where}: mode={command.value}"
 
     async def _check_quorum(self, scope: str, tool_key: str, command: AdminCommand) -> None:
         """Refuse a quorum that the rule's own approvers could never reach (the approval would only expire)."""
@@ -182,10 +204,17 @@ class AdminCommands:
                 f"ttl {format_duration(policy.ttl_seconds)}"
             )
         rows = await self.policy_table(request.platform, request.workspace)
-        if rows:
+        conditional = await self._conditional_rules(request.platform, request.workspace)
+        if rows or conditional:
             lines.append("Rules:")
             lines.extend(f"  {format_rule(r['tool'], r['scope'], r)}" for r in rows)
+            lines.extend(f"  {r.tool_name} when {r.condition} @ {r.scope}: mode={r.mode}" for r in conditional)
         return "\n".join(lines)
+
+    async def _conditional_rules(self, platform: str, workspace: str) -> list[Any]:
+        prefix = f"channel:{platform}:{workspace}:"
+        here = (scope_global(), scope_workspace(platform, workspace))
+        return [r for r in await self.storage.conditions.rules() if r.scope in here or r.scope.startswith(prefix)]
 
     async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
         """Stored rules that apply in this workspace: global, workspace and its channels."""

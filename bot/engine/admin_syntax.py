@@ -1,7 +1,7 @@
 """Admin command syntax, one parser for Slack's ``/countersign`` and Teams messages, and how rules read.
 
-``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
-``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
+``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel] [when …]``,
+``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
 ``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
 ``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
@@ -16,14 +16,15 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from bot.engine.conditions import Condition, parse_condition
 from bot.engine.confirmation import MAX_TTL_SECONDS, MODES
 from bot.engine.errors import CommandError
 from bot.engine.roles import group_label, platform_group
 
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
-  policy set <tool|group|*> <always|never|once|deny> [#channel]
-  policy reset <tool|group|*> [#channel]                   remove a rule
+  policy set <tool|group|*> <always|never|once|deny> [#channel] [when env=prod|env in a,b|replicas>10]
+  policy reset <tool|group|*> [#channel] [when …]          remove a rule
   approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
@@ -63,6 +64,8 @@ class AdminCommand:
     tool_key: str | None = None
     channel: str | None = None
     value: Any = None
+    condition: Condition | None = None
+    """``policy set|reset … when …``: the condition on the call's arguments."""
 
     @property
     def is_change(self) -> bool:
@@ -133,16 +136,20 @@ def parse_command(text: str) -> AdminCommand:
         return AdminCommand("audit", value=count)
     if head == "policy" and args:
         sub = args[0].lower()
-        rest = args[1:]
+        rest, condition = _split_when(args[1:])
         if sub == "list" and len(rest) <= 1:
             return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
         if sub == "set" and len(rest) in (2, 3):
             mode = rest[1].lower()
             if mode not in MODES:
                 raise _usage(f"mode must be one of {', '.join(MODES)}")
-            return AdminCommand("policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]))
+            return AdminCommand(
+                "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
+            )
         if sub == "reset" and len(rest) in (1, 2):
-            return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]))
+            return AdminCommand(
+                "policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition
+            )
     if head == "approvers" and len(args) >= 2:
         if len(args) == 2 and args[1].lower() == "none":
             return AdminCommand("approvers", tool_key=args[0], value=())
@@ -174,6 +181,18 @@ def parse_command(text: str) -> AdminCommand:
     if head == "ttl" and len(args) == 2:
         return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1]))
     raise _usage(f"I don't understand '{text.strip()[:80]}'")
+
+
+def _split_when(words: list[str]) -> tuple[list[str], Condition | None]:
+    """The words before ``when``, and the condition after it (``None`` without ``when``)."""
+    lowered = [w.lower() for w in words]
+    if "when" not in lowered:
+        return words, None
+    at = lowered.index("when")
+    before, after = words[:at], words[at + 1:]
+    if after and _CHANNEL.match(after[-1]):  # "… when env=prod #ops": the channel may come last
+        before, after = [*before, after[-1]], after[:-1]
+    return before, parse_condition(" ".join(after))
 
 
 def _usage(problem: str) -> CommandError:

@@ -368,7 +368,8 @@ class Engine:
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
             policy = await effective_policy(
-                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds
+                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds,
+                arguments=call.arguments,
             )
             new_approvals.append(
                 NewApproval(

@@ -250,13 +250,17 @@ _RUN_LIFECYCLE: Migration = (
 )
 
 _TEAM_SETTINGS: Migration = (
-    # Named approver groups, who may ask (access rules per scope), and the direct-message switch.
+    # Named approver groups, who may ask (access rules per scope), the direct-message switch, conditional rules.
     "CREATE TABLE approver_groups (name text PRIMARY KEY, members_json json NOT NULL, "
     "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
     "CREATE TABLE access_rules (scope text NOT NULL, principal text NOT NULL, updated_by text NOT NULL, "
     "updated_at timestamptz NOT NULL, PRIMARY KEY (scope, principal))",
     "CREATE TABLE direct_message_settings (scope text PRIMARY KEY, allowed boolean NOT NULL, "
     "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    # Policy modes with conditions on the arguments (``policy set <tool> <mode> when env=prod``).
+    "CREATE TABLE conditional_rules (scope text NOT NULL, tool_name text NOT NULL, condition text NOT NULL, "
+    "mode text NOT NULL, updated_by text NOT NULL, updated_at timestamptz NOT NULL, "
+    "PRIMARY KEY (scope, tool_name, condition))",
 )
 
 MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _TEAM_SETTINGS]

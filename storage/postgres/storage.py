@@ -26,7 +26,7 @@ from storage.postgres.migrations import migrate, schema_version
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
-from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups
+from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups, PostgresConditionalRules
 
 
 class PostgresStorage:
@@ -54,6 +54,7 @@ class PostgresStorage:
         self.outbox = PostgresOutbox(db)
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
+        self.conditions = PostgresConditionalRules(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.

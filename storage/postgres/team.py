@@ -1,5 +1,5 @@
 """Team settings on PostgreSQL: :class:`PostgresApproverGroups` and :class:`PostgresAccessStore`, with the
-semantics of :mod:`storage.team`."""
+semantics of :mod:`storage.team`; and :class:`PostgresConditionalRules`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from psycopg.types.json import Json
 
 from storage.codec import loads
 from storage.postgres.database import PostgresDatabase, instant, utc
-from storage.protocols import AccessRule, ApproverGroup, Instant
+from storage.protocols import AccessRule, ApproverGroup, ConditionalRule, Instant
 from storage.team import _members, group_name
 
 
@@ -112,3 +112,45 @@ class PostgresAccessStore:
         """Whether direct messages are allowed in ``scope`` (yes unless turned off)."""
         row = await self.db.fetchone("SELECT allowed FROM direct_message_settings WHERE scope = %s", [scope])
         return row is None or bool(row[0])
+
+
+_CONDITIONAL_COLUMNS = "scope, tool_name, condition, mode, updated_by, updated_at"
+
+
+class PostgresConditionalRules:
+    """Policy modes for calls whose arguments match a condition, as :class:`storage.team.SQLiteConditionalRules`."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def set_rule(
+        self, scope: str, tool_name: str, condition: str, mode: str, *, updated_by: str, now: Instant = None
+    ) -> ConditionalRule:
+        """Create or replace the mode of one scope, tool and condition."""
+        if not condition:
+            raise ValueError("a conditional rule needs a condition")
+        at = instant(now)
+        await self.db.execute(
+            f"INSERT INTO conditional_rules ({_CONDITIONAL_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (scope, tool_name, condition) DO UPDATE SET mode = excluded.mode, "
+            "updated_by = excluded.updated_by, updated_at = excluded.updated_at",
+            [scope, tool_name, condition, mode, updated_by, at],
+        )
+        return ConditionalRule(scope, tool_name, condition, mode, updated_by, utc(at))
+
+    async def reset_rule(self, scope: str, tool_name: str, condition: str) -> bool:
+        """Remove one rule; whether it existed."""
+        return await self.db.execute(
+            "DELETE FROM conditional_rules WHERE scope = %s AND tool_name = %s AND condition = %s",
+            [scope, tool_name, condition],
+        ) > 0
+
+    async def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
+        """The rules of ``scopes`` (all when ``None``), of ``tool_name`` when given."""
+        rows = await self.db.fetchall(
+            f"SELECT {_CONDITIONAL_COLUMNS} FROM conditional_rules "
+            "WHERE (%s::text[] IS NULL OR scope = ANY(%s::text[])) AND (%s::text IS NULL OR tool_name = %s) "
+            "ORDER BY scope, tool_name, condition",
+            [None if scopes is None else list(scopes), None if scopes is None else list(scopes), tool_name, tool_name],
+        )
+        return [ConditionalRule(r[0], r[1], r[2], r[3], r[4], utc(r[5])) for r in rows]

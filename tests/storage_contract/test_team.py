@@ -57,3 +57,26 @@ async def test_direct_messages_are_allowed_until_turned_off_per_workspace(storag
     assert await storage.access.direct_messages_allowed("workspace:slack:T2") is True
     await storage.access.set_direct_messages(WORKSPACE_SCOPE, True, updated_by="U_ADMIN", now=NOW)
     assert await storage.access.direct_messages_allowed(WORKSPACE_SCOPE) is True
+
+
+async def test_conditional_rules_are_set_replaced_listed_by_scope_and_tool_and_reset(storage):
+    rule = await storage.conditions.set_rule("global", "deploy", "env=prod", "always", updated_by="U_ADMIN", now=NOW)
+    assert (rule.scope, rule.tool_name, rule.condition, rule.mode, rule.updated_at) == (
+        "global", "deploy", "env=prod", "always", NOW
+    )
+    await storage.conditions.set_rule("global", "deploy", "env=prod", "deny", updated_by="U_ADMIN", now=NOW)
+    await storage.conditions.set_rule(CHANNEL_SCOPE, "deploy", "replicas>10", "always", updated_by="U_ADMIN", now=NOW)
+    await storage.conditions.set_rule("global", "scale", "env=dev", "never", updated_by="U_ADMIN", now=NOW)
+
+    assert [(r.condition, r.mode) for r in await storage.conditions.rules(["global"], "deploy")] == [
+        ("env=prod", "deny")
+    ]
+    assert [(r.scope, r.tool_name) for r in await storage.conditions.rules()] == [
+        (CHANNEL_SCOPE, "deploy"), ("global", "deploy"), ("global", "scale")
+    ]
+    assert [r.tool_name for r in await storage.conditions.rules(tool_name="scale")] == ["scale"]
+    assert await storage.conditions.rules([]) == []
+
+    assert await storage.conditions.reset_rule("global", "deploy", "env=prod") is True
+    assert await storage.conditions.reset_rule("global", "deploy", "env=prod") is False
+    assert await storage.conditions.rules(["global"], "deploy") == []
