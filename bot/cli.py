@@ -47,6 +47,8 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_REPLY_MODE           whom the bot answers in a channel thread: requester (the person who
                                    started the thread's run, or anyone mentioning the bot), mention (only
                                    mentions) or all (every reply); DMs are always answered (default: requester)
+  COUNTERSIGN_REMIND_AT            fraction of an approval's TTL after which approvers who have not
+                                   answered are reminded once; 0 turns reminders off (default: 0.5)
   COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
   OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
                                    Ollama, llama.cpp). Neither set: the offline demo model answers

@@ -68,6 +68,9 @@ class Config:
     teams_anonymous: bool = False
     teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
+    remind_at: float = 0.5
+    """``COUNTERSIGN_REMIND_AT``: the fraction of an approval's TTL after which approvers who have not answered
+    are reminded, once (0 turns reminders off)."""
     reply_mode: str = "requester"
     """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
@@ -128,6 +131,7 @@ class Config:
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
+            remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_lifecycle_settings(env),
         )
@@ -329,6 +333,20 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if instance:
         settings["instance_id"] = instance
     return settings
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number from 0 (off) to below 1."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ConfigError(f"{name} must be a fraction of the TTL from 0 (off) to below 1, e.g. 0.5; got {raw[:40]!r}")
+    return value
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

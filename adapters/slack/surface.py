@@ -155,6 +155,15 @@ class SlackSurface:
         except SlackApiError as exc:  # cosmetic: the message is queued either way
             logger.info("status line not set", extra={"error": exc.response.get("error")})
 
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The DM with ``user`` (``conversations.open``; needs ``im:write``), at its top level."""
+        response = await self.client.conversations_open(users=user)
+        channel = response.get("channel")
+        channel_id = channel.get("id") if isinstance(channel, dict) else None
+        if not isinstance(channel_id, str) or not channel_id:
+            return None
+        return ThreadRef("slack", workspace, channel_id, DIRECT_THREAD)
+
     async def group_members(self, group_id: str) -> list[str]:
         """The members of a Slack user group (``usergroups.users.list``; needs ``usergroups:read``)."""
         response = await self.client.usergroups_users_list(usergroup=group_id)

@@ -154,6 +154,17 @@ class TeamsSurface:
             return
         await self._send(thread.key, message)
 
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The personal chat of ``user`` with the bot, if they ever wrote there (Teams cannot open one here)."""
+        record = await self._store.load_conversation(personal_key(workspace, user))
+        if record is None:
+            return None
+        conversation = (record.get("conversation_reference") or {}).get("conversation") or {}
+        conversation_id = conversation.get("id")
+        if not isinstance(conversation_id, str) or not conversation_id:
+            return None
+        return ThreadRef("teams", workspace, conversation_id.split(";", 1)[0], conversation_id)
+
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """A typing indicator, repeated until the answer (or ``working=False``)."""
         if not working:

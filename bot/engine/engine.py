@@ -57,6 +57,7 @@ from bot.engine.model import (
     Inbound,
     ThreadRef,
 )
+from bot.engine.notices import ApproverNotices
 from bot.engine.params import merge_edit
 from bot.engine.roles import Roles
 from bot.engine.surface import Surface
@@ -107,6 +108,7 @@ class Engine:
         )
         self.listening = Listening(storage, config.reply_mode, self.roles)
         self.access = AccessControl(storage, self.roles)
+        self.notices = ApproverNotices(self)
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -425,6 +427,7 @@ class Engine:
             )
             return
         await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
+        await _quietly(self.notices.send_direct(thread, records))
         # A click that landed while the message was being posted found no reference to update: catch up.
         current = await self.storage.approvals.for_run(run_id, step=step)
         if any(not r.is_pending for r in current):
@@ -658,6 +661,7 @@ class Engine:
         if surface and refs:
             thread = views[0].thread
             await _quietly(surface.update_approvals(thread, refs[0], views))
+        await _quietly(self.notices.update_copies(record, views))
         return views
 
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
@@ -761,9 +765,14 @@ class Engine:
     async def after_expiry(self, records: list[Any], concurrency: int = 64) -> None:
         """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
         steps = list({(r.run_id, r.step): r for r in records}.values())
+        await self.notices.tell_expired(records)
         for start in range(0, len(steps), concurrency):
             chunk = steps[start : start + concurrency]
             await asyncio.gather(*(_quietly(self._after_decision(r, "Expired.")) for r in chunk))
+
+    async def remind_due(self) -> int:
+        """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""
+        return await self.notices.remind_due()
 
     # --- crash recovery -----------------------------------------------------------------------------
 

@@ -223,8 +223,10 @@ class RunLifecycle:
                 logger.exception("sweep failed")
 
     async def sweep(self) -> None:
-        """One pass: expire due approvals, recover abandoned runs, start orphaned messages, deliver the outbox."""
+        """One pass: expire due approvals, send due reminders, recover abandoned runs, start orphaned messages,
+        deliver the outbox."""
         await self.engine.sweep_expired()
+        await self.engine.remind_due()
         await self.recover()
         await self.storage.events.prune(7 * 86400)
 

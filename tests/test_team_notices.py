@@ -1,0 +1,142 @@
+"""Telling approvers: direct messages with the same buttons, one decision updating every copy, a reminder
+sent once, and the expiry notice to the requester."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.engine.model import AdminRequest, DecisionRequest
+from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for, says
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.test_slack_admin import command as slack_command
+from tests.test_slack_approvals import Clock, Ops, ask, start_stack
+
+ANA, BEN = "U_ANA", "U_BEN"
+
+
+@pytest.fixture
+async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
+    opened = Harnesses(tmp_path)
+    yield opened
+    await opened.aclose()
+
+
+async def command(h, text: str) -> str:
+    return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, text))
+
+
+async def test_each_designated_approver_gets_the_buttons_and_one_decision_updates_every_copy(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+    h.surface.direct = {ANA, BEN, REQUESTER}
+    await command(h, "group set oncall @U_ANA @U_BEN @U_REQ")
+    await command(h, "approvers delete_file @oncall")
+
+    await h.say("delete a.txt")
+    renders = h.surface.renders
+    assert [r.thread.channel for r in renders] == [CHANNEL, "D-U_ANA", "D-U_BEN"]  # not the requester
+    [approval] = renders[0].approvals
+    assert {r.approvals[0].approval_id for r in renders} == {approval.approval_id}  # the same buttons
+
+    await h.engine.decide(DecisionRequest(approval.approval_id, BEN, "confirm", place=f"{PLATFORM}:D-U_BEN"))
+    await h.engine.wait_idle()
+
+    updated = {(u.thread.channel, u.approvals[0].status) for u in h.surface.updates}
+    assert updated == {(CHANNEL, "approved"), ("D-U_ANA", "approved"), ("D-U_BEN", "approved")}
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+
+
+async def test_without_named_approvers_nobody_gets_a_direct_message(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    h.surface.direct = {ADMIN, REQUESTER}
+    await h.say("delete a.txt")
+    assert [r.thread.channel for r in h.surface.renders] == [CHANNEL]
+
+
+async def test_approvers_who_have_not_answered_are_reminded_once_at_half_the_ttl(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    h.surface.direct = {ANA}
+    await command(h, "approvers delete_file @U_ANA @U_BEN")  # Ben has no direct conversation: told in the thread
+    await h.say("delete a.txt")
+
+    h.clock.advance(hours=11)
+    assert await h.engine.remind_due() == 0
+    h.clock.advance(hours=2)  # past 12 of the 24 hours
+    assert await h.engine.remind_due() == 2
+    h.clock.advance(hours=5)
+    assert await h.engine.remind_due() == 0  # once
+
+    [dm] = [r for r in h.surface.replies if r.thread.channel == "D-U_ANA"]
+    assert dm.text.startswith("Reminder: a call of delete_file is waiting for your decision.")
+    [tell] = h.surface.tells
+    assert tell.user == BEN and tell.thread.channel == CHANNEL and tell.text == dm.text
+    [audited] = await h.audit("reminded")
+    assert audited.details == {"people": [ANA, BEN]}
+
+
+async def test_when_an_approval_expires_the_requester_is_told_in_the_thread(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("I did not delete it.")])
+    await h.say("delete a.txt")
+    h.clock.advance(hours=25)
+
+    assert await h.engine.sweep_expired() == 1
+    await h.engine.wait_idle()
+
+    replies = h.surface.replies_in(h.thread())
+    assert replies[0] == "The approval for delete_file expired without a decision, so it was not run."
+    assert "I did not delete it." in replies
+
+
+async def test_reminders_can_be_turned_off(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")], remind_at=0.0)
+    h.surface.direct = {ANA}
+    await command(h, "approvers delete_file @U_ANA")
+    await h.say("delete a.txt")
+    h.clock.advance(hours=20)
+    assert await h.engine.remind_due() == 0
+
+
+# ---------------------------------------------------------------------- Slack, end to end
+
+
+@pytest.fixture
+async def openai() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI() as api:
+        yield api
+        assert_every_payload_valid(api.calls)
+
+
+async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_updates(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
+) -> None:
+    stack: SlackStack = await start_stack(tmp_path, slack, openai, Ops(), Clock())
+    try:
+        await slack_command(stack, slack, "approvers delete_file <@U0BOB>", "U0ADMIN")
+        openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+        openai.enqueue_text("Deleted.")
+        thread_ts, approval = await ask(stack, slack, "delete old.log")
+
+        [opened] = slack.calls_to("conversations.open")
+        assert opened.args["users"] == "U0BOB"
+        [dm] = slack.calls_to("chat.postMessage", lambda c: c.args["channel"] == "DU0BOB")
+        [approval_id] = button_values(dm.args["blocks"], "cs_approve")
+        assert button_values(approval.args["blocks"], "cs_approve") == [approval_id]
+
+        await stack.requests.click("cs_approve", approval_id, user="U0BOB", channel="DU0BOB",
+                                   message_ts=dm.response["ts"])
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    assert {c.args["channel"] for c in slack.calls_to("chat.update")} == {"C0OPS", "DU0BOB"}
+    assert all(button_values(c.args["blocks"], "cs_approve") == [] for c in slack.calls_to("chat.update"))
