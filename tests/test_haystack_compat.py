@@ -520,3 +520,15 @@ def test_a_text_reply_ends_the_run_whatever_the_exit_conditions() -> None:
     assert result["last_message"].text == "It is sunny."
     assert [m.role for m in result["messages"]] == [ChatRole.USER, ChatRole.ASSISTANT]
     assert generator.remaining == 1
+
+
+# --- deliberate differences --------------------------------------------------------------------------
+
+
+def test_a_tool_name_with_spaces_is_refused_when_built_naming_the_pattern() -> None:
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    with pytest.raises(ValueError, match=r"\^\[A-Za-z0-9_-\]\{1,64\}\$"):
+        tool(lookup, name="weather lookup")
