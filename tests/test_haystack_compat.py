@@ -205,6 +205,12 @@ class TestRunTimeTools:
         with pytest.raises(ValueError, match="The following tool names are not valid"):
             agent.run([USER], tools=["nope"])
 
+    def test_names_need_tools_configured_at_initialization(self) -> None:
+        agent = Agent(chat_generator=ScriptedChatGenerator([says("ok")]))
+
+        with pytest.raises(ValueError, match="No tools were configured for the Agent at initialization."):
+            agent.run([USER], tools=["weather_tool"])
+
     def test_a_snapshot_resumes_with_the_run_time_tools_it_was_paused_with(self) -> None:
         box = ToolBox()
         new_tool = box.make("restart")

@@ -385,6 +385,8 @@ class Agent:
         if tools is None:
             return self.tools
         items = [tools] if isinstance(tools, Toolset) else list(tools)
+        if not self.tools and any(isinstance(i, str) for i in items):
+            raise ValueError("No tools were configured for the Agent at initialization.")  # Haystack's text
         unknown = {i for i in items if isinstance(i, str) and i not in self._tools_by_name}
         if unknown:
             raise ValueError(  # Haystack's text

@@ -3,8 +3,8 @@
 The two console UIs share one dialog: ``y`` confirms, ``n`` rejects (then asks for optional feedback),
 ``m`` edits the params field by field (Enter keeps a value) and returns as soon as the edits are done,
 as Haystack's do (``m`` on a call without params modifies nothing: ``{}``). Pressing Enter alone never
-confirms, and input that ends (EOF, Ctrl-C) rejects. Secret-named params
-are masked wherever they are shown.
+confirms, and input that ends (EOF, Ctrl-C) rejects. Secret-named params are masked wherever they are
+shown.
 """
 
 from __future__ import annotations
@@ -178,15 +178,14 @@ class _ConsoleDialog(ConfirmationUI, ABC):
                 return ConfirmationUIResult(action="reject", feedback=NO_ANSWER_FEEDBACK)
 
     def _dialog(self, tool_name: str, tool_params: dict[str, Any]) -> ConfirmationUIResult:
-        while True:
-            choice = self._ask_choice()
-            if choice == "y":
-                return ConfirmationUIResult(action="confirm")
-            if choice == "n":
-                return ConfirmationUIResult(action="reject", feedback=self._ask_feedback())
-            # No feedback question after the edits: scripted and piped input written for Haystack stays in step.
-            edits = self._edit_params(tool_params, self._tools.get(tool_name)) if tool_params else {}
-            return ConfirmationUIResult(action="modify", new_tool_params=edits)
+        choice = self._ask_choice()  # re-asks by itself until the answer is y, n or m
+        if choice == "y":
+            return ConfirmationUIResult(action="confirm")
+        if choice == "n":
+            return ConfirmationUIResult(action="reject", feedback=self._ask_feedback())
+        # No feedback question after the edits: scripted and piped input written for Haystack stays in step.
+        edits = self._edit_params(tool_params, self._tools.get(tool_name)) if tool_params else {}
+        return ConfirmationUIResult(action="modify", new_tool_params=edits)
 
     def _edit_params(self, tool_params: dict[str, Any], tool: Tool | None = None) -> dict[str, Any]:
         """Ask for each field in turn; only fields the human typed something for are returned."""
