@@ -31,6 +31,7 @@ from tests.fakes.slack_stack import (
     assert_valid_message_blocks,
     assert_valid_view,
     button_values,
+    buttons,
 )
 
 HOSTILE = "<!channel> <!here> <@U123> <http://evil|click> & <#C1>"
@@ -397,3 +398,18 @@ def test_approvers_show_people_as_mentions_and_groups_by_name_without_pinging_th
     shown = all_text(message.blocks)
     assert "approvers @oncall, @sre, <@U0BEN>" in shown
     assert "subteam" not in json.dumps(message.blocks)
+
+
+def test_approve_asks_for_confirmation_only_for_a_destructive_tool() -> None:
+    plain_message = approval_message([approval()])
+    destructive = approval_message([approval(destructive=True)])
+
+    def approve_button(message) -> dict[str, Any]:
+        [button] = [b for b in buttons(message.blocks) if b["action_id"] == "cs_approve"]
+        return button
+
+    assert "confirm" not in approve_button(plain_message)
+    confirm = approve_button(destructive)["confirm"]
+    assert confirm["title"]["text"] == "Run this call?" and confirm["confirm"]["text"] == "Approve"
+    assert "cannot be undone" in confirm["text"]["text"]
+    assert_valid_message_blocks(destructive.blocks)

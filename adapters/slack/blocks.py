@@ -237,8 +237,17 @@ def outcome_markup(call: ApprovalView) -> str:
 
 def _decision_buttons(call: ApprovalView) -> ActionsBlock:
     aid = call.approval_id
+    confirm = None
+    if call.destructive:  # Block Kit's own confirmation dialog, before the click reaches us
+        confirm = ConfirmObject(
+            title="Run this call?",
+            text=f"{call.tool_name[:64]} cannot be undone. Approve it as shown?",
+            confirm="Approve",
+            deny="Cancel",
+            style="danger",
+        )
     buttons = [
-        ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary"),
+        ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary", confirm=confirm),
         ButtonElement(text="Reject", action_id=ACTION_REJECT, value=aid, style="danger"),
     ]
     if _editable_parameters(call):

@@ -867,6 +867,7 @@ class Engine:
             feedback=record.feedback,
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
+            destructive=bool(tool and tool.destructive),
         )
 
 

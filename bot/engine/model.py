@@ -123,6 +123,10 @@ class ApprovalView:
     feedback: str | None = None
     final_arguments: dict[str, Any] | None = None
     message_ref: dict[str, Any] | None = None
+    destructive: bool = False
+    """The tool is marked ``destructive=True``: Approve asks for confirmation where the surface can."""
+    offer_always_allow: bool = False
+    """Shown to one admin only (a DM, a personal view): offer "Approve and always allow here"."""
 
     @property
     def is_pending(self) -> bool:
