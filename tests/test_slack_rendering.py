@@ -413,3 +413,14 @@ def test_approve_asks_for_confirmation_only_for_a_destructive_tool() -> None:
     assert confirm["title"]["text"] == "Run this call?" and confirm["confirm"]["text"] == "Approve"
     assert "cannot be undone" in confirm["text"]["text"]
     assert_valid_message_blocks(destructive.blocks)
+
+
+def test_approve_and_always_allow_appears_only_in_a_view_offered_to_an_admin() -> None:
+    def actions(view: ApprovalView) -> list[str]:
+        return [b["action_id"] for b in buttons(approval_message([view]).blocks)]
+
+    assert "cs_approve_always" not in actions(approval())
+    offered = approval_message([approval(offer_always_allow=True)])
+    [always] = [b for b in buttons(offered.blocks) if b["action_id"] == "cs_approve_always"]
+    assert always["text"]["text"] == "Approve and always allow here" and "confirm" in always
+    assert_valid_message_blocks(offered.blocks)

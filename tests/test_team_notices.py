@@ -140,3 +140,57 @@ async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_up
 
     assert {c.args["channel"] for c in slack.calls_to("chat.update")} == {"C0OPS", "DU0BOB"}
     assert all(button_values(c.args["blocks"], "cs_approve") == [] for c in slack.calls_to("chat.update"))
+
+
+# ---------------------------------------------------------------------- Approve and always allow here
+
+
+async def test_only_an_admins_own_copy_offers_approve_and_always_allow_and_it_writes_an_audited_rule(harnesses):
+    from bot.engine.errors import NotAnAdmin
+
+    h = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.txt"), says("Deleted."), asks_for("delete_file", path="b.txt"),
+                 says("Deleted b.")],
+    )
+    h.surface.direct = {ADMIN, ANA}
+    await command(h, "approvers delete_file @U_ADMIN @U_ANA")
+    await h.say("delete a.txt")
+    channel, *copies = h.surface.renders
+    offers = {r.thread.channel: r.approvals[0].offer_always_allow for r in copies}
+    assert offers == {"D-U_ADMIN": True, "D-U_ANA": False}
+    assert channel.approvals[0].offer_always_allow is False  # everyone sees the channel message
+    approval_id = channel.approvals[0].approval_id
+
+    with pytest.raises(NotAnAdmin):
+        await h.engine.approve_and_always_allow(approval_id, ANA, place=f"{PLATFORM}:D-U_ANA")
+    result = await h.engine.approve_and_always_allow(approval_id, ADMIN, place=f"{PLATFORM}:D-U_ADMIN")
+    await h.engine.wait_idle()
+
+    assert result.message == "Approved. delete_file will no longer ask here."
+    here = f"channel:{PLATFORM}:{WORKSPACE}:{CHANNEL}"
+    [rule] = [r for r in await h.engine.policy_table(PLATFORM, WORKSPACE) if r["scope"] == here]
+    assert (rule["tool"], rule["mode"]) == ("delete_file", "never")
+    [changed] = await h.audit("policy set")
+    assert changed.actor == ADMIN and changed.details["from_approval"] == approval_id
+    [refused] = await h.audit("decision refused")
+    assert refused.actor == ANA and refused.details["reason"] == "NotAnAdmin"
+
+    renders = len(h.surface.renders)
+    await h.say("delete b.txt", thread="another")
+    assert len(h.surface.renders) == renders  # no longer asked in this channel
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}, {"path": "b.txt"}]
+
+
+async def test_always_allow_keeps_the_condition_of_the_rule_that_asked(harnesses):
+    h = await harnesses.open(replies=[asks_for("scale_service", service="api", replicas=20), says("Scaled.")])
+    await command(h, "policy set scale_service never")
+    await command(h, "policy set scale_service always when replicas>10")
+    await h.say("scale api to 20")
+    [approval] = h.surface.renders[0].approvals
+    await h.engine.note_shown(f"{PLATFORM}:D-admin", [approval.approval_id])
+
+    result = await h.engine.approve_and_always_allow(approval.approval_id, ADMIN, place=f"{PLATFORM}:D-admin")
+
+    assert result.message.endswith("scale_service when replicas>10 will no longer ask here.")
+    [rule] = await h.engine.storage.conditions.rules([f"channel:{PLATFORM}:{WORKSPACE}:{CHANNEL}"])
+    assert (rule.condition, rule.mode) == ("replicas>10", "never")

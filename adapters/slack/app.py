@@ -30,6 +30,7 @@ from slack_bolt.response import BoltResponse
 from adapters.slack.blocks import (
     ACTION_APPROVE,
     ACTION_APPROVE_ALL,
+    ACTION_APPROVE_ALWAYS,
     ACTION_EDIT,
     ACTION_REJECT,
     EDIT_CALLBACK,
@@ -127,6 +128,7 @@ class SlackListeners:
         app.event("app_home_opened")(self.on_home_opened)
         app.action(ACTION_APPROVE)(self.on_approve)
         app.action(ACTION_APPROVE_ALL)(self.on_approve_all)
+        app.action(ACTION_APPROVE_ALWAYS)(self.on_approve_always)
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
@@ -199,6 +201,18 @@ class SlackListeners:
         decision = self.engine.approve_all(approval_id, actor, actor_name=_actor_name(body), place=_place(body))
         self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
 
+    async def on_approve_always(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Approve and always allow here (offered to admins only; the engine checks again)."""
+        await ack()
+        approval_id, actor = _text(action.get("value")), _actor(body)
+        if not approval_id or not actor:
+            self.on_unreadable_click(body)
+            return
+        decision = self.engine.approve_and_always_allow(
+            approval_id, actor, actor_name=_actor_name(body), place=_place(body)
+        )
+        self.tasks.spawn(self._decide_click(body, decision, tell=True), name="slack-approve-always")
+
     def on_unreadable_click(self, body: Mapping[str, Any]) -> bool:
         """A click whose action cannot be read: nothing is decided; the clicker is told when we know who and where.
 
@@ -211,13 +225,15 @@ class SlackListeners:
         self.tasks.spawn(self._tell_clicker(body, UNREADABLE_CLICK), name="slack-unreadable-click")
         return True
 
-    async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any]) -> None:
+    async def _decide_click(
+        self, body: dict[str, Any], decision: Coroutine[Any, Any, Any], tell: bool = False
+    ) -> None:
         try:
             result = await decision
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
-        if result.refused:  # Approve all, partly refused: say which calls still wait
+        if result.refused or tell:  # Approve all, partly refused: say which calls still wait
             await self._tell_clicker(body, result.message)
             return
         if _from_home(body):

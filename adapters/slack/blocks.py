@@ -51,7 +51,8 @@ ACTION_APPROVE = "cs_approve"
 ACTION_REJECT = "cs_reject"
 ACTION_EDIT = "cs_edit"
 ACTION_APPROVE_ALL = "cs_approve_all"
-DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL)
+ACTION_APPROVE_ALWAYS = "cs_approve_always"
+DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
 
 REJECT_CALLBACK = "cs_reject_modal"
 EDIT_CALLBACK = "cs_edit_modal"
@@ -252,6 +253,16 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
     ]
     if _editable_parameters(call):
         buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
+    if call.offer_always_allow:  # only in views shown to one admin (their DM, their App Home)
+        always = ConfirmObject(
+            title="Stop asking here?",
+            text=f"Approve this call, and run {call.tool_name[:64]} without asking in this channel from now on "
+            "(for calls like this one). The rule change is audited.",
+            confirm="Approve and allow",
+            deny="Cancel",
+        )
+        buttons.append(ButtonElement(text="Approve and always allow here", action_id=ACTION_APPROVE_ALWAYS,
+                                     value=aid, confirm=always))
     return ActionsBlock(block_id=f"cs_actions:{aid}", elements=buttons)
 
 

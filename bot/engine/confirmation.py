@@ -92,12 +92,32 @@ async def conditional_mode(
 ) -> str | None:
     """The mode of the most specific rule that matches: a narrower scope wins, then more clauses, and a matching
     conditional rule beats the plain rule of its own or a wider scope. ``mode``/``mode_scope``: the plain rule's."""
+    matched = await matching_condition(storage, tool_name, context, arguments)
+    if matched is None:
+        return mode
+    (scope_rank, _clauses), best_mode, _text = matched
+    plain_rank = len(SCOPE_ORDER) - SCOPE_ORDER.index(_kind(mode_scope)) if mode_scope else 0
+    return best_mode if mode is None or scope_rank >= plain_rank else mode
+
+
+SCOPE_ORDER = ("channel", "workspace", "global")
+
+
+def _kind(scope: str) -> str:
+    return scope.split(":", 1)[0]
+
+
+async def matching_condition(
+    storage: Any, tool_name: str, context: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> tuple[tuple[int, int], str, str] | None:
+    """The most specific conditional rule matching ``arguments`` here: ``((scope rank, clauses), mode,
+    condition text)``, or ``None``."""
     scopes = [
         scope_channel(context["platform"], context["workspace"], context["channel"]),
         scope_workspace(context["platform"], context["workspace"]),
         scope_global(),
     ]
-    best: tuple[tuple[int, int], str] | None = None
+    best: tuple[tuple[int, int], str, str] | None = None
     for rule in await storage.conditions.rules(scopes, tool_name):
         try:
             condition = parse_condition(rule.condition)
@@ -107,11 +127,8 @@ async def conditional_mode(
         if condition.matches(arguments):
             rank = (len(scopes) - scopes.index(rule.scope), len(condition.clauses))
             if best is None or rank > best[0]:
-                best = (rank, rule.mode)
-    if best is None:
-        return mode
-    plain_rank = len(scopes) - scopes.index(mode_scope) if mode_scope in scopes else 0
-    return best[1] if mode is None or best[0][0] >= plain_rank else mode
+                best = (rank, rule.mode, rule.condition)
+    return best
 
 
 async def _tool_decides(tool: Tool, arguments: Mapping[str, Any]) -> str:

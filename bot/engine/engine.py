@@ -13,6 +13,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +23,14 @@ from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
 from bot.engine.admin_commands import AdminCommands
-from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
+from bot.engine.confirmation import (
+    NEVER,
+    ONCE,
+    PolicyConfirmationStrategy,
+    channel_scope,
+    effective_policy,
+    matching_condition,
+)
 from bot.engine.decisions import (
     STATUS_OF_ACTION,
     approval_call_key,
@@ -37,6 +45,7 @@ from bot.engine.errors import (
     DecidedButUnfinished,
     EngineError,
     InvalidEdit,
+    NotAnAdmin,
     NotAnApprover,
     NotShownHere,
     UnknownAction,
@@ -57,7 +66,7 @@ from bot.engine.model import (
     Inbound,
     ThreadRef,
 )
-from bot.engine.notices import ApproverNotices
+from bot.engine.notices import ApproverNotices, offered
 from bot.engine.params import merge_edit
 from bot.engine.roles import Roles
 from bot.engine.surface import Surface
@@ -609,6 +618,45 @@ class Engine:
         message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, refused=tuple(refused))
 
+    @refused_while_storage_fails
+    async def approve_and_always_allow(
+        self, approval_id: str, actor: str, actor_name: str | None = None, place: str | None = None
+    ) -> DecisionResult:
+        """Approve one call and write a ``never`` rule for its tool in its channel (admins who may decide it).
+
+        The rule carries the condition of the rule that asked, when one did (``when env=prod``), so only such
+        calls stop asking there. The decision and the rule change are both audited.
+        """
+        record = await self._record(approval_id)
+        try:
+            await self._check_place(record, place)
+            if not await self.roles.is_admin(actor, record.platform):
+                raise NotAnAdmin()
+        except EngineError as refusal:
+            await self._audit_refusal(actor, record, "approve always", refusal, place)
+            raise
+        result = await self.decide(DecisionRequest(approval_id, actor, CONFIRM, actor_name=actor_name, place=place))
+        thread = await self._thread_of(record)
+        context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+        scope = channel_scope(context)
+        matched = await matching_condition(self.storage, record.tool_name, context, record.arguments)
+        if matched is not None:
+            condition = matched[2]
+            await self.storage.conditions.set_rule(
+                scope, record.tool_name, condition, NEVER, updated_by=actor, now=self.clock()
+            )
+        else:
+            condition = None
+            await self.storage.policies.set_rule(scope, record.tool_name, updated_by=actor, mode=NEVER)
+        await self.storage.audit.append(
+            actor, "policy set", f"{scope}/{record.tool_name}",
+            {"fields": {"mode": NEVER, "condition": condition}, "from_approval": approval_id,
+             "platform": record.platform},
+            now=self.clock(),
+        )
+        where = f" when {condition}" if condition else ""
+        return replace(result, message=f"{result.message} {record.tool_name}{where} will no longer ask here.")
+
     async def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
         """Raise the clicked call's :class:`NotAnApprover` unless ``actor`` may decide some call of the step."""
         for other in step:
@@ -797,13 +845,14 @@ class Engine:
         decide them.
         """
         views = []
+        always = place is not None and await self.roles.is_admin(actor, platform, fresh=False)
         for record in await self.storage.approvals.pending(platform=platform):
             try:
                 check_open(self.clock(), record)
                 await authorize_now(self.roles, record, actor, fresh=False)  # a listing; the click re-checks
             except EngineError:
                 continue
-            views.append(await self._view(record))
+            views.extend(offered([await self._view(record)], always))
         if place is not None:
             await self.note_shown(place, [v.approval_id for v in views])
         return views

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from bot.engine.model import ThreadRef
+from bot.engine.model import ApprovalView, ThreadRef
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -64,13 +65,14 @@ class ApproverNotices:
                 if direct is None:
                     continue  # e.g. Teams without a personal chat: the thread's card names them
                 await self.engine.note_shown(direct.place, [r.approval_id for r in records])
-                views = await self.engine.step_approvals(records[0].approval_id)
+                always = await self.engine.roles.is_admin(person, thread.platform, fresh=False)
+                views = offered(await self.engine.step_approvals(records[0].approval_id), always)
                 ref = await surface.render_approvals(direct, views)
             except Exception:
                 logger.warning("approval not sent to an approver", extra={"run_id": records[0].run_id},
                                exc_info=True)
                 continue
-            copies.append({"person": person, "thread": _thread_dict(direct), "ref": ref})
+            copies.append({"person": person, "thread": _thread_dict(direct), "ref": ref, "always": always})
         if copies:
             key = renderings_key(records[0].run_id, records[0].step)
             await self.storage.conversations.save(key, {"copies": copies})
@@ -83,7 +85,8 @@ class ApproverNotices:
             return
         for copy in saved.get("copies") or []:
             try:
-                await surface.update_approvals(ThreadRef(**copy["thread"]), copy["ref"], views)
+                shown = offered(views, bool(copy.get("always")))
+                await surface.update_approvals(ThreadRef(**copy["thread"]), copy["ref"], shown)
             except Exception:
                 logger.warning("approval copy not updated", extra={"run_id": record.run_id}, exc_info=True)
 
@@ -140,6 +143,11 @@ class ApproverNotices:
                 await surface.tell_user(thread, person, text)
         except Exception:
             logger.warning("reminder not delivered", extra={"thread": thread.key}, exc_info=True)
+
+
+def offered(views: Sequence[ApprovalView], always: bool) -> list[ApprovalView]:
+    """``views`` as one admin sees them alone: pending calls offer "Approve and always allow here"."""
+    return [replace(v, offer_always_allow=always and v.is_pending) for v in views]
 
 
 def _thread_dict(thread: ThreadRef) -> dict[str, str]:
