@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from bot.engine.errors import NotAnAdmin
 from bot.engine.model import AdminRequest, DecisionRequest
+from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.fakes.teams_stack import ADA as TEAMS_ADA
+from tests.fakes.teams_stack import ANA as TEAMS_ANA
+from tests.fakes.teams_stack import BEN as TEAMS_BEN
+from tests.fakes.teams_stack import TENANT, TeamsStack, approval_ids, execute_actions, texts_of
 from tests.test_slack_admin import command as slack_command
 from tests.test_slack_approvals import Clock, Ops, ask, start_stack
 
@@ -146,8 +152,6 @@ async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_up
 
 
 async def test_only_an_admins_own_copy_offers_approve_and_always_allow_and_it_writes_an_audited_rule(harnesses):
-    from bot.engine.errors import NotAnAdmin
-
     h = await harnesses.open(
         replies=[asks_for("delete_file", path="a.txt"), says("Deleted."), asks_for("delete_file", path="b.txt"),
                  says("Deleted b.")],
@@ -194,3 +198,42 @@ async def test_always_allow_keeps_the_condition_of_the_rule_that_asked(harnesses
     assert result.message.endswith("scale_service when replicas>10 will no longer ask here.")
     [rule] = await h.engine.storage.conditions.rules([f"channel:{PLATFORM}:{WORKSPACE}:{CHANNEL}"])
     assert (rule.condition, rule.mode) == ("replicas>10", "never")
+
+
+# ---------------------------------------------------------------------- Teams: user-specific views
+
+
+@pytest.fixture
+async def teams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TeamsStack]:
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        stack = await TeamsStack.open(
+            tmp_path, connector, issuer, replies=[asks_for("delete_file", path="old.log"), says("Deleted.")]
+        )
+        yield stack
+        await stack.aclose()
+
+
+async def test_teams_approvers_see_the_buttons_everyone_else_the_status_and_an_admin_may_always_allow(teams):
+    def verbs(card) -> set[str]:
+        return {a.get("verb") for a, _ in execute_actions(card)} - {"refresh"}
+
+    approvers = [TEAMS_BEN.id, TEAMS_ADA.id]
+    await teams.engine.storage.policies.set_rule("global", "delete_file", updated_by=TEAMS_ADA.id, approvers=approvers)
+    await teams.say("delete old.log")
+    _, posted = teams.last_card()
+
+    assert verbs(posted) == set()  # the status, for everyone
+    assert sorted(posted["refresh"]["userIds"]) == sorted([TEAMS_ADA.id, TEAMS_BEN.id])
+    assert verbs(await teams.view_as(TEAMS_ANA)) == set()  # the requester is not an approver here
+    assert verbs(await teams.view_as(TEAMS_BEN)) == {"approve", "reject", "edit"}
+    admin_view = await teams.view_as(TEAMS_ADA)
+    assert verbs(admin_view) == {"approve", "reject", "edit", "approve_always"}
+    assert any("Approval needed" in t for t in texts_of(admin_view))
+
+    status, body = await teams.click("approve_always", TEAMS_ADA, card=admin_view)
+
+    assert status == 200 and approval_ids(body["value"]) == []
+    assert teams.tools.executed == [("delete_file", {"path": "old.log"})]
+    [rule] = [r for r in await teams.engine.policy_table("teams", TENANT) if r["scope"].startswith("channel:")]
+    assert (rule["tool"], rule["mode"]) == ("delete_file", "never")

@@ -23,7 +23,7 @@ from microsoft_agents.activity import Activity, ActivityTypes, Attachment, Conve
 from microsoft_agents.hosting.core import ChannelServiceAdapter, ClaimsIdentity, TurnContext
 from microsoft_agents.hosting.core.app.proactive import Conversation
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, approval_card
+from adapters.teams.cards import CARD_CONTENT_TYPE, shared_card
 from adapters.teams.handler import personal_key
 from adapters.teams.names import with_names
 from adapters.teams.store import ConversationStore
@@ -57,7 +57,7 @@ def conversation_record(identity: ClaimsIdentity | None, activity: Activity) -> 
 
 def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
     """A message activity carrying the approval card of one step."""
-    card = approval_card(approvals)
+    card = shared_card(approvals)
     return Activity(
         type=ActivityTypes.message,
         attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)],

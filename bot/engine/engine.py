@@ -917,7 +917,31 @@ class Engine:
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
             destructive=bool(tool and tool.destructive),
+            deciders=tuple(await self._deciders(record)) if record.status == PENDING else (),
         )
+
+    async def _deciders(self, record: Any) -> list[str]:
+        """The people who may decide ``record`` (the rule of :func:`authorize`, groups from the cache)."""
+        entries = record.approvers or (record.requester, *sorted(self.config.admins))
+        people = await self.roles.people(entries, record.platform, fresh=False)
+        return [p for p in people if not (record.four_eyes and p == record.requester)]
+
+    async def personal_step(self, approval_id: str, actor: str, place: str | None) -> tuple[list[ApprovalView], bool]:
+        """The step of ``approval_id`` as ``actor`` alone sees it (a Teams user-specific view), and whether they
+        may decide any of its pending calls there; admins are offered "Approve and always allow here"."""
+        record = await self._record(approval_id)
+        views = await self.step_approvals(approval_id)
+        may = False
+        if place and await self.storage.places.shown_in(record.approval_id, place):
+            for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+                try:
+                    check_open(self.clock(), other)
+                    await authorize_now(self.roles, other, actor, fresh=False)
+                    may = True
+                except EngineError:
+                    continue
+        admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
+        return offered(views, admin), may
 
 
 def _answer_text(result: dict[str, Any]) -> str:

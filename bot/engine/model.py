@@ -127,6 +127,9 @@ class ApprovalView:
     """The tool is marked ``destructive=True``: Approve asks for confirmation where the surface can."""
     offer_always_allow: bool = False
     """Shown to one admin only (a DM, a personal view): offer "Approve and always allow here"."""
+    deciders: tuple[str, ...] = ()
+    """Who may decide it, as people (groups expanded, possibly from a short cache): for rendering only,
+    e.g. whom Teams shows the buttons to. Every click is still checked by the engine."""
 
     @property
     def is_pending(self) -> bool:
