@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,20 +10,14 @@ import pytest
 from bot.engine.access import DM_REFUSED, REFUSED
 from bot.engine.model import AdminRequest
 from bot.llm import ScriptedChatGenerator
-from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, Harnesses, says
+from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, says
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid
+from tests.fakes.slack_stack import SlackStack
 from tests.test_slack_admin import command as slack_command
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 DEFAULT = "Everyone may ask the bot, in every channel of this workspace (no access rules). Direct messages: allowed."
 
-
-@pytest.fixture
-async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str, actor: str = ADMIN) -> str:
@@ -122,12 +115,6 @@ async def test_every_access_change_is_audited(harnesses):
 
 # ---------------------------------------------------------------------- Slack, end to end
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 async def test_slack_an_access_rule_refuses_and_allows_requests(tmp_path: Path, slack: FakeSlackAPI) -> None:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from bot.engine.conditions import parse_condition
 from bot.engine.errors import CommandError
 from bot.engine.model import AdminRequest
 from bot.tools import tool
-from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for, says
+from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 
-
-@pytest.fixture
-async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str, actor: str = ADMIN, channel: str = CHANNEL) -> str:

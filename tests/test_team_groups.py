@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,22 +9,16 @@ import pytest
 from bot.config import Config
 from bot.engine.errors import NotAnApprover
 from bot.engine.model import AdminRequest, DecisionRequest
-from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for, says
+from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, button_values
 from tests.test_slack_admin import command as slack_command
 from tests.test_slack_approvals import ALICE, Clock, Ops, ask, start_stack
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 ANA, BEN = "U_ANA", "U_BEN"
 
-
-@pytest.fixture
-async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str, actor: str = ADMIN) -> str:
@@ -140,17 +133,6 @@ async def test_a_member_of_an_admin_group_may_change_policy(harnesses):
 # ---------------------------------------------------------------------- Slack user groups, end to end
 
 
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 async def test_a_slack_user_group_whose_membership_changes_between_the_pause_and_the_click(

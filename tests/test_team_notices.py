@@ -10,26 +10,19 @@ import pytest
 
 from bot.engine.errors import NotAnAdmin
 from bot.engine.model import AdminRequest, DecisionRequest
-from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
-from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for, says
+from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, button_values
 from tests.fakes.teams_stack import ADA as TEAMS_ADA
 from tests.fakes.teams_stack import ANA as TEAMS_ANA
 from tests.fakes.teams_stack import BEN as TEAMS_BEN
-from tests.fakes.teams_stack import TENANT, TeamsStack, approval_ids, execute_actions, texts_of
+from tests.fakes.teams_stack import TENANT, TeamsStack, approval_ids, execute_actions, running_teams, texts_of
 from tests.test_slack_admin import command as slack_command
 from tests.test_slack_approvals import Clock, Ops, ask, start_stack
 
 ANA, BEN = "U_ANA", "U_BEN"
 
-
-@pytest.fixture
-async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str) -> str:
@@ -109,17 +102,6 @@ async def test_reminders_can_be_turned_off(harnesses):
 # ---------------------------------------------------------------------- Slack, end to end
 
 
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_updates(
@@ -205,13 +187,9 @@ async def test_always_allow_keeps_the_condition_of_the_rule_that_asked(harnesses
 
 @pytest.fixture
 async def teams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TeamsStack]:
-    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
-        trust_issuer(monkeypatch, issuer)
-        stack = await TeamsStack.open(
-            tmp_path, connector, issuer, replies=[asks_for("delete_file", path="old.log"), says("Deleted.")]
-        )
+    replies = [asks_for("delete_file", path="old.log"), says("Deleted.")]
+    async with running_teams(tmp_path, monkeypatch, replies=replies) as stack:
         yield stack
-        await stack.aclose()
 
 
 async def test_teams_approvers_see_the_buttons_everyone_else_the_status_and_an_admin_may_always_allow(teams):

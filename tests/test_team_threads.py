@@ -14,29 +14,17 @@ import pytest
 
 from bot.engine.model import DecisionRequest
 from bot.llm import OpenAIChatGenerator
-from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import ADMIN as ENGINE_ADMIN
 from tests.fakes.engine_kit import OTHER, REQUESTER, Harness, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
-from tests.fakes.teams_stack import ANA, BEN, TeamsStack, approval_ids
+from tests.fakes.slack_stack import SlackStack, button_values
+from tests.fakes.teams_stack import ANA, BEN, TeamsStack, approval_ids, running_teams
 from tests.test_slack_approvals import ADMIN, ALICE, CHANNEL, Clock, Ops, ask, start_stack
 
 BOB = "U0BOB"
 
 
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture
@@ -48,6 +36,17 @@ async def stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer) -
 
 def notes_to(slack: FakeSlackAPI, user: str) -> list[SlackCall]:
     return slack.calls_to("chat.postEphemeral", lambda c: c.args.get("user") == user)
+
+
+async def paused_on_delete(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, answer: str
+) -> tuple[str, SlackCall, str]:
+    """Alice asks to delete old.log; the thread ts, the approval message and its approval id (then ``answer``)."""
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    openai.enqueue_text(answer)
+    thread_ts, approval = await ask(stack, slack, "delete old.log")
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    return thread_ts, approval, approval_id
 
 
 async def write(stack: SlackStack, user: str, text: str, thread_ts: str, *, mention: bool = False) -> None:
@@ -62,10 +61,7 @@ async def write(stack: SlackStack, user: str, text: str, thread_ts: str, *, ment
 async def test_chatter_from_another_person_changes_nothing_and_they_are_told_once_who_decides(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
-    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
-    openai.enqueue_text("Deleted.")
-    thread_ts, approval = await ask(stack, slack, "delete old.log")
-    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    thread_ts, approval, approval_id = await paused_on_delete(stack, slack, openai, "Deleted.")
     model_calls = len(openai.requests)
 
     await write(stack, BOB, "looks fine to me, go ahead", thread_ts)
@@ -88,10 +84,7 @@ async def test_chatter_from_another_person_changes_nothing_and_they_are_told_onc
 async def test_the_requesters_new_message_supersedes_the_approval(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
-    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
-    openai.enqueue_text("Fine, I won't.")
-    thread_ts, approval = await ask(stack, slack, "delete old.log")
-    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    thread_ts, approval, approval_id = await paused_on_delete(stack, slack, openai, "Fine, I won't.")
 
     await write(stack, ALICE, "actually, don't", thread_ts)
 
@@ -105,10 +98,7 @@ async def test_the_requesters_new_message_supersedes_the_approval(
 async def test_an_admin_supersedes_only_by_addressing_the_bot(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
-    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
-    openai.enqueue_text("Stopped.")
-    thread_ts, approval = await ask(stack, slack, "delete old.log")
-    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    thread_ts, approval, approval_id = await paused_on_delete(stack, slack, openai, "Stopped.")
 
     await write(stack, ADMIN, "hmm, who asked for this?", thread_ts)
     assert (await stack.engine.get_approval(approval_id)).is_pending
@@ -128,10 +118,7 @@ async def test_in_mention_mode_the_requesters_reply_without_a_mention_changes_no
         reply_mode="mention",
     )
     try:
-        openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
-        openai.enqueue_text("Cancelled.")
-        thread_ts, approval = await ask(stack, slack, "delete old.log")
-        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+        thread_ts, approval, approval_id = await paused_on_delete(stack, slack, openai, "Cancelled.")
 
         await write(stack, ALICE, "let me think", thread_ts)
         assert (await stack.engine.get_approval(approval_id)).is_pending
@@ -200,13 +187,9 @@ async def test_an_admin_elsewhere_may_supersede_but_a_colleague_may_not(tmp_path
 
 @pytest.fixture
 async def teams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TeamsStack]:
-    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
-        trust_issuer(monkeypatch, issuer)
-        stack = await TeamsStack.open(
-            tmp_path, connector, issuer, replies=[asks_for("delete_file", path="old.log"), says("Okay, I won't.")]
-        )
+    replies = [asks_for("delete_file", path="old.log"), says("Okay, I won't.")]
+    async with running_teams(tmp_path, monkeypatch, replies=replies) as stack:
         yield stack
-        await stack.aclose()
 
 
 async def test_teams_a_bystanders_mention_leaves_the_card_and_the_requesters_message_supersedes(

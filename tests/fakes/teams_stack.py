@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -35,7 +36,7 @@ from bot.config import Config
 from bot.engine.engine import Engine
 from bot.llm import ScriptedChatGenerator
 from bot.server import build_web_app
-from tests.fakes.bot_connector import ConnectorRequest, FakeBotConnector, FakeBotFrameworkIssuer
+from tests.fakes.bot_connector import ConnectorRequest, FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import Clock, RecordingTools
 from tests.fakes.local_server import serve_locally
 
@@ -441,3 +442,15 @@ class TeamsStack:
         status, body = await self.post(invoke)
         await self.settle()
         return status, body
+
+
+@asynccontextmanager
+async def running_teams(folder: Path, monkeypatch: Any, **options: Any) -> AsyncIterator[TeamsStack]:
+    """A :class:`TeamsStack` with its own fake connector and token issuer (``options`` go to ``open``)."""
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        stack = await TeamsStack.open(folder, connector, issuer, **options)
+        try:
+            yield stack
+        finally:
+            await stack.aclose()
