@@ -184,34 +184,31 @@ class SlackListeners:
     async def on_approve(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve: ack, then decide; a refusal is told to the clicker only."""
         await ack()
-        approval_id, actor = _text(action.get("value")), _actor(body)
-        if not approval_id or not actor:
-            self.on_unreadable_click(body)
-            return
-        request = DecisionRequest(approval_id, actor, CONFIRM, actor_name=_actor_name(body), place=_place(body))
-        self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
+        if (target := self._click_target(body, action)) is not None:
+            request = DecisionRequest(*target, CONFIRM, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
 
     async def on_approve_all(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve all: every pending call of the step this clicker may decide."""
         await ack()
-        approval_id, actor = _text(action.get("value")), _actor(body)
-        if not approval_id or not actor:
-            self.on_unreadable_click(body)
-            return
-        decision = self.engine.approve_all(approval_id, actor, actor_name=_actor_name(body), place=_place(body))
-        self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
+        if (target := self._click_target(body, action)) is not None:
+            decision = self.engine.approve_all(*target, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
 
     async def on_approve_always(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve and always allow here (offered to admins only; the engine checks again)."""
         await ack()
+        if (target := self._click_target(body, action)) is not None:
+            decision = self.engine.approve_and_always_allow(*target, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, decision, tell=True), name="slack-approve-always")
+
+    def _click_target(self, body: Mapping[str, Any], action: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The approval id and the clicker of a button click, or ``None`` (and the clicker told) if unreadable."""
         approval_id, actor = _text(action.get("value")), _actor(body)
         if not approval_id or not actor:
             self.on_unreadable_click(body)
-            return
-        decision = self.engine.approve_and_always_allow(
-            approval_id, actor, actor_name=_actor_name(body), place=_place(body)
-        )
-        self.tasks.spawn(self._decide_click(body, decision, tell=True), name="slack-approve-always")
+            return None
+        return approval_id, actor
 
     def on_unreadable_click(self, body: Mapping[str, Any]) -> bool:
         """A click whose action cannot be read: nothing is decided; the clicker is told when we know who and where.
