@@ -104,7 +104,7 @@ async def test_reminders_can_be_turned_off(harnesses):
 
 
 
-async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_updates(
+async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_and_app_home_update(
     tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
     stack: SlackStack = await start_stack(tmp_path, slack, openai, Ops(), Clock())
@@ -128,6 +128,8 @@ async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_up
 
     assert {c.args["channel"] for c in slack.calls_to("chat.update")} == {"C0OPS", "DU0BOB"}
     assert all(button_values(c.args["blocks"], "cs_approve") == [] for c in slack.calls_to("chat.update"))
+    home = slack.calls_to("views.publish")[-1].args  # and Bob's App Home, shown again without it
+    assert home["user_id"] == "U0BOB" and button_values(home["view"]["blocks"], "cs_approve") == []
 
 
 # ---------------------------------------------------------------------- Approve and always allow here

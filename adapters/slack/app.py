@@ -342,9 +342,13 @@ class SlackListeners:
             self.tasks.spawn(self._publish_home(user, _text(context.team_id) or ""), name="slack-home")
 
     async def _publish_home(self, user: str, team: str, notice: str | None = None) -> None:
+        await self.surface.publish_home(user, await self.home_view_for(user, team, notice))
+
+    async def home_view_for(self, user: str, team: str, notice: str | None = None) -> dict[str, Any]:
+        """``user``'s App Home: the approvals they may decide now (decidable from there) and the policies."""
         pending = await self.engine.pending_for(PLATFORM, user, place=home_place(PLATFORM, user))
         policies = await self.engine.policy_table(PLATFORM, team)
-        await self.surface.publish_home(user, home_view(pending, policies, notice))
+        return home_view(pending, policies, notice)
 
     async def _tell_clicker(self, body: Mapping[str, Any], text: str) -> None:
         actor, channel = _actor(body), _channel(body)

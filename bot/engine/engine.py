@@ -710,6 +710,7 @@ class Engine:
             thread = views[0].thread
             await _quietly(surface.update_approvals(thread, refs[0], views))
         await _quietly(self.notices.update_copies(record, views))
+        await self.notices.refresh_homes(record, views, await self._deciders(record))
         return views
 
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:

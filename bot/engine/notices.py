@@ -7,6 +7,7 @@
 - Once a fraction of the TTL has passed (``COUNTERSIGN_REMIND_AT``), the approvers who have not answered
   are reminded, once per approval across all processes.
 - When an approval expires, the requester is told in the thread (through the durable outbox, once).
+- When a step changes, its deciders' personal lists (Slack's App Home) are shown again.
 
 Everything here is cosmetic with respect to the decision itself: a failure is logged, never raised.
 """
@@ -89,6 +90,17 @@ class ApproverNotices:
                 await surface.update_approvals(ThreadRef(**copy["thread"]), copy["ref"], shown)
             except Exception:
                 logger.warning("approval copy not updated", extra={"run_id": record.run_id}, exc_info=True)
+
+    async def refresh_homes(self, record: Any, views: Sequence[ApprovalView], deciders: Sequence[str]) -> None:
+        """Re-show the personal approval lists (Slack App Home) of the step's deciders after it changed."""
+        surface = self.engine.surfaces.get(record.platform)
+        refresh = getattr(surface, "refresh_home", None)
+        if refresh is None or not views:
+            return
+        try:
+            await refresh(views[0].thread.workspace, list(dict.fromkeys(deciders))[:MAX_DIRECT_MESSAGES])
+        except Exception:
+            logger.warning("personal approval lists not refreshed", extra={"run_id": record.run_id}, exc_info=True)
 
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past the reminder point; how many."""

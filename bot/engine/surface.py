@@ -58,3 +58,10 @@ class Surface(Protocol):
         Optional: without it, platform groups have no members (fail closed).
         """
         ...
+
+    async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
+        """Show ``users`` their personal list of approvals again (Slack's App Home), after one changed.
+
+        Optional: the engine skips a surface that lacks it.
+        """
+        ...
