@@ -5,6 +5,8 @@ Real Bolt AsyncApp over HTTP, signed requests, the real Engine on SQLite, the fa
 OpenAI endpoint (the fixtures of ``tests/test_slack_approvals.py``).
 """
 
+# ruff: noqa: F811 - the fixtures of tests/test_slack_approvals.py are imported, and test arguments name them
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -38,7 +40,8 @@ async def review_of(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, answer: str = "ok"
 ) -> tuple[str, str, dict]:
     """Set delete_file to review, ask for it; the mention ts, the review id and the posted review message."""
-    rule = await stack.engine.admin(AdminRequest("slack", slack.team_id, CHANNEL, ADMIN, "policy set delete_file review"))
+    request = AdminRequest("slack", slack.team_id, CHANNEL, ADMIN, "policy set delete_file review")
+    rule = await stack.engine.admin(request)
     assert "mode=review" in rule
     openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
     openai.enqueue_text(answer)
