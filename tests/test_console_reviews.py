@@ -56,6 +56,7 @@ def test_n_with_feedback_withholds_the_result(harness):
     model = echoing_model()
     outcome = harness.chat(["delete old.log", "n", "keep it vague"], generator=model)
 
+    assert f"Result rejected by {USER}" in outcome.output
     told = [m for m in model.calls[1]["messages"] if m.role is ChatRole.TOOL][-1].tool_call_result
     assert told.error and "rejected by a reviewer" in told.result and "keep it vague" in told.result
     assert "Deleted old.log." not in told.result
