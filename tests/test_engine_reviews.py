@@ -3,43 +3,25 @@
 Real engine, real SQLite file, scripted model, recording surface; tools record every execution.
 """
 
+# ruff: noqa: F811 - the harnesses fixture is imported, and test arguments name it
+
 from __future__ import annotations
 
 import pytest
 
 from bot.engine.errors import AlreadyDecided, InvalidEdit, NotAnApprover
-from bot.engine.model import AdminRequest, DecisionRequest
 from bot.engine.presentation import display_result, outcome_sentence
 from bot.hooks.review import REVIEW_EXPIRED_RESULT
 from tests.fakes.engine_kit import (
     ADMIN,
-    CHANNEL,
-    PLATFORM,
     REQUESTER,
-    WORKSPACE,
-    Harnesses,
     asks_for,
     dangling_calls,
     echoes_results,
     sent_to_llm,
     tool_results,
 )
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
-
-
-async def admin(h, text: str, actor: str = ADMIN) -> str:
-    return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
-
-
-def click(view, actor: str = REQUESTER, action: str = "confirm", **kwargs) -> DecisionRequest:
-    kwargs.setdefault("place", view.thread.place)
-    return DecisionRequest(view.approval_id, actor, action, **kwargs)
+from tests.test_engine_decisions import admin, decision, harnesses  # noqa: F401 - harnesses is a fixture
 
 
 async def reviewed(harnesses, mode: str = "review", **open_kwargs):
@@ -67,7 +49,7 @@ async def test_approve_gives_the_model_the_result_as_it_is(harnesses):
     h = await reviewed(harnesses)
     [review] = await h.paused_approvals("delete a.txt")
 
-    result = await h.engine.decide(click(review))
+    result = await h.engine.decide(decision(review))
     await h.engine.wait_idle()
 
     assert result.resumed and result.approval.status == "approved"
@@ -81,7 +63,7 @@ async def test_edit_result_gives_the_model_the_edited_text(harnesses):
     h = await reviewed(harnesses)
     [review] = await h.paused_approvals("delete a.txt")
 
-    result = await h.engine.decide(click(review, action="modify", edited_result="the file is gone"))
+    result = await h.engine.decide(decision(review, action="modify", edited_result="the file is gone"))
     await h.engine.wait_idle()
 
     assert result.approval.status == "modified" and result.approval.final_result == "the file is gone"
@@ -96,7 +78,7 @@ async def test_an_empty_edit_is_refused_and_the_review_stays_open(harnesses):
     [review] = await h.paused_approvals("delete a.txt")
 
     with pytest.raises(InvalidEdit):
-        await h.engine.decide(click(review, action="modify", edited_result="   "))
+        await h.engine.decide(decision(review, action="modify", edited_result="   "))
 
     assert (await h.engine.get_approval(review.approval_id)).status == "pending"
 
@@ -105,7 +87,7 @@ async def test_reject_gives_the_model_the_feedback_marked_as_rejected_by_a_revie
     h = await reviewed(harnesses)
     [review] = await h.paused_approvals("delete a.txt")
 
-    await h.engine.decide(click(review, action="reject", feedback="say nothing about files"))
+    await h.engine.decide(decision(review, action="reject", feedback="say nothing about files"))
     await h.engine.wait_idle()
 
     [(name, text, error)] = tool_results(sent_to_llm(h.generator))
@@ -127,7 +109,7 @@ async def test_an_expired_review_withholds_the_result(harnesses):
     assert tool_results(sent_to_llm(h.generator)) == [("delete_file", REVIEW_EXPIRED_RESULT, True)]
     assert "withheld" in outcome_sentence(await h.engine.get_approval(review.approval_id))
     with pytest.raises(Exception, match="expired|Expired"):
-        await h.engine.decide(click(review))
+        await h.engine.decide(decision(review))
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
 
 
@@ -137,7 +119,7 @@ async def test_a_review_survives_a_restart_and_the_tool_never_runs_twice(harness
     await h.close()
 
     again = await harnesses.reopen(h)
-    result = await again.engine.decide(click(review, action="modify", edited_result="done, quietly"))
+    result = await again.engine.decide(decision(review, action="modify", edited_result="done, quietly"))
     await again.engine.wait_idle()
 
     assert result.resumed
@@ -152,10 +134,10 @@ async def test_exactly_one_decision_wins_and_four_eyes_and_approvers_apply(harne
     [review] = await h.paused_approvals("delete a.txt")
 
     with pytest.raises(NotAnApprover):
-        await h.engine.decide(click(review, actor=REQUESTER))
-    await h.engine.decide(click(review, actor=ADMIN))
+        await h.engine.decide(decision(review, actor=REQUESTER))
+    await h.engine.decide(decision(review, actor=ADMIN))
     with pytest.raises(AlreadyDecided):
-        await h.engine.decide(click(review, actor=ADMIN, action="reject"))
+        await h.engine.decide(decision(review, actor=ADMIN, action="reject"))
     await h.engine.wait_idle()
 
     assert tool_results(sent_to_llm(h.generator)) == [("delete_file", "deleted a.txt", False)]
@@ -170,11 +152,11 @@ async def test_a_quorum_counts_reviewers(harnesses):
     await admin(h, "quorum delete_file 2")
     [review] = await h.paused_approvals("delete a.txt")
 
-    first = await h.engine.decide(click(review, actor="U_ANA"))
+    first = await h.engine.decide(decision(review, actor="U_ANA"))
     assert not first.resumed and first.message == "Your approval was recorded (1/2)."
     with pytest.raises(InvalidEdit):
-        await h.engine.decide(click(review, actor="U_BEN", action="modify", edited_result="x"))
-    await h.engine.decide(click(review, actor="U_BEN"))
+        await h.engine.decide(decision(review, actor="U_BEN", action="modify", edited_result="x"))
+    await h.engine.decide(decision(review, actor="U_BEN"))
     await h.engine.wait_idle()
 
     assert tool_results(sent_to_llm(h.generator)) == [("delete_file", "deleted a.txt", False)]
@@ -185,13 +167,13 @@ async def test_always_plus_review_asks_before_and_after_and_runs_the_tool_once(h
     [approval] = await h.paused_approvals("delete a.txt")
     assert approval.kind == "approval" and h.tools.executed == []
 
-    await h.engine.decide(click(approval))
+    await h.engine.decide(decision(approval))
     await h.engine.wait_idle()
 
     [review] = h.surface.renders[-1].approvals
     assert (review.kind, review.result) == ("review", "deleted a.txt")
     assert len(h.generator.calls) == 1
-    await h.engine.decide(click(review))
+    await h.engine.decide(decision(review))
     await h.engine.wait_idle()
 
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
