@@ -7,11 +7,19 @@ Real engine, real SQLite file, scripted model, recording surface; tools record e
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from bot.canonical import args_digest
 from bot.engine.errors import AlreadyDecided, InvalidEdit, NotAnApprover
+from bot.engine.ledger import ledger_key
+from bot.engine.outbox import address_of
 from bot.engine.presentation import display_result, outcome_sentence
+from bot.engine.review import WITHHELD_AFTER_RESTART
 from bot.hooks.review import REVIEW_EXPIRED_RESULT
+from bot.llm import ScriptedChatGenerator
+from bot.messages import ChatMessage
 from tests.fakes.engine_kit import (
     ADMIN,
     REQUESTER,
@@ -205,3 +213,49 @@ async def test_the_result_shown_for_review_is_masked_and_truncated_and_kept_whol
     assert review.result == "stored db"
     shown, cut = display_result(review.__class__(**{**review.__dict__, "result": f"token={secret} " + "y" * 5000}))
     assert secret not in shown and cut and len(shown) <= 2000
+
+
+# --- recovery: a process that died around a review -------------------------------------------------------
+
+DEAD = "dead-host-1-abc"
+
+
+async def test_a_process_that_died_after_the_tool_but_before_the_review_never_releases_the_result(harnesses):
+    before = await harnesses.open(replies=[])
+    await admin(before, "policy set delete_file review")
+    thread, storage = before.thread(), before.engine.storage
+    # The dead process started the run, stored the model's call, ran the tool through the ledger ... and died.
+    await storage.inbox.enqueue(address_of(thread), REQUESTER, ChatMessage.from_user("delete a.txt").to_dict())
+    await storage.inbox.start_next(thread.key, "run-dead", DEAD, before.clock() + timedelta(seconds=30))
+    step = asks_for("delete_file", path="a.txt")
+    await storage.messages.write_messages(thread.key, [step])
+    key = ledger_key("run-dead", step.tool_calls[0].id)
+    assert await storage.ledger.begin(key, args_digest({"path": "a.txt"}), run_id="run-dead", tool_name="delete_file")
+    assert await storage.ledger.finish(key, True, "deleted a.txt")
+
+    before.clock.advance(seconds=before.engine.config.lease_seconds + 1)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.wait_idle()
+
+    assert tool_results(sent_to_llm(after.generator)) == [("delete_file", WITHHELD_AFTER_RESTART, True)]
+    assert before.tools.executed == []  # the dead process's run is not repeated either
+    assert after.surface.replies_in(thread)[-1] == f"results: {WITHHELD_AFTER_RESTART}"
+
+
+async def test_a_resume_that_died_after_the_review_was_decided_releases_what_the_reviewer_decided(harnesses):
+    before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    await admin(before, "policy set delete_file review")
+    [review] = await before.paused_approvals("delete a.txt")
+    storage = before.engine.storage
+    assert await storage.approvals.decide(
+        review.approval_id, status="modified", decided_by=REQUESTER, final_result="tidied up", now=before.clock()
+    )
+    assert await storage.leases.claim_paused(review.run_id, DEAD, before.clock() + timedelta(seconds=30))
+
+    before.clock.advance(seconds=before.engine.config.lease_seconds + 1)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.wait_idle()
+
+    assert tool_results(sent_to_llm(after.generator)) == [("delete_file", "tidied up", False)]
+    assert before.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert dangling_calls(await after.history()) == []
