@@ -147,7 +147,8 @@ async def test_a_breakpoint_snapshot_is_refused_by_an_agent_with_other_tools() -
     agent, _ = looping_agent(box)
     stop = await stop_at(agent, Breakpoint("tool_invoker", visit_count=0))
 
-    other = Agent(ScriptedChatGenerator([says("hi")]), tools=[box.make("lookup")])
+    # The same names, but delete now takes other parameters.
+    other = Agent(ScriptedChatGenerator([says("hi")]), tools=[box.make("lookup"), box.failing("delete")])
 
     with pytest.raises(SnapshotError, match="different tool set"):
         await other.run_async([], snapshot=stop.snapshot)

@@ -422,6 +422,7 @@ async def test_on_finish_runs_at_every_end_and_never_at_a_pause() -> None:
     gen = ScriptedChatGenerator([asks(call("lookup", "c1", target="x"))] * 2)
     await Agent(gen, tools=[box.make("lookup")], max_agent_steps=2, hooks=hooks).run_async([USER])
     await agent_with(box, [says("hi")], hooks={**hooks, "before_llm": [hook_kit.stop_on_budget]})[0].run_async([USER])
+    await agent_with(box, [], hooks=hooks)[0].run_async([])
     paused = Agent(
         ScriptedChatGenerator([asks(call("delete", "c1", target="x"))]),
         tools=[box.make("delete")],
@@ -431,7 +432,7 @@ async def test_on_finish_runs_at_every_end_and_never_at_a_pause() -> None:
     with pytest.raises(HITLBreakpointException):
         await paused.run_async([USER])
 
-    assert ends == ["text", "submit", "max_agent_steps", "budget"]
+    assert ends == ["text", "submit", "max_agent_steps", "budget", "no_input"]
 
 
 async def test_on_finish_stop_renames_the_end() -> None:

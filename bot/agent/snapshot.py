@@ -47,6 +47,8 @@ class AgentSnapshot:
     tools_fingerprint: str = ""
     tool_descriptions: dict[str, str] = field(default_factory=dict)
     history_id: str | None = None
+    tool_names: list[str] | None = None
+    """The names of the tools the run was paused with (``None`` in older snapshots: the agent's tools)."""
     stage: str = DECIDE_STAGE
     """Where the run stopped (one of :data:`STAGES`); it says how the run resumes."""
     held_results: list[ChatMessage] = field(default_factory=list)
@@ -84,6 +86,7 @@ class AgentSnapshot:
             "tools_fingerprint": self.tools_fingerprint,
             "tool_descriptions": dict(self.tool_descriptions),
             "history_id": self.history_id,
+            "tool_names": self.tool_names,
             "stage": self.stage,
             "held_results": held,
             "component_visits": dict(self.component_visits),
@@ -117,6 +120,7 @@ class AgentSnapshot:
                 tools_fingerprint=data.get("tools_fingerprint", ""),
                 tool_descriptions=dict(data.get("tool_descriptions") or {}),
                 history_id=data.get("history_id"),
+                tool_names=list(data["tool_names"]) if data.get("tool_names") is not None else None,
                 stage=_stage(data.get("stage", DECIDE_STAGE)),
                 held_results=[message_from(m) for m in data.get("held_results") or []],
                 component_visits={str(k): int(v) for k, v in (data.get("component_visits") or {}).items()},
