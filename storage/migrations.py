@@ -261,7 +261,20 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle]
+def _approval_reviews(db: Database) -> None:
+    """Version 5: reviews after acting: an approval's kind, the result it holds back, and an edited result."""
+    db["approvals"].add_column("kind", str, not_null_default="approval")
+    db["approvals"].add_column("result", str)
+    db["approvals"].add_column("final_result", str)
+
+
+MIGRATIONS: list[Migration] = [
+    _initial_schema,
+    _votes_and_message_refs,
+    _approval_places,
+    _run_lifecycle,
+    _approval_reviews,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

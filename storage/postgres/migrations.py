@@ -249,7 +249,14 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
+_APPROVAL_REVIEWS: Migration = (
+    # Version 4: reviews after acting: an approval's kind, the result it holds back, and an edited result.
+    "ALTER TABLE approvals ADD COLUMN kind text NOT NULL DEFAULT 'approval' CHECK (kind IN ('approval', 'review'))",
+    "ALTER TABLE approvals ADD COLUMN result text",
+    "ALTER TABLE approvals ADD COLUMN final_result text",
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
