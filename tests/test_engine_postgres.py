@@ -206,3 +206,35 @@ async def test_messages_left_waiting_by_a_replica_that_stops_after_its_run_are_s
     history = await second.history()
     assert [(m.role.value, m.text) for m in history if m.text][-2:] == [("user", "and then?"),
                                                                          ("assistant", "second answer")]
+
+
+async def test_a_run_released_past_the_grace_period_is_taken_over_at_once_by_a_replica_woken_by_notify(
+    harnesses, postgres_url
+):
+    started = asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def migrate_db(target: str) -> str:
+        """Migrate the database (slow).
+
+        :param target: The target version.
+        """
+        started.set()
+        await asyncio.Event().wait()  # still running when the grace period ends
+        return f"migrated to {target}"
+
+    first = await harnesses.open(
+        database_url=postgres_url, replies=[asks_for("migrate_db", target="v2")], extra_tools=[migrate_db],
+    )
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("carried on elsewhere")]))
+    running = asyncio.create_task(first.engine.handle_message(first.inbound("migrate to v2")))
+    await bounded(started.wait())
+
+    await bounded(first.engine.stop_taking_work(grace=0.1))  # the run is cancelled and released, its lease expired
+    await asyncio.gather(running, return_exceptions=True)
+
+    notice = await bounded(second.surface.next_reply())
+    assert "outcome of migrate_db is unknown" in notice.text
+    assert (await bounded(second.surface.next_reply())).text == "carried on elsewhere"
+    await second.engine.wait_idle()
+    assert [r.status for r in await second.engine.storage.runs.list_by_status("running", "paused", "resuming")] == []

@@ -267,9 +267,14 @@ class RunLifecycle:
         except Exception:  # the sweep tries again
             logger.exception("recovery after a wake-up failed")
 
-    async def hand_over(self, address: ThreadAddress | None) -> None:
-        """Wake the other processes for work this stopping process leaves behind (``None``: runs it released)."""
+    async def hand_over(self, address: ThreadAddress | None, *, unless_empty: bool = False) -> None:
+        """Wake the other processes for work this stopping process leaves behind (``None``: runs it released).
+
+        ``unless_empty``: only if the thread's inbox holds a message (a stopping drain that started nothing).
+        """
         try:
+            if unless_empty and address is not None and not await self.storage.inbox.waiting(address.chat_history_id):
+                return
             await self.storage.wakeups.wake(address)
         except Exception:  # the work is stored either way: another process's sweep finds it
             logger.warning("could not wake another process; its sweep will find the work", exc_info=True)
@@ -347,8 +352,7 @@ class RunLifecycle:
                             message_id=item.message_ref,
                         )
             # Stopping: what still waits for the thread is another process's to start.
-            if await self.storage.inbox.waiting(thread.key):
-                await self.hand_over(address_of(thread))
+            await self.hand_over(address_of(thread), unless_empty=True)
 
     async def _show_queued(self, thread: ThreadRef, waiting: tuple[int, str | None]) -> bool:
         surface = self.engine.surfaces.get(thread.platform)
