@@ -10,6 +10,7 @@ restarted.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.private_postgres import PrivatePostgres
-from tests.fakes.serve_processes import ADMIN, ALICE, ServeCluster, ServeProcess, tool_results
+from tests.fakes.serve_processes import ADMIN, ALICE, ServeCluster, ServeProcess, roles, tool_results
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -44,6 +45,17 @@ async def trio(shared: ServeCluster) -> tuple[ServeProcess, ...]:
     """The shared replicas, checked to be still up."""
     assert all(p.running for p in shared.processes), f"an earlier test took a replica down\n{shared.logs()}"
     return tuple(shared.processes)
+
+
+NO_SWEEP = {"COUNTERSIGN_SWEEP_SECONDS": "3600", "COUNTERSIGN_LEASE_SECONDS": "30"}
+"""No sweep within a test, leases longer than one: only a wake-up (``NOTIFY``) can hand work over."""
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def cluster(tmp_path: Path, postgres_url: str) -> AsyncIterator[ServeCluster]:
+    """Replicas of this test's own (for tests that stop one), on a schema of the test server."""
+    async with ServeCluster.open(tmp_path, database_url=postgres_url) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +185,46 @@ async def test_the_database_restarted_while_a_tool_runs_loses_nothing_and_half_w
     assert tool_results(restartable.history(thread)) == ["job busy finished"]
     assert [e["status"] for e in restartable.ledger(thread)] == ["done"]
     assert a.running and b.running
+
+
+# ---------------------------------------------------------------------- wake-ups: no sweep runs in these tests
+
+
+async def test_a_replica_stopped_past_its_grace_period_wakes_another_that_continues_its_run_at_once(
+    cluster: ServeCluster,
+) -> None:
+    a, _b = await cluster.start_many("a", "b", env={**NO_SWEEP, "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0.5"})
+    cluster.model.hold()  # the model is still thinking when a is told to stop
+    thread = await cluster.mention(a, "summarise the incident")
+    await cluster.model.wait_for_requests(1)
+
+    a.terminate()
+    assert await a.wait_exit() == 0
+    stopped = time.monotonic()
+    cluster.model.let_go()
+
+    await cluster.wait_for_reply(thread, "You said: summarise the incident")
+    assert time.monotonic() - stopped < 10, "continued only after a sweep"
+    await cluster.assert_settled(thread)
+    assert roles(cluster.history(thread)) == ["user", "assistant"]
+
+
+async def test_a_message_left_waiting_by_a_replica_that_stops_after_its_run_is_started_by_another_at_once(
+    cluster: ServeCluster,
+) -> None:
+    a, b = await cluster.start_many("a", "b", env=NO_SWEEP)
+    cluster.model.plan("run job last", [("slow_job", {"name": "last"})])
+    thread = await cluster.mention(a, "run job last")
+    await cluster.control.wait_blocked("last")
+    await cluster.mention(b, "and then?", thread=thread)
+    await cluster.wait_until(lambda: cluster.queued(thread) == ["and then?"], "the message queued behind a's run")
+
+    a.terminate()
+    await cluster.wait_until(lambda: any("stopping" in line for line in a.log), "a is shutting down")
+    cluster.control.release("last")  # a finishes its run within the grace period and starts nothing new
+
+    await cluster.wait_for_reply(thread, "You said: and then?")
+    assert await a.wait_exit() == 0
+    await cluster.assert_settled(thread)
+    assert cluster.replies_in(thread) == ["Finished: job last finished", "You said: and then?"]
+    assert b.running
