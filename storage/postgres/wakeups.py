@@ -29,8 +29,11 @@ CHANNEL_SQL = "'countersign_inbox_' || left(md5(current_schema()), 16)"
 LISTEN_TIMEOUT_SECONDS = 10.0
 RECONNECT_FIRST_DELAY = 0.05
 RECONNECT_MAX_DELAY = 5.0
-KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-"""A peer that vanished without closing the connection is noticed within about 25 s."""
+CONNECTION = {
+    "connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+}
+"""A connect attempt gives up after 5 s; a peer that vanished without closing the connection is noticed within
+about 25 s (TCP keepalives: the listening connection never sends anything by itself)."""
 
 
 def payload(address: ThreadAddress | None, owner: str | None = None) -> str:
@@ -108,7 +111,7 @@ class PostgresWakeups:
         connected_before = False
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.db.pool.conninfo, autocommit=True, **KEEPALIVE)
+                conn = await psycopg.AsyncConnection.connect(self.db.pool.conninfo, autocommit=True, **CONNECTION)
                 async with conn:
                     cursor = await conn.execute(f"SELECT {CHANNEL_SQL}")
                     channel = (await cursor.fetchone())[0]  # type: ignore[index]
