@@ -43,7 +43,7 @@ Commands:
   /quit                 leave (so do Ctrl-D and Ctrl-C); pending approvals wait for you:
                         continue with `countersign chat --thread NAME`
   /policy list          each tool's effective policy here
-  /policy set <tool|*> <always|never|once|deny>, /policy reset <tool>
+  /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
   /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
   /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
   /pending              approvals waiting for a decision

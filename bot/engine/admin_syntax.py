@@ -1,7 +1,8 @@
 """Admin command syntax, one parser for Slack's ``/countersign`` and Teams messages, and how rules read.
 
-``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel] [when …]``,
-``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
+``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel] [when …]`` (``always``, ``never``,
+``once``, ``deny``, ``review``, ``always+review``),
+``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
 ``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
 ``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
@@ -23,7 +24,8 @@ from bot.engine.roles import group_label, platform_group
 
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
-  policy set <tool|group|*> <always|never|once|deny> [#channel] [when env=prod|env in a,b|replicas>10]
+  policy set <tool|group|*> <mode> [#channel] [when …]     always|never|once|deny|review|always+review;
+                                                           when env=prod | env in a,b | replicas>10
   policy reset <tool|group|*> [#channel] [when …]          remove a rule
   approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)

@@ -159,7 +159,7 @@ class ApproverNotices:
 
 def offered(views: Sequence[ApprovalView], always: bool) -> list[ApprovalView]:
     """``views`` as one admin sees them alone: pending calls offer "Approve and always allow here"."""
-    return [replace(v, offer_always_allow=always and v.is_pending) for v in views]
+    return [replace(v, offer_always_allow=always and v.is_pending and v.kind == "approval") for v in views]
 
 
 def _thread_dict(thread: ThreadRef) -> dict[str, str]:

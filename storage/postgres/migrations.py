@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from storage.errors import StorageError, UnknownSchemaVersion
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
 Migration = Sequence[str]
 """The statements of one migration, run in order."""
@@ -249,8 +250,24 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
+_APPROVAL_REVIEWS: Migration = (
+    # Version 4: reviews after acting: an approval's kind, the result it holds back, and an edited result.
+    "ALTER TABLE approvals ADD COLUMN kind text NOT NULL DEFAULT 'approval' CHECK (kind IN ('approval', 'review'))",
+    "ALTER TABLE approvals ADD COLUMN result text",
+    "ALTER TABLE approvals ADD COLUMN final_result text",
+)
+
+_CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
+    # Version 5. Version 3 closed the older of two active runs in one thread but left that run's approvals pending:
+    # cancel every approval still pending on a run that ended, as the engine does when it closes a run.
+    "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = now(), "
+    f"feedback = to_json('{CLOSED_RUN_APPROVALS_REASON}'::text) WHERE status = 'pending' AND run_id IN "
+    "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
+)
+
 _TEAM_SETTINGS: Migration = (
-    # Named approver groups, who may ask (access rules per scope), the direct-message switch, conditional rules.
+    # Version 6: named approver groups, who may ask (access rules per scope), the direct-message switch,
+    # and policy modes with conditions on the arguments.
     "CREATE TABLE approver_groups (name text PRIMARY KEY, members_json json NOT NULL, "
     "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
     "CREATE TABLE access_rules (scope text NOT NULL, principal text NOT NULL, updated_by text NOT NULL, "
@@ -263,7 +280,14 @@ _TEAM_SETTINGS: Migration = (
     "PRIMARY KEY (scope, tool_name, condition))",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _TEAM_SETTINGS]
+MIGRATIONS: list[Migration] = [
+    _INITIAL_SCHEMA,
+    _APPROVAL_PLACES,
+    _RUN_LIFECYCLE,
+    _APPROVAL_REVIEWS,
+    _CLOSE_APPROVALS_OF_ENDED_RUNS,
+    _TEAM_SETTINGS,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

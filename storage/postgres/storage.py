@@ -27,6 +27,7 @@ from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups, PostgresConditionalRules
+from storage.postgres.wakeups import PostgresWakeups
 
 
 class PostgresStorage:
@@ -55,6 +56,7 @@ class PostgresStorage:
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)
+        self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.
@@ -66,7 +68,8 @@ class PostgresStorage:
             return await schema_version(conn)
 
     async def aclose(self) -> None:
-        """Close the connection pool; later calls raise :class:`storage.StorageError`."""
+        """Close the listening connection and the pool; later calls raise :class:`storage.StorageError`."""
+        await self.wakeups.aclose()
         await self.db.close()
 
     async def __aenter__(self) -> PostgresStorage:
