@@ -308,6 +308,11 @@ def _team_settings(db: Database) -> None:
     )
 
 
+def _approval_reminders(db: Database) -> None:
+    """Version 8: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned)."""
+    db["approvals"].add_column("reminded_at", float)
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -316,6 +321,7 @@ MIGRATIONS: list[Migration] = [
     _approval_reviews,
     _close_approvals_of_ended_runs,
     _team_settings,
+    _approval_reminders,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -93,6 +93,20 @@ async def test_when_an_approval_expires_the_requester_is_told_in_the_thread(harn
     assert "I did not delete it." in replies
 
 
+async def test_a_reminder_is_sent_once_even_when_the_ttl_outlasts_the_event_dedupe(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")], default_ttl_seconds=20 * 86400)
+    h.surface.direct = {ANA}
+    await command(h, "approvers delete_file @U_ANA")
+    await h.say("delete a.txt")
+
+    h.clock.advance(hours=10 * 24 + 1)  # past half of the 20 days
+    assert await h.engine.remind_due() == 1
+    h.clock.advance(hours=8 * 24)
+    await h.engine.storage.events.prune(7 * 86400, now=h.clock())  # as the sweep does: a week of event dedupe
+    assert await h.engine.remind_due() == 0  # still once
+    assert len([r for r in h.surface.replies if r.thread.channel == "D-U_ANA"]) == 1
+
+
 async def test_reminders_can_be_turned_off(harnesses):
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")], remind_at=0.0)
     h.surface.direct = {ANA}

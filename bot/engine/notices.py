@@ -5,7 +5,7 @@
   surface can open one (:meth:`bot.engine.surface.Surface.direct_thread`). Where each was shown is
   recorded, so a click there may decide, and a decision anywhere re-renders every copy.
 - Once a fraction of the TTL has passed (``COUNTERSIGN_REMIND_AT``), the approvers who have not answered
-  are reminded, once per approval across all processes.
+  are reminded, once per approval across all processes (recorded on the approval itself, so for any TTL).
 - When an approval expires, the requester is told in the thread (through the durable outbox, once).
 - When a step changes, its deciders' personal lists (Slack's App Home) are shown again.
 
@@ -114,8 +114,8 @@ class ApproverNotices:
                 continue
             if now < record.created_at + (record.expires_at - record.created_at) * fraction:
                 continue
-            if not await self.storage.events.first_time(f"reminded:{record.approval_id}", now=now):
-                continue  # another process (or an earlier sweep) reminded them
+            if not await self.storage.approvals.mark_reminded(record.approval_id, now=now):
+                continue  # another process (or an earlier sweep) reminded them, however long ago
             voted = {v.voter for v in await self.storage.approvals.votes(record.approval_id)}
             people = [p for p in await self.approvers_of([record], fresh=True) if p not in voted]
             thread = await self.engine._thread_of(record)

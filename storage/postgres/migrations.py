@@ -280,6 +280,11 @@ _TEAM_SETTINGS: Migration = (
     "PRIMARY KEY (scope, tool_name, condition))",
 )
 
+_APPROVAL_REMINDERS: Migration = (
+    # Version 7: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned).
+    "ALTER TABLE approvals ADD COLUMN reminded_at timestamptz",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -287,6 +292,7 @@ MIGRATIONS: list[Migration] = [
     _APPROVAL_REVIEWS,
     _CLOSE_APPROVALS_OF_ENDED_RUNS,
     _TEAM_SETTINGS,
+    _APPROVAL_REMINDERS,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
