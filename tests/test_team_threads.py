@@ -210,3 +210,20 @@ async def test_teams_a_bystanders_mention_leaves_the_card_and_the_requesters_mes
     await teams.say("never mind", ANA)
     assert (await teams.engine.get_approval(approval_id)).status == "superseded"
     assert "Okay, I won't." in teams.connector.texts()
+
+
+async def test_teams_channel_replies_without_a_mention_reach_the_bot_and_only_the_requesters_act(
+    teams: TeamsStack,
+) -> None:
+    # With the manifest's ChannelMessage.Read.Group consent, Teams delivers replies that do not @mention the bot.
+    await teams.say("delete old.log")
+    _, card = teams.last_card()
+    [approval_id] = approval_ids(card)
+
+    await teams.say("looks fine to me", BEN, mention_bot=False)
+    assert (await teams.engine.get_approval(approval_id)).is_pending
+    assert teams.connector.updates() == []
+
+    await teams.say("actually, leave it", ANA, mention_bot=False)
+    assert (await teams.engine.get_approval(approval_id)).status == "superseded"
+    assert "Okay, I won't." in teams.connector.texts()
