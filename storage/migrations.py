@@ -261,7 +261,34 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle]
+def _memories(db: Database) -> None:
+    """Version 5: long-term memories, with an FTS5 index (BM25 ranking) kept in step by triggers."""
+    db.execute(
+        "CREATE TABLE memories (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
+        "user_id TEXT, run_id TEXT, agent_id TEXT, metadata TEXT NOT NULL, created_at REAL NOT NULL)"
+    )
+    # A person's memories (and a run's scratch ones) are found by scope before or after the text match.
+    db.execute("CREATE INDEX memories_user ON memories (user_id, run_id)")
+    db.execute("CREATE INDEX memories_run ON memories (run_id)")
+    # External content: the text is stored once, in memories; the index holds only the tokens.
+    # porter: "deploys" finds "deploy".
+    db.execute(
+        "CREATE VIRTUAL TABLE memories_fts USING fts5(text, content='memories', content_rowid='seq', "
+        "tokenize='porter unicode61')"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories "
+        "BEGIN INSERT INTO memories_fts (rowid, text) VALUES (new.seq, new.text); END"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN "
+        "INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', old.seq, old.text); END"
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    _initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle, _memories,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -8,7 +8,6 @@ strategy that fails rejects instead of executing.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 from bot import failpoints
 from bot.agent.snapshot import AgentSnapshot, SnapshotError
 from bot.agent.tool_runner import DEFAULT_MAX_CONCURRENT_TOOLS, ExecutionLedger, ToolRunner
+from bot.aio import call_store as _call_store
 from bot.aio import run_sync
 from bot.hitl.apply import apply_decisions, close_dangling_tool_calls
 from bot.hitl.blocking import ConfirmationStrategy
@@ -31,6 +31,7 @@ from bot.hitl.strategy_map import (
     strategies_to_dict,
     validate_strategy_keys,
 )
+from bot.memory.context import with_memories
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
@@ -87,6 +88,7 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], ConfirmationStrategy] | None = None,
         tool_invoker_kwargs: dict[str, Any] | None = None,
         chat_message_store: Any = None,
+        memory_store: Any = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools: list[Tool] = flatten_tools([tools] if isinstance(tools, Toolset) else tools)
@@ -109,6 +111,8 @@ class Agent:
         validate_strategy_keys(self.confirmation_strategies, list(self._tools_by_name))
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
         self.chat_message_store = chat_message_store
+        self.memory_store = memory_store
+        """A :class:`bot.memory.MemoryStore`: matching memories reach the model with each new run."""
         self.tools_fingerprint = tools_fingerprint(self.tools)
 
     # --- public API ------------------------------------------------------------------------------
@@ -129,6 +133,7 @@ class Agent:
         chat_message_store_kwargs: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        memory_store_kwargs: dict[str, Any] | None = None,
         **state: Any,
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
@@ -140,6 +145,10 @@ class Agent:
 
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
+
+        With a ``memory_store``, a new run first searches it (``memory_store_kwargs``: ``user_id``, ``run_id``,
+        ``agent_id``, ``search_criteria``; see :mod:`bot.memory.context`) and the matches go to the model as
+        one system message after the system prompt, never written to the thread's history.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -156,6 +165,7 @@ class Agent:
             if tool_execution_decisions:
                 raise ValueError("tool_execution_decisions are only accepted together with a snapshot.")
             ctx = await self._new_context(messages, system_prompt, store_kwargs, run_id, state)
+            ctx.messages = await with_memories(self.memory_store, ctx.messages, memory_store_kwargs)
             exit_reason = None
         if exit_reason is None:
             exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
@@ -435,6 +445,7 @@ class Agent:
                 "raise_on_tool_invocation_failure": self.raise_on_tool_invocation_failure,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies),
                 "tool_invoker_kwargs": {k: v for k, v in self.tool_invoker_kwargs.items() if k != "ledger"},
+                "memory_store": None if self.memory_store is None else component_to_dict(self.memory_store),
             },
         }
 
@@ -449,6 +460,8 @@ class Agent:
             for k, v in (params.get("state_schema") or {}).items()
         }
         params["confirmation_strategies"] = strategies_from_dict(params.get("confirmation_strategies") or [])
+        if params.get("memory_store") is not None:
+            params["memory_store"] = component_from_dict(params["memory_store"])
         return cls(**params)
 
 
@@ -487,13 +500,6 @@ async def _run_strategy(
     if run_async is not None:
         return await run_async(**kwargs)
     return await asyncio.to_thread(lambda: strategy.run(**kwargs))
-
-
-async def _call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    # A sync store (SQLite) must not block the event loop; an async facade is awaited directly.
-    if inspect.iscoroutinefunction(method):
-        return await method(*args, **kwargs)
-    return await asyncio.to_thread(method, *args, **kwargs)
 
 
 def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:

@@ -249,7 +249,29 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
+_MEMORIES: Migration = (
+    # The tsvector is generated from the text ('english': stemming and stop words), so it cannot drift.
+    """
+    CREATE TABLE memories (
+        id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        text text NOT NULL,
+        user_id text,
+        run_id text,
+        agent_id text,
+        metadata jsonb NOT NULL,
+        created_at timestamptz NOT NULL,
+        search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
+    )
+    """,
+    "CREATE INDEX memories_search ON memories USING GIN (search)",
+    "CREATE INDEX memories_user ON memories (user_id, run_id)",
+    "CREATE INDEX memories_run ON memories (run_id)",
+    # The newest memories in scope (a search without words): a backward scan.
+    "CREATE INDEX memories_seq ON memories (seq)",
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _MEMORIES]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

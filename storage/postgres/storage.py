@@ -21,6 +21,7 @@ from storage.postgres.database import (
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
+from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import migrate, schema_version
 from storage.postgres.places import PostgresApprovalPlaces
@@ -51,6 +52,7 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.memories = PostgresMemoryStore(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.

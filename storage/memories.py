@@ -1,0 +1,186 @@
+"""Long-term memories in SQLite: :class:`SQLiteMemoryStore`, FTS5 with BM25 ranking, in the same file.
+
+Each memory is a row of ``memories``; ``memories_fts`` (external content, porter stemming) indexes its
+text and is kept in step by triggers. A search ORs the words of the query in one ``MATCH`` and orders by
+``bm25()``; scope and filters are plain conditions on the joined row.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlite_utils import Database
+
+from bot.messages import ChatMessage
+from storage.codec import dumps, loads
+from storage.connection import connector_for
+from storage.memory_filters import SQLITE_DIALECT
+from storage.memory_rows import (
+    check_delete,
+    check_top_k,
+    exact_conditions,
+    memory_rows,
+    query_terms,
+    search_conditions,
+)
+from storage.protocols import Memory
+
+_COLUMNS = "m.id, m.text, m.user_id, m.run_id, m.agent_id, m.metadata"
+
+
+class SQLiteMemoryStore:
+    """Memories in the SQLite file, searched with FTS5 (BM25).
+
+    >>> store = SQLiteMemoryStore("countersign.db")
+    >>> store.add_memories(["checkout deploys need two approvers"], user_id="U_ANA")
+    ['5f0c…']
+    >>> [m.text for m in store.search_memories("who approves checkout deploys?", user_id="U_ANA")]
+    ['checkout deploys need two approvers']
+
+    ``path_or_db`` is a file path, a :class:`storage.Storage` (shares its connections) or a sqlite-utils
+    ``Database``. The scoping rules are those of :class:`storage.protocols.MemoryStore`.
+    """
+
+    def __init__(self, path_or_db: str | pathlib.Path | Database | Any) -> None:
+        self.connector, self._owned = connector_for(path_or_db)
+
+    def add_memories(
+        self,
+        messages_or_texts: Sequence[ChatMessage | str],
+        *,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Store memories (secrets masked) and return their ids; adding one again adds nothing.
+
+        >>> store.add_memories(["our staging cluster is eu-2"], metadata={"channel": "C1"})
+        ['9a1e…']
+        """
+        rows = memory_rows(messages_or_texts, user_id=user_id, run_id=run_id, agent_id=agent_id, metadata=metadata)
+        if rows:
+            now = time.time()
+            with self.connector.writing() as db:
+                db.conn.executemany(
+                    "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now) for r in rows],
+                )
+        return [r.id for r in rows]
+
+    def search_memories(
+        self,
+        query: str | None,
+        *,
+        filters: dict[str, Any] | None = None,
+        top_k: int = 5,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> list[Memory]:
+        """The ``top_k`` memories in scope that best match ``query`` (any of its words), best first.
+
+        Without query words: the newest memories in scope, with score 0.
+
+        >>> store.search_memories("staging cluster", filters={"field": "meta.channel", "operator": "==", "value": "C1"})
+        [Memory(id='9a1e…', text='our staging cluster is eu-2', score=1.2, …)]
+        """
+        k = check_top_k(top_k)
+        conditions, params = search_conditions(
+            SQLITE_DIALECT, filters, user_id=user_id, run_id=run_id, agent_id=agent_id
+        )
+        terms = query_terms(query)
+        if terms:
+            match = " OR ".join(f'"{term}"' for term in terms)
+            where = " AND ".join(["memories_fts MATCH ?", *conditions])
+            statement = (
+                f"SELECT {_COLUMNS}, -bm25(memories_fts) FROM memories_fts JOIN memories m "
+                f"ON m.seq = memories_fts.rowid WHERE {where} ORDER BY bm25(memories_fts) LIMIT ?"
+            )
+            arguments = [match, *params, k]
+        else:
+            where = " AND ".join(conditions) or "1"
+            statement = f"SELECT {_COLUMNS}, 0.0 FROM memories m WHERE {where} ORDER BY m.seq DESC LIMIT ?"
+            arguments = [*params, k]
+        with self.connector.reading() as db:
+            rows = db.execute(statement, arguments).fetchall()
+        return [_memory(row) for row in rows]
+
+    def delete_memories(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> int:
+        """Delete the memories with these ids and/or matching the filters and scope; return how many went.
+
+        >>> store.delete_memories(["9a1e…"], user_id="U_ANA")
+        1
+        """
+        id_list = check_delete(ids, filters, (user_id, run_id, agent_id))
+        conditions, params = exact_conditions(
+            SQLITE_DIALECT, filters, user_id=user_id, run_id=run_id, agent_id=agent_id
+        )
+        if id_list is not None:
+            if not id_list:
+                return 0
+            conditions.append(f"id IN ({', '.join('?' * len(id_list))})")
+            params.extend(id_list)
+        with self.connector.writing() as db:
+            return db.execute(f"DELETE FROM memories WHERE {' AND '.join(conditions) or '1'}", params).rowcount
+
+    def count_memories(
+        self,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> int:
+        """How many memories match the filters and scope (every memory without either).
+
+        >>> store.count_memories(user_id="U_ANA")
+        1
+        """
+        conditions, params = exact_conditions(
+            SQLITE_DIALECT, filters, user_id=user_id, run_id=run_id, agent_id=agent_id
+        )
+        with self.connector.reading() as db:
+            where = " AND ".join(conditions) or "1"
+            return db.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", params).fetchone()[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type", "init_parameters": {"path_or_db": <file>}}``; an in-memory database cannot be serialised."""
+        if self.connector.path in ("", ":memory:"):
+            raise ValueError("an in-memory memory store cannot be serialised: give it a file")
+        return {"type": "storage.memories.SQLiteMemoryStore", "init_parameters": {"path_or_db": self.connector.path}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SQLiteMemoryStore:
+        """Inverse of :meth:`to_dict`: opens (and migrates) the file."""
+        return cls(data["init_parameters"]["path_or_db"])
+
+    def close(self) -> None:
+        """Close the connections if this store opened the file itself."""
+        if self._owned:
+            self.connector.close()
+
+
+def _memory(row: Sequence[Any]) -> Memory:
+    memory_id, text, user_id, run_id, agent_id, metadata, score = row
+    return Memory(
+        id=memory_id,
+        text=text,
+        score=float(score),
+        user_id=user_id,
+        run_id=run_id,
+        agent_id=agent_id,
+        metadata=loads(metadata, kind="memory", record_id=memory_id),
+    )
