@@ -58,7 +58,9 @@ async def test_matching_memories_reach_the_model_right_after_the_system_prompt(m
     stored = history.retrieve_messages(THREAD["chat_history_id"], last_k=1)
     assert [m.text for m in stored] == ["eu-2"]
     assert [m.role for m in history.retrieve_messages(THREAD["chat_history_id"])] == [ChatRole.USER, ChatRole.ASSISTANT]
-    assert result["messages"][1].meta["memories"] == [memories.search_memories("staging", user_id="U_ANA")[0].id]
+    [shown] = result["messages"][1].meta["memories"]
+    assert shown["id"] == memories.search_memories("staging", user_id="U_ANA")[0].id
+    assert shown["text"] == "our staging cluster is eu-2" and shown["user_id"] == "U_ANA"
     history.close()
 
 

@@ -10,6 +10,7 @@ from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format
 from bot.engine.confirmation import effective_policy
 from bot.engine.decisions import authorize
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.redaction import mask_text
 from bot.tools import Tool
@@ -37,11 +38,14 @@ class AdminCommands:
         self.is_admin = is_admin
         self.clock = clock
         self.default_ttl = default_ttl
+        self.memory = MemoryCommands(storage, is_admin, clock)
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
         try:
             command = parse_command(request.text)
+            if command.name.startswith("memory "):
+                return await self.memory.run(command, request)
             if command.is_change and not self.is_admin(request.actor):
                 await self.storage.audit.append(
                     request.actor,

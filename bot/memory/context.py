@@ -1,7 +1,7 @@
 """What a run's ``memory_store_kwargs`` mean: which memories to search for, and the message that carries them.
 
 The agent calls :func:`search_for_run` before its first model call and puts :func:`memory_message` right
-after the system prompt. That message is a system message marked ``meta["memories"]`` (the ids shown): it
+after the system prompt. That message is a system message marked ``meta["memories"]`` (the memories shown): it
 is part of the run's transcript (and of a snapshot, so a resumed run sees the same memories), but never of
 the thread's stored history, so ``last_k`` never counts it.
 """
@@ -21,7 +21,7 @@ from storage.protocols import Memory
 MEMORY_HEADER = "Relevant memories:"
 """The first line of the memory message."""
 MEMORY_META_KEY = "memories"
-"""``message.meta[MEMORY_META_KEY]``: the ids of the memories a memory message carries."""
+"""``message.meta[MEMORY_META_KEY]``: the memories a memory message carries (``Memory.to_dict()`` each)."""
 RUN_KWARGS = frozenset({"user_id", "run_id", "agent_id", "search_criteria"})
 CRITERIA = frozenset({"filters", "query", "top_k", "include_memory_metadata"})
 DEFAULT_TOP_K = 5
@@ -95,7 +95,7 @@ def memory_message(memories: Sequence[Memory], *, include_metadata: bool = False
             line += f" (metadata: {canonical_json({'id': memory.id, **scope, **memory.metadata})})"
         lines.append(line)
     message = ChatMessage.from_system("\n".join(lines))
-    message.meta[MEMORY_META_KEY] = [memory.id for memory in memories]
+    message.meta[MEMORY_META_KEY] = [memory.to_dict() for memory in memories]
     return message
 
 
