@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from bot.engine.model import AdminRequest, DecisionRequest
-from bot.messages import ChatMessage, ChatRole
 from tests.fakes.engine_kit import (
     ADMIN,
     CHANNEL,
@@ -15,6 +14,7 @@ from tests.fakes.engine_kit import (
     WORKSPACE,
     Harnesses,
     asks_for,
+    recalls,
     says,
     sent_to_llm,
 )
@@ -25,12 +25,6 @@ async def harnesses(tmp_path):
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()
-
-
-def recalls(messages: list[ChatMessage]) -> ChatMessage:
-    """A model that answers with the memories it was shown, or says it does not know."""
-    shown = [m.text for m in messages if m.role == ChatRole.SYSTEM and (m.text or "").startswith("Relevant memories:")]
-    return ChatMessage.from_assistant(shown[0].split("\n", 1)[1] if shown else "I don't know.")
 
 
 async def command(h, text: str, actor: str = REQUESTER, channel: str = CHANNEL) -> str:
