@@ -17,7 +17,7 @@ from sqlite_utils import Database
 from bot.messages import ChatMessage
 from storage.codec import dumps, loads
 from storage.connection import connector_for
-from storage.memory_filters import SQLITE_DIALECT
+from storage.memory_filters import SQLITE_DIALECT, scope_token, token_prefilter
 from storage.memory_rows import (
     check_delete,
     check_top_k,
@@ -66,9 +66,10 @@ class SQLiteMemoryStore:
             now = time.time()
             with self.connector.writing() as db:
                 db.conn.executemany(
-                    "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now) for r in rows],
+                    "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now, r.scope_tokens)
+                     for r in rows],
                 )
         return [r.id for r in rows]
 
@@ -95,11 +96,12 @@ class SQLiteMemoryStore:
         )
         terms = query_terms(query)
         if terms:
-            match = " OR ".join(f'"{term}"' for term in terms)
+            match = _match(terms, filters, user_id=user_id, agent_id=agent_id)
             where = " AND ".join(["memories_fts MATCH ?", *conditions])
+            # Ranked on the text alone: the scope tokens weigh nothing.
             statement = (
-                f"SELECT {_COLUMNS}, -bm25(memories_fts) FROM memories_fts JOIN memories m "
-                f"ON m.seq = memories_fts.rowid WHERE {where} ORDER BY bm25(memories_fts) LIMIT ?"
+                f"SELECT {_COLUMNS}, -bm25(memories_fts, 1.0, 0.0) FROM memories_fts JOIN memories m "
+                f"ON m.seq = memories_fts.rowid WHERE {where} ORDER BY bm25(memories_fts, 1.0, 0.0) LIMIT ?"
             )
             arguments = [match, *params, k]
         else:
@@ -171,6 +173,19 @@ class SQLiteMemoryStore:
         """Close the connections if this store opened the file itself."""
         if self._owned:
             self.connector.close()
+
+
+def _match(terms: list[str], filters: Any, *, user_id: str | None, agent_id: str | None) -> str:
+    """The FTS5 query: any of the words, and (when the scope or filters allow) the scope's tokens."""
+    words = " OR ".join(f'"{term}"' for term in terms)
+    scope = [f'"{scope_token(field, value)}"' for field, value in (("user_id", user_id), ("agent_id", agent_id))
+             if value is not None]
+    prefilter = token_prefilter(filters) if filters is not None else None
+    if prefilter is not None:
+        scope.append(f"({prefilter})")
+    if not scope:
+        return f"{{text}} : ({words})"
+    return f"{{text}} : ({words}) AND {{scope_tokens}} : ({' AND '.join(scope)})"
 
 
 def _memory(row: Sequence[Any]) -> Memory:

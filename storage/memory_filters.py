@@ -9,6 +9,8 @@ built; values only ever travel as parameters, and field names are checked agains
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +49,9 @@ class Dialect:
 
 
 def _sqlite_meta(key: str) -> tuple[str, list[Any]]:
-    return "json_extract(metadata, ?)", [f'$."{key}"']
+    # The path is written out (the key is checked against _META_KEY): an index on the expression (the channel's)
+    # then serves the comparison, which a bound path would hide from the planner.
+    return f"json_extract(metadata, '$.\"{key}\"')", []
 
 
 SQLITE_DIALECT = Dialect(
@@ -87,7 +91,7 @@ def compile_filter(node: Any, dialect: Dialect) -> tuple[str, list[Any]]:
     """The SQL condition of a filter and its parameters, for ``dialect``.
 
     >>> compile_filter({"field": "meta.channel", "operator": "==", "value": "C1"}, SQLITE_DIALECT)
-    ('json_extract(metadata, ?) = ?', ['$."channel"', 'C1'])
+    ('json_extract(metadata, \'$."channel"\') = ?', ['C1'])
     """
     if not isinstance(node, dict):
         raise FilterError(f"a filter must be a dict, not {type(node).__name__}")
@@ -158,3 +162,38 @@ def _compile_comparison(node: dict[str, Any], dialect: Dialect) -> tuple[str, li
         return f"{column} {dialect.null_safe_ne} {bind}", [*params, to_param(value)]
     sql_operator = "=" if operator == "==" else operator
     return f"{column} {sql_operator} {bind}", [*params, to_param(value)]
+
+
+def scope_token(field: str, value: str) -> str:
+    """The full-text token standing for "``field`` is ``value``" (a scope field, or ``meta.<key>`` with a string).
+
+    >>> scope_token("user_id", "slack:T1:U_ANA")[:1]
+    's'
+    """
+    digest = hashlib.sha256(json.dumps([field, value], ensure_ascii=False).encode("utf-8")).hexdigest()
+    return "s" + digest[:20]
+
+
+def token_prefilter(node: Any) -> str | None:
+    """An FTS expression of scope tokens that every memory matching the (valid) filter has, or ``None``.
+
+    Only string equality (``==``, ``in``) on scope fields and metadata becomes tokens; an AND keeps the
+    conditions that do, an OR needs all of them. The SQL condition is still applied: the tokens only let the
+    text search skip memories that cannot match.
+
+    >>> token_prefilter({"field": "meta.channel", "operator": "==", "value": "C1"})[1:2]
+    's'
+    """
+    operator = node.get("operator")
+    if "conditions" in node:
+        parts = [token_prefilter(condition) for condition in node["conditions"]]
+        if operator == "AND":
+            kept = [p for p in parts if p is not None]
+            return " AND ".join(f"({p})" for p in kept) if kept else None
+        if operator == "OR" and all(p is not None for p in parts):
+            return " OR ".join(f"({p})" for p in parts)
+        return None
+    values = node["value"] if operator == "in" else [node["value"]] if operator == "==" else None
+    if not values or not all(isinstance(v, str) for v in values):
+        return None
+    return " OR ".join(f'"{scope_token(node["field"], v)}"' for v in values)

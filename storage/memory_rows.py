@@ -16,7 +16,7 @@ from typing import Any
 from bot.canonical import canonical_json
 from bot.messages import ChatMessage
 from bot.redaction import mask_for_display, mask_text
-from storage.memory_filters import Dialect, compile_filter
+from storage.memory_filters import SCOPE_FIELDS, Dialect, compile_filter, scope_token
 
 MAX_QUERY_TERMS = 32
 """A longer question keeps its first words: ranking on 32 words already finds the fact, and each term costs."""
@@ -42,6 +42,13 @@ class MemoryRow:
     run_id: str | None
     agent_id: str | None
     metadata: dict[str, Any]
+
+    @property
+    def scope_tokens(self) -> str:
+        """One full-text token per scope value and string metadata value (see :func:`scope_token`)."""
+        pairs = [*zip(SCOPE_FIELDS, (self.user_id, self.run_id, self.agent_id), strict=True),
+                 *((f"meta.{key}", value) for key, value in self.metadata.items())]
+        return " ".join(scope_token(field, value) for field, value in pairs if isinstance(value, str))
 
 
 def memory_rows(

@@ -266,7 +266,8 @@ _MEMORIES: Migration = (
     """,
     "CREATE INDEX memories_search ON memories USING GIN (search)",
     "CREATE INDEX memories_user ON memories (user_id, run_id)",
-    "CREATE INDEX memories_run ON memories (run_id)",
+    # Partial: most memories belong to no run; a run's scratch memories are found (and deleted) by it.
+    "CREATE INDEX memories_run ON memories (run_id) WHERE run_id IS NOT NULL",
     # The newest memories in scope (a search without words): a backward scan.
     "CREATE INDEX memories_seq ON memories (seq)",
 )
