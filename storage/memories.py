@@ -10,11 +10,13 @@ from __future__ import annotations
 import pathlib
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlite_utils import Database
 
 from bot.messages import ChatMessage
+from storage.bm25 import bm25_scores
 from storage.codec import dumps, loads
 from storage.connection import connector_for
 from storage.memory_filters import SQLITE_DIALECT, scope_token, token_prefilter
@@ -29,6 +31,8 @@ from storage.memory_rows import (
 from storage.protocols import Memory
 
 _COLUMNS = "m.id, m.text, m.user_id, m.run_id, m.agent_id, m.metadata"
+MAX_CANDIDATES = 300
+"""A scoped search ranks at most this many candidates itself; a broader one lets FTS5's bm25() rank."""
 
 
 class SQLiteMemoryStore:
@@ -96,8 +100,13 @@ class SQLiteMemoryStore:
         )
         terms = query_terms(query)
         if terms:
-            match = _match(terms, filters, user_id=user_id, agent_id=agent_id)
+            words, scope = _match(terms, filters, user_id=user_id, agent_id=agent_id)
+            match = f"{words} AND {scope}" if scope else words
             where = " AND ".join(["memories_fts MATCH ?", *conditions])
+            if scope:
+                ranked = self._rank_in_scope(terms, scope, match, where, params, k)
+                if ranked is not None:
+                    return ranked
             # Ranked on the text alone: the scope tokens weigh nothing.
             statement = (
                 f"SELECT {_COLUMNS}, -bm25(memories_fts, 1.0, 0.0) FROM memories_fts JOIN memories m "
@@ -111,6 +120,24 @@ class SQLiteMemoryStore:
         with self.connector.reading() as db:
             rows = db.execute(statement, arguments).fetchall()
         return [_memory(row) for row in rows]
+
+    def _rank_in_scope(
+        self, terms: list[str], scope: str, match: str, where: str, params: list[Any], k: int
+    ) -> list[Memory] | None:
+        """BM25 over the scope's memories (see :mod:`storage.bm25`); ``None`` when the scope has too many."""
+        with self.connector.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS}, 0.0 FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
+                f"WHERE {where} LIMIT ?",
+                [match, *params, MAX_CANDIDATES + 1],
+            ).fetchall()
+            if len(rows) > MAX_CANDIDATES:
+                return None
+            in_scope = db.execute("SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH ?", [scope]).fetchone()[0]
+        scores = bm25_scores(terms, [row[1] for row in rows], in_scope)
+        # Best first; among equal scores the newest (the highest rowid came last from the index).
+        order = sorted(range(len(rows)), key=lambda i: (-scores[i], -i))[:k]
+        return [replace(_memory(rows[i]), score=scores[i]) for i in order]
 
     def delete_memories(
         self,
@@ -175,17 +202,17 @@ class SQLiteMemoryStore:
             self.connector.close()
 
 
-def _match(terms: list[str], filters: Any, *, user_id: str | None, agent_id: str | None) -> str:
-    """The FTS5 query: any of the words, and (when the scope or filters allow) the scope's tokens."""
+def _match(
+    terms: list[str], filters: Any, *, user_id: str | None, agent_id: str | None
+) -> tuple[str, str | None]:
+    """The FTS5 queries of a search: any of the words; the scope's tokens when the scope or filters allow."""
     words = " OR ".join(f'"{term}"' for term in terms)
     scope = [f'"{scope_token(field, value)}"' for field, value in (("user_id", user_id), ("agent_id", agent_id))
              if value is not None]
     prefilter = token_prefilter(filters) if filters is not None else None
     if prefilter is not None:
         scope.append(f"({prefilter})")
-    if not scope:
-        return f"{{text}} : ({words})"
-    return f"{{text}} : ({words}) AND {{scope_tokens}} : ({' AND '.join(scope)})"
+    return f"{{text}} : ({words})", (f"{{scope_tokens}} : ({' AND '.join(scope)})" if scope else None)
 
 
 def _memory(row: Sequence[Any]) -> Memory:
