@@ -206,3 +206,12 @@ async def test_memories_round_trip_through_to_dict(storage):
     [memory] = await storage.memories.search_memories("déployer", user_id="U_ANA")
     assert Memory.from_dict(memory.to_dict()) == memory
     assert memory.metadata == {"k": [1, "x"]}
+
+
+async def test_ranking_holds_in_a_scope_with_hundreds_of_matching_memories(storage):
+    await storage.memories.add_memories([f"deploy note number {i}" for i in range(400)], user_id="U_ANA")
+    await storage.memories.add_memories(["checkout deploy needs two approvers"], user_id="U_ANA")
+    await storage.memories.add_memories(["checkout deploy approvers are Ana and Bob"], user_id="U_BOB")
+    found = await storage.memories.search_memories("checkout deploy approvers", user_id="U_ANA", top_k=3)
+    assert found[0].text == "checkout deploy needs two approvers"
+    assert [m.user_id for m in found] == ["U_ANA"] * 3
