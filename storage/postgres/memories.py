@@ -30,8 +30,9 @@ _COLUMNS = "id, text, user_id, run_id, agent_id, metadata::text"
 
 
 def _meta(key: str) -> tuple[str, list[Any]]:
-    # A JSON null reads as SQL NULL, as json_extract gives it on SQLite.
-    return "NULLIF(metadata -> %s, 'null'::jsonb)", [key]
+    # A JSON null reads as SQL NULL, as json_extract gives it on SQLite. The key is written out (it is checked
+    # against the filters' key pattern), so the channel's expression index serves the comparison.
+    return f"NULLIF(metadata -> '{key}', 'null'::jsonb)", []
 
 
 POSTGRES_DIALECT = Dialect(

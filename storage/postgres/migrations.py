@@ -266,6 +266,8 @@ _MEMORIES: Migration = (
     """,
     "CREATE INDEX memories_search ON memories USING GIN (search)",
     "CREATE INDEX memories_user ON memories (user_id, run_id)",
+    # A channel's shared memories (searched for every message); the expression is the one filters write.
+    "CREATE INDEX memories_channel ON memories ((NULLIF(metadata -> 'channel', 'null'::jsonb)))",
     # Partial: most memories belong to no run; a run's scratch memories are found (and deleted) by it.
     "CREATE INDEX memories_run ON memories (run_id) WHERE run_id IS NOT NULL",
     # The newest memories in scope (a search without words): a backward scan.
