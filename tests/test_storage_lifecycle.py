@@ -9,7 +9,8 @@ import pytest
 from sqlite_utils import Database
 
 from bot.messages import ChatMessage
-from storage import LATEST_VERSION, ActiveRunExists, ThreadAddress, migrate, open_storage
+from storage import LATEST_VERSION, MIGRATIONS, ActiveRunExists, ThreadAddress, migrate, open_storage
+from storage.migrations import _run_lifecycle
 from tests.fakes.storage_data import NOW, THREAD, create_run, new_approval
 
 ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
@@ -165,7 +166,7 @@ def test_due_approvals_expire_in_batches_each_exactly_once_across_processes(tmp_
 def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_ones(tmp_path):
     path = tmp_path / "c.db"
     db = Database(path)
-    migrate(db, target=LATEST_VERSION - 1)
+    migrate(db, target=MIGRATIONS.index(_run_lifecycle))  # the version just before the run lifecycle
     t = NOW.timestamp()
     for n, status in enumerate(["running", "paused", "finished"], start=1):
         db["runs"].insert(
