@@ -20,6 +20,7 @@ from storage.migrations import schema_version
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
+from storage.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
 
 
 class Storage:
@@ -47,6 +48,9 @@ class Storage:
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
         self.memories = SQLiteMemoryStore(self)
+        self.approver_groups = SQLiteApproverGroups(connector)
+        self.access = SQLiteAccessStore(connector)
+        self.conditions = SQLiteConditionalRules(connector)
 
     @property
     def path(self) -> str:

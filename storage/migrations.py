@@ -286,8 +286,30 @@ def _close_approvals_of_ended_runs(db: Database) -> None:
     )
 
 
+def _team_settings(db: Database) -> None:
+    """Version 7: named approver groups, who may ask (access rules per scope), the direct-message switch, and policy
+    modes with conditions on the arguments."""
+    db.execute(
+        "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE access_rules (scope TEXT NOT NULL, principal TEXT NOT NULL, updated_by TEXT NOT NULL, "
+        "updated_at FLOAT NOT NULL, PRIMARY KEY (scope, principal))"
+    )
+    db.execute(
+        "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE conditional_rules (scope TEXT NOT NULL, tool_name TEXT NOT NULL, condition TEXT NOT NULL, "
+        "mode TEXT NOT NULL, updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, "
+        "PRIMARY KEY (scope, tool_name, condition))"
+    )
+
+
 def _memories(db: Database) -> None:
-    """Version 7: long-term memories, with an FTS5 index (BM25 ranking) kept in step by triggers."""
+    """Version 8: long-term memories, with an FTS5 index (BM25 ranking) kept in step by triggers."""
     db.execute(
         "CREATE TABLE memories (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
         "user_id TEXT, run_id TEXT, agent_id TEXT, metadata TEXT NOT NULL, created_at REAL NOT NULL, "
@@ -326,6 +348,7 @@ MIGRATIONS: list[Migration] = [
     _run_lifecycle,
     _approval_reviews,
     _close_approvals_of_ended_runs,
+    _team_settings,
     _memories,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

@@ -14,6 +14,7 @@ from bot.engine.admin_syntax import AdminCommand
 from bot.engine.errors import CommandError
 from bot.engine.memory import channel_filter, person_key, workspace_shared_filter
 from bot.engine.model import AdminRequest
+from bot.engine.roles import Roles
 from bot.redaction import mask_text
 
 LISTED = 50
@@ -24,13 +25,13 @@ SHOWN_CHARS = 200
 class MemoryCommands:
     """Runs ``memory list``, ``memory forget`` and ``memory clear`` for one request.
 
-    >>> await MemoryCommands(storage, is_admin, clock).run(AdminCommand("memory clear", value="me"), request)
+    >>> await MemoryCommands(storage, roles, clock).run(AdminCommand("memory clear", value="me"), request)
     'Forgot 3 of your memories.'
     """
 
-    def __init__(self, storage: Any, is_admin: Callable[[str], bool], clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: Any, roles: Roles, clock: Callable[[], datetime]) -> None:
         self.storage = storage
-        self.is_admin = is_admin
+        self.roles = roles
         self.clock = clock
 
     async def run(self, command: AdminCommand, request: AdminRequest) -> str:
@@ -67,7 +68,7 @@ class MemoryCommands:
         if await self.storage.memories.delete_memories([memory_id], user_id=person):
             await self._audit(request, "memory forget", memory_id, {"scope": "person"})
             return f"Forgotten: {memory_id}."
-        if not self.is_admin(request.actor):
+        if not await self.roles.is_admin(request.actor, request.platform):
             return f"No memory {memory_id} of yours. A channel's shared memories are forgotten by admins."
         shared = workspace_shared_filter(request.platform, request.workspace)
         if await self.storage.memories.delete_memories([memory_id], filters=shared):
@@ -76,7 +77,7 @@ class MemoryCommands:
         return f"No memory {memory_id} here."
 
     async def _admin_only(self, request: AdminRequest, action: str, channel: str) -> None:
-        if not self.is_admin(request.actor):
+        if not await self.roles.is_admin(request.actor, request.platform):
             await self._audit(request, "memory change refused", f"#{channel}", {"command": action})
             raise CommandError(f"Only admins manage #{channel}'s shared memories.")
 
