@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -593,8 +594,10 @@ class Agent:
         self, snapshot: AgentSnapshot, tools: Sequence[Tool | Toolset | str] | Toolset | None, selected: list[Tool]
     ) -> list[Tool]:
         """The tools to resume ``snapshot`` with: those given, else the ones it was paused with."""
-        if tools is not None or snapshot.tool_names is None:  # older snapshots: the agent's tools
+        if tools is not None:
             return selected
+        if snapshot.tool_names is None:  # older snapshots: the agent's tools, or those it had at the pause
+            return self._tools_at_legacy_pause(snapshot, selected)
         if snapshot.tool_names == list(self._tools_by_name):
             return self.tools
         missing = [n for n in snapshot.tool_names if n not in self._tools_by_name]
@@ -604,6 +607,23 @@ class Agent:
                 f"({', '.join(missing)}); pass them again with run(tools=[...])."
             )
         return [self._tools_by_name[n] for n in snapshot.tool_names]
+
+    def _tools_at_legacy_pause(self, snapshot: AgentSnapshot, tools: list[Tool]) -> list[Tool]:
+        """The agent's tools, less up to two added since ``snapshot`` (which names none) was paused.
+
+        A snapshot from before ``tool_names`` was recorded carries only the fingerprint of the tools it
+        was paused with. Adding a tool to the deployment must not strand every run paused before the
+        upgrade: when some subset of today's tools has that exact fingerprint, each of the paused tools is
+        still here with the same schema, which is all the fingerprint check protects.
+        """
+        if snapshot.tools_fingerprint in ("", self._fingerprint(tools)):
+            return tools
+        for dropped in (1, 2):
+            for left_out in itertools.combinations(range(len(tools)), dropped):
+                kept = [t for i, t in enumerate(tools) if i not in left_out]
+                if tools_fingerprint(kept) == snapshot.tools_fingerprint:
+                    return kept
+        return tools  # the check that follows refuses it, naming both fingerprints
 
     async def _new_context(
         self,
