@@ -54,7 +54,10 @@ class MemoryCommands:
 
     async def _list(self, request: AdminRequest, person: str, channel: str | None) -> str:
         sections = []
-        if channel is None:
+        if channel is None and not request.private:
+            # Everyone in a Teams channel sees the answer; a person's memories are theirs alone.
+            sections.append("Your memories: listed only in a direct message with me.")
+        elif channel is None:
             mine = await self.storage.memories.search_memories("", user_id=person, top_k=LISTED)
             sections.append(_section("Your memories", mine, await self.storage.memories.count_memories(user_id=person)))
         shown_channel = channel or request.channel
