@@ -51,6 +51,18 @@ configuration (environment variables; a .env file in the working folder is read 
                                    timeout x (retries + 1) plus short pauses)
   COUNTERSIGN_LLM_RETRIES          how often a failed or timed-out model call is retried (default: 2)
   COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
+  COUNTERSIGN_SYSTEM_PROMPT        the model's instructions: the text itself, or @path to read them from
+                                   a UTF-8 file at start (default: a short ops-assistant prompt)
+  COUNTERSIGN_GENERATION_KWARGS    a JSON object of extra chat-completion parameters, e.g.
+                                   {"temperature": 0.2, "max_tokens": 800, "reasoning_effort": "low"}
+                                   (model, messages, tools, stream, stream_options and n are refused)
+  COUNTERSIGN_MAX_STEPS            model calls one run may make before it stops unfinished, 1 to 1000
+                                   (default: 100)
+  COUNTERSIGN_LLM_HEADERS          a JSON object of extra HTTP headers for every model call, for gateways,
+                                   e.g. {"api-key": "..."}; the values are never logged (default: none)
+  COUNTERSIGN_STREAM_UPDATE_SECONDS
+                                   a streamed answer's message is updated at most this often, per message
+                                   (default: 1)
   COUNTERSIGN_DEFAULT_TTL          how long an approval waits before it expires and the call is
                                    rejected: 30m, 4h, 2d or seconds, at most 90d (default: 24h)
   SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN

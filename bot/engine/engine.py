@@ -93,6 +93,7 @@ class Engine:
             generator,
             tools=list(tools),
             system_prompt=config.system_prompt,
+            max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
