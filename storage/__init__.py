@@ -56,6 +56,7 @@ from storage.protocols import (
     RunStore,
     ThreadAddress,
     ThreadInbox,
+    TokenUsage,
     ToolLedger,
     Vote,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "StorageError",
     "FencedOut",
     "RunFence",
+    "TokenUsage",
     "ToolLedger",
     "UnknownSchemaVersion",
     "Vote",

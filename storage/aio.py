@@ -52,6 +52,7 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "usage",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""

@@ -261,7 +261,17 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle]
+def _run_token_usage(db: Database) -> None:
+    """Version 5: the tokens each run used (summed by the ``usage`` command); runs may end ``stopped``."""
+    for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        db["runs"].add_column(column, int, not_null_default=0)
+    # The usage command sums a workspace's runs since a day.
+    db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
+
+
+MIGRATIONS: list[Migration] = [
+    _initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle, _run_token_usage,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -30,7 +30,7 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
-ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit")
+ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "usage")
 QUIT_WORDS = ("/quit", "/exit", "/q")
 
 CONSOLE_HELP = """\

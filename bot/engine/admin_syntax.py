@@ -2,7 +2,8 @@
 
 ``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
 ``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
-``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``help``.
+``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``usage [#channel] [days]``,
+``help``.
 Without ``#channel`` a rule applies to the whole workspace.
 """
 
@@ -26,10 +27,12 @@ USAGE = """countersign admin commands:
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
+  usage [#channel] [days]                                  tokens the model used (default: 7 days)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
 
-COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "help")
+COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "usage", "help")
+DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS = 7, 366
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl"})
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
 _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
@@ -114,6 +117,14 @@ def parse_command(text: str) -> AdminCommand:
                 raise _usage("audit takes a number between 1 and 200")
             count = int(args[0])
         return AdminCommand("audit", value=count)
+    if head == "usage" and len(args) <= 2:
+        channel = _channel(args.pop(0)) if args and args[0].startswith(("#", "<#")) else None
+        days = DEFAULT_USAGE_DAYS
+        if args:
+            if not args[0].isdigit() or not 1 <= int(args[0]) <= MAX_USAGE_DAYS:
+                raise _usage(f"usage takes a number of days between 1 and {MAX_USAGE_DAYS}")
+            days = int(args[0])
+        return AdminCommand("usage", channel=channel, value=days)
     if head == "policy" and args:
         sub = args[0].lower()
         rest = args[1:]

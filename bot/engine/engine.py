@@ -61,7 +61,7 @@ from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, open_async_storage
+from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
 
 logger = logging.getLogger(__name__)
 
@@ -293,11 +293,25 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence)
+            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
+                await self._record_end(run_id, "finished", result)
             return
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
+            await self._record_end(run_id, "finished", result)
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
+
+    async def _record_end(self, run_id: str, status: str, result: dict[str, Any]) -> None:
+        """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
+        if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
+            return
+        usage = TokenUsage.of(result.get("token_usage"))
+        await self.storage.runs.record_usage(run_id, usage)
+        await self.storage.audit.append(
+            "countersign", status, run_id,
+            {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
+            now=self.clock(),
+        )
 
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread."""
@@ -358,6 +372,8 @@ class Engine:
                     created_at=now,
                 )
             )
+        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+        await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(

@@ -249,7 +249,18 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
+_RUN_TOKEN_USAGE: Migration = (
+    # The tokens each run used (summed by the usage command).
+    "ALTER TABLE runs ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0",
+    # A run stopped from chat ends "stopped".
+    "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
+    "ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status IN "
+    "('running', 'paused', 'resuming', 'finished', 'failed', 'expired', 'stopped'))",
+    "CREATE INDEX runs_usage ON runs (platform, workspace, created_at)",
+)
+
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _RUN_TOKEN_USAGE]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

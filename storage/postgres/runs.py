@@ -9,7 +9,7 @@ from psycopg.types.json import Json
 from storage.codec import loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
-from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord
+from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
 from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
@@ -202,3 +202,33 @@ class PostgresRunStore:
             f"SELECT {_COLUMNS} FROM runs WHERE status = ANY(%s) ORDER BY created_at, seq", [list(statuses)]
         )
         return [_record(row) for row in rows]
+
+    async def record_usage(self, run_id: str, usage: TokenUsage) -> None:
+        """Set the run's token usage: the agent's total so far, which carries over a pause.
+
+        >>> await storage.runs.record_usage("run-1", TokenUsage(21, 7, 28))
+        """
+        changed = await self.db.execute(
+            "UPDATE runs SET prompt_tokens = %s, completion_tokens = %s, total_tokens = %s WHERE run_id = %s",
+            [usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, run_id],
+        )
+        if not changed:
+            raise NotFound(f"run {run_id!r} not found")
+
+    async def usage(
+        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
+    ) -> TokenUsage:
+        """The summed token usage of the runs created since ``since`` in a workspace (or one channel of it).
+
+        >>> (await storage.runs.usage(platform="slack", workspace="T1", since=time.time() - 86400)).total_tokens
+        28
+        """
+        where, params = "platform = %s AND workspace = %s AND created_at >= %s", [platform, workspace, instant(since)]
+        if channel is not None:
+            where, params = where + " AND channel = %s", [*params, channel]
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
+            f"COALESCE(SUM(total_tokens), 0), COUNT(*) FROM runs WHERE {where}",
+            params,
+        )
+        return TokenUsage(int(row[0]), int(row[1]), int(row[2]), runs=int(row[3]))
