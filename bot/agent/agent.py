@@ -31,6 +31,7 @@ from bot.hitl.strategy_map import (
     strategies_to_dict,
     validate_strategy_keys,
 )
+from bot.llm.base import StreamingChunk, emit_chunk
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
@@ -60,6 +61,8 @@ class _RunContext:
     """``chat_message_store_kwargs["fence"]``: passed to every history write of the run (see storage's RunFence)."""
     token_usage: dict[str, int] = field(default_factory=dict)
     tool_call_counts: dict[str, int] = field(default_factory=dict)
+    streaming_callback: Callable[..., Any] | None = None
+    """This run's callback (``run_async(streaming_callback=...)``, else the agent's)."""
 
 
 class Agent:
@@ -129,6 +132,7 @@ class Agent:
         chat_message_store_kwargs: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        streaming_callback: Callable[..., Any] | None = None,
         **state: Any,
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
@@ -140,6 +144,10 @@ class Agent:
 
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
+
+        ``streaming_callback`` (else the one given to the agent) gets every chunk the model streams, and
+        one chunk with ``tool_call_result`` per tool call that ran, once its result is stored. An exception
+        it raises ends the run there (never while a tool executes).
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -150,12 +158,14 @@ class Agent:
                 # The snapshot carries the run's state; silently dropping new values would surprise.
                 raise ValueError(f"State {sorted(state)} cannot be passed when resuming; the snapshot holds it.")
             ctx = self._context_from_snapshot(snapshot, store_kwargs)
+            ctx.streaming_callback = streaming_callback or self.streaming_callback
             decisions = [*snapshot.decisions, *(tool_execution_decisions or [])]
             exit_reason = await self._finish_step(ctx, snapshot.step_message, decisions)
         else:
             if tool_execution_decisions:
                 raise ValueError("tool_execution_decisions are only accepted together with a snapshot.")
             ctx = await self._new_context(messages, system_prompt, store_kwargs, run_id, state)
+            ctx.streaming_callback = streaming_callback or self.streaming_callback
             exit_reason = None
         if exit_reason is None:
             exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
@@ -216,7 +226,7 @@ class Agent:
             "messages": history,
             "tools": offered or None,
             "generation_kwargs": generation_kwargs,
-            "streaming_callback": self.streaming_callback,
+            "streaming_callback": ctx.streaming_callback,
         }
         failpoints.failpoint("before_llm")
         run_async = getattr(self.chat_generator, "run_async", None)
@@ -315,6 +325,9 @@ class Agent:
         for call in applied.to_execute:
             ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1
         await self._append(ctx, results)
+        for message in results:  # after the results are stored: a callback that stops the run loses none
+            chunk = StreamingChunk(content="", tool_call_result=message.tool_call_result)
+            await emit_chunk(ctx.streaming_callback, chunk)
         outcome_by_position = dict(zip(positions, results, strict=True))
         for position, call in enumerate(reply.tool_calls):
             if call.tool_name in self.exit_conditions:

@@ -36,6 +36,7 @@ from bot.engine.errors import (
     DecidedButUnfinished,
     EngineError,
     InvalidEdit,
+    NotAllowedToStop,
     NotAnApprover,
     NotShownHere,
     UnknownAction,
@@ -56,6 +57,7 @@ from bot.engine.model import (
     ThreadRef,
 )
 from bot.engine.params import merge_edit
+from bot.engine.streaming import THINKING, WAITING_FOR_APPROVAL, LiveAnswer, RunStopped
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -66,6 +68,11 @@ from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, 
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_RESULT = "superseded by a newer message"
+STOPPED_NOTICE = "(Stopped.)"
+NOTHING_TO_STOP = "There is nothing to stop: this run is not working right now."
+
+Invoke = Callable[[dict[str, Any], Any], Any]
+"""How a run invokes the agent: ``invoke(confirmation_context, streaming_callback)`` → an awaitable result."""
 
 
 def utcnow() -> datetime:
@@ -105,6 +112,8 @@ class Engine:
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._live: dict[str, LiveAnswer] = {}
+        """The live answer of every run this process works on now (streaming, and the Stop control)."""
         self.lifecycle = RunLifecycle(self)
         self._started = False
         self._stopped = False
@@ -223,13 +232,14 @@ class Engine:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""
         await self.lifecycle.process(received)
 
-    def from_history(self, run_id: str, thread: ThreadRef) -> Callable[[dict[str, Any]], Any]:
+    def from_history(self, run_id: str, thread: ThreadRef) -> Invoke:
         """How a run continues from the thread's stored history (its newest message is already there)."""
-        return lambda ctx: self.agent.run_async(
+        return lambda ctx, streaming_callback: self.agent.run_async(
             [],
             run_id=run_id,
             chat_message_store_kwargs=self._store_kwargs(run_id, thread),
             confirmation_strategy_context=ctx,
+            streaming_callback=streaming_callback,
         )
 
     def _store_kwargs(self, run_id: str, thread: ThreadRef) -> dict[str, Any]:
@@ -242,10 +252,17 @@ class Engine:
         run_id: str,
         thread: ThreadRef,
         requester: str,
-        invoke: Callable[[dict[str, Any]], Any],
+        invoke: Invoke,
         message_id: str | None = None,
+        *,
+        decided_calls: frozenset[str] = frozenset(),
+        usage_before: dict[str, int] | None = None,
     ) -> None:
-        """Run (or resume) the agent and turn its outcome into storage updates and messages."""
+        """Run (or resume) the agent, streaming its answer, and turn its outcome into storage updates and messages.
+
+        ``decided_calls``: the calls people decided on (a resume), shown by their approval, not as tool steps.
+        ``usage_before``: the run's token usage before this invocation (a resume), for a run that is stopped.
+        """
         surface = self._surface(thread.platform)
         context = {
             "platform": thread.platform,
@@ -255,22 +272,33 @@ class Engine:
             "requester": requester,
             "run_id": run_id,
         }
+        live = None
         if surface:
-            await _quietly(surface.show_working(thread, True, message_id))
+            live = LiveAnswer(surface, thread, requester, run_id, interval=self.config.stream_update_seconds,
+                              message_id=message_id, decided_calls=decided_calls)
+            self._live[run_id] = live
+            await live.status(THINKING)
+        paused = False
         try:
             try:
-                result = await self.lifecycle.guarded(run_id, invoke(context))
+                result = await self.lifecycle.guarded(run_id, invoke(context, live.on_chunk if live else None))
             except LeaseLost:  # another process continues the run: record and say nothing here
                 return
             except FencedOut:  # a write found the run taken over: nothing was written, nothing is said
                 self.lifecycle.dropped(run_id)
                 return
             except HITLBreakpointException as pause:
+                paused = True
+                if live:
+                    await live.end_segment()  # the text before the paused calls stays; the approval follows it
+                    await live.status(WAITING_FOR_APPROVAL)
                 await self._on_pause(run_id, thread, requester, pause)
+            except RunStopped as stop:
+                await self._on_stopped(run_id, thread, stop, live, usage_before)
             except Exception as exc:  # the run fails; the thread stays usable
-                await self.fail_run(run_id, thread, exc)
+                await self.fail_run(run_id, thread, exc, live)
             else:
-                await self.finish_run(run_id, thread, result)
+                await self.finish_run(run_id, thread, result, live)
         except FencedOut:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
@@ -281,13 +309,23 @@ class Engine:
                     run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
                 )
             )
-            await _quietly(self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}"))
+            sentence = _failure_sentence(exc)
+            await _quietly(self.lifecycle.deliveries.say(
+                thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
+                via=live.deliver if live else None,
+            ))
         finally:
-            if surface:
-                await _quietly(surface.show_working(thread, False, message_id))
+            if live:
+                self._live.pop(run_id, None)
+                await _quietly(live.close(keep_status=paused))
 
-    async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
-        """Owe the answer to the thread and mark the run finished (one write), then post the answer."""
+    async def finish_run(
+        self, run_id: str, thread: ThreadRef, result: dict[str, Any], live: LiveAnswer | None = None
+    ) -> None:
+        """Owe the answer to the thread and mark the run finished (one write), then post the answer.
+
+        With ``live``, the answer is shown by finishing its stream (else it is posted).
+        """
         text = _answer_text(result)
         last = result.get("last_message")
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
@@ -299,22 +337,24 @@ class Engine:
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
             await self._record_end(run_id, "finished", result)
             failpoints.failpoint("before_reply")
-            await self.lifecycle.deliveries.post(thread, text, key)
+            await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def _record_end(self, run_id: str, status: str, result: dict[str, Any]) -> None:
+    async def _record_end(
+        self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
+    ) -> None:
         """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
             return
         usage = TokenUsage.of(result.get("token_usage"))
         await self.storage.runs.record_usage(run_id, usage)
         await self.storage.audit.append(
-            "countersign", status, run_id,
+            actor, status, run_id,
             {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
             now=self.clock(),
         )
 
-    async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
-        """Mark the run failed, close its dangling calls, and tell the thread."""
+    async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
+        """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
         fence = self.lifecycle.fence(run_id)
         if not await self.storage.runs.transition(
             run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
@@ -323,7 +363,55 @@ class Engine:
             return
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await self._close_dangling(thread, "not run: the run failed")
-        await self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}")
+        sentence = _failure_sentence(exc)
+        await self.lifecycle.deliveries.say(
+            thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
+            via=live.deliver if live else None,
+        )
+
+    async def _on_stopped(
+        self, run_id: str, thread: ThreadRef, stop: RunStopped, live: LiveAnswer | None,
+        usage_before: dict[str, int] | None,
+    ) -> None:
+        """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
+        fence = self.lifecycle.fence(run_id)
+        if not await self.storage.runs.transition(
+            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {stop.actor}"
+        ):
+            if fence is not None:
+                self.lifecycle.dropped(run_id)
+            return
+        await self._close_dangling(thread, "not run: the run was stopped")
+        usage = dict(usage_before or {})
+        for key, value in (live.usage if live else {}).items():
+            usage[key] = usage.get(key, 0) + value
+        await self._record_end(run_id, "stopped", {"token_usage": usage, "exit_reason": "stopped"}, actor=stop.actor)
+        await self.lifecycle.deliveries.say(
+            thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
+            via=live.deliver if live else None,
+        )
+
+    async def stop_run(self, run_id: str, actor: str) -> str:
+        """Stop a run this process works on after its current step (a tool that runs is never interrupted).
+
+        Only the run's requester or an admin may stop it (:class:`NotAllowedToStop`). Returns the sentence
+        for the person who asked.
+        """
+        try:
+            run = await self.storage.runs.get(run_id) if isinstance(run_id, str) and len(run_id) <= 200 else None
+        except NotFound:
+            run = None
+        if run is None:
+            return NOTHING_TO_STOP
+        if actor != run.requester and not self.is_admin(actor):
+            await self.storage.audit.append(actor, "stop refused", run_id, {}, now=self.clock())
+            raise NotAllowedToStop()
+        live = self._live.get(run_id)
+        if live is None or run.status not in ("running", "resuming"):
+            return NOTHING_TO_STOP
+        live.stop(actor)
+        await self.storage.audit.append(actor, "stop requested", run_id, {}, now=self.clock())
+        return "Stopping after the current step."
 
     async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))
@@ -685,13 +773,16 @@ class Engine:
             run_id,
             thread,
             requester,
-            lambda ctx: self.agent.run_async(
+            lambda ctx, streaming_callback: self.agent.run_async(
                 [],
                 snapshot=snapshot,
                 tool_execution_decisions=decisions,
                 chat_message_store_kwargs=self._store_kwargs(run_id, thread),
                 confirmation_strategy_context=ctx,
+                streaming_callback=streaming_callback,
             ),
+            decided_calls=frozenset(r.tool_call_id for r in records),
+            usage_before=dict(snapshot.token_usage),
         )
 
     async def supersede(self, run: Any) -> None:

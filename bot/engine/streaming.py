@@ -1,0 +1,272 @@
+"""Live answers: one run's text streamed into the thread, its status line, its tool steps, and Stop.
+
+A :class:`LiveAnswer` is the streaming callback of one invocation of the agent (a run, or a resume).
+Each model call's text streams into a message of its own: text the model wrote before a tool call is
+finished and kept as it is, the approval (or the tool step) comes after it, and the next model call (or
+the resumed run) streams into a new message. So the last message holds exactly the final answer.
+
+Messages are updated at most once per ``interval`` (``COUNTERSIGN_STREAM_UPDATE_SECONDS``) by a
+background flusher, so a slow platform never slows the model's stream, and a platform's 429 moves the
+next update back by its ``Retry-After``. A stream that fails is not touched again; its text is
+delivered whole when the answer is complete (see :meth:`LiveAnswer.deliver`), so nothing is lost.
+
+Surfaces that lack the optional methods get the defaults here: no streaming (the answer is posted
+once), :meth:`~bot.engine.surface.Surface.show_working` for the status, and no tool steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bot.engine.model import ThreadRef, ToolStep
+from bot.engine.surface import Surface
+from bot.llm.base import StreamingChunk
+
+logger = logging.getLogger(__name__)
+
+THINKING = "thinking…"
+WAITING_FOR_APPROVAL = "waiting for approval"
+
+
+def running(tool_name: str) -> str:
+    """The status while a tool is called: ``running get_time…``."""
+    return f"running {tool_name}…"
+
+
+class StreamRateLimited(Exception):  # noqa: N818  (a signal, like StopIteration, not a failure)
+    """A surface's platform asked to slow down (HTTP 429): try again after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited; retry after {retry_after:g} s")
+        self.retry_after = max(0.0, float(retry_after))
+
+
+class RunStopped(Exception):  # noqa: N818
+    """A person stopped the run from chat; raised at the next step boundary, never inside a tool."""
+
+    def __init__(self, actor: str) -> None:
+        super().__init__(f"stopped by {actor}")
+        self.actor = actor
+
+
+@dataclass
+class _Segment:
+    """The message one model call's text streams into."""
+
+    ref: dict[str, Any] | None
+    text: str = ""
+    shown: int = 0
+    broken: bool = False
+    finished: bool = False
+
+
+class LiveAnswer:
+    """The streaming callback of one agent invocation, driving the surface (see the module docstring).
+
+    >>> live = LiveAnswer(surface, thread, "U1", "run-1", interval=1.0)
+    >>> await agent.run_async([...], streaming_callback=live.on_chunk)
+    >>> await live.deliver(answer_text)  # False: post it the usual way
+    >>> await live.close()
+    """
+
+    def __init__(
+        self,
+        surface: Surface,
+        thread: ThreadRef,
+        requester: str,
+        run_id: str,
+        *,
+        interval: float,
+        message_id: str | None = None,
+        decided_calls: frozenset[str] = frozenset(),
+    ) -> None:
+        self.surface = surface
+        self.thread = thread
+        self.requester = requester
+        self.run_id = run_id
+        self.interval = interval
+        self.message_id = message_id
+        self.decided_calls = decided_calls
+        """Calls people decided on: their approval message shows them, so they get no tool-step line."""
+        self.stop_requested_by: str | None = None
+        self.usage: dict[str, int] = {}
+        """Tokens of the model calls streamed so far (for a run that is stopped before the agent returns)."""
+        self._segment: _Segment | None = None
+        self._lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+        self._not_before = 0.0
+        self._status: str | None = None
+
+    # --- the callback ------------------------------------------------------------------------------
+
+    async def on_chunk(self, chunk: StreamingChunk) -> None:
+        """The agent's streaming callback: text, tool calls as they are chosen, tool results, usage."""
+        if self.stop_requested_by is not None:
+            raise RunStopped(self.stop_requested_by)
+        usage = chunk.meta.get("usage") if chunk.meta else None
+        if isinstance(usage, dict):
+            for key, value in usage.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    self.usage[key] = self.usage.get(key, 0) + value
+        if chunk.content:
+            await self._add_text(chunk.content)
+        names = [d["name"] for d in chunk.tool_call_deltas if d.get("name")]
+        if names:
+            await self.end_segment()  # the text before a tool call is kept as it is
+            await self.status(running(names[-1]))
+        if chunk.tool_call_result is not None:
+            await self._tool_step(chunk)
+
+    def stop(self, actor: str) -> None:
+        """Ask the run to stop at its next step boundary (the tool running now finishes)."""
+        if self.stop_requested_by is None:
+            self.stop_requested_by = actor
+
+    # --- status and tool steps ---------------------------------------------------------------------
+
+    async def status(self, status: str | None) -> None:
+        """Show ``status`` (``None`` clears it); only changes reach the surface."""
+        if status == self._status:
+            return
+        self._status = status
+        method = getattr(self.surface, "set_status", None)
+        try:
+            if method is not None:
+                await method(self.thread, status, self.message_id)
+            else:
+                await self.surface.show_working(self.thread, status is not None, self.message_id)
+        except Exception:  # cosmetic: the run goes on
+            logger.warning("status not shown", extra={"run_id": self.run_id}, exc_info=True)
+
+    async def _tool_step(self, chunk: StreamingChunk) -> None:
+        result = chunk.tool_call_result
+        assert result is not None
+        await self.status(THINKING)
+        origin = result.origin
+        method = getattr(self.surface, "show_tool_step", None)
+        if method is None or (origin.id is not None and origin.id in self.decided_calls):
+            return
+        step = ToolStep(self.run_id, origin.tool_name, dict(origin.arguments), result.result, result.error)
+        try:
+            await method(self.thread, step)
+        except Exception:
+            logger.warning("tool step not shown", extra={"run_id": self.run_id}, exc_info=True)
+
+    # --- the streamed message ----------------------------------------------------------------------
+
+    async def _add_text(self, text: str) -> None:
+        segment = self._segment
+        if segment is None or segment.finished:
+            segment = self._segment = _Segment(ref=await self._start())
+        segment.text += text
+        if segment.ref is not None and not segment.broken and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.create_task(self._flush(segment), name=f"stream-{self.run_id}")
+
+    async def _start(self) -> dict[str, Any] | None:
+        method = getattr(self.surface, "start_stream", None)
+        if method is None:
+            return None
+        try:
+            return await method(self.thread, self.requester, self.run_id)
+        except Exception:  # the answer is posted once at the end instead
+            logger.warning("could not start a stream; the answer is posted when complete",
+                           extra={"run_id": self.run_id}, exc_info=True)
+            return None
+
+    async def _wait_turn(self) -> None:
+        """Wait until the message may be updated again (the rate cap, or a platform's Retry-After)."""
+        delay = self._not_before - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _flush(self, segment: _Segment) -> None:
+        """Show the segment's new text, at most once per interval, until it is all shown or finished."""
+        while not segment.finished and not segment.broken and segment.shown < len(segment.text):
+            await self._wait_turn()
+            async with self._lock:
+                if segment.finished or segment.broken:
+                    return
+                text = segment.text
+                try:
+                    await self.surface.append_stream(self.thread, segment.ref or {}, text, segment.shown)  # type: ignore[attr-defined]
+                except StreamRateLimited as limited:
+                    self._not_before = asyncio.get_running_loop().time() + limited.retry_after
+                    continue
+                except Exception:
+                    segment.broken = True
+                    logger.warning("stream update failed; the text is delivered whole at the end",
+                                   extra={"run_id": self.run_id}, exc_info=True)
+                    return
+                segment.shown = len(text)
+                self._not_before = asyncio.get_running_loop().time() + self.interval
+
+    async def _finish(self, segment: _Segment, text: str) -> bool:
+        """End ``segment`` showing exactly ``text``; whether it does (else the caller posts ``text``)."""
+        async with self._lock:
+            segment.finished = True
+            if segment.ref is None:
+                return False
+            # A broken stream gets one try to end it whole (else its text is posted again, in one message).
+            for _attempt in range(1 if segment.broken else 3):
+                await self._wait_turn()
+                try:
+                    await self.surface.finish_stream(self.thread, segment.ref, text, segment.shown)  # type: ignore[attr-defined]
+                except StreamRateLimited as limited:
+                    self._not_before = asyncio.get_running_loop().time() + limited.retry_after
+                    continue
+                except Exception:
+                    logger.warning("could not finish a stream; its text is posted again whole",
+                                   extra={"run_id": self.run_id}, exc_info=True)
+                    return False
+                segment.shown = len(text)
+                self._not_before = asyncio.get_running_loop().time() + self.interval
+                return True
+            return False
+
+    async def end_segment(self) -> None:
+        """Finish the message of the current model call as it stands (text before a tool call, a pause)."""
+        segment = self._segment
+        if segment is None or segment.finished:
+            return
+        if not await self._finish(segment, segment.text) and segment.ref is not None and segment.text.strip():
+            await self._post(segment.text)
+
+    async def deliver(self, text: str) -> bool:
+        """Show ``text`` (the final answer, or a failure notice) by finishing the open stream with it.
+
+        A failure notice is added after the text streamed so far (``text`` must then start with it, see
+        :meth:`with_streamed`). ``False``: nothing is streaming, or the stream could not take it: post
+        ``text`` the usual way.
+        """
+        segment = self._segment
+        if segment is None or segment.finished:
+            return False
+        return await self._finish(segment, text)
+
+    def with_streamed(self, notice: str) -> str:
+        """``notice`` after the text the open stream holds, so that finishing the stream keeps that text."""
+        segment = self._segment
+        if segment is None or segment.finished or segment.ref is None or not segment.text.strip():
+            return notice
+        return f"{segment.text}\n\n{notice}"
+
+    async def close(self, keep_status: bool = False) -> None:
+        """End whatever is still open (never leave a half-finished stream) and clear the status line.
+
+        ``keep_status``: a paused run's "waiting for approval" stays, where the surface has a status line.
+        """
+        await self.end_segment()
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        if not (keep_status and getattr(self.surface, "set_status", None) is not None):
+            await self.status(None)
+
+    async def _post(self, text: str) -> None:
+        try:
+            await self.surface.post_reply(self.thread, text)
+        except Exception:
+            logger.warning("could not post the text of a stream", extra={"run_id": self.run_id}, exc_info=True)
