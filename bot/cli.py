@@ -102,7 +102,8 @@ When a tool call needs approval it is shown with its arguments (secrets masked),
   m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
 Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
 /quorum, /four-eyes, /ttl, /pending, /audit (changes need your user in COUNTERSIGN_ADMINS).
-Ctrl-D or Ctrl-C ends the chat; pending approvals wait for you: continue with --thread NAME.
+Ctrl-C while the assistant works stops it after its current step (a tool already running finishes).
+Ctrl-D, or Ctrl-C at the prompt, ends the chat; pending approvals wait for you: continue with --thread NAME.
 """
 
 SERVE_DESCRIPTION = """\

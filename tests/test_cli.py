@@ -388,7 +388,7 @@ def test_chat_on_postgresql_keeps_everything_in_the_database(terminal, tmp_path,
     assert not (tmp_path / "cs.db").exists(), "COUNTERSIGN_DATABASE_URL wins over COUNTERSIGN_DB"
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT actor, action FROM audit ORDER BY id").fetchall() == [
-            ("ana", "paused"), ("ana", "approved"),
+            ("ana", "paused"), ("ana", "approved"), ("countersign", "finished"),
         ]
 
 

@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 SUPERSEDED_RESULT = "superseded by a newer message"
 STOPPED_NOTICE = "(Stopped.)"
 NOTHING_TO_STOP = "There is nothing to stop: this run is not working right now."
+STOPPING = "Stopping after the current step."
 
 Invoke = Callable[[dict[str, Any], Any], Any]
 """How a run invokes the agent: ``invoke(confirmation_context, streaming_callback)`` → an awaitable result."""
@@ -391,6 +392,20 @@ class Engine:
             via=live.deliver if live else None,
         )
 
+    def request_stop(self, thread: ThreadRef, actor: str) -> str:
+        """Stop the run this process works on in ``thread`` after its current step (the console's Ctrl-C).
+
+        Synchronous, so that a signal handler can call it. :class:`NotAllowedToStop` for anyone but the
+        run's requester or an admin.
+        """
+        for live in list(self._live.values()):
+            if live.thread == thread:
+                if actor != live.requester and not self.is_admin(actor):
+                    raise NotAllowedToStop()
+                live.stop(actor)
+                return STOPPING
+        return NOTHING_TO_STOP
+
     async def stop_run(self, run_id: str, actor: str) -> str:
         """Stop a run this process works on after its current step (a tool that runs is never interrupted).
 
@@ -411,7 +426,7 @@ class Engine:
             return NOTHING_TO_STOP
         live.stop(actor)
         await self.storage.audit.append(actor, "stop requested", run_id, {}, now=self.clock())
-        return "Stopping after the current step."
+        return STOPPING
 
     async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))

@@ -24,6 +24,7 @@ from typing import Any
 from bot.engine.model import ThreadRef, ToolStep
 from bot.engine.surface import Surface
 from bot.llm.base import StreamingChunk
+from bot.redaction import mask_text
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,39 @@ class RunStopped(Exception):  # noqa: N818
     def __init__(self, actor: str) -> None:
         super().__init__(f"stopped by {actor}")
         self.actor = actor
+
+
+def settled(text: str) -> str:
+    """``text`` up to its last whitespace: only whole words are shown while a stream grows.
+
+    A secret split across two chunks (``sk-ab`` + ``cd…``) would otherwise be shown half, before the
+    surface's masking could recognise it; a whole word is masked as it is in a finished message.
+
+    >>> settled("The key is sk-ab")
+    'The key is '
+    """
+    cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+    return text[: cut + 1]
+
+
+def masked_growth(text: str, shown: int) -> str:
+    """The masked text to add to a message that shows ``mask_text(text[:shown])`` so that it shows
+    ``mask_text(text)`` (for platforms that append, not replace).
+
+    >>> masked_growth("key: abc password=hunter2 ", 9)
+    'password=•••••• '
+    """
+    before, after = mask_text(text[:shown]), mask_text(text)
+    return after[len(before):] if after.startswith(before) else after[len(_common_prefix(before, after)):]
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
 
 
 @dataclass
@@ -104,6 +138,8 @@ class LiveAnswer:
 
     async def on_chunk(self, chunk: StreamingChunk) -> None:
         """The agent's streaming callback: text, tool calls as they are chosen, tool results, usage."""
+        if chunk.tool_call_result is not None:
+            await self._tool_step(chunk)  # the step ran: it is shown even when the run stops now
         if self.stop_requested_by is not None:
             raise RunStopped(self.stop_requested_by)
         usage = chunk.meta.get("usage") if chunk.meta else None
@@ -117,8 +153,6 @@ class LiveAnswer:
         if names:
             await self.end_segment()  # the text before a tool call is kept as it is
             await self.status(running(names[-1]))
-        if chunk.tool_call_result is not None:
-            await self._tool_step(chunk)
 
     def stop(self, actor: str) -> None:
         """Ask the run to stop at its next step boundary (the tool running now finishes)."""
@@ -184,12 +218,12 @@ class LiveAnswer:
 
     async def _flush(self, segment: _Segment) -> None:
         """Show the segment's new text, at most once per interval, until it is all shown or finished."""
-        while not segment.finished and not segment.broken and segment.shown < len(segment.text):
+        while not segment.finished and not segment.broken and segment.shown < len(settled(segment.text)):
             await self._wait_turn()
             async with self._lock:
                 if segment.finished or segment.broken:
                     return
-                text = segment.text
+                text = settled(segment.text)
                 try:
                     await self.surface.append_stream(self.thread, segment.ref or {}, text, segment.shown)  # type: ignore[attr-defined]
                 except StreamRateLimited as limited:
