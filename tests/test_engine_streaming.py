@@ -22,6 +22,7 @@ LONG_ANSWER = " ".join(f"word{i}" for i in range(30)) + "."
 @pytest.fixture
 async def llm():
     async with FakeOpenAIServer() as server:
+        server.piece_delay = 0.02  # a model that writes for longer than the update interval: its text streams
         yield server
 
 
@@ -112,7 +113,6 @@ async def test_a_call_that_needs_no_approval_shows_one_masked_line_and_its_statu
 
 
 async def test_a_message_is_updated_at_most_once_per_interval(harnesses, llm):
-    llm.piece_delay = 0.01
     llm.enqueue_text(LONG_ANSWER)
     h = await open_streaming(harnesses, llm, interval=0.1)
 
@@ -125,7 +125,6 @@ async def test_a_message_is_updated_at_most_once_per_interval(harnesses, llm):
 
 
 async def test_a_429_in_the_middle_of_a_stream_holds_the_next_update_for_its_retry_after(harnesses, llm):
-    llm.piece_delay = 0.01
     llm.enqueue_text(LONG_ANSWER)
     surface = StreamingRecordingSurface(fail_appends={2: StreamRateLimited(0.3)})
     h = await open_streaming(harnesses, llm, surface=surface, interval=0.02)
@@ -213,3 +212,13 @@ async def test_stop_ends_the_run_after_the_running_tool_which_is_never_interrupt
     assert h.surface.final_texts() == ["Backing up orders first."]
     assert [r.text for r in h.surface.replies] == ["(Stopped.)"]
     assert "There is nothing to stop" in await h.engine.stop_run(run.run_id, REQUESTER)
+
+
+async def test_an_answer_that_comes_within_one_interval_is_posted_once_without_a_stream(harnesses, llm):
+    llm.enqueue_text("Quick answer.")
+    h = await open_streaming(harnesses, llm, interval=30)
+
+    await h.say("quick?")
+
+    assert h.surface.streams == []
+    assert [r.text for r in h.surface.replies] == ["Quick answer."]

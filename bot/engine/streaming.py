@@ -90,7 +90,9 @@ def _common_prefix(a: str, b: str) -> str:
 class _Segment:
     """The message one model call's text streams into."""
 
-    ref: dict[str, Any] | None
+    ref: dict[str, Any] | None = None
+    opened: bool = False
+    """Whether the surface was asked to start the message (``ref`` is ``None`` if it could not)."""
     text: str = ""
     shown: int = 0
     broken: bool = False
@@ -194,17 +196,19 @@ class LiveAnswer:
     async def _add_text(self, text: str) -> None:
         segment = self._segment
         if segment is None or segment.finished:
-            segment = self._segment = _Segment(ref=await self._start())
+            segment = self._segment = _Segment()
+            # A message is opened once its text has grown for an interval: a quick answer is simply posted.
+            self._not_before = max(self._not_before, asyncio.get_running_loop().time() + self.interval)
         segment.text += text
-        if segment.ref is not None and not segment.broken and (self._flusher is None or self._flusher.done()):
+        if getattr(self.surface, "start_stream", None) is None:
+            return
+        if not segment.broken and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush(segment), name=f"stream-{self.run_id}")
 
     async def _start(self) -> dict[str, Any] | None:
         method = getattr(self.surface, "start_stream", None)
-        if method is None:
-            return None
         try:
-            return await method(self.thread, self.requester, self.run_id)
+            return await method(self.thread, self.requester, self.run_id) if method is not None else None
         except Exception:  # the answer is posted once at the end instead
             logger.warning("could not start a stream; the answer is posted when complete",
                            extra={"run_id": self.run_id}, exc_info=True)
@@ -223,9 +227,13 @@ class LiveAnswer:
             async with self._lock:
                 if segment.finished or segment.broken:
                     return
+                if not segment.opened:
+                    segment.opened, segment.ref = True, await self._start()
+                if segment.ref is None:
+                    return  # the surface cannot stream now: the text is posted when complete
                 text = settled(segment.text)
                 try:
-                    await self.surface.append_stream(self.thread, segment.ref or {}, text, segment.shown)  # type: ignore[attr-defined]
+                    await self.surface.append_stream(self.thread, segment.ref, text, segment.shown)  # type: ignore[attr-defined]
                 except StreamRateLimited as limited:
                     self._not_before = asyncio.get_running_loop().time() + limited.retry_after
                     continue
@@ -265,6 +273,7 @@ class LiveAnswer:
         segment = self._segment
         if segment is None or segment.finished:
             return
+        # Text before a tool call that was never streamed (it came quickly) is not posted on its own.
         if not await self._finish(segment, segment.text) and segment.ref is not None and segment.text.strip():
             await self._post(segment.text)
 
