@@ -31,7 +31,7 @@ from bot.hitl.strategy_map import (
     strategies_to_dict,
     validate_strategy_keys,
 )
-from bot.llm.base import StreamingChunk, emit_chunk
+from bot.llm.base import RUNNING_TOOLS, StreamingChunk, emit_chunk
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
@@ -321,6 +321,9 @@ class Agent:
         positions = [i for i, c in enumerate(reply.tool_calls) if id(c) not in rejected]
         keys = [call.id or f"{reply.id}:{pos}" for call, pos in zip(applied.to_execute, positions, strict=True)]
         runner = self._runner()
+        if applied.to_execute:  # tell a streaming callback which tools run now (a status line)
+            names = [call.tool_name for call in applied.to_execute]
+            await emit_chunk(ctx.streaming_callback, StreamingChunk(content="", meta={RUNNING_TOOLS: names}))
         results = await runner.run(applied.to_execute, run_id=ctx.run_id, call_keys=keys, state=ctx.state)
         for call in applied.to_execute:
             ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1

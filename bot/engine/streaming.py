@@ -23,7 +23,7 @@ from typing import Any
 
 from bot.engine.model import ThreadRef, ToolStep
 from bot.engine.surface import Surface
-from bot.llm.base import StreamingChunk
+from bot.llm.base import RUNNING_TOOLS, StreamingChunk
 from bot.redaction import mask_text
 
 logger = logging.getLogger(__name__)
@@ -151,10 +151,11 @@ class LiveAnswer:
                     self.usage[key] = self.usage.get(key, 0) + value
         if chunk.content:
             await self._add_text(chunk.content)
-        names = [d["name"] for d in chunk.tool_call_deltas if d.get("name")]
-        if names:
+        if any(d.get("name") for d in chunk.tool_call_deltas):
             await self.end_segment()  # the text before a tool call is kept as it is
-            await self.status(running(names[-1]))
+        names = chunk.meta.get(RUNNING_TOOLS) if chunk.meta else None
+        if names:
+            await self.status(running(", ".join(dict.fromkeys(names))))
 
     def stop(self, actor: str) -> None:
         """Ask the run to stop at its next step boundary (the tool running now finishes)."""

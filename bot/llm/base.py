@@ -40,7 +40,8 @@ class StreamingChunk:
 
     ``tool_call_deltas`` holds plain dicts ``{"index", "id", "name", "arguments"}``: the name and id
     come in the first delta of a call, argument fragments in the later ones. An agent hands its callback
-    one more chunk per tool call it ran, with ``tool_call_result`` set (as Haystack's ToolInvoker does).
+    one more chunk per tool call it ran, with ``tool_call_result`` set (as Haystack's ToolInvoker does),
+    and before running a step's calls one chunk whose ``meta[RUNNING_TOOLS]`` names them.
     """
 
     content: str
@@ -49,6 +50,9 @@ class StreamingChunk:
     finish_reason: str | None = None
     tool_call_result: ToolCallResult | None = None
 
+
+RUNNING_TOOLS = "running_tools"
+"""``meta`` key of the chunk an agent sends right before it runs tool calls: their names, in order."""
 
 StreamingCallback = Callable[[StreamingChunk], None] | Callable[[StreamingChunk], Awaitable[None]]
 """A sync or async callable that receives each :class:`StreamingChunk`."""
