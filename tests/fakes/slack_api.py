@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,8 @@ class SlackCall:
     args: dict[str, Any]
     token: str | None = None
     response: dict[str, Any] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (monotonic seconds): rate caps are checked on these."""
 
 
 @dataclass
