@@ -247,8 +247,8 @@ class OpenAIChatGenerator:
                             finish_reason=choice.finish_reason,
                         ),
                     )
-        if not assemblers:
-            raise LLMError("The model server ended the stream without sending any reply.")
+        if not assemblers:  # no choices at all: as a completion without choices, no reply (the agent retries once)
+            return []
         return [assemblers[i].reply(model=model, usage=usage) for i in sorted(assemblers)]
 
     def _llm_error(self, client: openai.AsyncOpenAI, err: openai.OpenAIError) -> LLMError:
