@@ -72,3 +72,58 @@ async def test_stream_updates_are_spaced_and_a_429_waits_for_its_retry_after(sta
     gaps = [b.at - a.at for a, b in zip(requests, requests[1:], strict=False)]
     assert min(gaps) >= 0.05
     assert requests[-1].stream_type == "final" and requests[-1].text == ANSWER
+
+
+async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monkeypatch):
+    import asyncio
+
+    from bot.tools import tool
+    from tests.fakes.engine_kit import RecordingTools
+    from tests.fakes.teams_stack import ANA, BEN, action_value
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def backup(target: str) -> str:
+        """Back up a database.
+
+        :param target: The database.
+        """
+        started.set()
+        await release.wait()
+        return f"backed up {target}"
+
+    class Tools(RecordingTools):
+        def standard(self):
+            return [*super().standard(), backup]
+
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer, FakeOpenAIServer() as llm:
+        trust_issuer(monkeypatch, issuer)
+        llm.piece_delay = 0.05
+        llm.enqueue_tool_calls([("backup", {"target": "orders"})], text="Backing up orders first, then the rest.")
+        llm.enqueue_text("never asked")
+        generator = OpenAIChatGenerator(api_key="test", api_base_url=llm.base_url, max_retries=0)
+        stack = await TeamsStack.open(tmp_path, connector, issuer, generator=generator, tools=Tools(),
+                                      stream_update_seconds=0.05)
+        try:
+            said = asyncio.create_task(
+                stack.say("back everything up", conversation=PERSONAL_CHAT, conversation_type="personal")
+            )
+            await asyncio.wait_for(started.wait(), 10)
+            working = "Working on your request."
+            [card] = [c for r in connector.posted() for c in r.cards if c["body"][0]["text"] == working]
+            stop = action_value(card, "stop")
+            refused = await stack.post(stack.invoke(stop, person=BEN, conversation=PERSONAL_CHAT))
+            stopping = await stack.post(stack.invoke(stop, person=ANA, conversation=PERSONAL_CHAT))
+            release.set()
+            await said
+            [run] = await stack.engine.storage.runs.list_by_status("stopped")
+        finally:
+            await stack.aclose()
+
+    assert refused == (200, {"statusCode": 200, "type": "application/vnd.microsoft.activity.message",
+                             "value": "Only the person who asked, or an admin, can stop this."})
+    assert stopping[1]["value"] == "Stopping after the current step."
+    assert run.requester == ANA.id and len(llm.requests) == 1
+    assert connector.texts()[-1] == "(Stopped.)"
+    assert any("Done." in str(u.cards) for u in connector.updates())  # the Stop button is gone

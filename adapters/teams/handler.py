@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from microsoft_agents.activity import Activity
 from pydantic import ValidationError
 
-from adapters.teams.cards import VERBS
+from adapters.teams.cards import VERB_STOP, VERBS
 from bot.engine.model import AdminRequest, Inbound, ThreadRef
 
 PLATFORM = "teams"
@@ -181,6 +181,21 @@ def admin_request(activity: Activity) -> AdminRequest:
         actor=actor_of(activity),
         text=admin_text(activity),
     )
+
+
+def stop_click(value: Any) -> str | None:
+    """The run id of a Stop click inside an ``adaptiveCard/action`` invoke value, else ``None``."""
+    if not isinstance(value, Mapping):
+        return None
+    action = value.get("action")
+    if not isinstance(action, Mapping) or action.get("type") != "Action.Execute":
+        return None
+    data = action.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    run_id = data.get("run_id")
+    if (action.get("verb") or data.get("verb")) != VERB_STOP or not isinstance(run_id, str) or not run_id:
+        return None
+    return run_id[:200]
 
 
 def card_action(value: Any) -> CardAction | None:

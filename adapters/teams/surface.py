@@ -32,7 +32,7 @@ from microsoft_agents.hosting.core.app.proactive import Conversation
 from microsoft_agents.hosting.core.app.streaming import StreamingResponse
 from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, TypingOptions
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, approval_card
+from adapters.teams.cards import CARD_CONTENT_TYPE, approval_card, stop_card
 from adapters.teams.handler import personal_key
 from adapters.teams.names import with_names
 from adapters.teams.store import ConversationStore
@@ -91,6 +91,10 @@ def conversation_record(identity: ClaimsIdentity | None, activity: Activity) -> 
     claims that pick the outgoing credentials (``aud``, ``appid``, ``iss``, ...; none when anonymous).
     """
     return Conversation(identity or {}, activity.get_conversation_reference()).store_item_to_json()
+
+
+def _card(card: dict[str, Any]) -> Activity:
+    return Activity(type=ActivityTypes.message, attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)])
 
 
 def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
@@ -225,7 +229,12 @@ class TeamsSurface:
         response.queue_informative_update(INFORMATIVE_UPDATE)
         stream_id = uuid.uuid4().hex
         live.streams[stream_id] = response
-        return {"stream": stream_id, "run_id": run_id}
+        try:  # a card with Stop beside the answer (a streamed message cannot carry buttons while it grows)
+            stop_id = await self._send(thread.key, _card(stop_card(run_id)))
+        except Exception:
+            logger.warning("stop card not posted", extra={"thread": thread.key}, exc_info=True)
+            stop_id = None
+        return {"stream": stream_id, "run_id": run_id, "stop_card": stop_id}
 
     async def append_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
         """The answer so far, as safe Markdown (sent at the SDK's own pace; its errors end the stream)."""
@@ -246,6 +255,21 @@ class TeamsSurface:
             live.streams.pop(stream["stream"], None)
         response.show(markdown_message(text))
         await response.end_stream()
+        if stream.get("stop_card"):
+            await self._retire_stop_card(thread, stream["stop_card"])
+
+    async def _retire_stop_card(self, thread: ThreadRef, activity_id: str) -> None:
+        """The answer is complete: its Stop card says "Done." (cosmetic; a failure is only logged)."""
+        done = _card(stop_card(None))
+        done.id = activity_id
+
+        async def update(context: TurnContext) -> None:
+            await context.update_activity(done)
+
+        try:
+            await self._continue(thread.key, update)
+        except Exception:
+            logger.warning("stop card not updated", extra={"thread": thread.key}, exc_info=True)
 
     async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
         """A call that ran without approval, as one small line (masked and shortened like approvals)."""
