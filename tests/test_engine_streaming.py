@@ -15,6 +15,7 @@ from bot.tools import tool
 from tests.fakes.engine_kit import OTHER, PLATFORM, REQUESTER, Harnesses, bounded
 from tests.fakes.openai_server import CutStreamResponse, FakeOpenAIServer
 from tests.fakes.recording_surface import Rendering, StreamCall, StreamingRecordingSurface
+from tests.fakes.streaming_kit import BlockingBackup
 
 LONG_ANSWER = " ".join(f"word{i}" for i in range(30)) + "."
 
@@ -176,35 +177,23 @@ async def test_a_failure_in_the_middle_of_a_stream_ends_it_with_the_failure_noti
 
 
 async def test_stop_ends_the_run_after_the_running_tool_which_is_never_interrupted(harnesses, llm):
-    started, release = asyncio.Event(), asyncio.Event()
-    finished: list[str] = []
-
-    @tool(confirmation_default="never")
-    async def backup(target: str) -> str:
-        """Back up a database.
-
-        :param target: The database.
-        """
-        started.set()
-        await release.wait()
-        finished.append(target)
-        return f"backed up {target}"
+    job = BlockingBackup()
 
     llm.enqueue_tool_calls([("backup", {"target": "orders"})], text="Backing up orders first.")
     llm.enqueue_text("Now I will also back up everything else.")
-    h = await open_streaming(harnesses, llm, extra_tools=[backup])
+    h = await open_streaming(harnesses, llm, extra_tools=[job.tool])
     working = asyncio.create_task(h.say("back up orders, then the rest"))
-    await bounded(started.wait())
+    await bounded(job.started.wait())
     run = await h.engine.storage.runs.active_for_thread(h.thread().key)
 
     with pytest.raises(NotAllowedToStop):
         await h.engine.stop_run(run.run_id, OTHER)
     assert await h.engine.stop_run(run.run_id, REQUESTER) == "Stopping after the current step."
     assert not working.done()
-    release.set()
+    job.release.set()
     await bounded(working)
 
-    assert finished == ["orders"]  # the tool ran to its end
+    assert job.finished == ["orders"]  # the tool ran to its end
     assert len(llm.requests) == 1  # and the model was not called again
     assert (await h.run_of(run.run_id)).status == "stopped"
     [entry] = await h.audit("stopped")

@@ -15,6 +15,7 @@ from bot.tools import Tool, tool
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
 from tests.fakes.slack_stack import SlackStack, all_text, assert_every_payload_valid, button_values
+from tests.fakes.streaming_kit import BlockingBackup
 
 ALICE = "U0ALICE"
 BOB = "U0BOB"
@@ -178,24 +179,13 @@ async def test_text_before_a_paused_call_stays_the_approval_follows_and_the_resu
 
 
 async def test_the_stop_button_ends_the_run_after_the_running_tool(tmp_path, slack, openai):
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @tool(confirmation_default="never")
-    async def backup(target: str) -> str:
-        """Back up a database.
-
-        :param target: The database.
-        """
-        started.set()
-        await release.wait()
-        return f"backed up {target}"
-
+    job = BlockingBackup()
     openai.enqueue_tool_calls([("backup", {"target": "orders"})], text="Backing up orders, then the rest of them.")
     openai.enqueue_text("never asked")
-    stack = await start(tmp_path, slack, openai, [backup])
+    stack = await start(tmp_path, slack, openai, [job.tool])
     try:
         thread = await mention(stack, slack, "back everything up")
-        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.wait_for(job.started.wait(), 5)
         [offer] = await slack.wait_for("chat.postEphemeral")
         [run_id] = button_values(offer.args["blocks"], "cs_stop")
 
@@ -205,7 +195,7 @@ async def test_the_stop_button_ends_the_run_after_the_running_tool(tmp_path, sla
         await stack.requests.click("cs_stop", run_id, user=ALICE, channel=CHANNEL, message_ts=thread, thread_ts=thread,
                                    ephemeral=True, response_url=slack.response_url("alice"))
         await slack.wait_for("response_url", where=lambda c: c.args["name"] == "alice")
-        release.set()
+        job.release.set()
         await stack.settle()
         run = await stack.engine.storage.runs.get(run_id)
     finally:

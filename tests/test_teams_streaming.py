@@ -77,25 +77,15 @@ async def test_stream_updates_are_spaced_and_a_429_waits_for_its_retry_after(sta
 async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monkeypatch):
     import asyncio
 
-    from bot.tools import tool
     from tests.fakes.engine_kit import RecordingTools
+    from tests.fakes.streaming_kit import BlockingBackup
     from tests.fakes.teams_stack import ANA, BEN, action_value
 
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @tool(confirmation_default="never")
-    async def backup(target: str) -> str:
-        """Back up a database.
-
-        :param target: The database.
-        """
-        started.set()
-        await release.wait()
-        return f"backed up {target}"
+    job = BlockingBackup()
 
     class Tools(RecordingTools):
         def standard(self):
-            return [*super().standard(), backup]
+            return [*super().standard(), job.tool]
 
     async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer, FakeOpenAIServer() as llm:
         trust_issuer(monkeypatch, issuer)
@@ -109,13 +99,13 @@ async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monke
             said = asyncio.create_task(
                 stack.say("back everything up", conversation=PERSONAL_CHAT, conversation_type="personal")
             )
-            await asyncio.wait_for(started.wait(), 10)
+            await asyncio.wait_for(job.started.wait(), 10)
             working = "Working on your request."
             [card] = [c for r in connector.posted() for c in r.cards if c["body"][0]["text"] == working]
             stop = action_value(card, "stop")
             refused = await stack.post(stack.invoke(stop, person=BEN, conversation=PERSONAL_CHAT))
             stopping = await stack.post(stack.invoke(stop, person=ANA, conversation=PERSONAL_CHAT))
-            release.set()
+            job.release.set()
             await said
             [run] = await stack.engine.storage.runs.list_by_status("stopped")
         finally:

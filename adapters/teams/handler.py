@@ -183,8 +183,8 @@ def admin_request(activity: Activity) -> AdminRequest:
     )
 
 
-def stop_click(value: Any) -> str | None:
-    """The run id of a Stop click inside an ``adaptiveCard/action`` invoke value, else ``None``."""
+def _execute(value: Any) -> tuple[Any, Mapping[str, Any]] | None:
+    """The verb and data of an ``Action.Execute`` inside an ``adaptiveCard/action`` invoke value, else ``None``."""
     if not isinstance(value, Mapping):
         return None
     action = value.get("action")
@@ -192,22 +192,24 @@ def stop_click(value: Any) -> str | None:
         return None
     data = action.get("data")
     data = data if isinstance(data, Mapping) else {}
-    run_id = data.get("run_id")
-    if (action.get("verb") or data.get("verb")) != VERB_STOP or not isinstance(run_id, str) or not run_id:
+    return action.get("verb") or data.get("verb"), data
+
+
+def stop_click(value: Any) -> str | None:
+    """The run id of a Stop click inside an ``adaptiveCard/action`` invoke value, else ``None``."""
+    execute = _execute(value)
+    run_id = execute[1].get("run_id") if execute else None
+    if execute is None or execute[0] != VERB_STOP or not isinstance(run_id, str) or not run_id:
         return None
     return run_id[:200]
 
 
 def card_action(value: Any) -> CardAction | None:
     """The click inside an ``adaptiveCard/action`` invoke value, or ``None`` if it is not one of ours."""
-    if not isinstance(value, Mapping):
+    execute = _execute(value)
+    if execute is None:
         return None
-    action = value.get("action")
-    if not isinstance(action, Mapping) or action.get("type") != "Action.Execute":
-        return None
-    data = action.get("data")
-    data = data if isinstance(data, Mapping) else {}
-    verb = action.get("verb") or data.get("verb")
+    verb, data = execute
     approval_id = data.get("approval_id")
     if verb not in VERBS or not isinstance(approval_id, str) or not approval_id:
         return None
