@@ -55,18 +55,24 @@ async def mention(stack: SlackStack, slack: FakeSlackAPI, text: str, user: str =
     return ts
 
 
-def updates_of(slack: FakeSlackAPI, ts: str) -> list[SlackCall]:
-    return [c for c in slack.calls if c.method in ("chat.appendStream", "chat.stopStream") and c.args.get("ts") == ts]
-
-
-async def test_an_answer_streams_into_one_message_whose_text_is_the_final_answer(tmp_path, slack, openai):
-    openai.enqueue_text(ANSWER)
+async def answer_one_mention(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer) -> str:
+    """Serve, mention the bot once, wait until it has answered, stop; the thread's ts."""
     stack = await start(tmp_path, slack, openai)
     try:
         thread = await mention(stack, slack, "how are the services?")
         await stack.settle()
     finally:
         await stack.stop()
+    return thread
+
+
+def updates_of(slack: FakeSlackAPI, ts: str) -> list[SlackCall]:
+    return [c for c in slack.calls if c.method in ("chat.appendStream", "chat.stopStream") and c.args.get("ts") == ts]
+
+
+async def test_an_answer_streams_into_one_message_whose_text_is_the_final_answer(tmp_path, slack, openai):
+    openai.enqueue_text(ANSWER)
+    thread = await answer_one_mention(tmp_path, slack, openai)
 
     [started] = slack.calls_to("chat.startStream")
     assert started.args["thread_ts"] == thread and started.args["recipient_user_id"] == ALICE
@@ -80,12 +86,7 @@ async def test_an_answer_streams_into_one_message_whose_text_is_the_final_answer
 
 async def test_updates_of_a_streamed_message_respect_the_rate_cap(tmp_path, slack, openai):
     openai.enqueue_text(ANSWER)
-    stack = await start(tmp_path, slack, openai)
-    try:
-        await mention(stack, slack, "how are the services?")
-        await stack.settle()
-    finally:
-        await stack.stop()
+    await answer_one_mention(tmp_path, slack, openai)
 
     [started] = slack.calls_to("chat.startStream")
     times = [c.at for c in updates_of(slack, started.response["ts"])]
@@ -96,12 +97,7 @@ async def test_updates_of_a_streamed_message_respect_the_rate_cap(tmp_path, slac
 async def test_a_429_in_the_middle_of_a_stream_is_waited_out_and_the_answer_completes(tmp_path, slack, openai):
     openai.enqueue_text(ANSWER)
     slack.answer_status("chat.appendStream", 429, headers={"Retry-After": "1"})
-    stack = await start(tmp_path, slack, openai)
-    try:
-        await mention(stack, slack, "how are the services?")
-        await stack.settle()
-    finally:
-        await stack.stop()
+    await answer_one_mention(tmp_path, slack, openai)
 
     [started] = slack.calls_to("chat.startStream")
     calls = updates_of(slack, started.response["ts"])
@@ -116,12 +112,7 @@ async def test_without_streaming_one_message_is_posted_then_updated_and_ends_wit
 ):
     openai.enqueue_text(ANSWER)
     slack.failures["chat.startStream"] = "not_allowed_token_type"
-    stack = await start(tmp_path, slack, openai)
-    try:
-        await mention(stack, slack, "how are the services?")
-        await stack.settle()
-    finally:
-        await stack.stop()
+    await answer_one_mention(tmp_path, slack, openai)
 
     [posted] = slack.calls_to("chat.postMessage")
     assert button_values(posted.args["blocks"], "cs_stop")
@@ -215,12 +206,7 @@ async def test_the_stop_button_ends_the_run_after_the_running_tool(tmp_path, sla
 async def test_a_stream_slack_stops_accepting_is_finished_with_the_whole_answer(tmp_path, slack, openai):
     openai.enqueue_text(ANSWER)
     slack.failures["chat.appendStream"] = "internal_error"
-    stack = await start(tmp_path, slack, openai)
-    try:
-        await mention(stack, slack, "how are the services?")
-        await stack.settle()
-    finally:
-        await stack.stop()
+    await answer_one_mention(tmp_path, slack, openai)
 
     [started] = slack.calls_to("chat.startStream")
     assert len(slack.calls_to("chat.appendStream")) == 1  # never tried again once it failed
