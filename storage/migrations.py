@@ -262,9 +262,10 @@ def _run_lifecycle(db: Database) -> None:
 
 
 def _run_token_usage(db: Database) -> None:
-    """Version 5: the tokens each run used (summed by the ``usage`` command); runs may end ``stopped``."""
+    """Version 5: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
     for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
         db["runs"].add_column(column, int, not_null_default=0)
+    db["runs"].add_column("stop_requested_by", str)
     # The usage command sums a workspace's runs since a day.
     db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
 

@@ -60,6 +60,8 @@ class RunRecord:
     """Until when the owner holds the run; after it, recovery may claim the run."""
     recoveries: int = 0
     """How many times recovery has taken the run over after its owner stopped."""
+    stop_requested_by: str | None = None
+    """Who asked, from chat, that the run stop after its current step (any process may ask)."""
 
     @property
     def is_active(self) -> bool:
@@ -359,6 +361,10 @@ class RunStore(Protocol):
     def active_for_thread(self, chat_history_id: str) -> RunRecord | None: ...
 
     def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
+
+    def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a running or resuming run to stop after its current step; ``False`` if it is not working."""
+        ...
 
     def record_usage(self, run_id: str, usage: TokenUsage) -> None:
         """Set the run's token usage (the agent's running total: it carries over a pause)."""

@@ -21,7 +21,7 @@ from storage.records import SQLITE_TIMES, run_record
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by"
 )
 _UNOWNED_STATUSES = ("paused", *TERMINAL_RUN_STATUSES)
 """Statuses in which a run has no owner: moving there clears the owner and the lease."""
@@ -266,6 +266,24 @@ class SQLiteRunStore:
             ).rowcount
         if not changed:
             raise NotFound(f"run {run_id!r} not found")
+
+    def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a working (running or resuming) run to stop after its current step; whether it is working.
+
+        Any process may ask; the one that owns the run reads it at its next step boundary.
+
+        >>> storage.runs.request_stop("run-1", "U1")
+        True
+        """
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE runs SET stop_requested_by = COALESCE(stop_requested_by, ?) "
+                "WHERE run_id = ? AND status IN ('running', 'resuming')",
+                [actor, run_id],
+            ).rowcount
+            if not changed:
+                self._get(db, run_id)  # NotFound for an unknown run
+            return changed == 1
 
     def usage(
         self, *, platform: str, workspace: str, since: Instant, channel: str | None = None

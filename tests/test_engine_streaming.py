@@ -211,3 +211,22 @@ async def test_an_answer_that_comes_within_one_interval_is_posted_once_without_a
 
     assert h.surface.streams == []
     assert [r.text for r in h.surface.replies] == ["Quick answer."]
+
+
+async def test_stop_asked_through_another_process_ends_the_run_after_its_running_tool(harnesses, llm):
+    job = BlockingBackup()
+    llm.enqueue_tool_calls([("backup", {"target": "orders"})])
+    llm.enqueue_text("never asked")
+    h = await open_streaming(harnesses, llm, extra_tools=[job.tool])
+    working = asyncio.create_task(h.say("back up orders"))
+    await bounded(job.started.wait())
+    run = await h.engine.storage.runs.active_for_thread(h.thread().key)
+    other = await harnesses.reopen(h)  # another replica on the same database
+
+    assert await other.engine.stop_run(run.run_id, REQUESTER) == "Stopping after the current step."
+    job.release.set()
+    await bounded(working)
+
+    assert job.finished == ["orders"] and len(llm.requests) == 1
+    assert (await h.run_of(run.run_id)).status == "stopped"
+    assert [e.actor for e in await h.audit("stopped")] == [REQUESTER]

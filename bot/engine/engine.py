@@ -276,7 +276,8 @@ class Engine:
         live = None
         if surface:
             live = LiveAnswer(surface, thread, requester, run_id, interval=self.config.stream_update_seconds,
-                              message_id=message_id, decided_calls=decided_calls)
+                              message_id=message_id, decided_calls=decided_calls,
+                              stop_check=lambda: self._stop_requested(run_id))
             self._live[run_id] = live
             await live.status(THINKING)
         paused = False
@@ -407,7 +408,7 @@ class Engine:
         return NOTHING_TO_STOP
 
     async def stop_run(self, run_id: str, actor: str) -> str:
-        """Stop a run this process works on after its current step (a tool that runs is never interrupted).
+        """Stop a run after its current step (a tool that runs is never interrupted), in whichever process runs it.
 
         Only the run's requester or an admin may stop it (:class:`NotAllowedToStop`). Returns the sentence
         for the person who asked.
@@ -421,12 +422,21 @@ class Engine:
         if actor != run.requester and not self.is_admin(actor):
             await self.storage.audit.append(actor, "stop refused", run_id, {}, now=self.clock())
             raise NotAllowedToStop()
-        live = self._live.get(run_id)
-        if live is None or run.status not in ("running", "resuming"):
+        # Stored, so the process that runs it (this one or another) stops it at its next step boundary.
+        if run.status not in ("running", "resuming") or not await self.storage.runs.request_stop(run_id, actor):
             return NOTHING_TO_STOP
-        live.stop(actor)
+        live = self._live.get(run_id)
+        if live is not None:
+            live.stop(actor)
         await self.storage.audit.append(actor, "stop requested", run_id, {}, now=self.clock())
         return STOPPING
+
+    async def _stop_requested(self, run_id: str) -> str | None:
+        """Who asked (in any process) that the run stop, or ``None``; a storage hiccup is not a stop."""
+        try:
+            return (await self.storage.runs.get(run_id)).stop_requested_by
+        except StorageError:
+            return None
 
     async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,7 @@ class LiveAnswer:
         interval: float,
         message_id: str | None = None,
         decided_calls: frozenset[str] = frozenset(),
+        stop_check: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self.surface = surface
         self.thread = thread
@@ -128,6 +130,8 @@ class LiveAnswer:
         self.decided_calls = decided_calls
         """Calls people decided on: their approval message shows them, so they get no tool-step line."""
         self.stop_requested_by: str | None = None
+        self.stop_check = stop_check
+        """Reads, after each tool call, whether someone asked elsewhere (another process) to stop: who, or ``None``."""
         self.usage: dict[str, int] = {}
         """Tokens of the model calls streamed so far (for a run that is stopped before the agent returns)."""
         self._segment: _Segment | None = None
@@ -142,6 +146,10 @@ class LiveAnswer:
         """The agent's streaming callback: text, tool calls as they are chosen, tool results, usage."""
         if chunk.tool_call_result is not None:
             await self._tool_step(chunk)  # the step ran: it is shown even when the run stops now
+            if self.stop_requested_by is None and self.stop_check is not None:
+                asked_by = await self.stop_check()
+                if asked_by:
+                    self.stop(asked_by)
         if self.stop_requested_by is not None:
             raise RunStopped(self.stop_requested_by)
         usage = chunk.meta.get("usage") if chunk.meta else None

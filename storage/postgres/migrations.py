@@ -252,8 +252,9 @@ _RUN_LIFECYCLE: Migration = (
 _RUN_TOKEN_USAGE: Migration = (
     # The tokens each run used (summed by the usage command).
     "ALTER TABLE runs ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0, "
-    "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0",
-    # A run stopped from chat ends "stopped".
+    "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN stop_requested_by text",
+    # A run stopped from chat (any replica may ask: stop_requested_by) ends "stopped".
     "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
     "ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status IN "
     "('running', 'paused', 'resuming', 'finished', 'failed', 'expired', 'stopped'))",

@@ -15,7 +15,7 @@ from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by"
 )
 RUN_COLUMNS = _COLUMNS
 """The columns :func:`run_from_row` reads, in order (for other stores that return runs)."""
@@ -214,6 +214,21 @@ class PostgresRunStore:
         )
         if not changed:
             raise NotFound(f"run {run_id!r} not found")
+
+    async def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a working (running or resuming) run to stop after its current step; whether it is working.
+
+        >>> await storage.runs.request_stop("run-1", "U1")
+        True
+        """
+        changed = await self.db.execute(
+            "UPDATE runs SET stop_requested_by = COALESCE(stop_requested_by, %s) "
+            "WHERE run_id = %s AND status IN ('running', 'resuming')",
+            [actor, run_id],
+        )
+        if not changed:
+            await self.get(run_id)  # NotFound for an unknown run
+        return changed == 1
 
     async def usage(
         self, *, platform: str, workspace: str, since: Instant, channel: str | None = None

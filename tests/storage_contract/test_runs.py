@@ -140,3 +140,16 @@ async def test_a_run_may_end_stopped_and_never_moves_again(storage):
     assert (run.status, run.owner, run.is_active) == ("stopped", None, False)
     with pytest.raises(ValueError, match="terminal"):
         await storage.runs.transition("run-1", "stopped", "running")
+
+
+async def test_any_process_may_ask_a_working_run_to_stop_and_the_first_asker_is_kept(storage):
+    await create_run(storage)
+    await create_run(storage, "run-p", thread="slack:T1:C1:2.0", status="paused")
+
+    assert await storage.runs.request_stop("run-1", "U_ANA")
+    assert await storage.runs.request_stop("run-1", "U_ADMIN")  # still working: asked again, first asker kept
+    assert not await storage.runs.request_stop("run-p", "U_ANA")  # paused: its approval decides, not Stop
+    assert (await storage.runs.get("run-1")).stop_requested_by == "U_ANA"
+    assert (await storage.runs.get("run-p")).stop_requested_by is None
+    with pytest.raises(NotFound):
+        await storage.runs.request_stop("run-404", "U_ANA")
