@@ -47,7 +47,7 @@ Commands:
                         you: continue with `countersign chat --thread NAME`
   Ctrl-C while the assistant works stops it after its current step (a running tool finishes)
   /policy list          each tool's effective policy here
-  /policy set <tool|*> <always|never|once|deny>, /policy reset <tool>
+  /policy set <tool|*> <always|never|once|deny|review|always+review>, /policy reset <tool>
   /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
   /ttl <tool> <duration>
   /pending              approvals waiting for a decision

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from storage.errors import StorageError, UnknownSchemaVersion
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
 Migration = Sequence[str]
 """The statements of one migration, run in order."""
@@ -249,8 +250,23 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
+_APPROVAL_REVIEWS: Migration = (
+    # Version 4: reviews after acting: an approval's kind, the result it holds back, and an edited result.
+    "ALTER TABLE approvals ADD COLUMN kind text NOT NULL DEFAULT 'approval' CHECK (kind IN ('approval', 'review'))",
+    "ALTER TABLE approvals ADD COLUMN result text",
+    "ALTER TABLE approvals ADD COLUMN final_result text",
+)
+
+_CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
+    # Version 5. Version 3 closed the older of two active runs in one thread but left that run's approvals pending:
+    # cancel every approval still pending on a run that ended, as the engine does when it closes a run.
+    "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = now(), "
+    f"feedback = to_json('{CLOSED_RUN_APPROVALS_REASON}'::text) WHERE status = 'pending' AND run_id IN "
+    "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
+)
+
 _RUN_TOKEN_USAGE: Migration = (
-    # The tokens each run used (summed by the usage command).
+    # Version 6: the tokens each run used (summed by the usage command).
     "ALTER TABLE runs ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN stop_requested_by text",
@@ -261,7 +277,10 @@ _RUN_TOKEN_USAGE: Migration = (
     "CREATE INDEX runs_usage ON runs (platform, workspace, created_at)",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _RUN_TOKEN_USAGE]
+MIGRATIONS: list[Migration] = [
+    _INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _CLOSE_APPROVALS_OF_ENDED_RUNS,
+    _RUN_TOKEN_USAGE,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
