@@ -217,8 +217,7 @@ class Agent:
 
         ``streaming_callback`` (else the one given to the agent) gets every chunk the model streams, one
         chunk naming the tools a step runs (``meta["running_tools"]``) and one chunk with
-        ``tool_call_result`` per tool call that ran, once its result is stored. An exception it raises
-        ends the run there (never while a tool executes).
+        ``tool_call_result`` per tool call that ran, once its result is stored.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)

@@ -59,7 +59,7 @@ from bot.engine.model import (
 )
 from bot.engine.params import merge_edit
 from bot.engine.review import REVIEW, PolicyReviewHook, edited_result, held_result, review_from_record
-from bot.engine.streaming import THINKING, WAITING_FOR_APPROVAL, LiveAnswer, RunStopped
+from bot.engine.streaming import STOPPED_FROM_CHAT, THINKING, WAITING_FOR_APPROVAL, LiveAnswer, StopFromChat
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -99,6 +99,8 @@ class Engine:
         self.storage = storage
         self.clock = clock or utcnow
         self.tools = {t.name: t for t in tools}
+        self._live: dict[str, LiveAnswer] = {}
+        """The live answer of every run this process works on now (streaming, and the Stop control)."""
         self.agent = Agent(
             generator,
             tools=list(tools),
@@ -108,7 +110,8 @@ class Engine:
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
             # Review after acting is the after_tool half of the same per-channel policy.
-            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds)]},
+            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds),
+                                  StopFromChat(self._live)]},
         )
         self.admin_commands = AdminCommands(
             storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
@@ -117,8 +120,6 @@ class Engine:
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._live: dict[str, LiveAnswer] = {}
-        """The live answer of every run this process works on now (streaming, and the Stop control)."""
         self.lifecycle = RunLifecycle(self)
         self._started = False
         self._stopped = False
@@ -262,12 +263,10 @@ class Engine:
         message_id: str | None = None,
         *,
         decided_calls: frozenset[str] = frozenset(),
-        usage_before: dict[str, int] | None = None,
     ) -> None:
         """Run (or resume) the agent, streaming its answer, and turn its outcome into storage updates and messages.
 
         ``decided_calls``: the calls people decided on (a resume), shown by their approval, not as tool steps.
-        ``usage_before``: the run's token usage before this invocation (a resume), for a run that is stopped.
         """
         surface = self._surface(thread.platform)
         context = {
@@ -300,12 +299,13 @@ class Engine:
                     await live.end_segment()  # the text before the paused calls stays; the approval follows it
                     await live.status(WAITING_FOR_APPROVAL)
                 await self._on_pause(run_id, thread, requester, pause)
-            except RunStopped as stop:
-                await self._on_stopped(run_id, thread, stop, live, usage_before)
             except Exception as exc:  # the run fails; the thread stays usable
                 await self.fail_run(run_id, thread, exc, live)
             else:
-                await self.finish_run(run_id, thread, result, live)
+                if result.get("exit_reason") == STOPPED_FROM_CHAT:
+                    await self._on_stopped(run_id, thread, result, live)
+                else:
+                    await self.finish_run(run_id, thread, result, live)
         except FencedOut:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
@@ -377,22 +377,18 @@ class Engine:
         )
 
     async def _on_stopped(
-        self, run_id: str, thread: ThreadRef, stop: RunStopped, live: LiveAnswer | None,
-        usage_before: dict[str, int] | None,
+        self, run_id: str, thread: ThreadRef, result: dict[str, Any], live: LiveAnswer | None
     ) -> None:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
+        actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.lifecycle.fence(run_id)
         if not await self.storage.runs.transition(
-            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {stop.actor}"
+            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {actor}"
         ):
             if fence is not None:
                 self.lifecycle.dropped(run_id)
             return
-        await self._close_dangling(thread, "not run: the run was stopped")
-        usage = dict(usage_before or {})
-        for key, value in (live.usage if live else {}).items():
-            usage[key] = usage.get(key, 0) + value
-        await self._record_end(run_id, "stopped", {"token_usage": usage, "exit_reason": "stopped"}, actor=stop.actor)
+        await self._record_end(run_id, "stopped", result, actor=actor)
         await self.lifecycle.deliveries.say(
             thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
             via=live.deliver if live else None,
@@ -825,7 +821,6 @@ class Engine:
                 **outcome,
             ),
             decided_calls=frozenset(r.tool_call_id for r in records),
-            usage_before=dict(snapshot.token_usage),
         )
 
     async def supersede(self, run: Any) -> None:

@@ -10,6 +10,9 @@ background flusher, so a slow platform never slows the model's stream, and a pla
 next update back by its ``Retry-After``. A stream that fails is not touched again; its text is
 delivered whole when the answer is complete (see :meth:`LiveAnswer.deliver`), so nothing is lost.
 
+Stop goes through the agent's hooks like any other stop: :class:`StopFromChat` (an ``after_tool`` hook)
+ends the run once the step that was under way has run, with ``exit_reason`` :data:`STOPPED_FROM_CHAT`.
+
 Surfaces that lack the optional methods get the defaults here: no streaming (the answer is posted
 once), :meth:`~bot.engine.surface.Surface.show_working` for the status, and no tool steps.
 """
@@ -46,12 +49,27 @@ class StreamRateLimited(Exception):  # noqa: N818  (a signal, like StopIteration
         self.retry_after = max(0.0, float(retry_after))
 
 
-class RunStopped(Exception):  # noqa: N818
-    """A person stopped the run from chat; raised at the next step boundary, never inside a tool."""
+STOPPED_FROM_CHAT = "stopped_from_chat"
+"""The ``exit_reason`` of a run someone stopped from chat (the Stop button, Ctrl-C): see :class:`StopFromChat`."""
 
-    def __init__(self, actor: str) -> None:
-        super().__init__(f"stopped by {actor}")
-        self.actor = actor
+
+class StopFromChat:
+    """The ``after_tool`` hook that ends a run someone stopped from chat, once its current step has run.
+
+    It asks the run's :class:`LiveAnswer` (this process: a click or Ctrl-C here; or the run's stored stop
+    request: a click on another replica) and calls ``event.stop``: the agent finishes the step (every call
+    of it runs, its results are stored) and returns with ``exit_reason`` :data:`STOPPED_FROM_CHAT`.
+    A tool that runs is never interrupted.
+    """
+
+    def __init__(self, live: dict[str, LiveAnswer]) -> None:
+        self.live = live
+
+    async def __call__(self, event: Any) -> None:
+        """At ``after_tool``: stop the run if someone asked."""
+        live = self.live.get(event.run_id)
+        if live is not None and await live.stop_asked():
+            event.stop(STOPPED_FROM_CHAT)
 
 
 def settled(text: str) -> str:
@@ -132,8 +150,6 @@ class LiveAnswer:
         self.stop_requested_by: str | None = None
         self.stop_check = stop_check
         """Reads, after each tool call, whether someone asked elsewhere (another process) to stop: who, or ``None``."""
-        self.usage: dict[str, int] = {}
-        """Tokens of the model calls streamed so far (for a run that is stopped before the agent returns)."""
         self._segment: _Segment | None = None
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -143,20 +159,9 @@ class LiveAnswer:
     # --- the callback ------------------------------------------------------------------------------
 
     async def on_chunk(self, chunk: StreamingChunk) -> None:
-        """The agent's streaming callback: text, tool calls as they are chosen, tool results, usage."""
+        """The agent's streaming callback: text, tool calls as they are chosen, the tools a step runs, results."""
         if chunk.tool_call_result is not None:
-            await self._tool_step(chunk)  # the step ran: it is shown even when the run stops now
-            if self.stop_requested_by is None and self.stop_check is not None:
-                asked_by = await self.stop_check()
-                if asked_by:
-                    self.stop(asked_by)
-        if self.stop_requested_by is not None:
-            raise RunStopped(self.stop_requested_by)
-        usage = chunk.meta.get("usage") if chunk.meta else None
-        if isinstance(usage, dict):
-            for key, value in usage.items():
-                if isinstance(value, int) and not isinstance(value, bool):
-                    self.usage[key] = self.usage.get(key, 0) + value
+            await self._tool_step(chunk)
         if chunk.content:
             await self._add_text(chunk.content)
         if any(d.get("name") for d in chunk.tool_call_deltas):
@@ -166,9 +171,17 @@ class LiveAnswer:
             await self.status(running(", ".join(dict.fromkeys(names))))
 
     def stop(self, actor: str) -> None:
-        """Ask the run to stop at its next step boundary (the tool running now finishes)."""
+        """Ask the run to stop once its current step has run (the tool running now finishes)."""
         if self.stop_requested_by is None:
             self.stop_requested_by = actor
+
+    async def stop_asked(self) -> str | None:
+        """Who asked that the run stop (here, or through another process's stored request), or ``None``."""
+        if self.stop_requested_by is None and self.stop_check is not None:
+            asked_by = await self.stop_check()
+            if asked_by:
+                self.stop(asked_by)
+        return self.stop_requested_by
 
     # --- status and tool steps ---------------------------------------------------------------------
 
