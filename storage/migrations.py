@@ -286,8 +286,30 @@ def _close_approvals_of_ended_runs(db: Database) -> None:
     )
 
 
+def _team_settings(db: Database) -> None:
+    """Version 7: named approver groups, who may ask (access rules per scope), the direct-message switch, and policy
+    modes with conditions on the arguments."""
+    db.execute(
+        "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE access_rules (scope TEXT NOT NULL, principal TEXT NOT NULL, updated_by TEXT NOT NULL, "
+        "updated_at FLOAT NOT NULL, PRIMARY KEY (scope, principal))"
+    )
+    db.execute(
+        "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE conditional_rules (scope TEXT NOT NULL, tool_name TEXT NOT NULL, condition TEXT NOT NULL, "
+        "mode TEXT NOT NULL, updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, "
+        "PRIMARY KEY (scope, tool_name, condition))"
+    )
+
+
 def _run_token_usage(db: Database) -> None:
-    """Version 7: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
+    """Version 8: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
     for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
         db["runs"].add_column(column, int, not_null_default=0)
     db["runs"].add_column("stop_requested_by", str)
@@ -302,6 +324,7 @@ MIGRATIONS: list[Migration] = [
     _run_lifecycle,
     _approval_reviews,
     _close_approvals_of_ended_runs,
+    _team_settings,
     _run_token_usage,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

@@ -336,3 +336,14 @@ def test_ctrl_c_while_the_agent_works_stops_the_run_after_the_running_tool_and_t
     assert "↳ build_report(name=q3) → report q3 built" in output
     assert "(Stopped.)" in output
     assert "Token usage in this workspace" in output  # the chat went on after the stop
+
+
+def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path):
+    harness = ConsoleHarness(tmp_path, admins=frozenset({USER}))
+    harness.config = harness.config.with_overrides(reply_mode="mention")  # a terminal is a direct conversation
+
+    outcome = harness.chat(["/access list", f"/group set oncall @{USER}", "/group list", "delete old.log", "y"])
+
+    assert "Everyone may ask the bot, in every channel of this workspace (no access rules)." in outcome.output
+    assert f"@oncall: {USER}" in outcome.output
+    assert harness.executed["delete_file"] == 1

@@ -139,6 +139,8 @@ def test_the_manifest_creates_the_whole_app_in_http_mode() -> None:
         "im:history",
         "chat:write",
         "commands",
+        "usergroups:read",  # approvers and admins named by Slack user group
+        "im:write",  # direct messages to approvers
     }
     events = {"app_mention", "message.channels", "message.groups", "message.im", "app_home_opened"}
     assert scopes | events <= listed

@@ -33,7 +33,9 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
-ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "usage")
+ADMIN_WORDS = (
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "usage",
+)
 QUIT_WORDS = ("/quit", "/exit", "/q")
 
 CONSOLE_HELP = """\
@@ -47,9 +49,9 @@ Commands:
                         you: continue with `countersign chat --thread NAME`
   Ctrl-C while the assistant works stops it after its current step (a running tool finishes)
   /policy list          each tool's effective policy here
-  /policy set <tool|*> <always|never|once|deny|review|always+review>, /policy reset <tool>
-  /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
-  /ttl <tool> <duration>
+  /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
+  /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
+  /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
   /pending              approvals waiting for a decision
   /audit [n]            the last n audit entries
   /usage [#channel] [days]  tokens the model used
@@ -155,6 +157,7 @@ class ChatSession:
                 text=text,
                 event_id=uuid.uuid4().hex,
                 user_name=self.user,
+                is_direct=True,  # a terminal conversation is one person's, with the bot
             )
             with self.surface.busy(), self._ctrl_c_stops(engine):
                 await engine.handle_message(inbound)

@@ -30,6 +30,7 @@ from bot.engine.presentation import (
     tool_step_line,
     truncate,
 )
+from bot.engine.roles import group_label
 from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
@@ -69,7 +70,7 @@ def chat_markdown(text: str) -> Markdown:
 
 def policy_text(view: ApprovalView) -> str:
     """Who may decide this approval, in one line (mode, approvers, quorum, four-eyes)."""
-    who = ", ".join(view.approvers) if view.approvers else "the requester or an admin"
+    who = ", ".join(map(group_label, view.approvers)) if view.approvers else "the requester or an admin"
     parts = [view.policy_mode, f"approvers: {who}"]
     if view.quorum > 1:
         parts.append(f"quorum {view.quorum} ({len(view.votes)} so far)")

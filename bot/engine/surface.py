@@ -82,3 +82,24 @@ class Surface(Protocol):
     async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
         """Show a call that ran without approval as one compact line (render it with ``tool_step_line``)."""
         ...
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The direct-message conversation with ``user`` (opened if needed), to show them approvals and
+        reminders; ``None`` when there is none (Teams: no personal chat with the bot yet).
+
+        Optional: the engine skips a surface that lacks it, so the default is no direct messages.
+        """
+        ...
+
+    async def group_members(self, group_id: str) -> Sequence[str]:
+        """The members of one of the platform's user groups (Slack: ``usergroups.users.list``).
+
+        Optional: without it, platform groups have no members (fail closed).
+        """
+        ...
+
+    async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
+        """Show ``users`` their personal list of approvals again (Slack's App Home), after one changed.
+
+        Optional: the engine skips a surface that lacks it.
+        """
+        ...
