@@ -59,6 +59,18 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
   COUNTERSIGN_MEMORY_NOTES         1 or 0: an answer that drew on a remembered fact ends with a short
                                    note, e.g. "(from channel memory: ...)" (default: 1)
+  COUNTERSIGN_SYSTEM_PROMPT        the model's instructions: the text itself, or @path to read them from
+                                   a UTF-8 file at start (default: a short ops-assistant prompt)
+  COUNTERSIGN_GENERATION_KWARGS    a JSON object of extra chat-completion parameters, e.g.
+                                   {"temperature": 0.2, "max_tokens": 800, "reasoning_effort": "low"}
+                                   (model, messages, tools, stream, stream_options and n are refused)
+  COUNTERSIGN_MAX_STEPS            model calls one run may make before it stops unfinished, 1 to 1000
+                                   (default: 100)
+  COUNTERSIGN_LLM_HEADERS          a JSON object of extra HTTP headers for every model call, for gateways,
+                                   e.g. {"api-key": "..."}; the values are never logged (default: none)
+  COUNTERSIGN_STREAM_UPDATE_SECONDS
+                                   a streamed answer's message is updated at most this often, per message
+                                   (default: 1)
   COUNTERSIGN_DEFAULT_TTL          how long an approval waits before it expires and the call is
                                    rejected: 30m, 4h, 2d or seconds, at most 90d (default: 24h)
   SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN
@@ -98,7 +110,8 @@ When a tool call needs approval it is shown with its arguments (secrets masked),
   m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
 Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
 /quorum, /four-eyes, /ttl, /pending, /audit (changes need your user in COUNTERSIGN_ADMINS).
-Ctrl-D or Ctrl-C ends the chat; pending approvals wait for you: continue with --thread NAME.
+Ctrl-C while the assistant works stops it after its current step (a tool already running finishes).
+Ctrl-D, or Ctrl-C at the prompt, ends the chat; pending approvals wait for you: continue with --thread NAME.
 """
 
 SERVE_DESCRIPTION = """\

@@ -59,6 +59,7 @@ from storage.protocols import (
     RunStore,
     ThreadAddress,
     ThreadInbox,
+    TokenUsage,
     ToolLedger,
     Vote,
 )
@@ -112,6 +113,7 @@ __all__ = [
     "StorageError",
     "FencedOut",
     "RunFence",
+    "TokenUsage",
     "ToolLedger",
     "UnknownSchemaVersion",
     "Vote",

@@ -56,6 +56,7 @@ READ_METHODS = frozenset(
         "undelivered",
         "search_memories",
         "count_memories",
+        "usage",
         "list_groups",
         "rules",
         "direct_messages_allowed",

@@ -341,6 +341,15 @@ def _memories(db: Database) -> None:
     )
 
 
+def _run_token_usage(db: Database) -> None:
+    """Version 9: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
+    for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        db["runs"].add_column(column, int, not_null_default=0)
+    db["runs"].add_column("stop_requested_by", str)
+    # The usage command sums a workspace's runs since a day.
+    db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -350,6 +359,7 @@ MIGRATIONS: list[Migration] = [
     _close_approvals_of_ended_runs,
     _team_settings,
     _memories,
+    _run_token_usage,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

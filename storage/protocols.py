@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 Instant = datetime | float | None
 """A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
 
-RunStatus = Literal["running", "paused", "resuming", "finished", "failed", "expired"]
-RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming", "finished", "failed", "expired")
+RunStatus = Literal["running", "paused", "resuming", "finished", "failed", "expired", "stopped"]
+RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming", "finished", "failed", "expired", "stopped")
 ACTIVE_RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming")
-TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired")
+TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired", "stopped")
+"""``stopped``: a person stopped the run from chat; it ended after the step that was under way."""
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
 APPROVAL_STATUSES: tuple[str, ...] = (
@@ -61,11 +62,43 @@ class RunRecord:
     """Until when the owner holds the run; after it, recovery may claim the run."""
     recoveries: int = 0
     """How many times recovery has taken the run over after its owner stopped."""
+    stop_requested_by: str | None = None
+    """Who asked, from chat, that the run stop after its current step (any process may ask)."""
 
     @property
     def is_active(self) -> bool:
         """Whether the run is running, paused or resuming."""
         return self.status in ACTIVE_RUN_STATUSES
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens the model used: for one run, or summed over ``runs`` runs (the ``usage`` command)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    runs: int = 0
+
+    @classmethod
+    def of(cls, usage: Any) -> TokenUsage:
+        """A run's usage from an agent's ``token_usage`` dict (missing or odd counts are 0).
+
+        >>> TokenUsage.of({"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}).total_tokens
+        28
+        """
+        usage = usage if isinstance(usage, dict) else {}
+
+        def count(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        return cls(count("prompt_tokens"), count("completion_tokens"), count("total_tokens"), runs=1)
+
+    def as_dict(self) -> dict[str, int]:
+        """The three counts (for the audit log)."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
 
 
 @dataclass(frozen=True)
@@ -375,6 +408,20 @@ class RunStore(Protocol):
         ...
 
     def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
+
+    def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a running or resuming run to stop after its current step; ``False`` if it is not working."""
+        ...
+
+    def record_usage(self, run_id: str, usage: TokenUsage) -> None:
+        """Set the run's token usage (the agent's running total: it carries over a pause)."""
+        ...
+
+    def usage(
+        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
+    ) -> TokenUsage:
+        """The summed usage of the runs created since ``since`` in a workspace (or one of its channels)."""
+        ...
 
 
 class ApprovalStore(Protocol):

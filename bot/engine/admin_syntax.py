@@ -5,7 +5,7 @@
 ``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
 ``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
-``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
+``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``usage [#channel] [days]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
 (``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
@@ -43,15 +43,18 @@ USAGE = """countersign admin commands:
   memory list [#channel]                                   your memories and this channel's (or that channel's)
   memory forget <id>                                       forget one memory (yours; a channel's: admins)
   memory clear me|#channel                                 forget all yours, or all of a channel's (admins)
+  usage [#channel] [days]                                  tokens the model used (default: 7 days)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories."""
 
 COMMAND_WORDS = (
-    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory", "help",
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory",
+    "usage", "help",
 )
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
                      "group delete", "access allow", "access revoke", "dm"})
 EVERYONE = "everyone"
+DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS = 7, 366
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
 _SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
 _GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
@@ -140,6 +143,14 @@ def parse_command(text: str) -> AdminCommand:
                 raise _usage("audit takes a number between 1 and 200")
             count = int(args[0])
         return AdminCommand("audit", value=count)
+    if head == "usage" and len(args) <= 2:
+        channel = _channel(args.pop(0)) if args and args[0].startswith(("#", "<#")) else None
+        days = DEFAULT_USAGE_DAYS
+        if args:
+            if not args[0].isdigit() or not 1 <= int(args[0]) <= MAX_USAGE_DAYS:
+                raise _usage(f"usage takes a number of days between 1 and {MAX_USAGE_DAYS}")
+            days = int(args[0])
+        return AdminCommand("usage", channel=channel, value=days)
     if head == "policy" and args:
         sub = args[0].lower()
         rest, condition = _split_when(args[1:])

@@ -265,6 +265,18 @@ _CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
     "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
 )
 
+_RUN_TOKEN_USAGE: Migration = (
+    # Version 8: the tokens each run used (summed by the usage command).
+    "ALTER TABLE runs ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN stop_requested_by text",
+    # A run stopped from chat (any replica may ask: stop_requested_by) ends "stopped".
+    "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
+    "ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status IN "
+    "('running', 'paused', 'resuming', 'finished', 'failed', 'expired', 'stopped'))",
+    "CREATE INDEX runs_usage ON runs (platform, workspace, created_at)",
+)
+
 _TEAM_SETTINGS: Migration = (
     # Version 6: named approver groups, who may ask (access rules per scope), the direct-message switch,
     # and policy modes with conditions on the arguments.
@@ -314,6 +326,7 @@ MIGRATIONS: list[Migration] = [
     _CLOSE_APPROVALS_OF_ENDED_RUNS,
     _TEAM_SETTINGS,
     _MEMORIES,
+    _RUN_TOKEN_USAGE,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
