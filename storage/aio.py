@@ -22,7 +22,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox",
+    "places", "leases", "inbox", "outbox", "ops",
 )
 READ_METHODS = frozenset(
     {
@@ -52,6 +52,9 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "pending_by_tool",
+        "inbox_depth",
+        "readiness_problem",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -114,6 +117,7 @@ class AsyncStorage:
     leases: Any
     inbox: Any
     outbox: Any
+    ops: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

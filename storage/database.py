@@ -16,6 +16,7 @@ from storage.ledger import SQLiteToolLedger
 from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
+from storage.ops import SQLiteOperations
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
@@ -45,6 +46,7 @@ class Storage:
         self.leases = SQLiteRunLeases(connector)
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
+        self.ops = SQLiteOperations(connector)
 
     @property
     def path(self) -> str:

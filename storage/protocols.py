@@ -267,6 +267,22 @@ class OutboxMessage:
     delivered_at: datetime | None
 
 
+@dataclass(frozen=True)
+class PruneCounts:
+    """What one retention pass deleted (or, in a dry run, would delete)."""
+
+    runs: int = 0
+    approvals: int = 0
+    ledger: int = 0
+    messages: int = 0
+    outbox: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"runs": …, "approvals": …, …}`` for reports and logs."""
+        return {"runs": self.runs, "approvals": self.approvals, "ledger": self.ledger, "messages": self.messages,
+                "outbox": self.outbox}
+
+
 @runtime_checkable
 class ChatMessageStore(Protocol):
     """Thread history: idempotent writes, ``last_k`` reads that never split a tool call from its results."""
@@ -587,4 +603,34 @@ class Outbox(Protocol):
 
     def undelivered(self, chat_history_id: str | None = None) -> list[OutboxMessage]:
         """Every message not yet delivered (of one thread, if given), oldest first."""
+        ...
+
+
+class Operations(Protocol):
+    """What operators need: gauges for ``/metrics``, the ``/readyz`` probe, and retention.
+
+    Retention never touches an active run, a pending approval, a tool call still ``executing``, or a
+    thread with an active run or waiting messages; messages go by whole idle threads, so no tool call is
+    ever separated from its result.
+    """
+
+    def pending_by_tool(self) -> dict[str, int]:
+        """How many approvals wait for a decision, per tool."""
+        ...
+
+    def inbox_depth(self) -> int:
+        """How many messages wait in thread inboxes."""
+        ...
+
+    def readiness_problem(self) -> str | None:
+        """``None`` when the database is reachable, writable and migrated to this code's schema; else why not."""
+        ...
+
+    def drop_snapshots(self, finished_before: Instant) -> int:
+        """Drop the snapshots of runs that ended before ``finished_before``; returns how many."""
+        ...
+
+    def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
+        """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
+        outbox rows older than ``older_than``; with ``dry_run`` only count them."""
         ...

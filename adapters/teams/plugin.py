@@ -214,6 +214,10 @@ class TeamsPlugin:
             return _error(400, "the bot could not handle this activity")
         return response if response is not None else web.Response(status=202)
 
+    async def readiness_problem(self) -> str | None:
+        """``None`` once the credentials are loaded and the route is mounted (``setup`` raises otherwise)."""
+        return None if self.adapter is not None else "teams: credentials not loaded"
+
     async def wait_idle(self) -> None:
         """Wait until every message handed to the engine has been handled (tests)."""
         if self.agent is not None:

@@ -41,6 +41,7 @@ from bot.engine.errors import (
     UnknownAction,
     refused_while_storage_fails,
 )
+from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
 from bot.engine.model import (
@@ -60,6 +61,7 @@ from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
+from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import FencedOut, NewApproval, NotFound, StorageError, open_async_storage
 
@@ -84,17 +86,24 @@ class Engine:
         generator: Any,
         tools: Sequence[Tool],
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
         self.storage = storage
         self.clock = clock or utcnow
         self.tools = {t.name: t for t in tools}
+        # Each engine counts into a registry of its own (served by GET /metrics), never the global one.
+        self.observer: Observer = observer if observer is not None else PrometheusObserver()
+        if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
+            generator = generator.inner
         self.agent = Agent(
-            generator,
+            ObservedChatGenerator(generator, self.observer),
             tools=list(tools),
             system_prompt=config.system_prompt,
             confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
+            tool_invoker_kwargs={"ledger": StorageExecutionLedger(
+                storage, lambda run: self.lifecycle.fence(run), observer=self.observer
+            )},
             chat_message_store=storage.messages,
         )
         self.admin_commands = AdminCommands(
@@ -116,6 +125,7 @@ class Engine:
         generator: Any = None,
         tools: Sequence[Tool] | None = None,
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> Engine:
         """Open storage (PostgreSQL at ``config.database_url``, else SQLite at ``config.db_path``), build the engine.
 
@@ -135,6 +145,7 @@ class Engine:
             generator=chosen_generator,
             tools=chosen_tools,
             clock=clock,
+            observer=observer,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -292,9 +303,11 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence)
+            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
+                self.observer.run_ended("finished")
             return
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
+            self.observer.run_ended("finished")
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
 
@@ -306,6 +319,7 @@ class Engine:
         ) and fence is not None:
             self.lifecycle.dropped(run_id)  # taken over: the new owner tells the thread what happened
             return
+        self.observer.run_ended("failed")
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await self._close_dangling(thread, "not run: the run failed")
         await self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}")
@@ -491,6 +505,7 @@ class Engine:
             failpoints.failpoint("after_decide")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
+            self.observer.decision(_action_label(request.action), type(refusal).__name__)
             await self._audit_refusal(request.actor, record, request.action, refusal, request.place)
             if refusal is refused:
                 raise
@@ -509,6 +524,9 @@ class Engine:
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
     ) -> DecisionResult:
         """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
+        self.observer.decision(
+            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
+        )
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],
@@ -595,6 +613,7 @@ class Engine:
             raise ApprovalExpired()
         if count >= record.quorum:
             return None
+        self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
             request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
         )
@@ -681,6 +700,7 @@ class Engine:
         """A newer message is to run while ``run`` is paused: close its approvals and its dangling calls."""
         if not await self.storage.runs.transition(run.run_id, "paused", "finished", error=SUPERSEDED_RESULT):
             return
+        self.observer.run_ended("superseded")
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
@@ -722,6 +742,8 @@ class Engine:
                 entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
                            for r in records]
                 await self.storage.audit.append_many(entries, now=now)
+                for _record in records:
+                    self.observer.decision("expire", "expired")
                 claimed += records
             if len(records) < batch:
                 return claimed
@@ -827,6 +849,11 @@ class Engine:
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
         )
+
+
+def _action_label(action: Any) -> str:
+    """A decision's action as a metric label: one of the known actions, else ``unknown`` (clicks are untrusted)."""
+    return action if action in ACTIONS else "unknown"
 
 
 def _answer_text(result: dict[str, Any]) -> str:

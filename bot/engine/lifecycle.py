@@ -320,6 +320,7 @@ class RunLifecycle:
         for run in await self.storage.leases.expired(now=now):
             claimed = await self.storage.leases.claim_expired(run.run_id, self.owner, self.lease_until(), now=now)
             if claimed is not None:
+                self.engine.observer.lease_takeover()
                 self.engine.spawn(self._recover_run(claimed), name=f"recover-{run.run_id}")
         for run in await self.storage.leases.decided_paused():
             self.engine.spawn(self.engine.resume(run.run_id), name=f"resume-{run.run_id}")
@@ -453,6 +454,7 @@ class RunLifecycle:
         ):
             self.dropped(run.run_id)
             return
+        self.engine.observer.run_ended("failed")
         text = report.notice(continuing=False) + " I could not continue it, so I stopped; please ask again."
         await self.deliveries.say(thread, text, f"gave-up:{run.run_id}")
 

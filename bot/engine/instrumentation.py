@@ -1,0 +1,63 @@
+"""The engine's taps for :mod:`bot.metrics`: model calls are timed by wrapping the generator once, here.
+
+Tool calls are timed by :class:`bot.engine.ledger.StorageExecutionLedger` (its ``begin``/``finish``
+bracket every execution), decisions and run outcomes by the engine itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bot.metrics import Observer, token_counts
+
+
+class ObservedChatGenerator:
+    """A chat generator that reports each call's latency, error and tokens, and otherwise is ``inner``.
+
+    Every other attribute (``to_dict``, a scripted generator's ``calls``, …) is the inner generator's.
+
+    >>> generator = ObservedChatGenerator(OpenAIChatGenerator(model="gpt-4o-mini"), observer)
+    """
+
+    def __init__(self, inner: Any, observer: Observer) -> None:
+        self.inner = inner
+        self.observer = observer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        """``inner.run_async`` (or ``inner.run`` on a worker thread), observed."""
+        started = time.perf_counter()
+        try:
+            run_async = getattr(self.inner, "run_async", None)
+            if run_async is not None:
+                output = await run_async(**kwargs)
+            else:
+                output = await asyncio.to_thread(lambda: self.inner.run(**kwargs))
+        except Exception as exc:
+            self.observer.llm_call(time.perf_counter() - started, error=type(exc).__name__, prompt_tokens=0,
+                                   completion_tokens=0)
+            raise
+        replies = output.get("replies") or []
+        prompt, completion = token_counts(replies[0].meta if replies else None)
+        self.observer.llm_call(time.perf_counter() - started, error=None, prompt_tokens=prompt,
+                               completion_tokens=completion)
+        return output
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        """``inner.run``, observed (for sync callers)."""
+        started = time.perf_counter()
+        try:
+            output = self.inner.run(**kwargs)
+        except Exception as exc:
+            self.observer.llm_call(time.perf_counter() - started, error=type(exc).__name__, prompt_tokens=0,
+                                   completion_tokens=0)
+            raise
+        replies = output.get("replies") or []
+        prompt, completion = token_counts(replies[0].meta if replies else None)
+        self.observer.llm_call(time.perf_counter() - started, error=None, prompt_tokens=prompt,
+                               completion_tokens=completion)
+        return output
