@@ -180,11 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``countersign`` with ``argv`` (default: the command line); returns the exit code."""
     args = build_parser().parse_args(argv)
     _importable_working_folder()
-    # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
-    configure_logging(args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG")
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     try:
         config = Config.from_env()
+        # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
+        configure_logging(
+            args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG", fmt=config.log_format
+        )
         return handler(args, config)
     except ConfigError as exc:
         print(f"countersign: configuration error: {exc}", file=sys.stderr)
@@ -252,11 +254,20 @@ def log_formatter(*, tracebacks: bool) -> logging.Formatter:
     return formatter_class(LOG_FORMAT)
 
 
-def configure_logging(level: str, *, tracebacks: bool) -> None:
-    """Log to stderr at ``level`` in a concise format (see :func:`log_formatter`)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(log_formatter(tracebacks=tracebacks))
-    logging.basicConfig(level=level, handlers=[handler])
+def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text") -> logging.Handler:
+    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context."""
+    from bot.logs import ContextFilter, json_formatter
+
+    handler = logging.StreamHandler(stream)
+    formatter = json_formatter(tracebacks=tracebacks) if fmt == "json" else log_formatter(tracebacks=tracebacks)
+    handler.setFormatter(formatter)
+    handler.addFilter(ContextFilter())
+    return handler
+
+
+def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text") -> None:
+    """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
+    logging.basicConfig(level=level, handlers=[log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt)])
 
 
 def _importable_working_folder() -> None:

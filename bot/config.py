@@ -68,6 +68,12 @@ class Config:
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
     failpoints: str = ""
     """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
+    log_format: str = "text"
+    """``COUNTERSIGN_LOG_FORMAT``: ``text`` (a line with ``key=value`` context) or ``json`` (one object a line)."""
+    snapshot_retention_seconds: int | None = 7 * 86400
+    """``COUNTERSIGN_SNAPSHOT_RETENTION``: ended runs drop their snapshots after this long (``None``: never)."""
+    retention_seconds: int | None = None
+    """``COUNTERSIGN_RETENTION_DAYS`` in seconds: ended runs, approvals, ledger, idle threads pruned after it."""
 
     @property
     def llm_configured(self) -> bool:
@@ -123,6 +129,7 @@ class Config:
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
+            **_operations_settings(env),
             **_lifecycle_settings(env),
         )
 
@@ -254,6 +261,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: b
     return value
 
 
+MAX_RETENTION_SECONDS = 3650 * 86400
+"""The longest retention period a setting or ``db prune --older-than`` takes (ten years)."""
+
 RENAMED = {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "COUNTERSIGN_DEFAULT_TTL"}
 """Variables that were renamed: setting the old name is an error, never silently ignored."""
 
@@ -306,6 +316,30 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if instance:
         settings["instance_id"] = instance
     return settings
+
+
+def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """Log format and retention (the operations settings)."""
+    log_format = (env.get("COUNTERSIGN_LOG_FORMAT") or "text").strip().lower()
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"COUNTERSIGN_LOG_FORMAT must be text or json, got {log_format!r}")
+    snapshot_retention: int | None = 7 * 86400
+    raw = (env.get("COUNTERSIGN_SNAPSHOT_RETENTION") or "").strip()
+    if raw.lower() in ("never", "off"):
+        snapshot_retention = None
+    elif raw:
+        from bot.engine.admin_syntax import DurationError, duration_seconds
+
+        try:
+            snapshot_retention = duration_seconds(raw, maximum=MAX_RETENTION_SECONDS, what="A retention period")
+        except DurationError as exc:
+            raise ConfigError(f"COUNTERSIGN_SNAPSHOT_RETENTION: {exc} (or never)") from None
+    days = _int(env, "COUNTERSIGN_RETENTION_DAYS", 0, minimum=0)
+    return {
+        "log_format": log_format,
+        "snapshot_retention_seconds": snapshot_retention,
+        "retention_seconds": days * 86400 or None,
+    }
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

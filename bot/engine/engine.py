@@ -61,6 +61,7 @@ from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
+from bot.logs import log_context
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import FencedOut, NewApproval, NotFound, StorageError, open_async_storage
@@ -256,6 +257,17 @@ class Engine:
         message_id: str | None = None,
     ) -> None:
         """Run (or resume) the agent and turn its outcome into storage updates and messages."""
+        with log_context(run_id=run_id, thread_key=thread.key, surface=thread.platform):
+            await self._run_agent(run_id, thread, requester, invoke, message_id)
+
+    async def _run_agent(
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        invoke: Callable[[dict[str, Any]], Any],
+        message_id: str | None,
+    ) -> None:
         surface = self._surface(thread.platform)
         context = {
             "platform": thread.platform,
@@ -308,6 +320,7 @@ class Engine:
             return
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
             self.observer.run_ended("finished")
+            logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key)
 
@@ -387,6 +400,8 @@ class Engine:
         await self.storage.audit.append(
             requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
         )
+        logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
+                                                      "tools": ",".join(sorted({r.tool_name for r in records}))})
         surface = self._surface(thread.platform)
         if surface is None:
             return
@@ -469,6 +484,11 @@ class Engine:
         Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
         record = await self._record(request.approval_id)
+        with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
+                         surface=record.platform):
+            return await self._decide(record, request, render_later)
+
+    async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -527,6 +547,7 @@ class Engine:
         self.observer.decision(
             action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
         )
+        logger.info("decision recorded", extra={"action": action})
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],
