@@ -55,6 +55,8 @@ READ_METHODS = frozenset(
         "pending_by_tool",
         "inbox_depth",
         "readiness_problem",
+        "since",
+        "verify",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
+    from storage.audit_chain import AuditVerification
 
 Instant = datetime | float | None
 """A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
@@ -218,7 +219,7 @@ class EffectiveRule:
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One append-only audit log line."""
+    """One append-only audit log line (``prev_hash`` and ``hash`` link it into the chain; read by ``since``)."""
 
     id: int
     at: datetime
@@ -226,6 +227,8 @@ class AuditEntry:
     action: str
     subject: str
     details: dict[str, Any]
+    prev_hash: str | None = None
+    hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -442,7 +445,10 @@ class PolicyStore(Protocol):
 
 
 class AuditLog(Protocol):
-    """Append-only record of decisions, denied attempts, policy changes and expiries."""
+    """Append-only, tamper-evident record of decisions, denied attempts, policy changes and expiries.
+
+    Every entry carries the hash of the one before it (:mod:`storage.audit_chain`); ``verify`` walks the chain.
+    """
 
     def append(
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
@@ -453,6 +459,18 @@ class AuditLog(Protocol):
         ...
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+
+    def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
+        """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
+        ...
+
+    def verify(self) -> AuditVerification:
+        """Check the chain from the newest pruning anchor (or the first entry) to its head."""
+        ...
+
+    def prune(self, older_than: Instant) -> int:
+        """Delete entries older than ``older_than`` after recording the anchor the chain continues from."""
+        ...
 
 
 class EventDedupe(Protocol):

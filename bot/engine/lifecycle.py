@@ -40,6 +40,7 @@ from bot.engine.errors import AlreadyDecided, EngineError
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
+from bot.engine.retention import Retention
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
@@ -121,6 +122,7 @@ class RunLifecycle:
             engine.storage, engine.surfaces, owner=self.owner, clock=engine.clock,
             claim_seconds=engine.config.lease_seconds,
         )
+        self.retention = Retention(engine.storage, engine.config, engine.clock)
         self.stopping = False
         self._background: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -227,6 +229,7 @@ class RunLifecycle:
         await self.engine.sweep_expired()
         await self.recover()
         await self.storage.events.prune(7 * 86400)
+        await self.retention.maybe_apply()
 
     # --- the inbox ----------------------------------------------------------------------------------
 
