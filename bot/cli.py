@@ -130,11 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="countersign",
         description=DESCRIPTION,
-        epilog=ENVIRONMENT_HELP + "\nRun `countersign chat --help` or `countersign serve --help` for details.",
+        epilog=ENVIRONMENT_HELP
+        + "\nRun `countersign chat --help`, `countersign serve --help`, `countersign db --help` or "
+        "`countersign audit --help` for details.",
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"countersign {_version()}")
-    commands = parser.add_subparsers(dest="command", metavar="{chat,serve}")
+    commands = parser.add_subparsers(dest="command", metavar="{chat,serve,db,audit}")
     commands.required = True
 
     chat = commands.add_parser(
@@ -173,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_log_level(serve, "INFO")
     serve.set_defaults(handler=_run_serve)
+
+    from bot.ops_cli import add_commands
+
+    add_commands(commands, _Formatter)
     return parser
 
 

@@ -74,6 +74,8 @@ class Config:
     """``COUNTERSIGN_SNAPSHOT_RETENTION``: ended runs drop their snapshots after this long (``None``: never)."""
     retention_seconds: int | None = None
     """``COUNTERSIGN_RETENTION_DAYS`` in seconds: ended runs, approvals, ledger, idle threads pruned after it."""
+    audit_retention_seconds: int | None = None
+    """``COUNTERSIGN_AUDIT_RETENTION_DAYS`` in seconds: audit entries pruned after it (``None``: kept forever)."""
 
     @property
     def llm_configured(self) -> bool:
@@ -335,10 +337,12 @@ def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
         except DurationError as exc:
             raise ConfigError(f"COUNTERSIGN_SNAPSHOT_RETENTION: {exc} (or never)") from None
     days = _int(env, "COUNTERSIGN_RETENTION_DAYS", 0, minimum=0)
+    audit_days = _int(env, "COUNTERSIGN_AUDIT_RETENTION_DAYS", 0, minimum=0)
     return {
         "log_format": log_format,
         "snapshot_retention_seconds": snapshot_retention,
         "retention_seconds": days * 86400 or None,
+        "audit_retention_seconds": audit_days * 86400 or None,
     }
 
 

@@ -4,8 +4,10 @@
 ago: the snapshot is only needed to resume a paused run, and is the largest avoidable growth of the
 database. ``COUNTERSIGN_RETENTION_DAYS`` (default off) prunes ended runs with their approvals and
 ledger entries, the history of threads idle that long, and delivered outbox rows (see
-:class:`storage.protocols.Operations` for what is never touched). Both run from the periodic sweep, at
-most once per :data:`RETENTION_INTERVAL_SECONDS` per process; ``countersign db prune`` does it on demand.
+:class:`storage.protocols.Operations` for what is never touched). ``COUNTERSIGN_AUDIT_RETENTION_DAYS``
+(default: never) prunes the audit log, which keeps its hash chain verifiable from the first entry left.
+They run from the periodic sweep, at most once per :data:`RETENTION_INTERVAL_SECONDS` per process;
+``countersign db prune`` prunes on demand.
 """
 
 from __future__ import annotations
@@ -52,3 +54,10 @@ class Retention:
             counts = await self.storage.ops.prune(older_than=now - timedelta(seconds=self.config.retention_seconds))
             if any(counts.as_dict().values()):
                 logger.info("retention: pruned old records", extra=counts.as_dict())
+        if self.config.audit_retention_seconds is not None:
+            pruned = await self.storage.audit.prune(
+                older_than=now - timedelta(seconds=self.config.audit_retention_seconds)
+            )
+            if pruned:
+                logger.info("retention: pruned old audit entries (the chain keeps its anchor)",
+                            extra={"entries": pruned})
