@@ -73,6 +73,15 @@ configuration (environment variables; a .env file in the working folder is read 
                                    messages; fractions allowed (default: 30)
   COUNTERSIGN_FAILPOINT            crash tests only: comma-separated failpoint names where `serve` exits
                                    at once (see README, "Failpoints"); unset in production
+  COUNTERSIGN_LOG_FORMAT           text (a line with key=value context) or json (one JSON object a line);
+                                   both carry run_id, approval_id, thread_key, tool, surface (default: text)
+  COUNTERSIGN_SNAPSHOT_RETENTION   ended runs drop their resume snapshots after this long: 36h, 7d, ... or
+                                   never (default: 7d)
+  COUNTERSIGN_RETENTION_DAYS       prune ended runs, their approvals and ledger entries, idle threads'
+                                   messages and delivered outbox rows older than this many days (default:
+                                   0, off; active runs and pending approvals are never touched)
+  COUNTERSIGN_AUDIT_RETENTION_DAYS prune audit entries older than this many days; the hash chain stays
+                                   verifiable from the first entry left (default: 0, never)
 """
 
 DESCRIPTION = (
@@ -99,8 +108,13 @@ Serve the chat platforms over HTTP until SIGINT or SIGTERM:
                        with SLACK_APP_TOKEN, Socket Mode is used instead of this route)
   POST /api/messages   Microsoft Teams (when Teams is configured)
   GET  /healthz        liveness, always served
-A surface whose credentials are missing is skipped and logged; with none configured, only /healthz
-is served.
+  GET  /readyz         readiness: 200 when the database is writable and migrated and every configured
+                       surface is connected (Slack auth.test passed, Socket Mode open, Teams credentials
+                       loaded), else 503 with the problems as JSON
+  GET  /metrics        Prometheus metrics (approvals pending, decisions, runs, LLM, tools, platform
+                       API errors, inbox depth, lease takeovers)
+A surface whose credentials are missing is skipped and logged; with none configured, only the three
+GET routes are served.
 """
 
 
