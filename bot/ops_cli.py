@@ -91,16 +91,24 @@ def _run(work: Callable[[], Awaitable[int]]) -> int:
         return EXIT_FAILED
 
 
-async def _open(config: Config) -> Any:
+async def _with_storage(config: Config, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Open the configured storage (migrating it, as ``serve`` would), run ``work`` on it, close it."""
     from storage import open_async_storage
 
-    return await open_async_storage(config.db_path, database_url=config.database_url, pool_size=2)
+    storage = await open_async_storage(config.db_path, database_url=config.database_url, pool_size=2)
+    try:
+        return await work(storage)
+    finally:
+        await storage.aclose()
+
+
+async def _nothing(_storage: Any) -> None:
+    return None
 
 
 def _db_migrate(_args: argparse.Namespace, config: Config) -> int:
     async def work() -> int:
-        storage = await _open(config)  # opening migrates
-        await storage.aclose()
+        await _with_storage(config, _nothing)  # opening migrates
         from storage.maintenance import schema_status
 
         status = await schema_status(config.db_path, config.database_url)
@@ -152,12 +160,8 @@ def _db_vacuum(_args: argparse.Namespace, config: Config) -> int:
 
 def _db_prune(args: argparse.Namespace, config: Config) -> int:
     async def work() -> int:
-        storage = await _open(config)
-        try:
-            cutoff = datetime.now(UTC) - timedelta(seconds=args.older_than)
-            counts = await storage.ops.prune(older_than=cutoff, dry_run=args.dry_run)
-        finally:
-            await storage.aclose()
+        cutoff = datetime.now(UTC) - timedelta(seconds=args.older_than)
+        counts = await _with_storage(config, lambda s: s.ops.prune(older_than=cutoff, dry_run=args.dry_run))
         verb = "would delete" if args.dry_run else "deleted"
         print(f"{verb}: " + ", ".join(f"{n} {what}" for what, n in counts.as_dict().items()))
         return 0
@@ -167,11 +171,7 @@ def _db_prune(args: argparse.Namespace, config: Config) -> int:
 
 def _audit_verify(_args: argparse.Namespace, config: Config) -> int:
     async def work() -> int:
-        storage = await _open(config)
-        try:
-            result = await storage.audit.verify()
-        finally:
-            await storage.aclose()
+        result = await _with_storage(config, lambda s: s.audit.verify())
         start = f" (pruned through entry {result.pruned_through})" if result.pruned_through else ""
         if result.ok:
             print(f"audit log intact: {result.checked} entries checked{start}")
@@ -190,12 +190,8 @@ EXPORT_FIELDS = ("id", "at", "actor", "action", "subject", "details", "prev_hash
 
 def _audit_export(args: argparse.Namespace, config: Config) -> int:
     async def work() -> int:
-        storage = await _open(config)
-        try:
-            since = None if args.since is None else datetime.now(UTC) - timedelta(seconds=args.since)
-            entries = await storage.audit.since(since)
-        finally:
-            await storage.aclose()
+        since = None if args.since is None else datetime.now(UTC) - timedelta(seconds=args.since)
+        entries = await _with_storage(config, lambda s: s.audit.since(since))
         if args.output is not None:
             with args.output.open("w", encoding="utf-8", newline="") as out:
                 write_entries(entries, args.format, out)

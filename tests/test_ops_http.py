@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,20 +18,10 @@ from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, button_values
 from tests.test_slack_approvals import CHANNEL, Clock, Ops, ask
+from tests.test_slack_approvals import openai as openai  # noqa: F401  (fixtures: the fake OpenAI and Slack APIs)
+from tests.test_slack_approvals import slack as slack  # noqa: F401
 
 ALICE = "U0ALICE"
-
-
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
 
 
 async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock) -> SlackStack:
@@ -41,6 +30,18 @@ async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, c
         db_path=tmp_path / "cs.db", slack=slack, generator=generator, tools=Ops().tools(), clock=clock,
         default_ttl_seconds=3600,
     )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock):
+    running = await start(tmp_path, slack, openai, clock)
+    yield running
+    await running.stop()
 
 
 async def scrape(stack: SlackStack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -60,95 +61,76 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def test_one_approval_flow_moves_the_metrics(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer):
-    clock = Clock()
-    stack = await start(tmp_path, slack, openai, clock)
-    try:
-        before = await scrape(stack)
-        assert value(before, "countersign_approvals_pending", tool="delete_file") == 0
-        assert value(before, "countersign_runs_total", status="finished") == 0
+async def test_one_approval_flow_moves_the_metrics(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+):
+    before = await scrape(stack)
+    assert value(before, "countersign_approvals_pending", tool="delete_file") == 0
+    assert value(before, "countersign_runs_total", status="finished") == 0
 
-        openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
-        openai.enqueue_text("Deleted old.log.")
-        mention_ts, approval = await ask(stack, slack, "delete old.log")
-        paused = await scrape(stack)
-        assert value(paused, "countersign_approvals_pending", tool="delete_file") == 1
-        assert value(paused, "countersign_llm_latency_seconds_count") == 1
-        assert value(paused, "countersign_tool_executions_total", tool="delete_file") == 0
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    openai.enqueue_text("Deleted old.log.")
+    mention_ts, approval = await ask(stack, slack, "delete old.log")
+    paused = await scrape(stack)
+    assert value(paused, "countersign_approvals_pending", tool="delete_file") == 1
+    assert value(paused, "countersign_llm_latency_seconds_count") == 1
+    assert value(paused, "countersign_tool_executions_total", tool="delete_file") == 0
 
-        clock.now += timedelta(minutes=2)  # the approver takes two minutes
-        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
-        await stack.requests.click(
-            "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"],
-            thread_ts=mention_ts,
-        )
-        await stack.settle()
-        # A second click is refused and counted as such.
+    clock.now += timedelta(minutes=2)  # the approver takes two minutes
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    for _click in range(2):  # the second click is refused, and counted as such
         await stack.requests.click(
             "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"],
             thread_ts=mention_ts,
         )
         await stack.settle()
 
-        after = await scrape(stack)
-        assert value(after, "countersign_approvals_pending", tool="delete_file") == 0
-        assert value(after, "countersign_decisions_total", action="confirm", outcome="recorded") == 1
-        assert value(after, "countersign_decisions_total", action="confirm", outcome="AlreadyDecided") == 1
-        assert value(after, "countersign_decision_wait_seconds_count") == 1
-        assert value(after, "countersign_decision_wait_seconds_sum") == pytest.approx(120)
-        assert value(after, "countersign_decision_wait_seconds_bucket", le="60.0") == 0
-        assert value(after, "countersign_decision_wait_seconds_bucket", le="300.0") == 1
-        assert value(after, "countersign_runs_total", status="finished") == 1
-        assert value(after, "countersign_tool_executions_total", tool="delete_file") == 1
-        assert value(after, "countersign_tool_failures_total", tool="delete_file") == 0
-        assert value(after, "countersign_tool_duration_seconds_count", tool="delete_file") == 1
-        assert value(after, "countersign_llm_latency_seconds_count") == 2
-        assert value(after, "countersign_llm_tokens_total", kind="prompt") == 2 * DEFAULT_USAGE["prompt_tokens"]
-        assert value(after, "countersign_llm_tokens_total", kind="completion") == (
-            2 * DEFAULT_USAGE["completion_tokens"]
-        )
-        assert value(after, "countersign_inbox_depth") == 0
-        # No label carries a user, a thread or an argument.
-        labels = {v for (_name, pairs) in after for _k, v in pairs}
-        assert not labels & {ALICE, CHANNEL, mention_ts, "old.log", approval_id}
-    finally:
-        await stack.stop()
+    after = await scrape(stack)
+    assert value(after, "countersign_approvals_pending", tool="delete_file") == 0
+    assert value(after, "countersign_decisions_total", action="confirm", outcome="recorded") == 1
+    assert value(after, "countersign_decisions_total", action="confirm", outcome="AlreadyDecided") == 1
+    assert value(after, "countersign_decision_wait_seconds_count") == 1
+    assert value(after, "countersign_decision_wait_seconds_sum") == pytest.approx(120)
+    assert value(after, "countersign_decision_wait_seconds_bucket", le="60.0") == 0
+    assert value(after, "countersign_decision_wait_seconds_bucket", le="300.0") == 1
+    assert value(after, "countersign_runs_total", status="finished") == 1
+    assert value(after, "countersign_tool_executions_total", tool="delete_file") == 1
+    assert value(after, "countersign_tool_failures_total", tool="delete_file") == 0
+    assert value(after, "countersign_tool_duration_seconds_count", tool="delete_file") == 1
+    assert value(after, "countersign_llm_latency_seconds_count") == 2
+    assert value(after, "countersign_llm_tokens_total", kind="prompt") == 2 * DEFAULT_USAGE["prompt_tokens"]
+    assert value(after, "countersign_llm_tokens_total", kind="completion") == (
+        2 * DEFAULT_USAGE["completion_tokens"]
+    )
+    assert value(after, "countersign_inbox_depth") == 0
+    # No label carries a user, a thread or an argument.
+    labels = {v for (_name, pairs) in after for _k, v in pairs}
+    assert not labels & {ALICE, CHANNEL, mention_ts, "old.log", approval_id}
 
 
 async def test_slack_rate_limits_and_errors_are_counted(
-    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ):
-    stack = await start(tmp_path, slack, openai, Clock())
-    try:
-        slack.answer_status("chat.postMessage", 429, headers={"Retry-After": "0"})
-        slack.failures["reactions.add"] = "missing_scope"
-        openai.enqueue_text("hello")
-        await stack.requests.event(stack.requests.mention(ALICE, CHANNEL, f"<@{slack.bot_user_id}> hi"))
-        await slack.wait_for("chat.postMessage", count=2)  # the 429, then the retry
-        await stack.settle()
-        samples = await scrape(stack)
-        assert value(samples, "countersign_platform_rate_limits_total", platform="slack") == 1
-        assert value(samples, "countersign_platform_api_errors_total", platform="slack", kind="rate_limited") == 1
-        assert value(samples, "countersign_platform_api_errors_total", platform="slack", kind="api_error") >= 1
-    finally:
-        await stack.stop()
+    slack.answer_status("chat.postMessage", 429, headers={"Retry-After": "0"})
+    slack.failures["reactions.add"] = "missing_scope"
+    openai.enqueue_text("hello")
+    await stack.requests.event(stack.requests.mention(ALICE, CHANNEL, f"<@{slack.bot_user_id}> hi"))
+    await slack.wait_for("chat.postMessage", count=2)  # the 429, then the retry
+    await stack.settle()
+    samples = await scrape(stack)
+    assert value(samples, "countersign_platform_rate_limits_total", platform="slack") == 1
+    assert value(samples, "countersign_platform_api_errors_total", platform="slack", kind="rate_limited") == 1
+    assert value(samples, "countersign_platform_api_errors_total", platform="slack", kind="api_error") >= 1
 
 
-async def test_readyz_is_ready_with_a_writable_database_and_slack_authenticated(
-    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
-):
-    stack = await start(tmp_path, slack, openai, Clock())
-    try:
-        async with stack.session.get(stack.server.make_url("/readyz")) as response:
-            assert (response.status, await response.json()) == (200, {"status": "ready"})
-    finally:
-        await stack.stop()
+async def test_readyz_is_ready_with_a_writable_database_and_slack_authenticated(stack: SlackStack):
+    async with stack.session.get(stack.server.make_url("/readyz")) as response:
+        assert (response.status, await response.json()) == (200, {"status": "ready"})
 
 
 async def test_readyz_is_503_while_the_database_is_read_only_and_healthz_stays_200(
-    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, tmp_path: Path
 ):
-    stack = await start(tmp_path, slack, openai, Clock())
     db = tmp_path / "cs.db"
     # Immutable even for root (the suite runs as root in CI): a fresh connection cannot write to it.
     await asyncio.to_thread(subprocess.run, ["chattr", "+i", str(db)], check=True)
@@ -163,11 +145,8 @@ async def test_readyz_is_503_while_the_database_is_read_only_and_healthz_stays_2
             assert response.status == 200
     finally:
         await asyncio.to_thread(subprocess.run, ["chattr", "-i", str(db)], check=True)
-    try:
-        async with stack.session.get(stack.server.make_url("/readyz")) as response:
-            assert response.status == 200
-    finally:
-        await stack.stop()
+    async with stack.session.get(stack.server.make_url("/readyz")) as response:
+        assert response.status == 200
 
 
 async def test_readyz_is_503_while_slack_auth_fails_and_ready_once_it_passes(

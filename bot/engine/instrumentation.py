@@ -38,13 +38,9 @@ class ObservedChatGenerator:
             else:
                 output = await asyncio.to_thread(lambda: self.inner.run(**kwargs))
         except Exception as exc:
-            self.observer.llm_call(time.perf_counter() - started, error=type(exc).__name__, prompt_tokens=0,
-                                   completion_tokens=0)
+            self._report(started, None, exc)
             raise
-        replies = output.get("replies") or []
-        prompt, completion = token_counts(replies[0].meta if replies else None)
-        self.observer.llm_call(time.perf_counter() - started, error=None, prompt_tokens=prompt,
-                               completion_tokens=completion)
+        self._report(started, output, None)
         return output
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
@@ -53,11 +49,17 @@ class ObservedChatGenerator:
         try:
             output = self.inner.run(**kwargs)
         except Exception as exc:
-            self.observer.llm_call(time.perf_counter() - started, error=type(exc).__name__, prompt_tokens=0,
-                                   completion_tokens=0)
+            self._report(started, None, exc)
             raise
-        replies = output.get("replies") or []
-        prompt, completion = token_counts(replies[0].meta if replies else None)
-        self.observer.llm_call(time.perf_counter() - started, error=None, prompt_tokens=prompt,
-                               completion_tokens=completion)
+        self._report(started, output, None)
         return output
+
+    def _report(self, started: float, output: dict[str, Any] | None, error: Exception | None) -> None:
+        replies = (output or {}).get("replies") or []
+        prompt, completion = token_counts(replies[0].meta if replies else None)
+        self.observer.llm_call(
+            time.perf_counter() - started,
+            error=type(error).__name__ if error is not None else None,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
