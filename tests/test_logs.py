@@ -72,7 +72,7 @@ async def test_json_lines_parse_and_carry_the_context_of_the_run(tmp_path, captu
 
 
 def test_context_is_bound_only_inside_its_block_and_extra_fields_win(captured):
-    logger = logging.getLogger("countersign.test")
+    logger = logging.getLogger("bot.tests.logs")
     with log_context(run_id="run-outer", surface="slack"), log_context(tool="delete_file"):
         logger.info("inside", extra={"surface": "teams"})
     logger.info("outside")
