@@ -14,12 +14,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.llm import OpenAIChatGenerator
+from tests.fakes.engine_kit import says
 from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, button_values
+from tests.fakes.teams_stack import TeamsStack
 from tests.test_slack_approvals import CHANNEL, Clock, Ops, ask
 from tests.test_slack_approvals import openai as openai  # noqa: F401  (fixtures: the fake OpenAI and Slack APIs)
 from tests.test_slack_approvals import slack as slack  # noqa: F401
+from tests.test_teams_flow import fakes as fakes  # noqa: F401  (the fake Bot Connector and token issuer)
 
 ALICE = "U0ALICE"
 
@@ -163,3 +166,26 @@ async def test_readyz_is_503_while_slack_auth_fails_and_ready_once_it_passes(
             assert response.status == 200
     finally:
         await stack.stop()
+
+
+async def test_teams_connector_errors_are_counted(tmp_path: Path, fakes):
+    teams = await TeamsStack.open(tmp_path, *fakes, replies=[says("Hello."), says("Hello again.")])
+    try:
+        teams.connector.fail_with = 429
+        await teams.say("hi")
+        await teams.engine.wait_idle()
+        teams.connector.fail_with = 503
+        await teams.say("hi again")
+        await teams.engine.wait_idle()
+        async with teams.session.get(f"{teams.url}/metrics") as response:
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(await response.text())
+                for s in family.samples
+            }
+        assert value(samples, "countersign_platform_rate_limits_total", platform="teams") >= 1
+        assert value(samples, "countersign_platform_api_errors_total", platform="teams", kind="server_error") >= 1
+        async with teams.session.get(f"{teams.url}/readyz") as response:
+            assert (response.status, await response.json()) == (200, {"status": "ready"})
+    finally:
+        await teams.aclose()

@@ -19,16 +19,18 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import aiohttp
 from microsoft_agents.activity import Activity, ActivityTypes, Attachment, ConversationReference
 from microsoft_agents.hosting.core import ChannelServiceAdapter, ClaimsIdentity, TurnContext
 from microsoft_agents.hosting.core.app.proactive import Conversation
 
 from adapters.teams.cards import CARD_CONTENT_TYPE, approval_card
-from adapters.teams.handler import personal_key
+from adapters.teams.handler import PLATFORM, personal_key
 from adapters.teams.names import with_names
 from adapters.teams.store import ConversationStore
 from adapters.teams.text import markdown_message, plain_message
 from bot.engine.model import ApprovalView, ThreadRef
+from bot.metrics import NullObserver, Observer
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,19 @@ def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
     )
 
 
+def api_error_kind(error: BaseException) -> str:
+    """The metrics ``kind`` of a failed connector call: by its HTTP status when it carries one."""
+    if isinstance(error, aiohttp.ClientConnectionError | TimeoutError):
+        return "connection"
+    status = next((getattr(error, name) for name in ("status", "status_code")
+                   if isinstance(getattr(error, name, None), int)), None)
+    if status == 429:
+        return "rate_limited"
+    if status is not None and status >= 500:
+        return "server_error"
+    return "api_error"
+
+
 class TeamsSurface:
     """The engine's output side for Teams (see the module docstring)."""
 
@@ -73,9 +88,11 @@ class TeamsSurface:
         adapter: ChannelServiceAdapter,
         store: ConversationStore,
         typing_interval: float = TYPING_INTERVAL_SECONDS,
+        observer: Observer | None = None,
     ) -> None:
         self._adapter = adapter
         self._store = store
+        self._observer: Observer = observer or NullObserver()
         self._typing_interval = typing_interval
         self._typing: dict[str, asyncio.Task[None]] = {}
 
@@ -104,8 +121,13 @@ class TeamsSurface:
                 failure.append(exc)
 
         claims = Conversation.identity_from_claims(conversation.claims)
-        await self._adapter.continue_conversation_with_claims(claims, continuation, callback)
+        try:
+            await self._adapter.continue_conversation_with_claims(claims, continuation, callback)
+        except Exception as exc:
+            self._observer.platform_api_error(PLATFORM, api_error_kind(exc))
+            raise
         if failure:
+            self._observer.platform_api_error(PLATFORM, api_error_kind(failure[0]))
             raise failure[0]
         return outcome[0]
 
