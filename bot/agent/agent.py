@@ -43,6 +43,14 @@ MISSING_RESULT = "No result was recorded for this tool call."
 EMPTY_EXIT_REASON = "empty"
 """The ``exit_reason`` of a run whose model gave an empty reply (no text, no tool calls) twice in a row."""
 MAX_EMPTY_RETRIES = 1
+NO_INPUT_EXIT_REASON = "no_input"
+"""The ``exit_reason`` of a run given no messages at all (no input, prompt or history): the model is not called."""
+MAX_STEPS_WARNING = "Agent reached maximum agent steps of %s, stopping."
+NO_TOOLS_WARNING = (
+    "No tools provided to the Agent. The Agent will behave like a ChatGenerator and only return text "
+    "responses. To enable tool usage, pass tools directly to the Agent, not to the chat_generator."
+)
+ONLY_SYSTEM_WARNING = "All messages provided to the Agent component are system messages. This is not recommended."
 INVALID_ARGUMENTS_RESULT = "{error}. Nothing was run: call the tool again with corrected arguments."
 _TYPE_NAMES: dict[str, type] = {t.__name__: t for t in (list, dict, str, int, float, bool)}
 _UNSAFE_FILE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -60,6 +68,9 @@ class _RunContext:
     """``chat_message_store_kwargs["fence"]``: passed to every history write of the run (see storage's RunFence)."""
     token_usage: dict[str, int] = field(default_factory=dict)
     tool_call_counts: dict[str, int] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    """The tools of this run by name: the agent's, or those given to ``run(tools=...)``."""
+    streaming_callback: Callable[..., Any] | None = None
 
 
 class Agent:
@@ -93,15 +104,19 @@ class Agent:
         self._tools_by_name = {t.name: t for t in self.tools}
         self.system_prompt = system_prompt
         self.exit_conditions = list(exit_conditions or ["text"])
-        unknown = [c for c in self.exit_conditions if c != "text" and c not in self._tools_by_name]
-        if unknown:
-            raise ValueError(f"Exit conditions name unknown tools: {', '.join(unknown)}")
+        valid_exits = ["text", *self._tools_by_name]
+        if any(c not in valid_exits for c in self.exit_conditions):
+            raise ValueError(  # Haystack's text: its users' tests match on it
+                f"Invalid exit conditions provided: {self.exit_conditions}. "
+                f"Valid exit conditions must be a subset of {valid_exits}. "
+                "Ensure that each exit condition corresponds to either 'text' or a valid tool name."
+            )
         self.state_schema = dict(state_schema or {})
         clash = RESERVED_STATE_KEYS & set(self.state_schema)
         if clash:
             raise ValueError(f"State keys {sorted(clash)} are reserved by the agent and cannot be redefined.")
-        if max_agent_steps < 1:
-            raise ValueError("max_agent_steps must be at least 1")
+        if max_agent_steps < 0:
+            raise ValueError("max_agent_steps must be at least 0")
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
@@ -110,14 +125,29 @@ class Agent:
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
         self.chat_message_store = chat_message_store
         self.tools_fingerprint = tools_fingerprint(self.tools)
+        # Inspected once: which keywords the generator takes (a Haystack-style ``run(messages)`` has none).
+        generator_run = getattr(chat_generator, "run", None) or chat_generator.run_async
+        self._generator_takes_tools = _accepts(generator_run, "tools")
+        self._check_generator_takes(self.tools)
+        if not self.tools:
+            logger.warning(NO_TOOLS_WARNING)
 
     # --- public API ------------------------------------------------------------------------------
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Sync twin of :meth:`run_async`; works whether or not an event loop is running."""
-        return run_sync(self.run_async(messages, **kwargs))
+        """Sync twin of :meth:`run_async`; works whether or not an event loop is running.
 
-    async def run_async(
+        Takes the keywords of :meth:`run_async`; a ``streaming_callback`` must be a plain function.
+        """
+        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=False)
+        return run_sync(self._run(messages, **kwargs))
+
+    async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        """Run the agent; see :meth:`_run` for the keywords. A ``streaming_callback`` must be async."""
+        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=True)
+        return await self._run(messages, **kwargs)
+
+    async def _run(
         self,
         messages: list[ChatMessage],
         *,
@@ -129,6 +159,7 @@ class Agent:
         chat_message_store_kwargs: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        streaming_callback: Callable[..., Any] | None = None,
         **state: Any,
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
@@ -140,6 +171,11 @@ class Agent:
 
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
+
+        ``tools`` replaces the agent's tools for this run: ``Tool`` objects (new ones too) or names of
+        the agent's own tools. A snapshot resumes with the tools it was paused with (pass the new ones
+        again). With no messages at all (no input, prompt or history) the model is not called and
+        ``exit_reason`` is ``"no_input"``.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -149,13 +185,20 @@ class Agent:
             if state:
                 # The snapshot carries the run's state; silently dropping new values would surprise.
                 raise ValueError(f"State {sorted(state)} cannot be passed when resuming; the snapshot holds it.")
-            ctx = self._context_from_snapshot(snapshot, store_kwargs)
+            offered = self._snapshot_tools(snapshot, tools, offered)
+            ctx = self._context_from_snapshot(snapshot, store_kwargs, offered)
+            ctx.tools, ctx.streaming_callback = {t.name: t for t in offered}, streaming_callback
             decisions = [*snapshot.decisions, *(tool_execution_decisions or [])]
             exit_reason = await self._finish_step(ctx, snapshot.step_message, decisions)
         else:
             if tool_execution_decisions:
                 raise ValueError("tool_execution_decisions are only accepted together with a snapshot.")
             ctx = await self._new_context(messages, system_prompt, store_kwargs, run_id, state)
+            ctx.tools, ctx.streaming_callback = {t.name: t for t in offered}, streaming_callback
+            if not ctx.messages:
+                return self._result(ctx, NO_INPUT_EXIT_REASON)  # as in Haystack: nothing to answer
+            if all(m.role == ChatRole.SYSTEM for m in ctx.messages):
+                logger.warning(ONLY_SYSTEM_WARNING)
             exit_reason = None
         if exit_reason is None:
             exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
@@ -195,15 +238,13 @@ class Agent:
                 note = TRUNCATED_CALL_RESULT.format(reason=finish_reason)
                 await self._append(ctx, close_dangling_tool_calls([reply], note))
                 return finish_reason
-            decisions, pending, first_pause = await self._decide(reply, strategy_context)
+            decisions, pending, first_pause = await self._decide(reply, strategy_context, ctx.tools)
             if pending:
                 await self._pause(ctx, reply, decisions, pending, first_pause)
             exit_reason = await self._finish_step(ctx, reply, decisions)
             if exit_reason is not None:
                 return exit_reason
-        logger.warning(
-            "agent stopped at max_agent_steps", extra={"run_id": ctx.run_id, "max_agent_steps": self.max_agent_steps}
-        )
+        logger.warning(MAX_STEPS_WARNING, self.max_agent_steps, extra={"run_id": ctx.run_id})
         return "max_agent_steps"
 
     async def _generate(
@@ -212,12 +253,15 @@ class Agent:
         history = close_dangling_tool_calls(ctx.messages, MISSING_RESULT)
         if len(history) != len(ctx.messages):
             logger.warning("closed dangling tool calls before calling the LLM", extra={"run_id": ctx.run_id})
-        kwargs = {
-            "messages": history,
-            "tools": offered or None,
-            "generation_kwargs": generation_kwargs,
-            "streaming_callback": self.streaming_callback,
-        }
+        # As Haystack does: only what is set, and tools (``[]`` when none) only to a generator that takes them.
+        kwargs: dict[str, Any] = {"messages": history}
+        if self._generator_takes_tools:
+            kwargs["tools"] = offered
+        if generation_kwargs is not None:
+            kwargs["generation_kwargs"] = generation_kwargs
+        callback = ctx.streaming_callback or self.streaming_callback
+        if callback is not None:
+            kwargs["streaming_callback"] = callback
         failpoints.failpoint("before_llm")
         run_async = getattr(self.chat_generator, "run_async", None)
         if run_async is not None:
@@ -230,13 +274,13 @@ class Agent:
         return replies[0]
 
     async def _decide(
-        self, reply: ChatMessage, strategy_context: dict[str, Any] | None
+        self, reply: ChatMessage, strategy_context: dict[str, Any] | None, tools: dict[str, Tool]
     ) -> tuple[list[ToolExecutionDecision], list[Any], HITLBreakpointException | None]:
         decisions: list[ToolExecutionDecision] = []
         pending = []
         first_pause: HITLBreakpointException | None = None
         for call in reply.tool_calls:
-            tool = self._tools_by_name.get(call.tool_name)
+            tool = tools.get(call.tool_name)
             if tool is not None:
                 invalid = _invalid_arguments(tool, call)
                 if invalid is not None:
@@ -283,9 +327,10 @@ class Agent:
             step_count=ctx.step_count,
             token_usage=dict(ctx.token_usage),
             tool_call_counts=dict(ctx.tool_call_counts),
-            tools_fingerprint=self.tools_fingerprint,
-            tool_descriptions={t.name: t.description for t in self.tools},
+            tools_fingerprint=self._fingerprint(list(ctx.tools.values())),
+            tool_descriptions={t.name: t.description for t in ctx.tools.values()},
             history_id=ctx.history_id,
+            tool_names=list(ctx.tools),
         )
         folder = first_pause.snapshot_file_path if first_pause else None
         file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
@@ -305,12 +350,12 @@ class Agent:
         self, ctx: _RunContext, reply: ChatMessage, decisions: list[ToolExecutionDecision]
     ) -> str | None:
         """Apply the step's decisions, run the surviving calls, and say whether an exit tool succeeded."""
-        applied = apply_decisions(reply, decisions, self._tools_by_name)
+        applied = apply_decisions(reply, decisions, ctx.tools)
         await self._append(ctx, applied.messages)
         rejected = {id(c) for c in applied.rejected}
         positions = [i for i, c in enumerate(reply.tool_calls) if id(c) not in rejected]
         keys = [call.id or f"{reply.id}:{pos}" for call, pos in zip(applied.to_execute, positions, strict=True)]
-        runner = self._runner()
+        runner = self._runner(ctx.tools)
         results = await runner.run(applied.to_execute, run_id=ctx.run_id, call_keys=keys, state=ctx.state)
         for call in applied.to_execute:
             ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1
@@ -325,26 +370,59 @@ class Agent:
 
     # --- helpers -----------------------------------------------------------------------------------
 
-    def _runner(self) -> ToolRunner:
+    def _runner(self, tools: dict[str, Tool]) -> ToolRunner:
         kwargs = self.tool_invoker_kwargs
         ledger: ExecutionLedger | None = kwargs.get("ledger")
         return ToolRunner(
-            self._tools_by_name,
+            tools,
             max_workers=kwargs.get("max_workers", DEFAULT_MAX_CONCURRENT_TOOLS),
             raise_on_failure=self.raise_on_tool_invocation_failure,
             ledger=ledger,
         )
 
-    def _select_tools(self, tools: Sequence[Tool | str] | None) -> list[Tool]:
+    def _select_tools(self, tools: Sequence[Tool | Toolset | str] | Toolset | None) -> list[Tool]:
+        """The run's tools: the agent's, or ``tools`` (``Tool`` objects, toolsets, names of the agent's tools)."""
         if tools is None:
-            return list(self.tools)
-        selected = []
-        for item in tools:
-            name = item if isinstance(item, str) else item.name
-            if name not in self._tools_by_name:
-                raise ValueError(f"Tool '{name}' is not one of this agent's tools.")
-            selected.append(self._tools_by_name[name])
+            return self.tools
+        items = [tools] if isinstance(tools, Toolset) else list(tools)
+        if not self.tools and any(isinstance(i, str) for i in items):
+            raise ValueError("No tools were configured for the Agent at initialization.")  # Haystack's text
+        unknown = {i for i in items if isinstance(i, str) and i not in self._tools_by_name}
+        if unknown:
+            raise ValueError(  # Haystack's text
+                f"The following tool names are not valid: {unknown}. Valid tool names are: {set(self._tools_by_name)}."
+            )
+        selected = flatten_tools(self._tools_by_name[i] if isinstance(i, str) else i for i in items)
+        self._check_generator_takes(selected)
         return selected
+
+    def _check_generator_takes(self, tools: list[Tool]) -> None:
+        if tools and not self._generator_takes_tools:
+            raise TypeError(  # Haystack's text
+                f"{type(self.chat_generator).__name__} does not accept tools parameter in its run method. "
+                "The Agent component requires a chat generator that supports tools."
+            )
+
+    def _fingerprint(self, tools: list[Tool]) -> str:
+        """The tools' fingerprint; the agent's own tool set reuses the one computed when it was built."""
+        own = len(tools) == len(self.tools) and all(self._tools_by_name.get(t.name) is t for t in tools)
+        return self.tools_fingerprint if own else tools_fingerprint(tools)
+
+    def _snapshot_tools(
+        self, snapshot: AgentSnapshot, tools: Sequence[Tool | Toolset | str] | Toolset | None, selected: list[Tool]
+    ) -> list[Tool]:
+        """The tools to resume ``snapshot`` with: those given, else the ones it was paused with."""
+        if tools is not None or snapshot.tool_names is None:  # older snapshots: the agent's tools
+            return selected
+        if snapshot.tool_names == list(self._tools_by_name):
+            return self.tools
+        missing = [n for n in snapshot.tool_names if n not in self._tools_by_name]
+        if missing:
+            raise SnapshotError(
+                f"Snapshot of run {snapshot.run_id} was paused with tools this agent does not have "
+                f"({', '.join(missing)}); pass them again with run(tools=[...])."
+            )
+        return [self._tools_by_name[n] for n in snapshot.tool_names]
 
     async def _new_context(
         self,
@@ -376,11 +454,14 @@ class Agent:
         await self._append(ctx, list(messages))
         return ctx
 
-    def _context_from_snapshot(self, snapshot: AgentSnapshot, store_kwargs: dict[str, Any]) -> _RunContext:
-        if snapshot.tools_fingerprint != self.tools_fingerprint:
+    def _context_from_snapshot(
+        self, snapshot: AgentSnapshot, store_kwargs: dict[str, Any], tools: list[Tool]
+    ) -> _RunContext:
+        fingerprint = self._fingerprint(tools)
+        if snapshot.tools_fingerprint != fingerprint:
             raise SnapshotError(
                 f"Snapshot of run {snapshot.run_id} was taken with a different tool set "
-                f"(fingerprint {snapshot.tools_fingerprint}, now {self.tools_fingerprint}); it cannot be resumed."
+                f"(fingerprint {snapshot.tools_fingerprint}, now {fingerprint}); it cannot be resumed."
             )
         return _RunContext(
             run_id=snapshot.run_id,
@@ -487,6 +568,26 @@ async def _run_strategy(
     if run_async is not None:
         return await run_async(**kwargs)
     return await asyncio.to_thread(lambda: strategy.run(**kwargs))
+
+
+def _accepts(method: Callable[..., Any], name: str) -> bool:
+    """Whether ``method`` takes the keyword ``name`` (or any keyword)."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume the full protocol
+        return True
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _check_callback_kind(callback: Callable[..., Any] | None, *, requires_async: bool) -> None:
+    """Haystack's rule: ``run_async`` takes an async streaming callback, ``run`` a plain one."""
+    if callback is None:
+        return
+    is_async = inspect.iscoroutinefunction(callback)
+    if requires_async and not is_async:
+        raise ValueError("The runtime callback must be async compatible.")
+    if not requires_async and is_async:
+        raise ValueError("The runtime callback cannot be a coroutine.")
 
 
 async def _call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -38,6 +38,8 @@ class AgentSnapshot:
     tools_fingerprint: str = ""
     tool_descriptions: dict[str, str] = field(default_factory=dict)
     history_id: str | None = None
+    tool_names: list[str] | None = None
+    """The names of the tools the run was paused with (``None`` in older snapshots: the agent's tools)."""
     snapshot_id: str = field(default_factory=new_id)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
@@ -67,6 +69,7 @@ class AgentSnapshot:
             "tools_fingerprint": self.tools_fingerprint,
             "tool_descriptions": dict(self.tool_descriptions),
             "history_id": self.history_id,
+            "tool_names": self.tool_names,
         }
 
     @classmethod
@@ -96,6 +99,7 @@ class AgentSnapshot:
                 tools_fingerprint=data.get("tools_fingerprint", ""),
                 tool_descriptions=dict(data.get("tool_descriptions") or {}),
                 history_id=data.get("history_id"),
+                tool_names=list(data["tool_names"]) if data.get("tool_names") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"Malformed snapshot for run {data.get('run_id')!r}: {exc!r}") from exc

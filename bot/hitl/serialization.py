@@ -1,7 +1,8 @@
 """The ``{"type": "module.Class", "init_parameters": {...}}`` shape every HITL component serialises to.
 
 Policies, UIs and strategies are stored inside agent configurations and snapshots; a component is
-rebuilt by importing its class from ``type`` and calling that class's ``from_dict``.
+rebuilt by importing its class from ``type`` and calling that class's ``from_dict``. Haystack's dicts
+load too: a ``type`` in Haystack's human-in-the-loop package names the ``bot.hitl`` class of that name.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import importlib
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+HAYSTACK_HITL_PACKAGES = ("haystack.human_in_the_loop.", "haystack_experimental.components.agents.human_in_the_loop.")
+"""Where Haystack (and haystack-experimental) keep the classes ``bot.hitl`` mirrors."""
 
 
 def class_path(cls: type) -> str:
@@ -30,11 +34,30 @@ def default_to_dict(obj: Any, **init_parameters: Any) -> dict[str, Any]:
     return {"type": class_path(type(obj)), "init_parameters": init_parameters}
 
 
+def haystack_alias(path: str) -> str:
+    """The ``bot.hitl`` class path for a Haystack human-in-the-loop class path; other paths unchanged.
+
+    >>> haystack_alias("haystack.human_in_the_loop.policies.AlwaysAskPolicy")
+    'bot.hitl.policies.AlwaysAskPolicy'
+    """
+    if not path.startswith(HAYSTACK_HITL_PACKAGES):
+        return path
+    import bot.hitl  # here, not at the top: bot.hitl's modules import this one
+
+    cls = getattr(bot.hitl, path.rsplit(".", 1)[-1], None)
+    return class_path(cls) if isinstance(cls, type) else path
+
+
+def check_type(cls: type, data: dict[str, Any]) -> None:
+    """Refuse ``data`` whose ``type`` names another class than ``cls`` (Haystack's name for it is accepted)."""
+    declared = data.get("type")
+    if declared is not None and haystack_alias(declared) != class_path(cls):
+        raise ValueError(f"Cannot build {class_path(cls)} from data of type {declared!r}.")
+
+
 def default_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build ``cls`` from the ``init_parameters`` of ``data``; a ``type`` naming another class is refused."""
-    declared = data.get("type")
-    if declared is not None and declared != class_path(cls):
-        raise ValueError(f"Cannot build {class_path(cls)} from data of type {declared!r}.")
+    check_type(cls, data)
     return cls(**(data.get("init_parameters") or {}))
 
 
@@ -73,7 +96,7 @@ def component_from_dict(data: dict[str, Any]) -> Any:
     """Inverse of :func:`component_to_dict`: import the class named by ``type`` and call its ``from_dict``."""
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise ValueError("A serialised component needs a 'type' naming its class.")
-    cls = import_class(data["type"])
+    cls = import_class(haystack_alias(data["type"]))
     from_dict = getattr(cls, "from_dict", None)
     if not callable(from_dict):
         raise TypeError(f"{data['type']} cannot be deserialised: it has no from_dict().")
