@@ -7,6 +7,7 @@ bracket every execution), decisions and run outcomes by the engine itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -24,35 +25,42 @@ class ObservedChatGenerator:
     def __init__(self, inner: Any, observer: Observer) -> None:
         self.inner = inner
         self.observer = observer
+        # The agent reads which keywords the generator takes from its methods' signatures (Haystack-style
+        # generators take no ``tools``): each wrapper method shows the inner method's signature, and ``run``
+        # exists only when the inner generator has one.
+        inner_run = getattr(inner, "run", None)
+        inner_run_async = getattr(inner, "run_async", None)
+
+        async def run_async(**kwargs: Any) -> dict[str, Any]:
+            started = time.perf_counter()
+            try:
+                if inner_run_async is not None:
+                    output = await inner_run_async(**kwargs)
+                else:
+                    output = await asyncio.to_thread(lambda: inner_run(**kwargs))
+            except Exception as exc:
+                self._report(started, None, exc)
+                raise
+            self._report(started, output, None)
+            return output
+
+        self.run_async = functools.wraps(inner_run_async or inner_run)(run_async)
+        if inner_run is not None:
+
+            def run(**kwargs: Any) -> dict[str, Any]:
+                started = time.perf_counter()
+                try:
+                    output = inner_run(**kwargs)
+                except Exception as exc:
+                    self._report(started, None, exc)
+                    raise
+                self._report(started, output, None)
+                return output
+
+            self.run = functools.wraps(inner_run)(run)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
-        """``inner.run_async`` (or ``inner.run`` on a worker thread), observed."""
-        started = time.perf_counter()
-        try:
-            run_async = getattr(self.inner, "run_async", None)
-            if run_async is not None:
-                output = await run_async(**kwargs)
-            else:
-                output = await asyncio.to_thread(lambda: self.inner.run(**kwargs))
-        except Exception as exc:
-            self._report(started, None, exc)
-            raise
-        self._report(started, output, None)
-        return output
-
-    def run(self, **kwargs: Any) -> dict[str, Any]:
-        """``inner.run``, observed (for sync callers)."""
-        started = time.perf_counter()
-        try:
-            output = self.inner.run(**kwargs)
-        except Exception as exc:
-            self._report(started, None, exc)
-            raise
-        self._report(started, output, None)
-        return output
 
     def _report(self, started: float, output: dict[str, Any] | None, error: Exception | None) -> None:
         replies = (output or {}).get("replies") or []
