@@ -113,3 +113,17 @@ def test_db_prune_dry_run_counts_and_a_bad_age_is_refused(tmp_path):
 def test_db_backup_points_postgres_users_to_pg_dump(tmp_path, postgres_url):
     refused = countersign(tmp_path, "db", "backup", str(tmp_path / "b.db"), COUNTERSIGN_DATABASE_URL=postgres_url)
     assert refused.returncode == 1 and "pg_dump" in refused.stderr
+
+
+def test_help_documents_the_operations_settings_and_commands(tmp_path):
+    top = countersign(tmp_path, "--help").stdout
+    for name in ("COUNTERSIGN_LOG_FORMAT", "COUNTERSIGN_SNAPSHOT_RETENTION", "COUNTERSIGN_RETENTION_DAYS",
+                 "COUNTERSIGN_AUDIT_RETENTION_DAYS", "{chat,serve,db,audit}"):
+        assert name in top
+    db_help = countersign(tmp_path, "db", "--help").stdout
+    for part in ("migrate", "check", "backup PATH", "vacuum", "prune --older-than 90d", "pg_dump"):
+        assert part in db_help
+    audit_help = countersign(tmp_path, "audit", "--help").stdout
+    assert "verify" in audit_help and "export [--since 30d] [--format jsonl|csv]" in audit_help
+    serve_help = countersign(tmp_path, "serve", "--help").stdout
+    assert "GET  /readyz" in serve_help and "GET  /metrics" in serve_help
