@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.llm import OpenAIChatGenerator
+from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from tests.fakes.engine_kit import says
 from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
@@ -189,3 +189,26 @@ async def test_teams_connector_errors_are_counted(tmp_path: Path, fakes):
             assert (response.status, await response.json()) == (200, {"status": "ready"})
     finally:
         await teams.aclose()
+
+
+async def test_readyz_in_socket_mode_is_ready_while_the_socket_is_open(tmp_path: Path, slack: FakeSlackAPI):
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=ScriptedChatGenerator([]), tools=Ops().tools(),
+        slack_signing_secret=None, slack_app_token="xapp-test-token",
+    )
+    try:
+        async with stack.session.get(stack.server.make_url("/readyz")) as response:
+            assert (response.status, await response.json()) == (200, {"status": "ready"})
+        # Slack drops the connection and refuses new ones: the process is alive but cannot receive events.
+        slack.failures["apps.connections.open"] = "internal_error"
+        await slack.drop_sockets()
+        problems = None
+        for _attempt in range(200):  # the client notices the closed socket on its next read
+            async with stack.session.get(stack.server.make_url("/readyz")) as response:
+                if response.status == 503:
+                    problems = (await response.json())["problems"]
+                    break
+            await asyncio.sleep(0.025)
+        assert problems == ["slack: the Socket Mode connection is not open"]
+    finally:
+        await stack.stop()
