@@ -262,8 +262,15 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
+def _approval_reviews(db: Database) -> None:
+    """Version 5: reviews after acting: an approval's kind, the result it holds back, and an edited result."""
+    db["approvals"].add_column("kind", str, not_null_default="approval")
+    db["approvals"].add_column("result", str)
+    db["approvals"].add_column("final_result", str)
+
+
 def _audit_chain(db: Database) -> None:
-    """Version 5: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
+    """Version 6: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
 
     ``audit_head`` holds the newest entry's id and hash (a deleted tail shows); ``audit_anchor`` records each
     pruning (the last pruned entry's id and hash), and deletes are allowed only up to the newest anchor.
@@ -305,7 +312,12 @@ def _audit_chain(db: Database) -> None:
 
 
 MIGRATIONS: list[Migration] = [
-    _initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle, _audit_chain,
+    _initial_schema,
+    _votes_and_message_refs,
+    _approval_places,
+    _run_lifecycle,
+    _approval_reviews,
+    _audit_chain,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

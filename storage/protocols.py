@@ -33,7 +33,9 @@ DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
 VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
 
-POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny")
+POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny", "review", "always+review")
+APPROVAL_KINDS: tuple[str, ...] = ("approval", "review")
+"""An ``approval`` decides a call before it runs; a ``review`` decides what the model sees of its result."""
 RULE_FIELDS: tuple[str, ...] = ("mode", "approvers", "quorum", "four_eyes", "ttl_seconds")
 
 
@@ -122,6 +124,9 @@ class NewApproval:
     approval_id: str | None = None
     args_digest: str | None = None
     created_at: datetime | None = None
+    kind: str = "approval"
+    result: str | None = None
+    """For a review: the full result of the call that ran (shown masked and truncated)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,11 @@ class ApprovalRecord:
     final_arguments: dict[str, Any] | None
     created_at: datetime
     expires_at: datetime
+    kind: str = "approval"
+    result: str | None = None
+    """For a review: the full result held back from the model."""
+    final_result: str | None = None
+    """For a review decided ``modified``: the edited result the model sees."""
 
     @property
     def is_pending(self) -> bool:
@@ -373,6 +383,7 @@ class ApprovalStore(Protocol):
         feedback: str | None = None,
         final_arguments: dict[str, Any] | None = None,
         now: Instant = None,
+        final_result: str | None = None,
     ) -> bool: ...
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...

@@ -6,9 +6,17 @@ import psycopg
 from sqlite_utils import Database
 
 from storage import open_storage
+from storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
+from storage.migrations import _audit_chain
 from storage.migrations import migrate as migrate_sqlite
 from storage.postgres import open_postgres_storage
+from storage.postgres.migrations import _AUDIT_CHAIN
+from storage.postgres.migrations import MIGRATIONS as POSTGRES_MIGRATIONS
 from storage.postgres.migrations import migrate as migrate_postgres
+
+# The versions just before the audit chain (other branches may add migrations before or after it).
+SQLITE_BEFORE_CHAIN = SQLITE_MIGRATIONS.index(_audit_chain)
+POSTGRES_BEFORE_CHAIN = POSTGRES_MIGRATIONS.index(_AUDIT_CHAIN)
 
 OLD_ENTRIES = [
     (1_700_000_000.25, "U_ANA", "paused", "run-1", '{"approvals": ["a-1"]}'),
@@ -20,7 +28,7 @@ OLD_ENTRIES = [
 def test_sqlite_upgrade_chains_existing_entries(tmp_path):
     path = tmp_path / "cs.db"
     db = Database(path)
-    migrate_sqlite(db, target=4)
+    migrate_sqlite(db, target=SQLITE_BEFORE_CHAIN)
     db.conn.executemany(
         "INSERT INTO audit (at, actor, action, subject, details_json) VALUES (?, ?, ?, ?, ?)", OLD_ENTRIES
     )
@@ -38,7 +46,7 @@ async def test_postgres_upgrade_chains_existing_entries(postgres_schemas):
     url = postgres_schemas.take(migrated=False)
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await migrate_postgres(conn, target=3)
+            await migrate_postgres(conn, target=POSTGRES_BEFORE_CHAIN)
             for at, actor, action, subject, details in OLD_ENTRIES:
                 await conn.execute(
                     "INSERT INTO audit (at, actor, action, subject, details_json) "

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from bot.engine.model import DecisionRequest
+from bot.engine.model import AdminRequest, DecisionRequest
 from bot.llm import ScriptedChatGenerator
 from bot.tools import tool
 from storage.postgres import PostgresStorage
@@ -150,3 +150,22 @@ async def test_messages_to_a_thread_whose_run_is_active_on_another_replica_are_q
     assert dangling_calls(history) == []
     assert await first.engine.storage.inbox.waiting(first.thread().key) == []
     assert [r.status for r in await first.engine.storage.runs.list_by_status("running", "paused", "resuming")] == []
+
+
+async def test_a_review_on_another_replica_releases_the_edited_result_and_the_tool_ran_once(harnesses, postgres_url):
+    replies = [asks_for("delete_file", path="a.txt"), echoes_results]
+    first = await harnesses.open(database_url=postgres_url, replies=replies)
+    await first.engine.admin(AdminRequest("slack", "T1", "C1", ADMIN, "policy set delete_file review"))
+    [review] = await first.paused_approvals("delete a.txt")
+    assert (review.kind, review.result) == ("review", "deleted a.txt")
+    second = await harnesses.reopen(first)
+
+    await second.engine.decide(
+        DecisionRequest(review.approval_id, REQUESTER, "modify", edited_result="gone", place=review.thread.place)
+    )
+    await second.engine.wait_idle()
+
+    assert first.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert tool_results(await second.history()) == [("delete_file", "gone", False)]
+    stored = await second.engine.get_approval(review.approval_id)
+    assert (stored.status, stored.result, stored.final_result) == ("modified", "deleted a.txt", "gone")

@@ -10,7 +10,11 @@ from sqlite_utils import Database
 
 from bot.messages import ChatMessage
 from storage import LATEST_VERSION, ActiveRunExists, ThreadAddress, migrate, open_storage
+from storage.migrations import MIGRATIONS, _run_lifecycle
 from tests.fakes.storage_data import NOW, THREAD, create_run, new_approval
+
+RUN_LIFECYCLE_VERSION = MIGRATIONS.index(_run_lifecycle) + 1
+"""The schema version that made one active run per thread a database rule (the upgrade tested below)."""
 
 ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
 LEASE = timedelta(seconds=30)
@@ -165,7 +169,7 @@ def test_due_approvals_expire_in_batches_each_exactly_once_across_processes(tmp_
 def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_ones(tmp_path):
     path = tmp_path / "c.db"
     db = Database(path)
-    migrate(db, target=3)  # the version before the run lifecycle (4)
+    migrate(db, target=RUN_LIFECYCLE_VERSION - 1)
     t = NOW.timestamp()
     for n, status in enumerate(["running", "paused", "finished"], start=1):
         db["runs"].insert(

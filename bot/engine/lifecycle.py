@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from bot.agent import AgentSnapshot
+from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
 from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
 from bot.engine.errors import AlreadyDecided, EngineError
@@ -41,7 +42,9 @@ from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of
 from bot.engine.retention import Retention
+from bot.engine.review import WITHHELD_AFTER_RESTART, needs_review, review_from_record
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
+from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
 from storage.protocols import TERMINAL_RUN_STATUSES, RunFence, RunRecord
@@ -382,6 +385,9 @@ class RunLifecycle:
         """Write the resumed step as the agent would have, and run its approved calls that never started."""
         snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
         records = await self.storage.approvals.for_run(run.run_id, step=run.step)
+        if snapshot.stage == REVIEW_STAGE:
+            await self._release_reviewed(run, thread, snapshot, records)
+            return
         decisions = [*snapshot.decisions, *(decision_from_record(r) for r in records)]
         step = snapshot.step_message
         applied = apply_decisions(step, decisions, self.engine.tools)
@@ -421,6 +427,16 @@ class RunLifecycle:
         if results:
             await self.storage.messages.write_messages(thread.key, results, fence=self.fence(run.run_id))
 
+    async def _release_reviewed(self, run: Any, thread: ThreadRef, snapshot: AgentSnapshot, records: list[Any]) -> None:
+        """A step held for review whose resume died: give the model what the reviews decided (its tools ran)."""
+        released = apply_reviews(snapshot.held_results, snapshot.pending_tool_calls,
+                                 [review_from_record(r) for r in records])
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        open_ids = {c.id for c in dangling_tool_calls(history)}
+        missing = [m for m in released if m.tool_call_result is not None and m.tool_call_result.origin.id in open_ids]
+        if missing:
+            await self.storage.messages.write_messages(thread.key, missing, fence=self.fence(run.run_id))
+
     async def _any_started(self, run_id: str, calls: list[Any]) -> bool:
         for call in calls:
             if call.id is not None and await self.storage.ledger.get(ledger_key(run_id, call.id)) is not None:
@@ -441,6 +457,9 @@ class RunLifecycle:
                 await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
                 message.tool_call_result.result = OUTCOME_UNKNOWN
                 report.unknown.append(origin.tool_name)
+            elif entry is not None and entry.result is not None and await self._under_review(run, origin.tool_name):
+                # It ran, but the bot stopped before a person reviewed it: never released without a decision.
+                message.tool_call_result.result = WITHHELD_AFTER_RESTART
             elif entry is not None and entry.result is not None:
                 # It finished before the crash: telling the model "not run" would invite running it again.
                 message.tool_call_result.result = entry.result
@@ -450,6 +469,12 @@ class RunLifecycle:
             closing.append(message)
         if closing:
             await self.storage.messages.write_messages(thread.key, closing, fence=self.fence(run.run_id))
+
+    async def _under_review(self, run: Any, tool_name: str) -> bool:
+        context = {"platform": run.platform, "workspace": run.workspace, "channel": run.channel}
+        return await needs_review(
+            self.storage, self.engine.tools, tool_name, context, self.engine.config.default_ttl_seconds
+        )
 
     async def _give_up(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
         if not await self.storage.runs.transition(

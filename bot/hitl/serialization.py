@@ -63,6 +63,14 @@ def default_from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 def import_class(path: str) -> type:
     """Import the class named by a dotted ``module.Class`` path (the class may be nested)."""
+    obj = import_path(path)
+    if not isinstance(obj, type):
+        raise TypeError(f"{path!r} is not a class.")
+    return obj
+
+
+def import_path(path: str) -> Any:
+    """Import the object named by a dotted path, e.g. ``package.module.Class.method`` (Haystack's callable form)."""
     parts = path.split(".")
     # The module part is the longest importable prefix; what follows are attributes.
     for cut in range(len(parts) - 1, 0, -1):
@@ -78,10 +86,31 @@ def import_class(path: str) -> type:
                 obj = getattr(obj, attr)
         except AttributeError:
             raise ImportError(f"Cannot import {path!r}: no attribute {attr!r} in {module_name!r}.") from None
-        if not isinstance(obj, type):
-            raise TypeError(f"{path!r} is not a class.")
         return obj
-    raise ImportError(f"Cannot import {path!r}: expected a dotted 'module.Class' path.")
+    raise ImportError(f"Cannot import {path!r}: expected a dotted 'module.name' path.")
+
+
+def callable_path(fn: Any) -> str:
+    """The dotted import path of a module-level function or class method, as Haystack's ``serialize_callable``.
+
+    Lambdas, closures and bound methods of instances cannot be imported back: ``ValueError``.
+
+    >>> callable_path(importlib.import_module)
+    'importlib.import_module'
+    """
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if not qualname or not module or "<" in qualname:
+        raise ValueError(f"{fn!r} cannot be serialised: only importable functions can (no lambda or closure).")
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type):
+        raise ValueError(f"{fn!r} is a bound method of an instance and cannot be serialised.")
+    path = f"{module}.{qualname}"
+    imported = import_path(path)
+    # A classmethod is a fresh bound method on every access: compare the functions behind them.
+    if getattr(imported, "__func__", imported) is not getattr(fn, "__func__", fn):
+        raise ValueError(f"{fn!r} cannot be serialised: {path!r} names another object.")
+    return path
 
 
 def component_to_dict(obj: Any) -> dict[str, Any]:

@@ -249,6 +249,13 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
+_APPROVAL_REVIEWS: Migration = (
+    # Version 4: reviews after acting: an approval's kind, the result it holds back, and an edited result.
+    "ALTER TABLE approvals ADD COLUMN kind text NOT NULL DEFAULT 'approval' CHECK (kind IN ('approval', 'review'))",
+    "ALTER TABLE approvals ADD COLUMN result text",
+    "ALTER TABLE approvals ADD COLUMN final_result text",
+)
+
 _AUDIT_CHAIN: Migration = (
     # The audit log becomes a hash chain (storage/audit_chain.py): this function builds the same payload as
     # entry_hash() there; the trigger below chains every new entry under the head row's lock, so appends from
@@ -326,7 +333,7 @@ _AUDIT_CHAIN: Migration = (
     "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _AUDIT_CHAIN]
+MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _AUDIT_CHAIN]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)
