@@ -269,8 +269,26 @@ def _approval_reviews(db: Database) -> None:
     db["approvals"].add_column("final_result", str)
 
 
+CLOSED_RUN_APPROVALS_REASON = "closed at upgrade: its run had ended"
+"""The feedback of the approvals :func:`_close_approvals_of_ended_runs` closes (both backends)."""
+
+
+def _close_approvals_of_ended_runs(db: Database) -> None:
+    """Version 6: approvals still pending on a run that ended are cancelled, as the engine does when it closes a run.
+
+    Version 4 closed the older of two active runs in one thread but left that run's approvals pending:
+    their buttons could still be clicked, the approval listed as waiting, though nothing could ever resume.
+    """
+    db.execute(
+        "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = ?, feedback = ? "
+        "WHERE status = 'pending' AND run_id IN (SELECT run_id FROM runs WHERE status IN ('finished', 'failed', "
+        "'expired'))",
+        [time.time(), CLOSED_RUN_APPROVALS_REASON],
+    )
+
+
 def _audit_chain(db: Database) -> None:
-    """Version 6: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
+    """Version 7: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
 
     ``audit_head`` holds the newest entry's id and hash (a deleted tail shows); ``audit_anchor`` records each
     pruning (the last pruned entry's id and hash), and deletes are allowed only up to the newest anchor.
@@ -317,6 +335,7 @@ MIGRATIONS: list[Migration] = [
     _approval_places,
     _run_lifecycle,
     _approval_reviews,
+    _close_approvals_of_ended_runs,
     _audit_chain,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

@@ -662,4 +662,40 @@ class Operations(Protocol):
     def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
         """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
         outbox rows older than ``older_than``; with ``dry_run`` only count them."""
+@dataclass(frozen=True)
+class Wakeup:
+    """A signal that a thread has waiting messages for a process to start, or that everything needs a look.
+
+    ``address`` ``None``: wake-ups may have been missed (the listener reconnected) or runs were handed over
+    (a process stopped): the receiver checks every thread, as its sweep would. ``owner``: only the process
+    with that instance id is meant to act (the owner of the thread's active run); ``None``: any process.
+    """
+
+    address: ThreadAddress | None = None
+    owner: str | None = None
+
+
+class InboxWakeups(Protocol):
+    """Wake-ups between processes sharing a database, so a waiting message does not wait for a sweep.
+
+    Natively async on both backends (it is a subscription, not a store). PostgreSQL sends them with
+    ``NOTIFY`` and receives them on a dedicated ``LISTEN`` connection; SQLite (one host) delivers them
+    within the process only. The inbox's ``enqueue`` wakes the owner of the thread's running run by
+    itself. A lost wake-up is never a lost message: the periodic sweep finds every waiting message.
+    """
+
+    async def listen(self) -> None:
+        """Start receiving wake-ups (idempotent); returns once they are received, or raises ``StorageError``."""
+        ...
+
+    async def wake(self, address: ThreadAddress | None = None) -> None:
+        """Ask every listening process to start the thread's waiting messages (``None``: to look at everything)."""
+        ...
+
+    async def next(self) -> Wakeup:
+        """Wait for the next wake-up."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop receiving; a pending :meth:`next` is cancelled."""
         ...

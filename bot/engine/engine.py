@@ -167,6 +167,7 @@ class Engine:
         if self._started:
             return
         self._started = True
+        await self.lifecycle.listen()
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 

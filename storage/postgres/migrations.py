@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from storage.errors import StorageError, UnknownSchemaVersion
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
 Migration = Sequence[str]
 """The statements of one migration, run in order."""
@@ -256,7 +257,16 @@ _APPROVAL_REVIEWS: Migration = (
     "ALTER TABLE approvals ADD COLUMN final_result text",
 )
 
+_CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
+    # Version 5. Version 3 closed the older of two active runs in one thread but left that run's approvals pending:
+    # cancel every approval still pending on a run that ended, as the engine does when it closes a run.
+    "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = now(), "
+    f"feedback = to_json('{CLOSED_RUN_APPROVALS_REASON}'::text) WHERE status = 'pending' AND run_id IN "
+    "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
+)
+
 _AUDIT_CHAIN: Migration = (
+    # Version 6.
     # The audit log becomes a hash chain (storage/audit_chain.py): this function builds the same payload as
     # entry_hash() there; the trigger below chains every new entry under the head row's lock, so appends from
     # every replica form one chain, in id order.
@@ -333,7 +343,9 @@ _AUDIT_CHAIN: Migration = (
     "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _AUDIT_CHAIN]
+MIGRATIONS: list[Migration] = [
+    _INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _CLOSE_APPROVALS_OF_ENDED_RUNS, _AUDIT_CHAIN,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

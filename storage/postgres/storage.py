@@ -27,6 +27,7 @@ from storage.postgres.ops import PostgresOperations
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
+from storage.postgres.wakeups import PostgresWakeups
 
 
 class PostgresStorage:
@@ -53,6 +54,7 @@ class PostgresStorage:
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
         self.ops = PostgresOperations(db)
+        self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.
@@ -64,7 +66,8 @@ class PostgresStorage:
             return await schema_version(conn)
 
     async def aclose(self) -> None:
-        """Close the connection pool; later calls raise :class:`storage.StorageError`."""
+        """Close the listening connection and the pool; later calls raise :class:`storage.StorageError`."""
+        await self.wakeups.aclose()
         await self.db.close()
 
     async def __aenter__(self) -> PostgresStorage:
