@@ -23,7 +23,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "ops",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "ops",
 )
 READ_METHODS = frozenset(
     {
@@ -36,6 +36,7 @@ READ_METHODS = frozenset(
         "due_for_expiry",
         "snapshot",
         "active_for_thread",
+        "latest_for_thread",
         "list_by_status",
         "executing",
         "resolve",
@@ -53,6 +54,9 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "list_groups",
+        "rules",
+        "direct_messages_allowed",
         "pending_by_tool",
         "inbox_depth",
         "readiness_problem",
@@ -117,6 +121,9 @@ class AsyncStorage:
     events: Any
     conversations: Any
     places: Any
+    approver_groups: Any
+    access: Any
+    conditions: Any
     leases: Any
     inbox: Any
     outbox: Any

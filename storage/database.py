@@ -20,6 +20,7 @@ from storage.ops import SQLiteOperations
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
+from storage.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
 
 
 class Storage:
@@ -46,6 +47,9 @@ class Storage:
         self.leases = SQLiteRunLeases(connector)
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
+        self.approver_groups = SQLiteApproverGroups(connector)
+        self.access = SQLiteAccessStore(connector)
+        self.conditions = SQLiteConditionalRules(connector)
         self.ops = SQLiteOperations(connector)
 
     @property

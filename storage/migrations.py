@@ -287,8 +287,30 @@ def _close_approvals_of_ended_runs(db: Database) -> None:
     )
 
 
+def _team_settings(db: Database) -> None:
+    """Version 7: named approver groups, who may ask (access rules per scope), the direct-message switch, and policy
+    modes with conditions on the arguments."""
+    db.execute(
+        "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE access_rules (scope TEXT NOT NULL, principal TEXT NOT NULL, updated_by TEXT NOT NULL, "
+        "updated_at FLOAT NOT NULL, PRIMARY KEY (scope, principal))"
+    )
+    db.execute(
+        "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE conditional_rules (scope TEXT NOT NULL, tool_name TEXT NOT NULL, condition TEXT NOT NULL, "
+        "mode TEXT NOT NULL, updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, "
+        "PRIMARY KEY (scope, tool_name, condition))"
+    )
+
+
 def _audit_chain(db: Database) -> None:
-    """Version 7: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
+    """Version 8: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
 
     ``audit_head`` holds the newest entry's id and hash (a deleted tail shows); ``audit_anchor`` records each
     pruning (the last pruned entry's id and hash), and deletes are allowed only up to the newest anchor.
@@ -336,6 +358,7 @@ MIGRATIONS: list[Migration] = [
     _run_lifecycle,
     _approval_reviews,
     _close_approvals_of_ended_runs,
+    _team_settings,
     _audit_chain,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

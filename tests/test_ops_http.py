@@ -20,8 +20,6 @@ from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, button_values
 from tests.fakes.teams_stack import TeamsStack
 from tests.test_slack_approvals import CHANNEL, Clock, Ops, ask
-from tests.test_slack_approvals import openai as openai  # noqa: F401  (fixtures: the fake OpenAI and Slack APIs)
-from tests.test_slack_approvals import slack as slack  # noqa: F401
 from tests.test_teams_flow import fakes as fakes  # noqa: F401  (the fake Bot Connector and token issuer)
 
 ALICE = "U0ALICE"

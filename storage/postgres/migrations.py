@@ -265,8 +265,23 @@ _CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
     "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
 )
 
+_TEAM_SETTINGS: Migration = (
+    # Version 6: named approver groups, who may ask (access rules per scope), the direct-message switch,
+    # and policy modes with conditions on the arguments.
+    "CREATE TABLE approver_groups (name text PRIMARY KEY, members_json json NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    "CREATE TABLE access_rules (scope text NOT NULL, principal text NOT NULL, updated_by text NOT NULL, "
+    "updated_at timestamptz NOT NULL, PRIMARY KEY (scope, principal))",
+    "CREATE TABLE direct_message_settings (scope text PRIMARY KEY, allowed boolean NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    # Policy modes with conditions on the arguments (``policy set <tool> <mode> when env=prod``).
+    "CREATE TABLE conditional_rules (scope text NOT NULL, tool_name text NOT NULL, condition text NOT NULL, "
+    "mode text NOT NULL, updated_by text NOT NULL, updated_at timestamptz NOT NULL, "
+    "PRIMARY KEY (scope, tool_name, condition))",
+)
+
 _AUDIT_CHAIN: Migration = (
-    # Version 6.
+    # Version 7.
     # The audit log becomes a hash chain (storage/audit_chain.py): this function builds the same payload as
     # entry_hash() there; the trigger below chains every new entry under the head row's lock, so appends from
     # every replica form one chain, in id order.
@@ -344,7 +359,13 @@ _AUDIT_CHAIN: Migration = (
 )
 
 MIGRATIONS: list[Migration] = [
-    _INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _CLOSE_APPROVALS_OF_ENDED_RUNS, _AUDIT_CHAIN,
+    _INITIAL_SCHEMA,
+    _APPROVAL_PLACES,
+    _RUN_LIFECYCLE,
+    _APPROVAL_REVIEWS,
+    _CLOSE_APPROVALS_OF_ENDED_RUNS,
+    _TEAM_SETTINGS,
+    _AUDIT_CHAIN,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

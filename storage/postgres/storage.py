@@ -27,6 +27,7 @@ from storage.postgres.ops import PostgresOperations
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
+from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups, PostgresConditionalRules
 from storage.postgres.wakeups import PostgresWakeups
 
 
@@ -53,6 +54,9 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.approver_groups = PostgresApproverGroups(db)
+        self.access = PostgresAccessStore(db)
+        self.conditions = PostgresConditionalRules(db)
         self.ops = PostgresOperations(db)
         self.wakeups = PostgresWakeups(db)
 
