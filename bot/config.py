@@ -88,6 +88,14 @@ class Config:
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
     failpoints: str = ""
     """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
+    log_format: str = "text"
+    """``COUNTERSIGN_LOG_FORMAT``: ``text`` (a line with ``key=value`` context) or ``json`` (one object a line)."""
+    snapshot_retention_seconds: int | None = 7 * 86400
+    """``COUNTERSIGN_SNAPSHOT_RETENTION``: ended runs drop their snapshots after this long (``None``: never)."""
+    retention_seconds: int | None = None
+    """``COUNTERSIGN_RETENTION_DAYS`` in seconds: ended runs, approvals, ledger, idle threads pruned after it."""
+    audit_retention_seconds: int | None = None
+    """``COUNTERSIGN_AUDIT_RETENTION_DAYS`` in seconds: audit entries pruned after it (``None``: kept forever)."""
 
     @property
     def llm_configured(self) -> bool:
@@ -151,6 +159,7 @@ class Config:
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
+            **_operations_settings(env),
             **_lifecycle_settings(env),
         )
 
@@ -374,6 +383,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: b
     return value
 
 
+MAX_RETENTION_SECONDS = 3650 * 86400
+"""The longest retention period a setting or ``db prune --older-than`` takes (ten years)."""
+
 RENAMED = {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "COUNTERSIGN_DEFAULT_TTL"}
 """Variables that were renamed: setting the old name is an error, never silently ignored."""
 
@@ -450,6 +462,30 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}")
     return raw
+
+
+def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """Log format and retention (the operations settings)."""
+    log_format = _choice(env, "COUNTERSIGN_LOG_FORMAT", ("text", "json"))
+    snapshot_retention: int | None = 7 * 86400
+    raw = (env.get("COUNTERSIGN_SNAPSHOT_RETENTION") or "").strip()
+    if raw.lower() in ("never", "off"):
+        snapshot_retention = None
+    elif raw:
+        from bot.engine.admin_syntax import DurationError, duration_seconds
+
+        try:
+            snapshot_retention = duration_seconds(raw, maximum=MAX_RETENTION_SECONDS, what="A retention period")
+        except DurationError as exc:
+            raise ConfigError(f"COUNTERSIGN_SNAPSHOT_RETENTION: {exc} (or never)") from None
+    days = _int(env, "COUNTERSIGN_RETENTION_DAYS", 0, minimum=0)
+    audit_days = _int(env, "COUNTERSIGN_AUDIT_RETENTION_DAYS", 0, minimum=0)
+    return {
+        "log_format": log_format,
+        "snapshot_retention_seconds": snapshot_retention,
+        "retention_seconds": days * 86400 or None,
+        "audit_retention_seconds": audit_days * 86400 or None,
+    }
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:

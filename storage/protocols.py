@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
+    from storage.audit_chain import AuditVerification
 
 Instant = datetime | float | None
 """A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
@@ -261,7 +262,7 @@ class EffectiveRule:
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One append-only audit log line."""
+    """One append-only audit log line (``prev_hash`` and ``hash`` link it into the chain; read by ``since``)."""
 
     id: int
     at: datetime
@@ -269,6 +270,8 @@ class AuditEntry:
     action: str
     subject: str
     details: dict[str, Any]
+    prev_hash: str | None = None
+    hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,22 @@ class OutboxMessage:
     next_attempt_at: datetime
     claimed_by: str | None
     delivered_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PruneCounts:
+    """What one retention pass deleted (or, in a dry run, would delete)."""
+
+    runs: int = 0
+    approvals: int = 0
+    ledger: int = 0
+    messages: int = 0
+    outbox: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"runs": …, "approvals": …, …}`` for reports and logs."""
+        return {"runs": self.runs, "approvals": self.approvals, "ledger": self.ledger, "messages": self.messages,
+                "outbox": self.outbox}
 
 
 @runtime_checkable
@@ -578,7 +597,10 @@ class AccessStore(Protocol):
 
 
 class AuditLog(Protocol):
-    """Append-only record of decisions, denied attempts, policy changes and expiries."""
+    """Append-only, tamper-evident record of decisions, denied attempts, policy changes and expiries.
+
+    Every entry carries the hash of the one before it (:mod:`storage.audit_chain`); ``verify`` walks the chain.
+    """
 
     def append(
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
@@ -589,6 +611,18 @@ class AuditLog(Protocol):
         ...
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+
+    def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
+        """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
+        ...
+
+    def verify(self) -> AuditVerification:
+        """Check the chain from the newest pruning anchor (or the first entry) to its head."""
+        ...
+
+    def prune(self, older_than: Instant) -> int:
+        """Delete entries older than ``older_than`` after recording the anchor the chain continues from."""
+        ...
 
 
 class EventDedupe(Protocol):
@@ -742,6 +776,33 @@ class Outbox(Protocol):
         ...
 
 
+class Operations(Protocol):
+    """What operators need: gauges for ``/metrics``, the ``/readyz`` probe, and retention.
+
+    Retention never touches an active run, a pending approval, a tool call still ``executing``, or a
+    thread with an active run or waiting messages; messages go by whole idle threads, so no tool call is
+    ever separated from its result.
+    """
+
+    def pending_by_tool(self) -> dict[str, int]:
+        """How many approvals wait for a decision, per tool."""
+        ...
+
+    def inbox_depth(self) -> int:
+        """How many messages wait in thread inboxes."""
+        ...
+
+    def readiness_problem(self) -> str | None:
+        """``None`` when the database is reachable, writable and migrated to this code's schema; else why not."""
+        ...
+
+    def drop_snapshots(self, finished_before: Instant) -> int:
+        """Drop the snapshots of runs that ended before ``finished_before``; returns how many."""
+        ...
+
+    def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
+        """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
+        outbox rows older than ``older_than``; with ``dry_run`` only count them."""
 @dataclass(frozen=True)
 class Memory:
     """One long-term memory as a search returns it: higher ``score`` is more relevant.

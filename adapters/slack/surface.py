@@ -31,6 +31,7 @@ from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape, escape_truncated, 
 from bot.engine.model import ApprovalView, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import StreamRateLimited, masked_growth
+from bot.metrics import Observer
 from bot.redaction import mask_text
 
 logger = logging.getLogger(__name__)
@@ -47,23 +48,53 @@ def web_client(token: str | None, api_url: str | None = None) -> AsyncWebClient:
     return client
 
 
-def retry_handlers() -> list[AsyncRetryHandler]:
-    """slack_sdk's own retries: connection errors, rate limits (honouring ``Retry-After``), 500 and 503."""
+class ObservingHandler(AsyncRetryHandler):
+    """Sees every Web API answer first and reports errors to the engine's observer; never retries itself.
+
+    slack_sdk hands each response (and each connection error) to its retry handlers in order, so this is
+    the one place where every call's outcome passes, including the ones later retried.
+    """
+
+    def __init__(self, observer: Observer) -> None:
+        super().__init__(max_retry_count=0)
+        self.observer = observer
+
+    async def can_retry_async(self, *, state: Any, request: Any, response: Any = None, error: Any = None) -> bool:
+        """Report the outcome; always ``False`` (the handlers after this one retry)."""
+        if error is not None:
+            self.observer.platform_api_error("slack", "connection")
+        elif response is not None:
+            body = response.body if isinstance(response.body, dict) else {}
+            if response.status_code == 429 or body.get("error") == "ratelimited":
+                self.observer.platform_api_error("slack", "rate_limited")
+            elif response.status_code >= 500:
+                self.observer.platform_api_error("slack", "server_error")
+            elif body.get("ok") is False:
+                self.observer.platform_api_error("slack", "api_error")
+        return False
+
+
+def retry_handlers(observer: Observer | None = None) -> list[AsyncRetryHandler]:
+    """slack_sdk's own retries: connection errors, rate limits (honouring ``Retry-After``), 500 and 503.
+
+    With an ``observer``, every error is reported to it first (:class:`ObservingHandler`).
+    """
     return [
+        *([ObservingHandler(observer)] if observer is not None else []),
         AsyncConnectionErrorRetryHandler(),
         AsyncRateLimitErrorRetryHandler(max_retry_count=2),
         AsyncServerErrorRetryHandler(max_retry_count=2),
     ]
 
 
-def configure_web_client(client: AsyncWebClient, api_url: str | None = None) -> None:
-    """Point ``client`` at ``api_url`` (default: Slack's own) and give it :func:`retry_handlers`.
+def configure_web_client(client: AsyncWebClient, api_url: str | None = None, observer: Observer | None = None) -> None:
+    """Point ``client`` at ``api_url`` (default: Slack's own) and give it :func:`retry_handlers` (observed).
 
     Bolt builds its own client from the token; this adjusts that one, so Bolt and the surface share it.
     """
     base_url = api_url or SLACK_API_URL
     client.base_url = base_url if base_url.endswith("/") else base_url + "/"
-    client.retry_handlers = retry_handlers()
+    client.retry_handlers = retry_handlers(observer)
 
 
 @contextlib.asynccontextmanager

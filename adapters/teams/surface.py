@@ -33,13 +33,14 @@ from microsoft_agents.hosting.core.app.streaming import StreamingResponse
 from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, TypingOptions
 
 from adapters.teams.cards import CARD_CONTENT_TYPE, shared_card, stop_card
-from adapters.teams.handler import personal_key
+from adapters.teams.handler import PLATFORM, personal_key
 from adapters.teams.names import with_names
 from adapters.teams.store import ConversationStore
 from adapters.teams.text import markdown_message, plain_message
 from bot.engine.model import ApprovalView, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import WAITING_FOR_APPROVAL, StreamRateLimited
+from bot.metrics import NullObserver, Observer
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,19 @@ def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
     )
 
 
+def api_error_kind(error: BaseException) -> str:
+    """The metrics ``kind`` of a failed connector call: by its HTTP status when it carries one."""
+    if isinstance(error, aiohttp.ClientConnectionError | TimeoutError):
+        return "connection"
+    status = next((getattr(error, name) for name in ("status", "status_code")
+                   if isinstance(getattr(error, name, None), int)), None)
+    if status == 429:
+        return "rate_limited"
+    if status is not None and status >= 500:
+        return "server_error"
+    return "api_error"
+
+
 class TeamsSurface:
     """The engine's output side for Teams (see the module docstring)."""
 
@@ -115,9 +129,11 @@ class TeamsSurface:
         adapter: ChannelServiceAdapter,
         store: ConversationStore,
         typing_interval: float = TYPING_INTERVAL_SECONDS,
+        observer: Observer | None = None,
     ) -> None:
         self._adapter = adapter
         self._store = store
+        self._observer: Observer = observer or NullObserver()
         self._typing_interval = typing_interval
         self._live: dict[str, LiveTurn] = {}
 
@@ -146,8 +162,13 @@ class TeamsSurface:
                 failure.append(exc)
 
         claims = Conversation.identity_from_claims(conversation.claims)
-        await self._adapter.continue_conversation_with_claims(claims, continuation, callback)
+        try:
+            await self._adapter.continue_conversation_with_claims(claims, continuation, callback)
+        except Exception as exc:
+            self._observer.platform_api_error(PLATFORM, api_error_kind(exc))
+            raise
         if failure:
+            self._observer.platform_api_error(PLATFORM, api_error_kind(failure[0]))
             raise failure[0]
         return outcome[0]
 

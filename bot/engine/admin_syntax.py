@@ -92,10 +92,11 @@ class DurationError(ValueError):
     """A duration that is not one, or is outside 1 second … 90 days; ``str()`` is one sentence."""
 
 
-def duration_seconds(text: str) -> int:
-    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most 90 days.
+def duration_seconds(text: str, *, maximum: int = MAX_TTL_SECONDS, what: str = "A ttl") -> int:
+    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most ``maximum`` (90 days).
 
-    The one parser of approval TTLs: the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL``.
+    The one parser of durations: approval TTLs (the ``ttl`` command, ``COUNTERSIGN_DEFAULT_TTL``) and, with
+    their own ``maximum`` and ``what``, retention periods.
 
     >>> duration_seconds("4h"), duration_seconds("90")
     (14400, 90)
@@ -106,9 +107,10 @@ def duration_seconds(text: str) -> int:
         raise DurationError(f"'{shown}' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)")
     sign, digits, unit = match.group(1)[:1], match.group(1).lstrip("+-"), match.group(2)
     if sign == "-" or not digits.strip("0"):
-        raise DurationError(f"A ttl must be longer than zero, not '{shown}'")
-    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > MAX_TTL_SECONDS:
-        raise DurationError(f"A ttl can be at most {format_duration(MAX_TTL_SECONDS)} (90 days), not '{shown}'")
+        raise DurationError(f"{what} must be longer than zero, not '{shown}'")
+    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > maximum:
+        days = f" ({maximum // 86400} days)" if maximum % 86400 == 0 else ""
+        raise DurationError(f"{what} can be at most {format_duration(maximum)}{days}, not '{shown}'")
     return int(digits) * _UNIT_SECONDS[unit]
 
 

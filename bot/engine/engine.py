@@ -53,6 +53,7 @@ from bot.engine.errors import (
     UnknownAction,
     refused_while_storage_fails,
 )
+from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
 from bot.engine.listening import Listening, pending_note
@@ -86,6 +87,8 @@ from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
+from bot.logs import log_context
+from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
 
@@ -116,6 +119,7 @@ class Engine:
         generator: Any,
         tools: Sequence[Tool],
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -127,13 +131,19 @@ class Engine:
         policy = PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)
         self._live: dict[str, LiveAnswer] = {}
         """The live answer of every run this process works on now (streaming, and the Stop control)."""
+        # Each engine counts into a registry of its own (served by GET /metrics), never the global one.
+        self.observer: Observer = observer if observer is not None else PrometheusObserver()
+        if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
+            generator = generator.inner
         self.agent = Agent(
-            generator,
+            ObservedChatGenerator(generator, self.observer),
             tools=list(tools),
             system_prompt=config.system_prompt,
             max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
+            tool_invoker_kwargs={"ledger": StorageExecutionLedger(
+                storage, lambda run: self.lifecycle.fence(run), observer=self.observer
+            )},
             chat_message_store=storage.messages,
             memory_store=storage.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
@@ -164,6 +174,7 @@ class Engine:
         generator: Any = None,
         tools: Sequence[Tool] | None = None,
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> Engine:
         """Open storage (PostgreSQL at ``config.database_url``, else SQLite at ``config.db_path``), build the engine.
 
@@ -183,6 +194,7 @@ class Engine:
             generator=chosen_generator,
             tools=chosen_tools,
             clock=clock,
+            observer=observer,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -328,6 +340,18 @@ class Engine:
 
         ``decided_calls``: the calls people decided on (a resume), shown by their approval, not as tool steps.
         """
+        with log_context(run_id=run_id, thread_key=thread.key, surface=thread.platform):
+            await self._run_agent(run_id, thread, requester, invoke, message_id, decided_calls)
+
+    async def _run_agent(
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        invoke: Invoke,
+        message_id: str | None,
+        decided_calls: frozenset[str],
+    ) -> None:
         surface = self._surface(thread.platform)
         context = {
             "platform": thread.platform,
@@ -402,9 +426,12 @@ class Engine:
         if not text:
             if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
                 await self._record_end(run_id, "finished", result)
+                self.observer.run_ended("finished")
             return
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
             await self._record_end(run_id, "finished", result)
+            self.observer.run_ended("finished")
+            logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
@@ -430,6 +457,7 @@ class Engine:
         ) and fence is not None:
             self.lifecycle.dropped(run_id)  # taken over: the new owner tells the thread what happened
             return
+        self.observer.run_ended("failed")
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await self._close_dangling(thread, "not run: the run failed")
         sentence = _failure_sentence(exc)
@@ -451,6 +479,7 @@ class Engine:
                 self.lifecycle.dropped(run_id)
             return
         await self._record_end(run_id, "stopped", result, actor=actor)
+        self.observer.run_ended("stopped")
         await self.lifecycle.deliveries.say(
             thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
             via=live.deliver if live else None,
@@ -570,6 +599,8 @@ class Engine:
         await self.storage.audit.append(
             requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
         )
+        logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
+                                                      "tools": ",".join(sorted({r.tool_name for r in records}))})
         surface = self._surface(thread.platform)
         if surface is None:
             return
@@ -653,6 +684,11 @@ class Engine:
         Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
         record = await self._record(request.approval_id)
+        with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
+                         surface=record.platform):
+            return await self._decide(record, request, render_later)
+
+    async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -694,6 +730,7 @@ class Engine:
             failpoints.failpoint("after_decide")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
+            self.observer.decision(_action_label(request.action), type(refusal).__name__)
             await self._audit_refusal(request.actor, record, request.action, refusal, request.place)
             if refusal is refused:
                 raise
@@ -712,6 +749,10 @@ class Engine:
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
     ) -> DecisionResult:
         """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
+        self.observer.decision(
+            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
+        )
+        logger.info("decision recorded", extra={"action": action})
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],
@@ -839,6 +880,7 @@ class Engine:
             raise ApprovalExpired()
         if count >= record.quorum:
             return None
+        self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
             request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
         )
@@ -934,6 +976,7 @@ class Engine:
         """A newer message is to run while ``run`` is paused: close its approvals and its dangling calls."""
         if not await self.storage.runs.transition(run.run_id, "paused", "finished", error=SUPERSEDED_RESULT):
             return
+        self.observer.run_ended("superseded")
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
@@ -976,6 +1019,8 @@ class Engine:
                 entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
                            for r in records]
                 await self.storage.audit.append_many(entries, now=now)
+                for _record in records:
+                    self.observer.decision("expire", "expired")
                 claimed += records
             if len(records) < batch:
                 return claimed
@@ -1115,6 +1160,11 @@ class Engine:
                     continue
         admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
         return offered(views, admin), may
+
+
+def _action_label(action: Any) -> str:
+    """A decision's action as a metric label: one of the known actions, else ``unknown`` (clicks are untrusted)."""
+    return action if action in ACTIONS else "unknown"
 
 
 def _answer_text(result: dict[str, Any]) -> str:

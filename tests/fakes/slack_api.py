@@ -166,6 +166,11 @@ class FakeSlackAPI:
             await asyncio.wait_for(self._changed.wait_for(lambda: bool(self._sockets)), seconds)
         await self._sockets[-1].send_json(envelope)
 
+    async def drop_sockets(self) -> None:
+        """Close every Socket Mode connection from Slack's side (as Slack does on a deploy or a network fault)."""
+        for socket in list(self._sockets):
+            await socket.close()
+
     # ------------------------------------------------------------------ serving
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
