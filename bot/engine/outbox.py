@@ -14,7 +14,7 @@ A :class:`~bot.engine.model.Note` (a notice that names people) is stored as JSON
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,9 @@ RETRY_AFTER_SECONDS = 30.0
 MAX_RETRY_SECONDS = 900.0
 NOTE_KEY_PREFIX = "note:"
 """Outbox keys of messages stored as :class:`Note` JSON (only the engine chooses keys)."""
+
+Via = Callable[[str], Awaitable[bool]]
+"""Shows a message's text some other way (a stream being finished); ``False`` when it could not."""
 
 
 def address_of(thread: ThreadRef) -> ThreadAddress:
@@ -88,16 +91,29 @@ class Deliveries:
             )
         )
 
-    async def post(self, thread: ThreadRef, text: str | Note, key: str) -> bool:
-        """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed."""
+    async def post(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
+        """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed.
+
+        ``via``: another way to show the text first (finishing a streamed message); when it returns
+        ``False`` the text is posted as usual. A :class:`Note` is always posted.
+        """
+        if via is not None and isinstance(text, str):
+            try:
+                shown = await via(text)
+            except Exception:  # the usual post below still delivers it
+                logger.warning("could not show a message through its stream", extra={"key": key}, exc_info=True)
+                shown = False
+            if shown:
+                await self.storage.outbox.delivered(key, now=self.clock())
+                return True
         key, stored = _stored(key, text)
         return await self._deliver(key, thread, stored, attempts=0)
 
-    async def say(self, thread: ThreadRef, text: str | Note, key: str) -> bool:
+    async def say(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
         """:meth:`owe` then :meth:`post`: the usual way to tell a thread something."""
         if not await self.owe(thread, text, key):
             return False  # owed already (a retry, a recovery): whoever holds it, or the sweep, posts it
-        return await self.post(thread, text, key)
+        return await self.post(thread, text, key, via)
 
     async def deliver_due(self, limit: int = 100) -> int:
         """Post undelivered messages for the platforms this process serves; returns how many were posted."""
