@@ -393,6 +393,11 @@ def _audit_chain(db: Database) -> None:
     )
 
 
+def _approval_reminders(db: Database) -> None:
+    """Version 11: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned)."""
+    db["approvals"].add_column("reminded_at", float)
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -404,6 +409,7 @@ MIGRATIONS: list[Migration] = [
     _memories,
     _run_token_usage,
     _audit_chain,
+    _approval_reminders,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -753,17 +753,17 @@ class Engine:
             action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
         )
         logger.info("decision recorded", extra={"action": action})
+        details = {
+            "tool": record.tool_name,
+            "run_id": record.run_id,
+            "kind": record.kind,
+            "feedback": request.feedback,
+            "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
+        }
+        if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
+            details["edited"] = action == MODIFY
         await self.storage.audit.append(
-            request.actor,
-            STATUS_OF_ACTION[action],
-            record.approval_id,
-            {
-                "tool": record.tool_name,
-                "run_id": record.run_id,
-                "feedback": request.feedback,
-                "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
-            },
-            now=self.clock(),
+            request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
         )
         if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
             thread = await self._thread_of(record)
@@ -882,7 +882,8 @@ class Engine:
             return None
         self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
-            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
+            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "kind": record.kind, "votes": count},
+            now=self.clock(),
         )
         views = await self._update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
@@ -1016,8 +1017,8 @@ class Engine:
         while True:
             records = await self.storage.approvals.expire_due(now=now, limit=batch)
             if records:
-                entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
-                           for r in records]
+                entries = [("countersign", "expired", r.approval_id,
+                            {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind}) for r in records]
                 await self.storage.audit.append_many(entries, now=now)
                 for _record in records:
                     self.observer.decision("expire", "expired")
