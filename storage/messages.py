@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from bot.messages import ChatMessage, ChatRole
+from bot.messages import ChatMessage, ChatRole, message_data, message_from_data
 from storage.codec import dumps, loads
 from storage.connection import connector_for
 from storage.errors import CorruptRecord, FencedOut
@@ -68,7 +68,7 @@ class SQLiteChatMessageStore:
         0
         """
         rows = [
-            (message.id, message.role.value, dumps(message.to_dict()))
+            (message.id, message.role.value, dumps(message_data(message)))
             for message in messages
             if not (self.skip_system_messages and message.is_from(ChatRole.SYSTEM))
         ]
@@ -139,7 +139,7 @@ class SQLiteChatMessageStore:
     def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
         record_id = f"{chat_history_id}/{message_id}"
         try:
-            return ChatMessage.from_dict(loads(data, kind="message", record_id=record_id))
+            return message_from_data(loads(data, kind="message", record_id=record_id))
         except CorruptRecord:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

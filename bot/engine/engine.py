@@ -17,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot import failpoints
-from bot.agent import Agent, AgentSnapshot, SnapshotError
+from bot.agent import Agent, SnapshotError
+from bot.agent.snapshot import snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.admin_commands import AdminCommands
@@ -658,7 +659,7 @@ class Engine:
 
     async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run_id))
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
@@ -684,7 +685,7 @@ class Engine:
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
             step_messages = [snapshot.step_message]
             await self.storage.messages.write_messages(
                 thread.key, step_messages + closing_results(step_messages, SUPERSEDED_RESULT)
