@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from bot import jsonio
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage, ToolCall, message_data, message_from_data, new_id
 
@@ -105,7 +105,7 @@ class AgentSnapshot:
         try:
             # Messages without to_dict()'s defensive deep copies: the encoder only reads them. Resuming
             # crosses this path on every approval, and deep copies were most of its cost.
-            return json.dumps(snapshot_data(self), ensure_ascii=False)
+            return jsonio.dumps(snapshot_data(self))
         except TypeError as exc:
             raise SnapshotError(f"Snapshot of run {self.run_id} is not JSON-serialisable: {exc}") from exc
 
@@ -113,15 +113,18 @@ class AgentSnapshot:
     def from_json(cls, text: str) -> AgentSnapshot:
         """Inverse of :meth:`to_json`."""
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = jsonio.loads(text)
+        except ValueError as exc:
             raise SnapshotError(f"Snapshot is not valid JSON: {exc}") from exc
-        # json.loads built fresh objects, so from_dict()'s deep copy of every message's meta is skipped.
+        # The parser built fresh objects, so from_dict()'s deep copy of every message's meta is skipped.
         return cls._from_data(data, message_from_data)
 
 
 def snapshot_data(snapshot: AgentSnapshot) -> dict[str, Any]:
-    """``snapshot.to_dict()`` sharing the snapshot's objects: for a writer that encodes it at once."""
+    """``snapshot.to_dict()`` sharing the snapshot's objects: for a writer that encodes it at once.
+
+    The engine hands this to storage on every pause, which encodes it once (no JSON text to re-parse).
+    """
     return snapshot._data([message_data(m) for m in snapshot.messages])
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
-from bot.agent.snapshot import snapshot_from_data
+from bot.agent.snapshot import snapshot_data, snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.admin_commands import AdminCommands
@@ -361,7 +361,7 @@ class Engine:
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=snapshot.to_json(), step=step
+            run_id, "running", "paused", fence=fence, snapshot_json=snapshot_data(snapshot), step=step
         )
         if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
