@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from bot.agent import Agent, AgentSnapshot, SnapshotError, get_tool_calls_and_de
 from bot.agent.snapshot import SNAPSHOT_SCHEMA_VERSION, snapshot_data, snapshot_from_data
 from bot.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
 from bot.llm import ScriptedChatGenerator
-from bot.messages import ChatMessage, ChatRole
+from bot.llm.scripted import _light_copy
+from bot.messages import ChatMessage, ChatRole, ToolCall, message_data, message_from_data
 from tests.fakes.agent_kit import ToolBox, asks, call
 
 
@@ -161,3 +163,14 @@ def test_a_message_with_an_unknown_role_is_refused_on_the_fast_path_too() -> Non
         snapshot_from_data(data)
     with pytest.raises(SnapshotError, match="robot"):
         AgentSnapshot.from_json(json.dumps(data))
+
+
+def test_the_fast_message_paths_fill_every_field_of_a_chat_message() -> None:
+    # message_from_data and the scripted generator's light copies set fields one by one (speed): a field
+    # added to ChatMessage must be added there too, or messages built on those paths would lack it.
+    message = ChatMessage.from_tool("ok", origin=ToolCall("delete", {"target": "a.log"}, id="c1"), meta={"k": 1})
+    every_field = {f.name for f in fields(ChatMessage)}
+
+    assert set(vars(message_from_data(json.loads(jsonio.dumps(message_data(message)))))) == every_field
+    assert set(vars(_light_copy(message))) == every_field
+    assert set(message_data(message)) == set(message.to_dict()) == every_field
