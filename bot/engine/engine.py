@@ -379,7 +379,7 @@ class Engine:
             return
         # Recorded before the message exists: a click can land while it is being posted.
         await self.note_shown(thread.place, [r.approval_id for r in records])
-        views = await self._views(records)
+        views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
@@ -795,11 +795,11 @@ class Engine:
         run = await self.storage.runs.get(record.run_id)
         return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
 
-    async def _views(self, records: list[Any]) -> list[ApprovalView]:
-        """Views of approvals of one step (one run, so its thread is read once)."""
+    async def _views(self, records: list[Any], thread: ThreadRef | None = None) -> list[ApprovalView]:
+        """Views of approvals of one step (one run, so its thread is read once, unless the caller knows it)."""
         if not records:
             return []
-        thread = await self._thread_of(records[0])
+        thread = thread or await self._thread_of(records[0])
         return [await self._view(r, thread) for r in records]
 
     async def _view(self, record: Any, thread: ThreadRef | None = None) -> ApprovalView:
