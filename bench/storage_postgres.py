@@ -93,16 +93,19 @@ async def time_last_k(storage: PostgresStorage, n_threads: int, samples: int) ->
     return timings
 
 
-async def pending_approvals(storage: PostgresStorage, run_id: str, n: int) -> list[str]:
+async def pending_approvals(storage: PostgresStorage, run_id: str, n: int, thread: int) -> list[str]:
+    """``n`` pending approvals of a paused run in ``thread`` (its own: a thread has one active run at most)."""
     now = datetime.now(UTC)
-    await storage.runs.create(run_id, chat_history_id=thread_id(0), platform="slack", workspace="T0001",
-                              channel="C0000", thread="1700000000.000000", requester="U01", status="paused")
+    address = thread_id(thread)
+    await storage.runs.create(run_id, chat_history_id=address, platform="slack", workspace="T0001",
+                              channel=address.split(":")[2], thread=address.rsplit(":", 1)[1], requester="U01",
+                              status="paused")
     ids: list[str] = []
     for start in range(0, n, 100):
         records = [
             NewApproval(run_id=run_id, step=i, tool_call_id=f"{run_id}_call_{i}", tool_name="delete_file",
                         arguments={"path": f"/srv/app/{i}.txt"}, requester="U01", platform="slack",
-                        chat_history_id=thread_id(0), expires_at=now + timedelta(hours=1),
+                        chat_history_id=address, expires_at=now + timedelta(hours=1),
                         approvers=["U02", "U03"])
             for i in range(start, min(start + 100, n))
         ]
@@ -112,7 +115,7 @@ async def pending_approvals(storage: PostgresStorage, run_id: str, n: int) -> li
 
 async def time_decide(storage: PostgresStorage, n: int) -> list[float]:
     timings = []
-    for approval_id in await pending_approvals(storage, "bench-run", n):
+    for approval_id in await pending_approvals(storage, "bench-run", n, thread=0):
         started = time.perf_counter()
         won = await storage.approvals.decide(approval_id, status="approved", decided_by="U02")
         timings.append(time.perf_counter() - started)
@@ -123,7 +126,7 @@ async def time_decide(storage: PostgresStorage, n: int) -> list[float]:
 async def time_contended_decide(storage: PostgresStorage, n: int) -> list[float]:
     """Per approval: the time until all ``CONTENDERS`` concurrent clicks are answered (one winner)."""
     timings = []
-    for approval_id in await pending_approvals(storage, "bench-run-contended", n):
+    for approval_id in await pending_approvals(storage, "bench-run-contended", n, thread=1):
         started = time.perf_counter()
         won = await asyncio.gather(
             *(storage.approvals.decide(approval_id, status="approved", decided_by=f"U{i}") for i in range(CONTENDERS))

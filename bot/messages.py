@@ -2,7 +2,8 @@
 
 The vocabulary follows Haystack's dataclasses (``ChatRole``, ``ToolCall``, ``ToolCallResult``,
 ``ChatMessage``) so that its users feel at home. Every message receives a stable id in
-``meta["id"]`` at creation; stores use it to make writes idempotent.
+``meta["id"]`` at creation; stores use it to make writes idempotent. Equality ignores that id, as in
+Haystack, so transcripts compare with ``==``.
 """
 
 from __future__ import annotations
@@ -72,11 +73,13 @@ class ToolCallResult:
         return cls(result=data["result"], origin=ToolCall.from_dict(data["origin"]), error=bool(data["error"]))
 
 
-@dataclass
+@dataclass(eq=False)
 class ChatMessage:
     """One message of a conversation.
 
-    Build messages with the ``from_*`` constructors; they assign ``meta["id"]``.
+    Build messages with the ``from_*`` constructors; they assign ``meta["id"]``. Two messages are
+    equal when everything but that id is: ``ChatMessage.from_user("x") == ChatMessage.from_user("x")``.
+    Messages are mutable, so (like Haystack's) they are not hashable; code that needs identity uses the id.
     """
 
     role: ChatRole
@@ -90,6 +93,19 @@ class ChatMessage:
             self.role = ChatRole(self.role)
         if "id" not in self.meta:  # not setdefault: it would draw a uuid4 for every copy too
             self.meta["id"] = new_id()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChatMessage):
+            return NotImplemented
+        return (
+            self.role == other.role
+            and self.text == other.text
+            and self.tool_calls == other.tool_calls
+            and self.tool_call_result == other.tool_call_result
+            and _without_id(self.meta) == _without_id(other.meta)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, and equal messages may differ in id
 
     def __copy__(self) -> ChatMessage:
         # copy.copy's generic __reduce_ex__ path costs ~2.5 µs a message; recording long histories adds up.
@@ -221,3 +237,7 @@ def _call_from_data(data: dict[str, Any]) -> ToolCall:
     if not isinstance(arguments, dict):
         raise TypeError(f"tool call arguments must be an object, not {type(arguments).__name__}")
     return ToolCall(data["tool_name"], arguments, data.get("id"))
+
+
+def _without_id(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k != "id"} if "id" in meta else meta

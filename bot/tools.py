@@ -71,7 +71,9 @@ class Tool:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", self.name):
-            raise ValueError(f"Tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'.")
+            raise ValueError(
+                f"Tool name {self.name!r} must be 1-64 letters, digits, '_' or '-' (^[A-Za-z0-9_-]{{1,64}}$)."
+            )
         jsonschema.Draft202012Validator.check_schema(self.parameters)
         self._validator = jsonschema.Draft202012Validator(self.parameters)
         self._adapters = typed_parameter_adapters(self.function, set(self.parameters.get("properties") or {}))

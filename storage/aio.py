@@ -17,6 +17,7 @@ from storage.connection import ThreadLocalConnector
 from storage.database import Storage
 from storage.group_commit import GroupCommitWriter
 from storage.readers import ReadWorkers
+from storage.wakeups import LocalWakeups
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
@@ -132,6 +133,8 @@ class AsyncStorage:
         self.readers = ReadWorkers() if own_file else None
         for name in STORE_NAMES:
             setattr(self, name, AsyncStore(getattr(storage, name), self.executor, self.writer, self.readers))
+        self.wakeups = LocalWakeups()
+        """Wake-ups within this process only (see :mod:`storage.wakeups`)."""
 
     async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run any blocking storage call (e.g. a few statements together) on the executor.

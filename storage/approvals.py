@@ -16,6 +16,7 @@ from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
 from storage.connection import Connector
 from storage.errors import AlreadyExists, NotFound
 from storage.protocols import (
+    APPROVAL_KINDS,
     CLOSING_STATUSES,
     DECISION_STATUSES,
     POLICY_MODES,
@@ -32,7 +33,7 @@ SYSTEM_ACTOR = "countersign"
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
-    "decided_at, feedback, final_arguments_json, created_at, expires_at"
+    "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result"
 )
 
 
@@ -65,6 +66,9 @@ def _record(row: Any) -> ApprovalRecord:
         final_arguments=parse(row[19]),
         created_at=to_datetime(row[20]),
         expires_at=to_datetime(row[21]),
+        kind=row[22],
+        result=row[23],
+        final_result=row[24],
     )
 
 
@@ -75,6 +79,10 @@ def _row_values(new: NewApproval, now: float) -> list[Any]:
         raise ValueError(f"args_digest of tool call {new.tool_call_id!r} does not match its arguments")
     if new.mode not in POLICY_MODES:
         raise ValueError(f"unknown policy mode {new.mode!r}; expected one of {POLICY_MODES}")
+    if new.kind not in APPROVAL_KINDS:
+        raise ValueError(f"unknown approval kind {new.kind!r}; expected one of {APPROVAL_KINDS}")
+    if (new.kind == "review") != (new.result is not None):
+        raise ValueError("a review (and only a review) carries the result it holds back")
     if isinstance(new.quorum, bool) or not isinstance(new.quorum, int) or new.quorum < 1:
         raise ValueError(f"quorum must be a positive integer, not {new.quorum!r}")
     if isinstance(new.approvers, str):
@@ -100,13 +108,15 @@ def _row_values(new: NewApproval, now: float) -> list[Any]:
         new.chat_history_id,
         created,
         expires,
+        new.kind,
+        new.result,
     ]
 
 
 _INSERT = (
     "INSERT INTO approvals (approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, "
     "requester, mode, approvers_json, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, "
-    "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')"
+    "kind, result, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')"
 )
 
 
@@ -241,8 +251,11 @@ class SQLiteApprovalStore:
         feedback: str | None = None,
         final_arguments: dict[str, Any] | None = None,
         now: Instant = None,
+        final_result: str | None = None,
     ) -> bool:
         """Claim the approval for one decision; ``True`` for exactly one caller, never after expiry.
+
+        ``final_result`` is a review's edited result (status ``modified``).
 
         ``status`` is approved, rejected or modified. One conditional ``UPDATE ... WHERE status =
         'pending' AND expires_at > now``: any number of concurrent callers, one winner.
@@ -259,8 +272,9 @@ class SQLiteApprovalStore:
         with self.connector.writing() as db:
             changed = db.execute(
                 "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, feedback = ?, "
-                "final_arguments_json = ? WHERE approval_id = ? AND status = 'pending' AND expires_at > ?",
-                [status, decided_by, at, feedback, final, approval_id, at],
+                "final_arguments_json = ?, final_result = ? "
+                "WHERE approval_id = ? AND status = 'pending' AND expires_at > ?",
+                [status, decided_by, at, feedback, final, final_result, approval_id, at],
             ).rowcount
             if not changed:
                 self._exists(db, approval_id)

@@ -261,7 +261,39 @@ def _run_lifecycle(db: Database) -> None:
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
 
 
-MIGRATIONS: list[Migration] = [_initial_schema, _votes_and_message_refs, _approval_places, _run_lifecycle]
+def _approval_reviews(db: Database) -> None:
+    """Version 5: reviews after acting: an approval's kind, the result it holds back, and an edited result."""
+    db["approvals"].add_column("kind", str, not_null_default="approval")
+    db["approvals"].add_column("result", str)
+    db["approvals"].add_column("final_result", str)
+
+
+CLOSED_RUN_APPROVALS_REASON = "closed at upgrade: its run had ended"
+"""The feedback of the approvals :func:`_close_approvals_of_ended_runs` closes (both backends)."""
+
+
+def _close_approvals_of_ended_runs(db: Database) -> None:
+    """Version 6: approvals still pending on a run that ended are cancelled, as the engine does when it closes a run.
+
+    Version 4 closed the older of two active runs in one thread but left that run's approvals pending:
+    their buttons could still be clicked, the approval listed as waiting, though nothing could ever resume.
+    """
+    db.execute(
+        "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = ?, feedback = ? "
+        "WHERE status = 'pending' AND run_id IN (SELECT run_id FROM runs WHERE status IN ('finished', 'failed', "
+        "'expired'))",
+        [time.time(), CLOSED_RUN_APPROVALS_REASON],
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    _initial_schema,
+    _votes_and_message_refs,
+    _approval_places,
+    _run_lifecycle,
+    _approval_reviews,
+    _close_approvals_of_ended_runs,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -32,7 +32,9 @@ DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
 VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
 
-POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny")
+POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny", "review", "always+review")
+APPROVAL_KINDS: tuple[str, ...] = ("approval", "review")
+"""An ``approval`` decides a call before it runs; a ``review`` decides what the model sees of its result."""
 RULE_FIELDS: tuple[str, ...] = ("mode", "approvers", "quorum", "four_eyes", "ttl_seconds")
 
 
@@ -121,6 +123,9 @@ class NewApproval:
     approval_id: str | None = None
     args_digest: str | None = None
     created_at: datetime | None = None
+    kind: str = "approval"
+    result: str | None = None
+    """For a review: the full result of the call that ran (shown masked and truncated)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,11 @@ class ApprovalRecord:
     final_arguments: dict[str, Any] | None
     created_at: datetime
     expires_at: datetime
+    kind: str = "approval"
+    result: str | None = None
+    """For a review: the full result held back from the model."""
+    final_result: str | None = None
+    """For a review decided ``modified``: the edited result the model sees."""
 
     @property
     def is_pending(self) -> bool:
@@ -354,6 +364,7 @@ class ApprovalStore(Protocol):
         feedback: str | None = None,
         final_arguments: dict[str, Any] | None = None,
         now: Instant = None,
+        final_result: str | None = None,
     ) -> bool: ...
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...
@@ -587,4 +598,43 @@ class Outbox(Protocol):
 
     def undelivered(self, chat_history_id: str | None = None) -> list[OutboxMessage]:
         """Every message not yet delivered (of one thread, if given), oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """A signal that a thread has waiting messages for a process to start, or that everything needs a look.
+
+    ``address`` ``None``: wake-ups may have been missed (the listener reconnected) or runs were handed over
+    (a process stopped): the receiver checks every thread, as its sweep would. ``owner``: only the process
+    with that instance id is meant to act (the owner of the thread's active run); ``None``: any process.
+    """
+
+    address: ThreadAddress | None = None
+    owner: str | None = None
+
+
+class InboxWakeups(Protocol):
+    """Wake-ups between processes sharing a database, so a waiting message does not wait for a sweep.
+
+    Natively async on both backends (it is a subscription, not a store). PostgreSQL sends them with
+    ``NOTIFY`` and receives them on a dedicated ``LISTEN`` connection; SQLite (one host) delivers them
+    within the process only. The inbox's ``enqueue`` wakes the owner of the thread's running run by
+    itself. A lost wake-up is never a lost message: the periodic sweep finds every waiting message.
+    """
+
+    async def listen(self) -> None:
+        """Start receiving wake-ups (idempotent); returns once they are received, or raises ``StorageError``."""
+        ...
+
+    async def wake(self, address: ThreadAddress | None = None) -> None:
+        """Ask every listening process to start the thread's waiting messages (``None``: to look at everything)."""
+        ...
+
+    async def next(self) -> Wakeup:
+        """Wait for the next wake-up."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop receiving; a pending :meth:`next` is cancelled."""
         ...

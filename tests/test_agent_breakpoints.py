@@ -21,6 +21,7 @@ from bot.hitl import (
 from bot.hitl.dataclasses import ConfirmationUIResult
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ChatRole
+from bot.tools import tool
 from tests.fakes.agent_kit import ToolBox, approve, asks, blocking, call, dangling_free, reject, says
 
 USER = ChatMessage.from_user("clean up the server")
@@ -231,9 +232,14 @@ async def test_a_snapshot_taken_with_another_tool_set_is_refused() -> None:
     box = ToolBox()
     agent, _ = three_call_agent(box, says("done"))
     pause = await pause_of(agent)
+
+    def restart(target: str, force: bool) -> str:
+        """Restart a target, now with a required ``force`` the paused call does not have."""
+        return target
+
     changed = Agent(
         ScriptedChatGenerator([says("done")]),
-        tools=[box.make("delete"), box.make("restart"), box.make("lookup"), box.make("reboot")],
+        tools=[box.make("delete"), tool(restart), box.make("lookup")],
     )
 
     with pytest.raises(SnapshotError, match="different tool set"):

@@ -206,12 +206,12 @@ async def test_the_run_stops_at_max_agent_steps_with_a_logged_warning(caplog: py
     assert box.names() == ["poll"] * 3
     assert gen.remaining == 2
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("max_agent_steps" in r.getMessage() for r in warnings)
+    assert any("Agent reached maximum agent steps of 3, stopping." in r.getMessage() for r in warnings)
 
 
-def test_max_agent_steps_below_one_is_refused() -> None:
+def test_negative_max_agent_steps_are_refused() -> None:
     with pytest.raises(ValueError, match="max_agent_steps"):
-        Agent(ScriptedChatGenerator([]), max_agent_steps=0)
+        Agent(ScriptedChatGenerator([]), max_agent_steps=-1)
 
 
 def test_an_exit_condition_naming_an_unknown_tool_is_refused() -> None:

@@ -119,8 +119,8 @@ class Keys:
 
 
 def test_the_console_ui_re_asks_a_field_until_it_is_a_date(capsys):
-    # m; change and owner kept (Enter); on: a bad value, then a good one; no feedback
-    keys = Keys(["m", "", "", "not-a-date", "2026-12-01", ""])
+    # m; change and owner kept (Enter); on: a bad value, then a good one; the dialog ends there
+    keys = Keys(["m", "", "", "not-a-date", "2026-12-01"])
     ui = SimpleConsoleUI(input_func=keys, tools=[schedule_change])
 
     answer = ui.get_user_confirmation("schedule_change", "Schedule a change.", SCHEDULED)
@@ -134,7 +134,7 @@ def test_the_console_ui_re_asks_a_field_until_it_is_a_date(capsys):
 def test_the_console_ui_reads_a_model_field_as_json_and_refuses_a_bad_inner_date(capsys):
     bad = '{"title": "Rollback", "window": {"start": "soon"}}'
     good = '{"title": "Rollback", "window": {"start": "2026-12-02T01:00:00Z"}}'
-    keys = Keys(["m", bad, good, "", "", ""])
+    keys = Keys(["m", bad, good, "", ""])
     ui = SimpleConsoleUI(input_func=keys, tools=[schedule_change])
 
     answer = ui.get_user_confirmation("schedule_change", "Schedule a change.", SCHEDULED)

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from bot.engine.model import DecisionRequest
+from bot.engine.model import AdminRequest, DecisionRequest
 from bot.llm import ScriptedChatGenerator
 from bot.tools import tool
 from storage.postgres import PostgresStorage
@@ -150,3 +150,110 @@ async def test_messages_to_a_thread_whose_run_is_active_on_another_replica_are_q
     assert dangling_calls(history) == []
     assert await first.engine.storage.inbox.waiting(first.thread().key) == []
     assert [r.status for r in await first.engine.storage.runs.list_by_status("running", "paused", "resuming")] == []
+
+
+async def test_a_review_on_another_replica_releases_the_edited_result_and_the_tool_ran_once(harnesses, postgres_url):
+    replies = [asks_for("delete_file", path="a.txt"), echoes_results]
+    first = await harnesses.open(database_url=postgres_url, replies=replies)
+    await first.engine.admin(AdminRequest("slack", "T1", "C1", ADMIN, "policy set delete_file review"))
+    [review] = await first.paused_approvals("delete a.txt")
+    assert (review.kind, review.result) == ("review", "deleted a.txt")
+    second = await harnesses.reopen(first)
+
+    await second.engine.decide(
+        DecisionRequest(review.approval_id, REQUESTER, "modify", edited_result="gone", place=review.thread.place)
+    )
+    await second.engine.wait_idle()
+
+    assert first.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert tool_results(await second.history()) == [("delete_file", "gone", False)]
+    stored = await second.engine.get_approval(review.approval_id)
+    assert (stored.status, stored.result, stored.final_result) == ("modified", "deleted a.txt", "gone")
+
+
+# --- wake-ups: the engines here never sweep, so only a NOTIFY can get a waiting message started ---------
+
+
+async def test_a_message_reaching_a_stopping_replica_is_answered_at_once_by_another_woken_by_notify(
+    harnesses, postgres_url
+):
+    first = await harnesses.open(database_url=postgres_url, replies=[says("answered by the first replica")])
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("never used")]))
+    await second.engine.stop_taking_work(grace=0)  # draining for a deploy: the load balancer still routes to it
+
+    await bounded(second.engine.handle_message(second.inbound("are you there?")))
+
+    reply = await bounded(first.surface.next_reply())
+    assert reply.text == "answered by the first replica"
+    await first.engine.wait_idle()
+    assert second.generator.calls == []
+    assert await first.engine.storage.inbox.waiting(first.thread().key) == []
+
+
+async def test_messages_left_waiting_by_a_replica_that_stops_after_its_run_are_started_by_another_at_once(
+    harnesses, postgres_url
+):
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def migrate_db(target: str) -> str:
+        """Migrate the database (slow).
+
+        :param target: The target version.
+        """
+        started.set()
+        await release.wait()
+        return f"migrated to {target}"
+
+    first = await harnesses.open(
+        database_url=postgres_url, replies=[asks_for("migrate_db", target="v2"), echoes_results],
+        extra_tools=[migrate_db],
+    )
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("second answer")]))
+    running = asyncio.create_task(first.engine.handle_message(first.inbound("migrate to v2")))
+    await bounded(started.wait())
+    await bounded(second.engine.handle_message(second.inbound("and then?")))  # queued behind the first's run
+
+    stopping = asyncio.create_task(first.engine.stop_taking_work(grace=10))
+    release.set()  # the run finishes within the grace period; the first replica starts nothing new
+    await bounded(asyncio.gather(running, stopping))
+
+    reply = await bounded(second.surface.next_reply())
+    assert reply.text == "second answer"
+    await second.engine.wait_idle()
+    assert first.surface.replies_in(first.thread()) == ["results: migrated to v2"]
+    history = await second.history()
+    assert [(m.role.value, m.text) for m in history if m.text][-2:] == [("user", "and then?"),
+                                                                         ("assistant", "second answer")]
+
+
+async def test_a_run_released_past_the_grace_period_is_taken_over_at_once_by_a_replica_woken_by_notify(
+    harnesses, postgres_url
+):
+    started = asyncio.Event()
+
+    @tool(confirmation_default="never")
+    async def migrate_db(target: str) -> str:
+        """Migrate the database (slow).
+
+        :param target: The target version.
+        """
+        started.set()
+        await asyncio.Event().wait()  # still running when the grace period ends
+        return f"migrated to {target}"
+
+    first = await harnesses.open(
+        database_url=postgres_url, replies=[asks_for("migrate_db", target="v2")], extra_tools=[migrate_db],
+    )
+    second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("carried on elsewhere")]))
+    running = asyncio.create_task(first.engine.handle_message(first.inbound("migrate to v2")))
+    await bounded(started.wait())
+
+    await bounded(first.engine.stop_taking_work(grace=0.1))  # the run is cancelled and released, its lease expired
+    await asyncio.gather(running, return_exceptions=True)
+
+    notice = await bounded(second.surface.next_reply())
+    assert "outcome of migrate_db is unknown" in notice.text
+    assert (await bounded(second.surface.next_reply())).text == "carried on elsewhere"
+    await second.engine.wait_idle()
+    assert [r.status for r in await second.engine.storage.runs.list_by_status("running", "paused", "resuming")] == []

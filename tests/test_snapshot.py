@@ -140,7 +140,7 @@ def test_a_snapshot_written_by_the_standard_library_encoder_still_loads() -> Non
     # The parsed old text and the new encoding hold the same data (NaN aside, which never equals itself).
     old, new = json.loads(text), json.loads(restored.to_json())
     old["state"].pop("ratio"), new["state"].pop("ratio")
-    assert new == old
+    assert {key: new[key] for key in old} == old  # newer snapshots only add fields (with their defaults)
     assert AgentSnapshot.from_dict(json.loads(text)) == restored
 
 

@@ -10,7 +10,11 @@ from sqlite_utils import Database
 
 from bot.messages import ChatMessage
 from storage import LATEST_VERSION, ActiveRunExists, ThreadAddress, migrate, open_storage
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON, MIGRATIONS, _run_lifecycle
 from tests.fakes.storage_data import NOW, THREAD, create_run, new_approval
+
+RUN_LIFECYCLE_VERSION = MIGRATIONS.index(_run_lifecycle) + 1
+"""The schema version that made one active run per thread a database rule (the upgrade tested below)."""
 
 ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
 LEASE = timedelta(seconds=30)
@@ -162,12 +166,12 @@ def test_due_approvals_expire_in_batches_each_exactly_once_across_processes(tmp_
         assert storage.approvals.due_for_expiry(now=after) == []
 
 
-def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_ones(tmp_path):
+def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_ones_and_their_approvals(tmp_path):
     path = tmp_path / "c.db"
     db = Database(path)
-    migrate(db, target=LATEST_VERSION - 1)
+    migrate(db, target=RUN_LIFECYCLE_VERSION - 1)
     t = NOW.timestamp()
-    for n, status in enumerate(["running", "paused", "finished"], start=1):
+    for n, status in enumerate(["paused", "paused", "finished"], start=1):
         db["runs"].insert(
             {
                 "run_id": f"run-{n}",
@@ -183,10 +187,20 @@ def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_one
                 "updated_at": t + n,
             }
         )
+    # Each paused run waits on one approval (possible before one active run per thread was enforced).
+    for n in (1, 2):
+        db["approvals"].insert(_pending_approval_row(f"appr-{n}", f"run-{n}", t))
     db.close()
     with open_storage(path) as storage:
         assert storage.schema_version() == LATEST_VERSION
         assert [storage.runs.get(f"run-{n}").status for n in (1, 2, 3)] == ["failed", "paused", "finished"]
+        closed, kept = storage.approvals.get("appr-1"), storage.approvals.get("appr-2")
+        assert (closed.status, closed.decided_by, closed.feedback) == (
+            "cancelled", "countersign", CLOSED_RUN_APPROVALS_REASON
+        ), "the closed run's approval can no longer be clicked"
+        assert closed.decided_at is not None
+        assert kept.status == "pending", "the kept run still waits on its approval"
+        assert [a.approval_id for a in storage.approvals.pending()] == ["appr-2"]
         assert storage.runs.get("run-2").owner is None and storage.runs.get("run-2").recoveries == 0
         with pytest.raises(ActiveRunExists):
             create_run(storage, "run-4")
@@ -216,3 +230,13 @@ def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
     run = storage.runs.get("run-1")
     assert (run.status, run.owner) == ("finished", None)
     assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]
+
+
+
+def _pending_approval_row(approval_id: str, run_id: str, t: float) -> dict:
+    return {
+        "approval_id": approval_id, "run_id": run_id, "step": 1, "tool_call_id": "call_1", "tool_name": "delete_file",
+        "arguments_json": "{}", "args_digest": "d", "requester": "U_ANA", "mode": "always", "approvers_json": "[]",
+        "quorum": 1, "four_eyes": 0, "platform": "slack", "chat_history_id": THREAD, "status": "pending",
+        "created_at": t, "expires_at": t + 3600,
+    }

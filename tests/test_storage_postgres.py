@@ -10,6 +10,7 @@ import pytest
 
 from bot.messages import ChatMessage
 from storage import ActiveRunExists, AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 from storage.postgres import LATEST_VERSION, MIGRATIONS, PostgresStorage, migrate, open_postgres_storage
 from tests.fakes.postgres import schema_url
 from tests.fakes.storage_data import tool_exchange
@@ -200,6 +201,13 @@ async def test_an_upgrade_from_the_first_schema_keeps_pending_buttons_and_one_ac
         runs = [await storage.runs.get(f"run-{n}") for n in (1, 2, 3)]
         assert [r.status for r in runs] == ["failed", "running", "finished"], "the newest active run is kept"
         assert runs[0].error == "closed at upgrade: a newer run was active in the thread"
+        closed = await storage.approvals.get("appr-run-1")
+        assert (closed.status, closed.decided_by, closed.feedback) == (
+            "cancelled", "countersign", CLOSED_RUN_APPROVALS_REASON
+        ), "the closed run's approval can no longer be clicked"
+        assert closed.decided_at is not None
+        assert (await storage.approvals.get("appr-run-2")).status == "approved"
+        assert await storage.approvals.pending() == []
         assert (runs[1].owner, runs[1].lease_expires_at, runs[1].recoveries) == (None, None, 0)
         with pytest.raises(ActiveRunExists):
             await storage.runs.create("run-4", chat_history_id="slack:T1:C1:1.1", platform="slack", workspace="T1",

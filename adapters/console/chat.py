@@ -43,7 +43,7 @@ Commands:
   /quit                 leave (so do Ctrl-D and Ctrl-C); pending approvals wait for you:
                         continue with `countersign chat --thread NAME`
   /policy list          each tool's effective policy here
-  /policy set <tool|*> <always|never|once|deny>, /policy reset <tool>
+  /policy set <tool|*> <always|never|once|deny|review|always+review>, /policy reset <tool>
   /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
   /ttl <tool> <duration>
   /pending              approvals waiting for a decision

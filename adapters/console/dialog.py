@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from bot.engine.engine import Engine
 
 CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "m": MODIFY, "modify": MODIFY}
+REVIEW_CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "e": MODIFY, "edit": MODIFY}
 REASK = "Please answer y (run it), n (reject it) or m (modify its parameters); Enter alone does not approve."
+REVIEW_REASK = "Please answer y (release the result), n (reject it) or e (edit it); Enter alone does not approve."
 CURRENT_LIMIT = 200
 
 
@@ -63,7 +65,10 @@ class ApprovalDialog:
                     result = await self._engine.decide(request)
             except InvalidEdit as err:
                 self._say(str(err), "red")
-                request = await self._fix_edit(view, index, total, request, set(err.errors))
+                if view.is_review:
+                    request = await self._ask(view, index, total)
+                else:
+                    request = await self._fix_edit(view, index, total, request, set(err.errors))
                 continue
             except EngineError as err:
                 self._say(str(err), "red")
@@ -89,6 +94,8 @@ class ApprovalDialog:
 
     async def _ask(self, view: ApprovalView, index: int, total: int) -> DecisionRequest | None:
         label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
+        if view.is_review:
+            return await self._ask_review(view, label)
         while True:
             action = await self._ask_choice(label)
             if action == CONFIRM:
@@ -116,6 +123,28 @@ class ApprovalDialog:
                 actor_name=self._user,
                 place=self._place,
             )
+
+    async def _ask_review(self, view: ApprovalView, label: str) -> DecisionRequest:
+        """A result held for review: release it, reject it with feedback, or give the model other text."""
+        while True:
+            answer = await self._reader.read(
+                f"Release the result of {label} to the assistant? [y] approve · [n] reject · [e] edit result: "
+            )
+            action = REVIEW_CHOICES.get(answer.strip().lower())
+            if action is None:
+                self._say(REVIEW_REASK, "yellow")
+                continue
+            request = DecisionRequest(view.approval_id, self._user, action, actor_name=self._user, place=self._place)
+            if action == REJECT:
+                feedback = await self._ask_feedback("Why? Feedback for the assistant (optional, Enter to skip): ")
+                return replace(request, feedback=feedback)
+            if action == MODIFY:
+                text = (await self._reader.read("New result for the assistant: ")).strip()
+                if not text:  # Enter alone must not turn into a release
+                    self._say("Nothing was changed; choose again.", "yellow")
+                    continue
+                return replace(request, edited_result=text)
+            return request
 
     async def _ask_choice(self, label: str) -> str:
         while True:

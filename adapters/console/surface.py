@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
-from bot.engine.presentation import display_arguments, format_time, outcome_sentence, truncate
+from bot.engine.presentation import display_arguments, display_result, format_time, outcome_sentence, truncate
 from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
@@ -80,13 +80,18 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
         table.add_row(Text(inert(argument.name)), Text(inert(argument.text)).append(note, style="dim"))
     if not view.arguments:
         table.add_row("arguments", Text("(none)", style="dim"))
+    if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
+        result, cut = display_result(view, limit=VALUE_LIMIT * 4)
+        shown = Text(inert(result)).append(" (truncated)" if cut else "", style="dim")
+        table.add_row(Text("result", style="bold"), shown)
     table.add_row("requested by", Text(inert(view.requester)))
     table.add_row("policy", Text(inert(policy_text(view))))
     table.add_row("expires", Text(format_time(view.expires_at)))
     description, _ = truncate(view.tool_description.strip(), DESCRIPTION_LIMIT)
     body = Group(Text(inert(description), style="italic"), Text(""), table)
+    kind = "Review" if view.is_review else "Approval"
     title = Text.assemble(
-        ("Approval needed" if total == 1 else f"Approval {index} of {total}", "bold yellow"),
+        (f"{kind} needed" if total == 1 else f"{kind} {index} of {total}", "bold yellow"),
         (" · ", "dim"),
         (inert(view.tool_name), "bold"),
     )

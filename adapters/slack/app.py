@@ -33,6 +33,7 @@ from adapters.slack.blocks import (
     ACTION_REJECT,
     EDIT_CALLBACK,
     REJECT_CALLBACK,
+    RESULT_BLOCK,
     FormError,
     edit_modal,
     edit_values,
@@ -274,8 +275,11 @@ class SlackListeners:
         except FormError as unreadable:  # e.g. an option the modal never offered: nothing is decided
             await ack(response_action="errors", errors=field_errors(unreadable.errors, view))
             return
+        # The Edit result modal has one field, the review's new result; the engine checks it is a review.
+        result = edited.pop(RESULT_BLOCK, None) if set(edited) <= {RESULT_BLOCK} else None
         request = DecisionRequest(
-            approval_id, actor, MODIFY, edited_params=edited, actor_name=_actor_name(body), place=place
+            approval_id, actor, MODIFY, edited_params=edited, actor_name=_actor_name(body), place=place,
+            edited_result=result if isinstance(result, str) else None,
         )
         await self._decide_in_modal(ack, view, request)
 

@@ -43,7 +43,7 @@ from bot.engine.model import (
     SUPERSEDED,
     ApprovalView,
 )
-from bot.engine.presentation import display_arguments, outcome_sentence, value_text
+from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
 from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
@@ -57,6 +57,8 @@ EDIT_CALLBACK = "cs_edit_modal"
 FEEDBACK_BLOCK = "cs_feedback"
 FEEDBACK_ACTION = "feedback"
 EDIT_INPUT_ACTION = "value"
+RESULT_BLOCK = "cs_result"
+"""The block of the Edit result modal's one input (a review's edited result)."""
 
 MAX_MESSAGE_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -175,7 +177,8 @@ def _call_text(
     call: ApprovalView, number: int, total: int, value_budget: int, describe: bool = True
 ) -> MarkdownTextObject:
     counter = f"{number}/{total} " if total > 1 else ""
-    lines = [f"{counter}*{escape_truncated(call.tool_name, 150)}*"]
+    review = "Review the result of " if call.is_review else ""
+    lines = [f"{counter}{review}*{escape_truncated(call.tool_name, 150)}*"]
     if describe and call.tool_description:
         lines[0] += " — " + escape_truncated(call.tool_description, 300)
     shown_args = display_arguments(call.arguments, limit=max(20, value_budget // max(1, len(call.arguments))))
@@ -183,6 +186,9 @@ def _call_text(
         lines.append(f"• *{escape_truncated(arg.name, 100)}*: {_value_markup(arg.text, value_budget)}")
     if not shown_args:
         lines.append("_no arguments_")
+    if call.is_review:  # the tool ran; this is what the model would see (masked and cut; all of it is stored)
+        shown, _ = display_result(call, limit=max(_MIN_VALUE_BUDGET, value_budget))
+        lines.append(f"*Result:* {_value_markup(shown, max(_MIN_VALUE_BUDGET, value_budget))}")
     text = "\n".join(lines)
     if len(text) > SECTION_TEXT_LIMIT:
         text = _cut_markup(text, SECTION_TEXT_LIMIT)
@@ -233,7 +239,9 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
         ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary"),
         ButtonElement(text="Reject", action_id=ACTION_REJECT, value=aid, style="danger"),
     ]
-    if _editable_parameters(call):
+    if call.is_review:
+        buttons.append(ButtonElement(text="Edit result", action_id=ACTION_EDIT, value=aid))
+    elif _editable_parameters(call):
         buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
     return ActionsBlock(block_id=f"cs_actions:{aid}", elements=buttons)
 
@@ -284,7 +292,7 @@ def reject_modal(call: ApprovalView) -> dict[str, Any]:
         type="modal",
         callback_id=REJECT_CALLBACK,
         private_metadata=call.approval_id,
-        title="Reject tool call",
+        title="Reject result" if call.is_review else "Reject tool call",
         submit="Reject",
         close="Cancel",
         blocks=blocks,
@@ -295,8 +303,10 @@ def edit_modal(call: ApprovalView) -> dict[str, Any]:
     """The Edit modal: one input per parameter (``block_id`` = parameter name), pre-filled.
 
     An empty field keeps the current value; that is how secrets (never pre-filled) and values too
-    long for a text input stay unchanged.
+    long for a text input stay unchanged. A review gets the Edit result modal instead.
     """
+    if call.is_review:
+        return result_modal(call)
     intro = (
         f"*{escape_truncated(call.tool_name, 150)}* — {escape_truncated(call.tool_description, 1_000)}\n"
         "Change what should differ; an empty field keeps the current value. "
@@ -311,6 +321,31 @@ def edit_modal(call: ApprovalView) -> dict[str, Any]:
         submit="Approve edited",
         close="Cancel",
         blocks=[SectionBlock(text=MarkdownTextObject(text=intro)), *inputs[: MAX_VIEW_BLOCKS - 1]],
+    ).to_dict()
+
+
+def result_modal(call: ApprovalView) -> dict[str, Any]:
+    """The Edit result modal: the text the model will see instead of the result, pre-filled as shown."""
+    shown, _ = display_result(call, limit=PLAIN_INPUT_LIMIT)
+    intro = (
+        f"*{escape_truncated(call.tool_name, 150)}* ran. Write what the model should see as its result; "
+        "submitting releases exactly this text."
+    )
+    field = InputBlock(
+        block_id=RESULT_BLOCK,
+        label="Result for the model",
+        element=PlainTextInputElement(
+            action_id=EDIT_INPUT_ACTION, multiline=True, max_length=PLAIN_INPUT_LIMIT, initial_value=shown
+        ),
+    )
+    return View(
+        type="modal",
+        callback_id=EDIT_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Edit result",
+        submit="Release edited",
+        close="Cancel",
+        blocks=[SectionBlock(text=MarkdownTextObject(text=intro)), field],
     ).to_dict()
 
 

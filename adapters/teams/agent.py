@@ -32,6 +32,7 @@ from adapters.teams.cards import (
     EditForm,
     approval_card,
     edited_params,
+    edited_result,
     feedback_input_id,
     form_fields,
     invoke_card_response,
@@ -214,6 +215,12 @@ class TeamsAgent(ActivityHandler):
             request = DecisionRequest(
                 action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name, place=place
             )
+        elif action.verb == VERB_EDIT and view.is_review:
+            result = edited_result(view, action.data)
+            if result is not None:  # "Release edited" with the text as shown is a plain approval
+                request = DecisionRequest(
+                    action.approval_id, actor, MODIFY, edited_result=result, actor_name=actor_name, place=place
+                )
         elif action.verb == VERB_EDIT:
             changed = edited_params(view, action.data)
             if changed:  # "Save and approve" with nothing changed is a plain approval

@@ -26,6 +26,7 @@ from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, S
 from bot.engine.presentation import (
     DisplayArgument,
     display_arguments,
+    display_result,
     format_time,
     outcome_sentence,
     truncate,
@@ -60,6 +61,8 @@ _STATUS_WORDS = {
 }
 FEEDBACK_LIMIT = 1_000
 """The longest Reject feedback the card's input accepts (its ``maxLength``)."""
+RESULT_INPUT_LIMIT = 2_000
+"""The longest result a review card shows and its Edit result input accepts."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,22 @@ class FormField:
 def feedback_input_id(approval_id: str) -> str:
     """The id of the Reject feedback input of one approval."""
     return f"{approval_id}.feedback"
+
+
+def result_input_id(approval_id: str) -> str:
+    """The id of the Edit result input of one review."""
+    return f"{approval_id}.result"
+
+
+def shown_result(view: ApprovalView) -> str:
+    """A review's result as the card shows it and pre-fills Edit result (masked, cut to fit an input)."""
+    return display_result(view, limit=RESULT_INPUT_LIMIT)[0]
+
+
+def edited_result(view: ApprovalView, data: Mapping[str, Any]) -> str | None:
+    """The text typed into Edit result, or ``None`` when it is what the card showed (a plain approval)."""
+    raw = data.get(result_input_id(view.approval_id))
+    return None if raw is None or raw == shown_result(view) else str(raw)
 
 
 def param_input_id(approval_id: str, name: str) -> str:
@@ -228,6 +247,16 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
         return problems
     if verb != VERB_EDIT:
         return problems
+    if view.is_review:  # the only input of Edit result is the result's text
+        for key, raw in data.items():
+            if key == result_input_id(view.approval_id):
+                if not isinstance(raw, str):
+                    problems["result"] = "was not sent as text"
+                elif len(raw) > RESULT_INPUT_LIMIT:
+                    problems["result"] = f"is longer than {RESULT_INPUT_LIMIT} characters"
+            elif isinstance(key, str) and key.startswith(param_input_id(view.approval_id, "")):
+                problems[key.rsplit(".", 1)[-1]] = "cannot be edited on this card"
+        return problems
     fields = {f.name: f for f in form_fields(view)}
     prefix = param_input_id(view.approval_id, "")
     for key, raw in data.items():
@@ -365,7 +394,23 @@ def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> lis
         "actions": [_execute("Reject", view.approval_id, VERB_REJECT, style="destructive")],
     }
     actions = [approve, {"type": "Action.ShowCard", "title": "Reject", "card": reject_card}]
-    if with_forms and not (edit and edit.approval_id == view.approval_id):
+    if view.is_review:
+        result_card = {
+            "type": "AdaptiveCard",
+            "body": [
+                {
+                    "type": "Input.Text",
+                    "id": result_input_id(view.approval_id),
+                    "label": "Result for the model",
+                    "isMultiline": True,
+                    "maxLength": RESULT_INPUT_LIMIT,
+                    "value": shown_result(view),
+                }
+            ],
+            "actions": [_execute("Release edited", view.approval_id, VERB_EDIT, style="positive")],
+        }
+        actions.append({"type": "Action.ShowCard", "title": "Edit result", "card": result_card})
+    elif with_forms and not (edit and edit.approval_id == view.approval_id):
         edit_card = {
             "type": "AdaptiveCard",
             "body": edit_form_items(view),
@@ -417,7 +462,7 @@ def shown_arguments(view: ApprovalView, limit: int) -> list[ShownArgument]:
 
 def outcome_text(view: ApprovalView, limit: int) -> str:
     """The outcome sentence of ``view``, with edited values and feedback truncated to fit the card."""
-    if view.status == MODIFIED:
+    if view.status == MODIFIED and not view.is_review:
         who, when = view.decided_by or "someone", format_time(view.decided_at)
         changes = [s for s in shown_arguments(view, limit) if s.change]
         listed = ", ".join(f"{s.argument.name}={s.argument.text}" for s in changes)
@@ -430,8 +475,12 @@ def outcome_text(view: ApprovalView, limit: int) -> str:
 def short_outcome(view: ApprovalView) -> str:
     """``approved by Ana Lopez``, ``rejected by Ben Okafor; not run``, ``expired; not run`` (the subtitle)."""
     text = _STATUS_WORDS.get(view.status, "decided")
+    if view.is_review:
+        text = "result " + ("edited" if view.status == MODIFIED else text)
     if view.status in (APPROVED, MODIFIED, REJECTED):
         text += f" by {view.decided_by or 'someone'}"
+    if view.is_review:
+        return text if view.status in _RAN else text + "; withheld from the model"
     return text if view.status in _RAN else text + "; not run"
 
 
@@ -444,6 +493,8 @@ def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
 
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
+    if view.is_review:
+        heading.append(_run("Review the result of ", weight="bolder"))
     items: list[dict[str, Any]] = [
         _runs(*heading, _run(view.tool_name, weight="bolder", fontType="monospace", size="medium")),
     ]
@@ -468,6 +519,9 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_runs(*runs))
     else:
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
+    if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
+        result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)
+        items.append(_runs(_run("Result: ", weight="bolder"), _run(result, fontType="monospace")))
     expires = f" · expires {format_time(view.expires_at)}" if view.is_pending else ""
     if layout.compact:
         items.append(_runs(_run(f"Requested by {view.requester} · {policy_text(view)}{expires}", isSubtle=True)))

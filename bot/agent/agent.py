@@ -12,12 +12,19 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bot import failpoints
-from bot.agent.snapshot import AgentSnapshot, SnapshotError
+from bot.agent.snapshot import (
+    CHAT_GENERATOR_STAGE,
+    DECIDE_STAGE,
+    REVIEW_STAGE,
+    TOOL_INVOKER_STAGE,
+    AgentSnapshot,
+    SnapshotError,
+)
 from bot.agent.tool_runner import DEFAULT_MAX_CONCURRENT_TOOLS, ExecutionLedger, ToolRunner
 from bot.aio import run_sync
 from bot.hitl.apply import apply_decisions, close_dangling_tool_calls
@@ -25,12 +32,18 @@ from bot.hitl.blocking import ConfirmationStrategy
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.hitl.serialization import component_from_dict, component_to_dict
-from bot.hitl.strategy_map import (
-    resolve_strategy,
-    strategies_from_dict,
-    strategies_to_dict,
-    validate_strategy_keys,
+from bot.hitl.strategy_map import strategies_from_dict, strategies_to_dict, validate_strategy_keys
+from bot.hooks.breakpoints import (
+    CHAT_GENERATOR,
+    TOOL_INVOKER,
+    AgentBreakpoint,
+    Breakpoint,
+    BreakpointException,
+    as_breakpoint,
 )
+from bot.hooks.events import STOP_RUN_KEY, stop_reason
+from bot.hooks.registry import AgentHooks, HookMap, hooks_from_dict
+from bot.hooks.review import ToolResultReview, apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
@@ -43,6 +56,16 @@ MISSING_RESULT = "No result was recorded for this tool call."
 EMPTY_EXIT_REASON = "empty"
 """The ``exit_reason`` of a run whose model gave an empty reply (no text, no tool calls) twice in a row."""
 MAX_EMPTY_RETRIES = 1
+NO_INPUT_EXIT_REASON = "no_input"
+"""The ``exit_reason`` of a run given no messages at all (no input, prompt or history): the model is not called."""
+MAX_STEPS_WARNING = "Agent reached maximum agent steps of %s, stopping."
+NO_TOOLS_WARNING = (
+    "No tools provided to the Agent. The Agent will behave like a ChatGenerator and only return text "
+    "responses. To enable tool usage, pass tools directly to the Agent, not to the chat_generator."
+)
+ONLY_SYSTEM_WARNING = "All messages provided to the Agent component are system messages. This is not recommended."
+STOPPED_RESULT = "Not run: the run was stopped ({reason})."
+"""The result of a call that a stop kept from running (a hook's ``stop()`` or the ``stop_run`` state key)."""
 INVALID_ARGUMENTS_RESULT = "{error}. Nothing was run: call the tool again with corrected arguments."
 _TYPE_NAMES: dict[str, type] = {t.__name__: t for t in (list, dict, str, int, float, bool)}
 _UNSAFE_FILE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -60,6 +83,14 @@ class _RunContext:
     """``chat_message_store_kwargs["fence"]``: passed to every history write of the run (see storage's RunFence)."""
     token_usage: dict[str, int] = field(default_factory=dict)
     tool_call_counts: dict[str, int] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    """The tools of this run by name: the agent's, or those given to ``run(tools=...)``."""
+    streaming_callback: Callable[..., Any] | None = None
+    visits: dict[str, int] = field(default_factory=dict)
+    """Visits of ``chat_generator`` and ``tool_invoker`` over the whole run (breakpoints count them)."""
+    break_point: Breakpoint | None = None
+    resumed_at: tuple[str, int] | None = None
+    """The breakpoint visit this run resumed from: it does not stop there again."""
 
 
 class Agent:
@@ -87,37 +118,64 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], ConfirmationStrategy] | None = None,
         tool_invoker_kwargs: dict[str, Any] | None = None,
         chat_message_store: Any = None,
+        hooks: HookMap | None = None,
+        enable_pending_tool_recovery: bool = True,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools: list[Tool] = flatten_tools([tools] if isinstance(tools, Toolset) else tools)
         self._tools_by_name = {t.name: t for t in self.tools}
         self.system_prompt = system_prompt
         self.exit_conditions = list(exit_conditions or ["text"])
-        unknown = [c for c in self.exit_conditions if c != "text" and c not in self._tools_by_name]
-        if unknown:
-            raise ValueError(f"Exit conditions name unknown tools: {', '.join(unknown)}")
+        valid_exits = ["text", *self._tools_by_name]
+        if any(c not in valid_exits for c in self.exit_conditions):
+            raise ValueError(  # Haystack's text: its users' tests match on it
+                f"Invalid exit conditions provided: {self.exit_conditions}. "
+                f"Valid exit conditions must be a subset of {valid_exits}. "
+                "Ensure that each exit condition corresponds to either 'text' or a valid tool name."
+            )
         self.state_schema = dict(state_schema or {})
         clash = RESERVED_STATE_KEYS & set(self.state_schema)
         if clash:
             raise ValueError(f"State keys {sorted(clash)} are reserved by the agent and cannot be redefined.")
-        if max_agent_steps < 1:
-            raise ValueError("max_agent_steps must be at least 1")
+        if max_agent_steps < 0:
+            raise ValueError("max_agent_steps must be at least 0")
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.confirmation_strategies = dict(confirmation_strategies or {})
         validate_strategy_keys(self.confirmation_strategies, list(self._tools_by_name))
+        # Human-in-the-loop is one hook: confirmation_strategies is the shorthand for a ConfirmationHook.
+        self._hooks = AgentHooks(hooks, self.confirmation_strategies)
+        if self._hooks.confirmation is not None and self._hooks.confirmation_registered:
+            validate_strategy_keys(self._hooks.confirmation.confirmation_strategies, list(self._tools_by_name))
+        self.hooks = self._hooks.as_mapping()
+        self.enable_pending_tool_recovery = enable_pending_tool_recovery
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
         self.chat_message_store = chat_message_store
         self.tools_fingerprint = tools_fingerprint(self.tools)
+        # Inspected once: which keywords the generator takes (a Haystack-style ``run(messages)`` has none).
+        generator_run = getattr(chat_generator, "run", None) or chat_generator.run_async
+        self._generator_takes_tools = _accepts(generator_run, "tools")
+        self._check_generator_takes(self.tools)
+        if not self.tools:
+            logger.warning(NO_TOOLS_WARNING)
 
     # --- public API ------------------------------------------------------------------------------
 
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Sync twin of :meth:`run_async`; works whether or not an event loop is running."""
-        return run_sync(self.run_async(messages, **kwargs))
+        """Sync twin of :meth:`run_async`; works whether or not an event loop is running.
 
-    async def run_async(
+        Takes the keywords of :meth:`run_async`; a ``streaming_callback`` must be a plain function.
+        """
+        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=False)
+        return run_sync(self._run(messages, **kwargs))
+
+    async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
+        """Run the agent; see :meth:`_run` for the keywords. A ``streaming_callback`` must be async."""
+        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=True)
+        return await self._run(messages, **kwargs)
+
+    async def _run(
         self,
         messages: list[ChatMessage],
         *,
@@ -129,6 +187,9 @@ class Agent:
         chat_message_store_kwargs: dict[str, Any] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        streaming_callback: Callable[..., Any] | None = None,
+        break_point: Breakpoint | AgentBreakpoint | None = None,
+        tool_result_reviews: list[ToolResultReview] | None = None,
         **state: Any,
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
@@ -140,6 +201,17 @@ class Agent:
 
         Resume a paused run with ``run_async([], snapshot=..., tool_execution_decisions=[...])``: the
         LLM is skipped, the decisions are applied, the approved calls run, and the loop continues.
+        A step whose results were held for review (``after_tool``) resumes with ``tool_result_reviews``.
+
+        ``break_point`` stops the run before a component's visit with :class:`BreakpointException`;
+        ``run_async([], snapshot=exc.snapshot)`` continues from there. Hooks (``hooks=`` of the agent) run
+        at their points; a stop (``event.stop(reason)`` or the ``stop_run`` state key) ends the run with
+        ``exit_reason == reason``. ``on_finish`` hooks run at every end, not at a pause.
+
+        ``tools`` replaces the agent's tools for this run: ``Tool`` objects (new ones too) or names of
+        the agent's own tools. A snapshot resumes with the tools it was paused with (pass the new ones
+        again). With no messages at all (no input, prompt or history) the model is not called and
+        ``exit_reason`` is ``"no_input"``.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -149,17 +221,55 @@ class Agent:
             if state:
                 # The snapshot carries the run's state; silently dropping new values would surprise.
                 raise ValueError(f"State {sorted(state)} cannot be passed when resuming; the snapshot holds it.")
-            ctx = self._context_from_snapshot(snapshot, store_kwargs)
-            decisions = [*snapshot.decisions, *(tool_execution_decisions or [])]
-            exit_reason = await self._finish_step(ctx, snapshot.step_message, decisions)
+            offered = self._snapshot_tools(snapshot, tools, offered)
+            ctx = self._context_from_snapshot(snapshot, store_kwargs, offered)
+            ctx.tools, ctx.streaming_callback = {t.name: t for t in offered}, streaming_callback
+            ctx.break_point = as_breakpoint(break_point)
+            exit_reason = await self._resume(
+                ctx, snapshot, tool_execution_decisions, tool_result_reviews, confirmation_strategy_context
+            )
         else:
-            if tool_execution_decisions:
-                raise ValueError("tool_execution_decisions are only accepted together with a snapshot.")
+            if tool_execution_decisions or tool_result_reviews:
+                raise ValueError("tool_execution_decisions and tool_result_reviews need a snapshot.")
             ctx = await self._new_context(messages, system_prompt, store_kwargs, run_id, state)
+            ctx.tools, ctx.streaming_callback = {t.name: t for t in offered}, streaming_callback
+            ctx.break_point = as_breakpoint(break_point)
             exit_reason = None
+            if not ctx.messages:
+                exit_reason = NO_INPUT_EXIT_REASON  # as in Haystack: nothing to answer, the model is not called
+            elif all(m.role == ChatRole.SYSTEM for m in ctx.messages):
+                logger.warning(ONLY_SYSTEM_WARNING)
         if exit_reason is None:
             exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
+        exit_reason = await self._hooks.on_finish(ctx.run_id, ctx.state, ctx.messages, exit_reason)
         return self._result(ctx, exit_reason)
+
+    async def _resume(
+        self,
+        ctx: _RunContext,
+        snapshot: AgentSnapshot,
+        decisions: list[ToolExecutionDecision] | None,
+        reviews: list[ToolResultReview] | None,
+        strategy_context: dict[str, Any] | None,
+    ) -> str | None:
+        """Continue a snapshot's step from where it stopped; the ``exit_reason`` if that ends the run."""
+        if reviews and snapshot.stage != REVIEW_STAGE:
+            raise ValueError("tool_result_reviews apply only to a step paused for review.")
+        if decisions and snapshot.stage not in (DECIDE_STAGE,):
+            raise ValueError(f"tool_execution_decisions do not apply to a snapshot taken at {snapshot.stage}.")
+        if snapshot.stage == CHAT_GENERATOR_STAGE:
+            ctx.resumed_at = (CHAT_GENERATOR, ctx.visits.get(CHAT_GENERATOR, 0))
+            return None
+        if snapshot.stage == TOOL_INVOKER_STAGE:
+            ctx.visits[TOOL_INVOKER] = ctx.visits.get(TOOL_INVOKER, 0) + 1
+            return await self._act(ctx, snapshot.step_message, strategy_context)
+        if snapshot.stage == REVIEW_STAGE:
+            released = apply_reviews(snapshot.held_results, snapshot.pending_tool_calls, reviews or [])
+            await self._append(ctx, released)
+            exit_tool = self._exit_tool(snapshot.step_message.tool_calls, dict(enumerate(released)))
+            return stop_reason(ctx.state) or exit_tool
+        decided = [*snapshot.decisions, *(decisions or [])]
+        return await self._finish_step(ctx, snapshot.step_message, decided, strategy_context)
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -172,9 +282,22 @@ class Agent:
     ) -> str:
         empty_replies = 0
         while ctx.step_count < self.max_agent_steps:
-            reply = await self._generate(ctx, offered, generation_kwargs)
+            stopped = stop_reason(ctx.state)
+            if stopped:
+                return stopped
+            await self._check_break(ctx, CHAT_GENERATOR, list(ctx.messages), [])
+            history = self._history(ctx)
+            stopped = await self._hooks.before_llm(ctx.run_id, ctx.state, history)
+            if stopped:
+                return stopped
+            ctx.visits[CHAT_GENERATOR] = ctx.visits.get(CHAT_GENERATOR, 0) + 1
+            reply = await self._generate(ctx, history, offered, generation_kwargs)
             ctx.step_count += 1
             _add_usage(ctx.token_usage, reply.meta.get("usage"))
+            stopped = await self._hooks.after_llm(ctx.run_id, ctx.state, ctx.messages, reply)
+            if stopped:
+                await self._stop_after_llm(ctx, reply, stopped)
+                return stopped
             finish_reason = reply.meta.get("finish_reason")
             cut_off = finish_reason in ("length", "content_filter")
             if not reply.tool_calls:
@@ -195,29 +318,105 @@ class Agent:
                 note = TRUNCATED_CALL_RESULT.format(reason=finish_reason)
                 await self._append(ctx, close_dangling_tool_calls([reply], note))
                 return finish_reason
-            decisions, pending, first_pause = await self._decide(reply, strategy_context)
-            if pending:
-                await self._pause(ctx, reply, decisions, pending, first_pause)
-            exit_reason = await self._finish_step(ctx, reply, decisions)
+            await self._check_break(ctx, TOOL_INVOKER, [*ctx.messages, reply], list(reply.tool_calls))
+            ctx.visits[TOOL_INVOKER] = ctx.visits.get(TOOL_INVOKER, 0) + 1
+            exit_reason = await self._act(ctx, reply, strategy_context)
             if exit_reason is not None:
                 return exit_reason
-        logger.warning(
-            "agent stopped at max_agent_steps", extra={"run_id": ctx.run_id, "max_agent_steps": self.max_agent_steps}
-        )
+        logger.warning(MAX_STEPS_WARNING, self.max_agent_steps, extra={"run_id": ctx.run_id})
         return "max_agent_steps"
 
-    async def _generate(
-        self, ctx: _RunContext, offered: list[Tool], generation_kwargs: dict[str, Any] | None
-    ) -> ChatMessage:
+    async def _act(self, ctx: _RunContext, reply: ChatMessage, strategy_context: dict[str, Any] | None) -> str | None:
+        """One step's tool calls: decide them (pausing for humans), run them, and say whether the run ends."""
+        decisions, pending, first_pause = await self._decide(ctx, reply, strategy_context)
+        if pending:
+            await self._pause(ctx, reply, decisions, pending, first_pause)
+        return await self._finish_step(ctx, reply, decisions, strategy_context)
+
+    def _history(self, ctx: _RunContext) -> list[ChatMessage]:
+        """The transcript the model is sent: dangling calls closed, unless the application handles them."""
+        if not self.enable_pending_tool_recovery:
+            return list(ctx.messages)  # a dangling call reaches the model as it is (and is never run)
         history = close_dangling_tool_calls(ctx.messages, MISSING_RESULT)
         if len(history) != len(ctx.messages):
             logger.warning("closed dangling tool calls before calling the LLM", extra={"run_id": ctx.run_id})
-        kwargs = {
-            "messages": history,
-            "tools": offered or None,
-            "generation_kwargs": generation_kwargs,
-            "streaming_callback": self.streaming_callback,
-        }
+        return history
+
+    async def _stop_after_llm(self, ctx: _RunContext, reply: ChatMessage, reason: str) -> None:
+        """Keep the reply of a run stopped at ``after_llm``; its calls never run (and get a result when recovering)."""
+        if reply.tool_calls and self.enable_pending_tool_recovery:
+            await self._append(ctx, close_dangling_tool_calls([reply], STOPPED_RESULT.format(reason=reason)))
+        elif reply.tool_calls or (reply.text and reply.text.strip()):
+            await self._append(ctx, [reply])
+
+    async def _check_break(
+        self, ctx: _RunContext, component: str, messages: list[ChatMessage], pending: list[Any]
+    ) -> None:
+        """Raise :class:`BreakpointException` when the run's breakpoint is this component's next visit."""
+        point = ctx.break_point
+        if point is None or point.component_name != component:
+            return
+        visit = ctx.visits.get(component, 0)
+        if visit != point.visit_count or ctx.resumed_at == (component, visit):
+            return
+        snapshot = self._snapshot(ctx, messages, pending, stage=component, break_point=point.to_dict())
+        folder = point.snapshot_file_path
+        file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
+        saved = f"; snapshot saved to {file_path}" if file_path else ""
+        raise BreakpointException(
+            f"Breakpoint before {component} visit {visit} of run {ctx.run_id}{saved}",
+            component=component,
+            snapshot=snapshot,
+            break_point=point,
+            snapshot_file_path=file_path,
+        )
+
+    def _snapshot(
+        self,
+        ctx: _RunContext,
+        messages: list[ChatMessage],
+        pending: list[Any],
+        *,
+        stage: str,
+        decisions: list[ToolExecutionDecision] | None = None,
+        held: list[ChatMessage] | None = None,
+        break_point: dict[str, Any] | None = None,
+    ) -> AgentSnapshot:
+        return AgentSnapshot(
+            run_id=ctx.run_id,
+            messages=messages,
+            pending_tool_calls=pending,
+            decisions=list(decisions or []),
+            state=dict(ctx.state),
+            step_count=ctx.step_count,
+            token_usage=dict(ctx.token_usage),
+            tool_call_counts=dict(ctx.tool_call_counts),
+            tools_fingerprint=self._fingerprint(list(ctx.tools.values())),
+            tool_descriptions={t.name: t.description for t in ctx.tools.values()},
+            history_id=ctx.history_id,
+            tool_names=list(ctx.tools),
+            stage=stage,
+            held_results=list(held or []),
+            component_visits=dict(ctx.visits),
+            break_point=break_point,
+        )
+
+    async def _generate(
+        self,
+        ctx: _RunContext,
+        history: list[ChatMessage],
+        offered: list[Tool],
+        generation_kwargs: dict[str, Any] | None,
+    ) -> ChatMessage:
+        # As Haystack does: only what is set, and tools (``[]`` when none) only to a generator that takes them.
+        kwargs: dict[str, Any] = {"messages": history}
+        if self._generator_takes_tools:
+            kwargs["tools"] = offered
+        if generation_kwargs is not None:
+            kwargs["generation_kwargs"] = generation_kwargs
+        callback = ctx.streaming_callback or self.streaming_callback
+        if callback is not None:
+            kwargs["streaming_callback"] = callback
         failpoints.failpoint("before_llm")
         run_async = getattr(self.chat_generator, "run_async", None)
         if run_async is not None:
@@ -230,40 +429,41 @@ class Agent:
         return replies[0]
 
     async def _decide(
-        self, reply: ChatMessage, strategy_context: dict[str, Any] | None
+        self, ctx: _RunContext, reply: ChatMessage, strategy_context: dict[str, Any] | None
     ) -> tuple[list[ToolExecutionDecision], list[Any], HITLBreakpointException | None]:
+        """Each call through ``before_tool``: user hooks (which may edit arguments), then the ConfirmationHook."""
         decisions: list[ToolExecutionDecision] = []
         pending = []
         first_pause: HITLBreakpointException | None = None
         for call in reply.tool_calls:
-            tool = self._tools_by_name.get(call.tool_name)
-            if tool is not None:
-                invalid = _invalid_arguments(tool, call)
-                if invalid is not None:
-                    # A call that cannot run is never put to a human: the model learns what to fix.
-                    decisions.append(invalid)
-                    continue
-            # An unknown tool cannot run anyway; it gets "not found" without asking anybody.
-            strategy = resolve_strategy(self.confirmation_strategies, call.tool_name) if tool else None
-            if strategy is None:
+            if ctx.state.get(STOP_RUN_KEY):  # stopped: this call and the rest of the step do not run
+                decisions.append(_stopped(call, ctx.state[STOP_RUN_KEY]))
+                continue
+            tool = ctx.tools.get(call.tool_name)
+            event = await self._hooks.before_tool(ctx.run_id, ctx.state, ctx.messages, call, tool, strategy_context)
+            if event.stopped:
+                decisions.append(_stopped(call, ctx.state[STOP_RUN_KEY]))
+                continue
+            if tool is None:  # an unknown tool cannot run anyway; it gets "not found" without asking anybody
                 decisions.append(_approve_unchanged(call))
                 continue
-            try:
-                decision = await _run_strategy(strategy, tool, call, strategy_context)
-            except HITLBreakpointException as pause:
-                pending.append(call)
-                first_pause = first_pause or pause
+            invalid = _invalid_arguments(tool, call)
+            if invalid is not None:
+                # A call that cannot run is never put to a human: the model learns what to fix.
+                decisions.append(invalid)
                 continue
-            except Exception as exc:  # fail closed: a broken strategy never lets a call run
-                logger.exception("confirmation strategy failed; rejecting the call", extra={"tool": call.tool_name})
-                decision = ToolExecutionDecision(
-                    tool_name=call.tool_name,
-                    execute=False,
-                    tool_call_id=call.id,
-                    feedback=f"Tool execution for '{call.tool_name}' was rejected: the confirmation failed "
-                    f"({type(exc).__name__}).",
-                )
-            decisions.append(replace(decision, tool_name=call.tool_name, tool_call_id=call.id))
+            confirmation = self._hooks.confirmation
+            outcome = await confirmation.decide(event) if confirmation is not None else None
+            runs = outcome is None or (isinstance(outcome, ToolExecutionDecision) and outcome.execute)
+            if runs and event.approval_reason is not None:  # a user hook asked a human, and no policy refused
+                outcome = HITLBreakpointException(
+                        event.approval_reason, tool_name=call.tool_name, tool_call_id=call.id
+                    )
+            if isinstance(outcome, HITLBreakpointException):
+                pending.append(call)
+                first_pause = first_pause or outcome
+                continue
+            decisions.append(outcome or _approve_unchanged(call))
         return decisions, pending, first_pause
 
     async def _pause(
@@ -274,19 +474,7 @@ class Agent:
         pending: list[Any],
         first_pause: HITLBreakpointException | None,
     ) -> None:
-        snapshot = AgentSnapshot(
-            run_id=ctx.run_id,
-            messages=[*ctx.messages, reply],
-            pending_tool_calls=pending,
-            decisions=decisions,
-            state=dict(ctx.state),
-            step_count=ctx.step_count,
-            token_usage=dict(ctx.token_usage),
-            tool_call_counts=dict(ctx.tool_call_counts),
-            tools_fingerprint=self.tools_fingerprint,
-            tool_descriptions={t.name: t.description for t in self.tools},
-            history_id=ctx.history_id,
-        )
+        snapshot = self._snapshot(ctx, [*ctx.messages, reply], pending, stage=DECIDE_STAGE, decisions=decisions)
         folder = first_pause.snapshot_file_path if first_pause else None
         file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
         names = ", ".join(c.tool_name for c in pending)
@@ -302,49 +490,108 @@ class Agent:
         raise exc
 
     async def _finish_step(
-        self, ctx: _RunContext, reply: ChatMessage, decisions: list[ToolExecutionDecision]
+        self,
+        ctx: _RunContext,
+        reply: ChatMessage,
+        decisions: list[ToolExecutionDecision],
+        strategy_context: dict[str, Any] | None = None,
     ) -> str | None:
-        """Apply the step's decisions, run the surviving calls, and say whether an exit tool succeeded."""
-        applied = apply_decisions(reply, decisions, self._tools_by_name)
+        """Apply the step's decisions, run the surviving calls, and say whether the run ends (stop or exit tool)."""
+        applied = apply_decisions(reply, decisions, ctx.tools)
         await self._append(ctx, applied.messages)
         rejected = {id(c) for c in applied.rejected}
         positions = [i for i, c in enumerate(reply.tool_calls) if id(c) not in rejected]
         keys = [call.id or f"{reply.id}:{pos}" for call, pos in zip(applied.to_execute, positions, strict=True)]
-        runner = self._runner()
+        runner = self._runner(ctx.tools)
         results = await runner.run(applied.to_execute, run_id=ctx.run_id, call_keys=keys, state=ctx.state)
         for call in applied.to_execute:
             ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1
+        results, reviewed = await self._hooks.after_tool(ctx.run_id, ctx.state, ctx.messages, results, strategy_context)
+        if reviewed:
+            await self._pause_for_review(ctx, results, reviewed)
         await self._append(ctx, results)
-        outcome_by_position = dict(zip(positions, results, strict=True))
-        for position, call in enumerate(reply.tool_calls):
+        stopped = stop_reason(ctx.state)
+        if stopped:
+            return stopped
+        return self._exit_tool(reply.tool_calls, dict(zip(positions, results, strict=True)))
+
+    def _exit_tool(self, calls: list[Any], outcome_by_position: dict[int, ChatMessage]) -> str | None:
+        """The exit-condition tool whose call (the step's first such call) succeeded, else ``None``."""
+        for position, call in enumerate(calls):
             if call.tool_name in self.exit_conditions:
                 result = outcome_by_position.get(position)
                 succeeded = result is not None and not result.tool_call_result.error
                 return call.tool_name if succeeded else None
         return None
 
+    async def _pause_for_review(self, ctx: _RunContext, results: list[ChatMessage], reviewed: list[Any]) -> None:
+        """Hold the step's results (the tools have run) until people review ``reviewed``; raise the pause."""
+        snapshot = self._snapshot(ctx, list(ctx.messages), reviewed, stage=REVIEW_STAGE, held=results)
+        names = ", ".join(c.tool_name for c in reviewed)
+        exc = HITLBreakpointException(
+            f"{len(reviewed)} tool result(s) need review: {names}",
+            tool_name=reviewed[0].tool_name,
+            tool_call_id=reviewed[0].id,
+        )
+        exc.snapshot = snapshot
+        exc.pending_tool_calls = list(reviewed)
+        raise exc
+
     # --- helpers -----------------------------------------------------------------------------------
 
-    def _runner(self) -> ToolRunner:
+    def _runner(self, tools: dict[str, Tool]) -> ToolRunner:
         kwargs = self.tool_invoker_kwargs
         ledger: ExecutionLedger | None = kwargs.get("ledger")
         return ToolRunner(
-            self._tools_by_name,
+            tools,
             max_workers=kwargs.get("max_workers", DEFAULT_MAX_CONCURRENT_TOOLS),
             raise_on_failure=self.raise_on_tool_invocation_failure,
             ledger=ledger,
         )
 
-    def _select_tools(self, tools: Sequence[Tool | str] | None) -> list[Tool]:
+    def _select_tools(self, tools: Sequence[Tool | Toolset | str] | Toolset | None) -> list[Tool]:
+        """The run's tools: the agent's, or ``tools`` (``Tool`` objects, toolsets, names of the agent's tools)."""
         if tools is None:
-            return list(self.tools)
-        selected = []
-        for item in tools:
-            name = item if isinstance(item, str) else item.name
-            if name not in self._tools_by_name:
-                raise ValueError(f"Tool '{name}' is not one of this agent's tools.")
-            selected.append(self._tools_by_name[name])
+            return self.tools
+        items = [tools] if isinstance(tools, Toolset) else list(tools)
+        if not self.tools and any(isinstance(i, str) for i in items):
+            raise ValueError("No tools were configured for the Agent at initialization.")  # Haystack's text
+        unknown = {i for i in items if isinstance(i, str) and i not in self._tools_by_name}
+        if unknown:
+            raise ValueError(  # Haystack's text
+                f"The following tool names are not valid: {unknown}. Valid tool names are: {set(self._tools_by_name)}."
+            )
+        selected = flatten_tools(self._tools_by_name[i] if isinstance(i, str) else i for i in items)
+        self._check_generator_takes(selected)
         return selected
+
+    def _check_generator_takes(self, tools: list[Tool]) -> None:
+        if tools and not self._generator_takes_tools:
+            raise TypeError(  # Haystack's text
+                f"{type(self.chat_generator).__name__} does not accept tools parameter in its run method. "
+                "The Agent component requires a chat generator that supports tools."
+            )
+
+    def _fingerprint(self, tools: list[Tool]) -> str:
+        """The tools' fingerprint; the agent's own tool set reuses the one computed when it was built."""
+        own = len(tools) == len(self.tools) and all(self._tools_by_name.get(t.name) is t for t in tools)
+        return self.tools_fingerprint if own else tools_fingerprint(tools)
+
+    def _snapshot_tools(
+        self, snapshot: AgentSnapshot, tools: Sequence[Tool | Toolset | str] | Toolset | None, selected: list[Tool]
+    ) -> list[Tool]:
+        """The tools to resume ``snapshot`` with: those given, else the ones it was paused with."""
+        if tools is not None or snapshot.tool_names is None:  # older snapshots: the agent's tools
+            return selected
+        if snapshot.tool_names == list(self._tools_by_name):
+            return self.tools
+        missing = [n for n in snapshot.tool_names if n not in self._tools_by_name]
+        if missing:
+            raise SnapshotError(
+                f"Snapshot of run {snapshot.run_id} was paused with tools this agent does not have "
+                f"({', '.join(missing)}); pass them again with run(tools=[...])."
+            )
+        return [self._tools_by_name[n] for n in snapshot.tool_names]
 
     async def _new_context(
         self,
@@ -376,15 +623,20 @@ class Agent:
         await self._append(ctx, list(messages))
         return ctx
 
-    def _context_from_snapshot(self, snapshot: AgentSnapshot, store_kwargs: dict[str, Any]) -> _RunContext:
-        if snapshot.tools_fingerprint != self.tools_fingerprint:
+    def _context_from_snapshot(
+        self, snapshot: AgentSnapshot, store_kwargs: dict[str, Any], tools: list[Tool]
+    ) -> _RunContext:
+        fingerprint = self._fingerprint(tools)
+        if snapshot.tools_fingerprint != fingerprint:
             raise SnapshotError(
                 f"Snapshot of run {snapshot.run_id} was taken with a different tool set "
-                f"(fingerprint {snapshot.tools_fingerprint}, now {self.tools_fingerprint}); it cannot be resumed."
+                f"(fingerprint {snapshot.tools_fingerprint}, now {fingerprint}); it cannot be resumed."
             )
+        # A step that stopped before its reply was handled resumes from the reply (the last message).
+        keeps_reply = snapshot.stage in (DECIDE_STAGE, TOOL_INVOKER_STAGE)
         return _RunContext(
             run_id=snapshot.run_id,
-            messages=list(snapshot.messages[:-1]),
+            messages=list(snapshot.messages[:-1] if keeps_reply else snapshot.messages),
             state=dict(snapshot.state),
             history_id=store_kwargs.get("chat_history_id", snapshot.history_id),
             store=self.chat_message_store,
@@ -392,6 +644,7 @@ class Agent:
             step_count=snapshot.step_count,
             token_usage=dict(snapshot.token_usage),
             tool_call_counts=dict(snapshot.tool_call_counts),
+            visits=dict(snapshot.component_visits),
         )
 
     async def _append(self, ctx: _RunContext, messages: list[ChatMessage]) -> None:
@@ -435,6 +688,8 @@ class Agent:
                 "raise_on_tool_invocation_failure": self.raise_on_tool_invocation_failure,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies),
                 "tool_invoker_kwargs": {k: v for k, v in self.tool_invoker_kwargs.items() if k != "ledger"},
+                "hooks": self._hooks.to_dict(),
+                "enable_pending_tool_recovery": self.enable_pending_tool_recovery,
             },
         }
 
@@ -449,6 +704,7 @@ class Agent:
             for k, v in (params.get("state_schema") or {}).items()
         }
         params["confirmation_strategies"] = strategies_from_dict(params.get("confirmation_strategies") or [])
+        params["hooks"] = hooks_from_dict(params.get("hooks"))
         return cls(**params)
 
 
@@ -456,6 +712,11 @@ def _approve_unchanged(call: Any) -> ToolExecutionDecision:
     return ToolExecutionDecision(
         tool_name=call.tool_name, execute=True, tool_call_id=call.id, final_tool_params=dict(call.arguments)
     )
+
+
+def _stopped(call: Any, reason: Any) -> ToolExecutionDecision:
+    text = STOPPED_RESULT.format(reason=reason if isinstance(reason, str) else "stop_run")
+    return ToolExecutionDecision(tool_name=call.tool_name, execute=False, tool_call_id=call.id, feedback=text)
 
 
 def _invalid_arguments(tool: Tool, call: Any) -> ToolExecutionDecision | None:
@@ -473,20 +734,24 @@ def _invalid_arguments(tool: Tool, call: Any) -> ToolExecutionDecision | None:
     return None
 
 
-async def _run_strategy(
-    strategy: ConfirmationStrategy, tool: Tool, call: Any, context: dict[str, Any] | None
-) -> ToolExecutionDecision:
-    kwargs = {
-        "tool_name": call.tool_name,
-        "tool_description": tool.description,
-        "tool_params": dict(call.arguments),
-        "tool_call_id": call.id,
-        "confirmation_strategy_context": context,
-    }
-    run_async = getattr(strategy, "run_async", None)
-    if run_async is not None:
-        return await run_async(**kwargs)
-    return await asyncio.to_thread(lambda: strategy.run(**kwargs))
+def _accepts(method: Callable[..., Any], name: str) -> bool:
+    """Whether ``method`` takes the keyword ``name`` (or any keyword)."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume the full protocol
+        return True
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _check_callback_kind(callback: Callable[..., Any] | None, *, requires_async: bool) -> None:
+    """Haystack's rule: ``run_async`` takes an async streaming callback, ``run`` a plain one."""
+    if callback is None:
+        return
+    is_async = inspect.iscoroutinefunction(callback)
+    if requires_async and not is_async:
+        raise ValueError("The runtime callback must be async compatible.")
+    if not requires_async and is_async:
+        raise ValueError("The runtime callback cannot be a coroutine.")
 
 
 async def _call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -12,6 +12,15 @@ from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage, ToolCall, message_data, message_from_data, new_id
 
 SNAPSHOT_SCHEMA_VERSION = 1
+DECIDE_STAGE = "decide"
+"""A step paused before its calls run: the pending calls await approval (the human-in-the-loop pause)."""
+REVIEW_STAGE = "review"
+"""A step paused after its calls ran: ``held_results`` await review before the model sees them."""
+CHAT_GENERATOR_STAGE = "chat_generator"
+"""Stopped at a breakpoint before the model's call: ``messages`` is the transcript so far."""
+TOOL_INVOKER_STAGE = "tool_invoker"
+"""Stopped at a breakpoint before a step's calls are decided and run (``messages`` ends with the reply)."""
+STAGES = (DECIDE_STAGE, REVIEW_STAGE, CHAT_GENERATOR_STAGE, TOOL_INVOKER_STAGE)
 
 
 class SnapshotError(ValueError):
@@ -38,6 +47,16 @@ class AgentSnapshot:
     tools_fingerprint: str = ""
     tool_descriptions: dict[str, str] = field(default_factory=dict)
     history_id: str | None = None
+    tool_names: list[str] | None = None
+    """The names of the tools the run was paused with (``None`` in older snapshots: the agent's tools)."""
+    stage: str = DECIDE_STAGE
+    """Where the run stopped (one of :data:`STAGES`); it says how the run resumes."""
+    held_results: list[ChatMessage] = field(default_factory=list)
+    """At the review stage: every result of the step, held until the reviews are in."""
+    component_visits: dict[str, int] = field(default_factory=dict)
+    """How often the run has visited ``chat_generator`` and ``tool_invoker`` (breakpoints count them)."""
+    break_point: dict[str, Any] | None = None
+    """The breakpoint that stopped the run, if one did."""
     snapshot_id: str = field(default_factory=new_id)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
@@ -49,9 +68,9 @@ class AgentSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise to JSON-compatible data."""
-        return self._data([m.to_dict() for m in self.messages])
+        return self._data([m.to_dict() for m in self.messages], [m.to_dict() for m in self.held_results])
 
-    def _data(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    def _data(self, messages: list[dict[str, Any]], held: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
             "snapshot_id": self.snapshot_id,
@@ -67,6 +86,11 @@ class AgentSnapshot:
             "tools_fingerprint": self.tools_fingerprint,
             "tool_descriptions": dict(self.tool_descriptions),
             "history_id": self.history_id,
+            "tool_names": self.tool_names,
+            "stage": self.stage,
+            "held_results": held,
+            "component_visits": dict(self.component_visits),
+            "break_point": self.break_point,
         }
 
     @classmethod
@@ -96,6 +120,11 @@ class AgentSnapshot:
                 tools_fingerprint=data.get("tools_fingerprint", ""),
                 tool_descriptions=dict(data.get("tool_descriptions") or {}),
                 history_id=data.get("history_id"),
+                tool_names=list(data["tool_names"]) if data.get("tool_names") is not None else None,
+                stage=_stage(data.get("stage", DECIDE_STAGE)),
+                held_results=[message_from(m) for m in data.get("held_results") or []],
+                component_visits={str(k): int(v) for k, v in (data.get("component_visits") or {}).items()},
+                break_point=data.get("break_point"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"Malformed snapshot for run {data.get('run_id')!r}: {exc!r}") from exc
@@ -125,7 +154,15 @@ def snapshot_data(snapshot: AgentSnapshot) -> dict[str, Any]:
 
     The engine hands this to storage on every pause, which encodes it once (no JSON text to re-parse).
     """
-    return snapshot._data([message_data(m) for m in snapshot.messages])
+    return snapshot._data(
+        [message_data(m) for m in snapshot.messages], [message_data(m) for m in snapshot.held_results]
+    )
+
+
+def _stage(value: Any) -> str:
+    if value not in STAGES:
+        raise ValueError(f"unknown stage {value!r}")
+    return value
 
 
 def snapshot_from_data(data: Any) -> AgentSnapshot:

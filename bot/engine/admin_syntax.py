@@ -1,6 +1,7 @@
 """Admin command syntax, one parser for Slack's ``/countersign`` and Teams messages, and how rules read.
 
-``policy list [#channel]``, ``policy set <tool|group|*> <always|never|once|deny> [#channel]``,
+``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel]`` (``always``, ``never``, ``once``,
+``deny``, ``review``, ``always+review``),
 ``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace.
@@ -18,7 +19,7 @@ from bot.engine.errors import CommandError
 
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
-  policy set <tool|group|*> <always|never|once|deny> [#channel]
+  policy set <tool|group|*> <mode> [#channel]              always|never|once|deny|review|always+review
   policy reset <tool|group|*> [#channel]                   remove a rule
   approvers <tool> <@user ...|none>                        who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)

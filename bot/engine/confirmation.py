@@ -14,7 +14,10 @@ from bot.tools import Tool
 from storage.policies import scope_channel
 
 ALWAYS, NEVER, ONCE, DENY = "always", "never", "once", "deny"
-MODES = (ALWAYS, NEVER, ONCE, DENY)
+REVIEW, ALWAYS_REVIEW = "review", "always+review"
+"""``review``: the call runs at once and its result waits for a person; ``always+review``: asked before and after."""
+MODES = (ALWAYS, NEVER, ONCE, DENY, REVIEW, ALWAYS_REVIEW)
+REVIEW_MODES = (REVIEW, ALWAYS_REVIEW)
 GLOBAL_DEFAULT_MODE = ALWAYS
 BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
 MAX_TTL_SECONDS = 90 * 86400
@@ -63,7 +66,8 @@ async def effective_policy(
 
 
 class PolicyConfirmationStrategy:
-    """``never`` runs, ``deny`` rejects, ``once`` asks unless the channel confirmed the same call, ``always`` asks.
+    """``never`` and ``review`` run (a review follows), ``deny`` rejects, ``once`` asks unless the channel confirmed
+    the same call, ``always`` and ``always+review`` ask.
 
     Pausing is a breakpoint: the engine stores the snapshot and renders the approvals.
     """
@@ -85,7 +89,7 @@ class PolicyConfirmationStrategy:
         """Decide from the stored policy, or raise :class:`HITLBreakpointException` to ask a human."""
         context = confirmation_strategy_context or {}
         policy = await effective_policy(self.storage, self.tools.get(tool_name), context, self.default_ttl)
-        if policy.mode == NEVER:
+        if policy.mode in (NEVER, REVIEW):  # a review holds the result after the call, at after_tool
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
         if policy.mode == DENY:
             return ToolExecutionDecision(

@@ -18,7 +18,7 @@ from typing import Any
 
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
-from bot.agent.snapshot import snapshot_data, snapshot_from_data
+from bot.agent.snapshot import REVIEW_STAGE, snapshot_data, snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.admin_commands import AdminCommands
@@ -57,6 +57,7 @@ from bot.engine.model import (
     ThreadRef,
 )
 from bot.engine.params import merge_edit
+from bot.engine.review import REVIEW, PolicyReviewHook, edited_result, held_result, review_from_record
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -97,6 +98,8 @@ class Engine:
             confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
+            # Review after acting is the after_tool half of the same per-channel policy.
+            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds)]},
         )
         self.admin_commands = AdminCommands(
             storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
@@ -152,6 +155,7 @@ class Engine:
         if self._started:
             return
         self._started = True
+        await self.lifecycle.listen()
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 
@@ -334,6 +338,7 @@ class Engine:
         now = self.clock()
         context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
         new_approvals = []
+        review = snapshot.stage == REVIEW_STAGE
         for position, call in enumerate(snapshot.step_message.tool_calls):
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
@@ -356,6 +361,8 @@ class Engine:
                     quorum=policy.quorum,
                     four_eyes=policy.four_eyes,
                     created_at=now,
+                    kind=REVIEW if review else "approval",
+                    result=held_result(snapshot, call) if review else None,
                 )
             )
         records = await self.storage.approvals.create_many(new_approvals)
@@ -462,8 +469,12 @@ class Engine:
             await self._check_place(record, request.place)
             authorize(self.is_admin, record, request.actor)
             check_open(self.clock(), record)
-            action, final_arguments = request.action, None
-            if action == MODIFY:
+            action, final_arguments, final_result = request.action, None, None
+            if action == MODIFY and record.kind == REVIEW:
+                final_result = edited_result(request.edited_result)
+                if final_result == record.result:
+                    action, final_result = CONFIRM, None
+            elif action == MODIFY:
                 final_arguments = self._merged_edit(record, request.edited_params or {})
                 if final_arguments == record.arguments:
                     action, final_arguments = CONFIRM, None
@@ -485,6 +496,7 @@ class Engine:
                 feedback=request.feedback,
                 final_arguments=final_arguments,
                 now=self.clock(),
+                final_result=final_result,
             )
             if not won:
                 check_open(self.clock(), await self._record(record.approval_id))
@@ -522,7 +534,7 @@ class Engine:
             },
             now=self.clock(),
         )
-        if action == CONFIRM and record.mode == ONCE:
+        if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
             thread = await self._thread_of(record)
             scope = channel_scope(
                 {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
@@ -663,7 +675,12 @@ class Engine:
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
-        decisions = [decision_from_record(r) for r in records]
+        # A step held for review resumes with the reviews; a step paused before acting, with the decisions.
+        outcome: dict[str, Any] = (
+            {"tool_result_reviews": [review_from_record(r) for r in records]}
+            if snapshot.stage == REVIEW_STAGE
+            else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
+        )
         await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id))
         await self.run_agent(
             run_id,
@@ -672,9 +689,9 @@ class Engine:
             lambda ctx: self.agent.run_async(
                 [],
                 snapshot=snapshot,
-                tool_execution_decisions=decisions,
                 chat_message_store_kwargs=self._store_kwargs(run_id, thread),
                 confirmation_strategy_context=ctx,
+                **outcome,
             ),
         )
 
@@ -687,9 +704,10 @@ class Engine:
         try:
             snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
             step_messages = [snapshot.step_message]
-            await self.storage.messages.write_messages(
-                thread.key, step_messages + closing_results(step_messages, SUPERSEDED_RESULT)
-            )
+            # Results held for review ran, but are never released without a decision.
+            reason = f"result withheld: {SUPERSEDED_RESULT}" if snapshot.stage == REVIEW_STAGE else SUPERSEDED_RESULT
+            closing = closing_results(step_messages, reason)
+            await self.storage.messages.write_messages(thread.key, step_messages + closing)
         except (SnapshotError, StorageError) as exc:  # history stays valid: the step was never written
             logger.warning("could not record superseded step", extra={"run_id": run.run_id, "error": repr(exc)})
         await self.storage.audit.append(
@@ -827,6 +845,9 @@ class Engine:
             feedback=record.feedback,
             final_arguments=record.final_arguments,
             message_ref=record.message_ref,
+            kind=record.kind,
+            result=record.result,
+            final_result=record.final_result,
         )
 
 

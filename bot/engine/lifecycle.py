@@ -21,6 +21,9 @@ and makes sure none of it is lost:
   refused: it drops the run at once, without a second result or a second answer.
 - **Graceful shutdown.** A stopping process takes no new work, lets in-flight work finish within a
   grace period, then releases its leases so another process continues at once.
+- **Wake-ups.** A message stored behind another process's run wakes that process (PostgreSQL ``NOTIFY``);
+  a stopping process wakes the others for the messages and runs it leaves behind. Whoever is woken starts
+  the thread's waiting messages at once instead of at its next sweep; the sweep stays the fallback.
 """
 
 from __future__ import annotations
@@ -33,17 +36,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.agent.snapshot import snapshot_from_data
+from bot.agent import AgentSnapshot
+from bot.agent.snapshot import REVIEW_STAGE, snapshot_from_data
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
 from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
 from bot.engine.errors import AlreadyDecided, EngineError
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
-from bot.engine.outbox import Deliveries, address_of
+from bot.engine.outbox import Deliveries, address_of, thread_of
+from bot.engine.review import WITHHELD_AFTER_RESTART, needs_review, review_from_record
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
+from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
-from storage.protocols import TERMINAL_RUN_STATUSES, RunFence, RunRecord
+from storage.protocols import TERMINAL_RUN_STATUSES, RunFence, RunRecord, ThreadAddress, Wakeup
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -164,9 +170,21 @@ class RunLifecycle:
         """When a lease taken or renewed now expires."""
         return self.clock() + timedelta(seconds=self.config.lease_seconds)
 
+    async def listen(self) -> None:
+        """Start receiving wake-ups (before recovery, so none sent meanwhile is missed); never fails the start.
+
+        If the database refuses the listening connection now, it keeps being retried in the background and
+        the sweep finds waiting messages meanwhile.
+        """
+        try:
+            await self.storage.wakeups.listen()
+        except Exception:
+            logger.warning("not listening for wake-ups yet; the sweep finds waiting messages meanwhile", exc_info=True)
+
     def start(self, *, sweep: bool) -> None:
-        """Start the heartbeat, and the sweep if asked."""
+        """Start the heartbeat, acting on wake-ups, and the sweep if asked."""
         self._background.append(asyncio.create_task(self._heartbeat(), name="countersign-heartbeat"))
+        self._background.append(asyncio.create_task(self._wakeups_forever(), name="countersign-wakeups"))
         if sweep:
             self._background.append(asyncio.create_task(self._sweep_forever(), name="countersign-sweep"))
 
@@ -228,6 +246,42 @@ class RunLifecycle:
         await self.recover()
         await self.storage.events.prune(7 * 86400)
 
+    # --- wake-ups -----------------------------------------------------------------------------------
+
+    async def _wakeups_forever(self) -> None:
+        while True:
+            self.woken(await self.storage.wakeups.next())
+
+    def woken(self, wakeup: Wakeup) -> None:
+        """Act on a wake-up: start the thread's waiting messages, or look at everything (as the sweep does)."""
+        if self.stopping or wakeup.owner not in (None, self.owner):
+            return
+        if wakeup.address is None:
+            self.engine.spawn(self._recover_quietly(), name="recover-on-wakeup")
+            return
+        thread = thread_of(wakeup.address)
+        if self.engine.thread_lock(thread.key).locked():
+            return  # this process works on the thread: it drains the inbox when that work ends
+        self.engine.spawn(self.drain(thread), name=f"drain-{thread.key}")
+
+    async def _recover_quietly(self) -> None:
+        try:
+            await self.recover()
+        except Exception:  # the sweep tries again
+            logger.exception("recovery after a wake-up failed")
+
+    async def hand_over(self, address: ThreadAddress | None, *, unless_empty: bool = False) -> None:
+        """Wake the other processes for work this stopping process leaves behind (``None``: runs it released).
+
+        ``unless_empty``: only if the thread's inbox holds a message (a stopping drain that started nothing).
+        """
+        try:
+            if unless_empty and address is not None and not await self.storage.inbox.waiting(address.chat_history_id):
+                return
+            await self.storage.wakeups.wake(address)
+        except Exception:  # the work is stored either way: another process's sweep finds it
+            logger.warning("could not wake another process; its sweep will find the work", exc_info=True)
+
     # --- the inbox ----------------------------------------------------------------------------------
 
     def track(self, task: asyncio.Task[Any] | None) -> None:
@@ -255,7 +309,8 @@ class RunLifecycle:
     async def process(self, received: Received) -> None:
         """Process the thread of a received message (or leave the message queued behind its active run)."""
         if self.stopping:
-            return  # stored: another process's sweep, or this one after a restart, starts it
+            await self.hand_over(address_of(received.thread))  # stored: another process starts it
+            return
         self.track(asyncio.current_task())
         await self.drain(received.thread, waiting=(received.item_id, received.message_id))
 
@@ -299,6 +354,8 @@ class RunLifecycle:
                             run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread),
                             message_id=item.message_ref,
                         )
+            # Stopping: what still waits for the thread is another process's to start.
+            await self.hand_over(address_of(thread), unless_empty=True)
 
     async def _show_queued(self, thread: ThreadRef, waiting: tuple[int, str | None]) -> bool:
         surface = self.engine.surfaces.get(thread.platform)
@@ -378,6 +435,9 @@ class RunLifecycle:
         """Write the resumed step as the agent would have, and run its approved calls that never started."""
         snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
         records = await self.storage.approvals.for_run(run.run_id, step=run.step)
+        if snapshot.stage == REVIEW_STAGE:
+            await self._release_reviewed(run, thread, snapshot, records)
+            return
         decisions = [*snapshot.decisions, *(decision_from_record(r) for r in records)]
         step = snapshot.step_message
         applied = apply_decisions(step, decisions, self.engine.tools)
@@ -417,6 +477,16 @@ class RunLifecycle:
         if results:
             await self.storage.messages.write_messages(thread.key, results, fence=self.fence(run.run_id))
 
+    async def _release_reviewed(self, run: Any, thread: ThreadRef, snapshot: AgentSnapshot, records: list[Any]) -> None:
+        """A step held for review whose resume died: give the model what the reviews decided (its tools ran)."""
+        released = apply_reviews(snapshot.held_results, snapshot.pending_tool_calls,
+                                 [review_from_record(r) for r in records])
+        history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
+        open_ids = {c.id for c in dangling_tool_calls(history)}
+        missing = [m for m in released if m.tool_call_result is not None and m.tool_call_result.origin.id in open_ids]
+        if missing:
+            await self.storage.messages.write_messages(thread.key, missing, fence=self.fence(run.run_id))
+
     async def _any_started(self, run_id: str, calls: list[Any]) -> bool:
         for call in calls:
             if call.id is not None and await self.storage.ledger.get(ledger_key(run_id, call.id)) is not None:
@@ -437,6 +507,9 @@ class RunLifecycle:
                 await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
                 message.tool_call_result.result = OUTCOME_UNKNOWN
                 report.unknown.append(origin.tool_name)
+            elif entry is not None and entry.result is not None and await self._under_review(run, origin.tool_name):
+                # It ran, but the bot stopped before a person reviewed it: never released without a decision.
+                message.tool_call_result.result = WITHHELD_AFTER_RESTART
             elif entry is not None and entry.result is not None:
                 # It finished before the crash: telling the model "not run" would invite running it again.
                 message.tool_call_result.result = entry.result
@@ -446,6 +519,12 @@ class RunLifecycle:
             closing.append(message)
         if closing:
             await self.storage.messages.write_messages(thread.key, closing, fence=self.fence(run.run_id))
+
+    async def _under_review(self, run: Any, tool_name: str) -> bool:
+        context = {"platform": run.platform, "workspace": run.workspace, "channel": run.channel}
+        return await needs_review(
+            self.storage, self.engine.tools, tool_name, context, self.engine.config.default_ttl_seconds
+        )
 
     async def _give_up(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
         if not await self.storage.runs.transition(
@@ -501,3 +580,4 @@ class RunLifecycle:
         released = await self.storage.leases.release(self.owner, now=self.clock())
         if released:
             logger.info("released runs for another process", extra={"runs": released, "owner": self.owner})
+            await self.hand_over(None)

@@ -120,11 +120,22 @@ class ApprovalView:
     feedback: str | None = None
     final_arguments: dict[str, Any] | None = None
     message_ref: dict[str, Any] | None = None
+    kind: str = "approval"
+    """``approval`` (decide a call before it runs) or ``review`` (decide what the model sees of its result)."""
+    result: str | None = None
+    """For a review: the full result (render it only through :func:`bot.engine.presentation.display_result`)."""
+    final_result: str | None = None
+    """For a review edited by a person: the result the model sees instead."""
 
     @property
     def is_pending(self) -> bool:
         """Whether the approval still waits for a decision."""
         return self.status == PENDING
+
+    @property
+    def is_review(self) -> bool:
+        """Whether this decides a result after the call ran (review after acting)."""
+        return self.kind == "review"
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,8 @@ class DecisionRequest:
     edited_params: dict[str, Any] | None = None
     actor_name: str | None = None
     place: str | None = None
+    edited_result: str | None = None
+    """For a review's ``modify`` (Edit result): the text the model sees instead of the result."""
 
 
 @dataclass(frozen=True)

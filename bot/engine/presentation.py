@@ -64,6 +64,15 @@ def display_arguments(arguments: dict[str, Any], limit: int = DEFAULT_VALUE_LIMI
     return shown
 
 
+def display_result(view: ApprovalView, limit: int = DEFAULT_VALUE_LIMIT * 4) -> tuple[str, bool]:
+    """A review's result as it may be shown: secrets masked, cut to ``limit`` characters (the full one stays stored).
+
+    >>> display_result(review_of("token=abc123 ok"))
+    ('token=•••••• ok', False)
+    """
+    return truncate(mask_shown_part(view.result or "", limit), limit)
+
+
 def changed_arguments(view: ApprovalView) -> dict[str, Any]:
     """The arguments an edit changed (new values, secrets masked by name and by value)."""
     final = view.final_arguments or {}
@@ -79,6 +88,8 @@ def outcome_sentence(view: ApprovalView) -> str:
     """One plain sentence saying what happened to an approval (untrusted parts are the adapter's to escape)."""
     who = view.decided_by or "someone"
     when = format_time(view.decided_at)
+    if view.is_review:
+        return _review_outcome(view, who, when)
     if view.status == APPROVED:
         return f"Approved by {who} at {when}."
     if view.status == REJECTED:
@@ -95,3 +106,19 @@ def outcome_sentence(view: ApprovalView) -> str:
         return "Cancelled; the call was not run."
     votes = f" ({len(view.votes)}/{view.quorum} approvals)" if view.quorum > 1 else ""
     return f"Waiting for a decision until {format_time(view.expires_at)}{votes}."
+
+
+def _review_outcome(view: ApprovalView, who: str, when: str) -> str:
+    if view.status == APPROVED:
+        return f"Result approved by {who} at {when}; the model sees it as it is."
+    if view.status == REJECTED:
+        feedback = f" Feedback: {mask_text(view.feedback)}" if view.feedback else ""
+        return f"Result rejected by {who} at {when}; the model gets the feedback instead.{feedback}"
+    if view.status == MODIFIED:
+        return f"Result edited by {who} at {when}; the model sees the edited text."
+    if view.status == EXPIRED:
+        return f"Not reviewed in time ({when}); the result was withheld from the model."
+    if view.status in (SUPERSEDED, CANCELLED):
+        return f"{view.status.capitalize()}; the result was withheld from the model."
+    votes = f" ({len(view.votes)}/{view.quorum} approvals)" if view.quorum > 1 else ""
+    return f"The tool ran; its result waits for review until {format_time(view.expires_at)}{votes}."

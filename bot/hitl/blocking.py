@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from bot.canonical import canonical_json
 from bot.hitl.dataclasses import ConfirmationUIResult, ToolExecutionDecision
 from bot.hitl.policies import ConfirmationPolicy
-from bot.hitl.serialization import class_path, component_from_dict, component_to_dict, default_to_dict
+from bot.hitl.serialization import check_type, component_from_dict, component_to_dict, default_to_dict
 from bot.hitl.ui import ConfirmationUI
 from bot.redaction import mask_secrets, scrub
 
@@ -206,8 +206,7 @@ class BlockingConfirmationStrategy:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BlockingConfirmationStrategy:
         """Inverse of :meth:`to_dict`."""
-        if data.get("type", class_path(cls)) != class_path(cls):
-            raise ValueError(f"Cannot build {class_path(cls)} from data of type {data.get('type')!r}.")
+        check_type(cls, data)
         params = dict(data.get("init_parameters") or {})
         params["confirmation_policy"] = component_from_dict(params["confirmation_policy"])
         params["confirmation_ui"] = component_from_dict(params["confirmation_ui"])

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.hitl.policies import AlwaysAskPolicy, ConfirmationPolicy
-from bot.hitl.serialization import component_from_dict, component_to_dict
+from bot.hitl.serialization import check_type, component_from_dict, component_to_dict
 
 if TYPE_CHECKING:
     from bot.agent.snapshot import AgentSnapshot
@@ -90,7 +90,8 @@ class BreakpointConfirmationStrategy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BreakpointConfirmationStrategy:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; Haystack's dict, which has no policy, loads with the default one."""
+        check_type(cls, data)
         params = dict(data.get("init_parameters") or {})
         policy = params.get("confirmation_policy")
         return cls(

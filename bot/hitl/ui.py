@@ -1,9 +1,10 @@
 """Confirmation UIs: each answers one question, *what did the human say about this call?*
 
 The two console UIs share one dialog: ``y`` confirms, ``n`` rejects (then asks for optional feedback),
-``m`` edits the params field by field (Enter keeps a value) and then asks for optional feedback.
-Pressing Enter alone never confirms, and input that ends (EOF, Ctrl-C) rejects. Secret-named params
-are masked wherever they are shown.
+``m`` edits the params field by field (Enter keeps a value) and returns as soon as the edits are done,
+as Haystack's do (``m`` on a call without params modifies nothing: ``{}``). Pressing Enter alone never
+confirms, and input that ends (EOF, Ctrl-C) rejects. Secret-named params are masked wherever they are
+shown.
 """
 
 from __future__ import annotations
@@ -151,9 +152,10 @@ class _ConsoleDialog(ConfirmationUI, ABC):
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise as ``{"type": ..., "init_parameters": {}}``, with the tools when there are any."""
-        if not self._tools:
-            return default_to_dict(self)
-        return default_to_dict(self, tools=[t.to_dict() for t in self._tools.values()])
+        return default_to_dict(self, **self._init_parameters())
+
+    def _init_parameters(self) -> dict[str, Any]:
+        return {"tools": [t.to_dict() for t in self._tools.values()]} if self._tools else {}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConfirmationUI:
@@ -176,17 +178,14 @@ class _ConsoleDialog(ConfirmationUI, ABC):
                 return ConfirmationUIResult(action="reject", feedback=NO_ANSWER_FEEDBACK)
 
     def _dialog(self, tool_name: str, tool_params: dict[str, Any]) -> ConfirmationUIResult:
-        while True:
-            choice = self._ask_choice()
-            if choice == "y":
-                return ConfirmationUIResult(action="confirm")
-            if choice == "n":
-                return ConfirmationUIResult(action="reject", feedback=self._ask_feedback())
-            if not tool_params:
-                self._say("This tool has no parameters to modify.")
-                continue
-            edits = self._edit_params(tool_params, self._tools.get(tool_name))
-            return ConfirmationUIResult(action="modify", new_tool_params=edits, feedback=self._ask_feedback())
+        choice = self._ask_choice()  # re-asks by itself until the answer is y, n or m
+        if choice == "y":
+            return ConfirmationUIResult(action="confirm")
+        if choice == "n":
+            return ConfirmationUIResult(action="reject", feedback=self._ask_feedback())
+        # No feedback question after the edits: scripted and piped input written for Haystack stays in step.
+        edits = self._edit_params(tool_params, self._tools.get(tool_name)) if tool_params else {}
+        return ConfirmationUIResult(action="modify", new_tool_params=edits)
 
     def _edit_params(self, tool_params: dict[str, Any], tool: Tool | None = None) -> dict[str, Any]:
         """Ask for each field in turn; only fields the human typed something for are returned."""
@@ -311,6 +310,10 @@ class RichConsoleUI(_ConsoleDialog):
 
     def _ask(self, prompt: str, *, secret: bool = False) -> str:
         return _Prompt(escape(prompt), console=self.console, password=secret, input_func=self._input_func)()
+
+    def _init_parameters(self) -> dict[str, Any]:
+        # Haystack's shape: a console cannot be serialised, so it is always None (a new one on load).
+        return {"console": None, **super()._init_parameters()}
 
     def _say(self, text: str) -> None:
         self.console.print(Text(text))

@@ -22,11 +22,11 @@ from storage.protocols import CLOSING_STATUSES, DECISION_STATUSES, VOTES, Approv
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
-    "decided_at, feedback, final_arguments_json::text, created_at, expires_at"
+    "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
 )
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
-    "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, status"
+    "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
 )
 
 
@@ -59,17 +59,20 @@ def _record(row: Any) -> ApprovalRecord:
         final_arguments=parse(row[19]),
         created_at=utc(row[20]),
         expires_at=utc(row[21]),
+        kind=row[22],
+        result=row[23],
+        final_result=row[24],
     )
 
 
 def _insert_values(new: NewApproval, now: float) -> list[Any]:
     """The shared validation of :func:`storage.approvals._row_values`, as PostgreSQL column values."""
     (approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode, approvers, quorum,
-     four_eyes, platform, chat_history_id, created, expires) = _row_values(new, now)
+     four_eyes, platform, chat_history_id, created, expires, kind, result) = _row_values(new, now)
     return [
         approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode,
         Jsonb(list(new.approvers)), quorum, bool(four_eyes), platform, chat_history_id,
-        instant(created), instant(expires), "pending",
+        instant(created), instant(expires), kind, result, "pending",
     ]
 
 
@@ -202,6 +205,7 @@ class PostgresApprovalStore:
         feedback: str | None = None,
         final_arguments: dict[str, Any] | None = None,
         now: Instant = None,
+        final_result: str | None = None,
     ) -> bool:
         """Claim the approval for one decision; ``True`` for exactly one caller, never after expiry.
 
@@ -215,14 +219,15 @@ class PostgresApprovalStore:
         at = instant(now)
         row = await self.db.fetchone(
             "UPDATE approvals SET status = %s, decided_by = %s, decided_at = %s, feedback = %s, "
-            "final_arguments_json = %s WHERE approval_id = %s AND status = 'pending' AND expires_at > %s "
-            "RETURNING true",
+            "final_arguments_json = %s, final_result = %s "
+            "WHERE approval_id = %s AND status = 'pending' AND expires_at > %s RETURNING true",
             [
                 status,
                 decided_by,
                 at,
                 None if feedback is None else Json(feedback),
                 None if final_arguments is None else Json(final_arguments),
+                final_result,
                 approval_id,
                 at,
             ],

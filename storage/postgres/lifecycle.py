@@ -19,6 +19,7 @@ from storage.errors import AlreadyExists
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
+from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 from storage.records import inbox_item, outbox_message
 
@@ -170,6 +171,9 @@ class PostgresThreadInbox:
                  requester, Json(message), message_ref, instant(now)],
             )
             row = await cursor.fetchone()
+            # The message waits behind another process's run: wake that process (delivered at commit) rather
+            # than leave the message to it finding it by itself.
+            await conn.execute(NOTIFY_OWNER_SQL, notify_owner_params(address))
         return int(row[0])  # type: ignore[index]
 
     async def start_next(

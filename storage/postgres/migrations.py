@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from storage.errors import StorageError, UnknownSchemaVersion
+from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
 Migration = Sequence[str]
 """The statements of one migration, run in order."""
@@ -249,7 +250,24 @@ _RUN_LIFECYCLE: Migration = (
     "CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE]
+_APPROVAL_REVIEWS: Migration = (
+    # Version 4: reviews after acting: an approval's kind, the result it holds back, and an edited result.
+    "ALTER TABLE approvals ADD COLUMN kind text NOT NULL DEFAULT 'approval' CHECK (kind IN ('approval', 'review'))",
+    "ALTER TABLE approvals ADD COLUMN result text",
+    "ALTER TABLE approvals ADD COLUMN final_result text",
+)
+
+_CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
+    # Version 5. Version 3 closed the older of two active runs in one thread but left that run's approvals pending:
+    # cancel every approval still pending on a run that ended, as the engine does when it closes a run.
+    "UPDATE approvals SET status = 'cancelled', decided_by = 'countersign', decided_at = now(), "
+    f"feedback = to_json('{CLOSED_RUN_APPROVALS_REASON}'::text) WHERE status = 'pending' AND run_id IN "
+    "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
+)
+
+MIGRATIONS: list[Migration] = [
+    _INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _CLOSE_APPROVALS_OF_ENDED_RUNS,
+]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -26,6 +26,7 @@ from storage.postgres.migrations import migrate, schema_version
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
+from storage.postgres.wakeups import PostgresWakeups
 
 
 class PostgresStorage:
@@ -51,6 +52,7 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:
         """The schema version of the database.
@@ -62,7 +64,8 @@ class PostgresStorage:
             return await schema_version(conn)
 
     async def aclose(self) -> None:
-        """Close the connection pool; later calls raise :class:`storage.StorageError`."""
+        """Close the listening connection and the pool; later calls raise :class:`storage.StorageError`."""
+        await self.wakeups.aclose()
         await self.db.close()
 
     async def __aenter__(self) -> PostgresStorage:

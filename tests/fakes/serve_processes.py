@@ -1,4 +1,5 @@
-"""Real ``countersign serve`` processes on one SQLite file, for crash and replica tests.
+"""Real ``countersign serve`` processes on one database (a SQLite file, or a PostgreSQL schema), for crash and
+replica tests.
 
 :class:`ServeCluster` owns everything a multi-process test needs: the fake Slack Web API (which
 records every message the bot sends), the fake OpenAI server answered by :class:`ScriptedModel`, a
@@ -40,7 +41,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import psycopg
 from aiohttp import web
+from psycopg.rows import dict_row
 
 from bot.failpoints import FAILPOINT_EXIT_CODE
 from tests.fakes.crash_tools import CONTROL_URL_VARIABLE
@@ -398,19 +401,26 @@ class ServeCluster:
     control: ToolControl
     session: aiohttp.ClientSession
     admins: tuple[str, ...] = (ADMIN,)
+    database_url: str | None = None
+    """A ``postgresql://`` URL (its own schema): the processes share it instead of the SQLite file."""
     processes: list[ServeProcess] = field(default_factory=list)
     _requests: SlackRequests | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, root: Path, *, admins: Iterable[str] = (ADMIN,)) -> AsyncIterator[ServeCluster]:
-        """Start the fakes; on exit kill every process still running and stop the fakes."""
+    async def open(
+        cls, root: Path, *, admins: Iterable[str] = (ADMIN,), database_url: str | None = None
+    ) -> AsyncIterator[ServeCluster]:
+        """Start the fakes; on exit kill every process still running and stop the fakes.
+
+        With ``database_url`` the processes share that PostgreSQL schema instead of a SQLite file.
+        """
         model = ScriptedModel()
         slack = await FakeSlackAPI().start()
         openai = await FakeOpenAIServer(responder=model).start_async()
         control = await ToolControl().start()
         session = aiohttp.ClientSession()
-        cluster = cls(root, slack, openai, model, control, session, admins=tuple(admins))
+        cluster = cls(root, slack, openai, model, control, session, admins=tuple(admins), database_url=database_url)
         try:
             yield cluster
         finally:
@@ -448,7 +458,8 @@ class ServeCluster:
         env.update(
             {
                 "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                "COUNTERSIGN_DB": str(self.db_path),
+                **({"COUNTERSIGN_DATABASE_URL": self.database_url} if self.database_url
+                   else {"COUNTERSIGN_DB": str(self.db_path)}),
                 "COUNTERSIGN_TOOLS": "tests.fakes.crash_tools:tools",
                 "COUNTERSIGN_ADMINS": ",".join(self.admins),
                 "SLACK_BOT_TOKEN": BOT_TOKEN,
@@ -518,7 +529,10 @@ class ServeCluster:
                 proc.thaw()
 
     async def freeze(self, *processes: ServeProcess) -> None:
-        """SIGSTOP ``processes`` at a moment none of them holds the database's write lock."""
+        """SIGSTOP ``processes`` at a moment none of them holds the database's write lock.
+
+        (PostgreSQL has no database-wide write lock: a frozen process holds at most its own rows' locks.)
+        """
         for _attempt in range(100):
             for proc in processes:
                 proc.freeze()
@@ -648,7 +662,8 @@ class ServeCluster:
     def _card_stored(self, card: ApprovalCard) -> bool:
         marks = ",".join("?" * len(card.approval_ids))
         rows = self.query(f"SELECT message_ref_json FROM approvals WHERE approval_id IN ({marks})", card.approval_ids)
-        return len(rows) == len(card.approval_ids) and all(card.ts in (r["message_ref_json"] or "") for r in rows)
+        refs = [json.dumps(_json(r["message_ref_json"])) for r in rows]
+        return len(rows) == len(card.approval_ids) and all(card.ts in ref for ref in refs)
 
     async def wait_for_reply(
         self, thread: Thread, containing: str, count: int = 1, seconds: float = OUTCOME_SECONDS
@@ -677,8 +692,15 @@ class ServeCluster:
 
     # ------------------------------------------------------------------ the database
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        """Run a read-only query on the shared database (a fresh connection: never holds a lock)."""
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        """Run a read-only query on the shared database (a fresh connection: never holds a lock).
+
+        Written for SQLite (``?`` placeholders, ``rowid``); on PostgreSQL they become ``%s`` and ``seq``, and
+        rows are dicts (JSON columns come back decoded: read them with :func:`_json`).
+        """
+        if self.database_url:
+            with psycopg.connect(self.database_url, autocommit=True, row_factory=dict_row) as conn:
+                return list(conn.execute(sql.replace("?", "%s").replace("rowid", "seq"), list(params)))
         if not self.db_path.exists():
             return []
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5.0)
@@ -701,6 +723,8 @@ class ServeCluster:
 
     def _write_lock_free(self) -> bool:
         """Whether no process holds the database's write lock now (probed with an empty write transaction)."""
+        if self.database_url:
+            return True
         conn = sqlite3.connect(self.db_path, timeout=0.05, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -714,18 +738,18 @@ class ServeCluster:
     def history(self, thread: Thread) -> list[dict[str, Any]]:
         """The stored messages of ``thread`` in order (``ChatMessage.to_dict()`` shapes)."""
         rows = self.query("SELECT data FROM messages WHERE chat_history_id = ? ORDER BY seq", [thread.key])
-        return [json.loads(row["data"]) for row in rows]
+        return [_json(row["data"]) for row in rows]
 
     def queued(self, thread: Thread) -> list[str]:
         """The texts of the messages waiting in ``thread``'s inbox, in the order they will run."""
         rows = self.query("SELECT message_json FROM inbox WHERE chat_history_id = ? ORDER BY id", [thread.key])
-        return [json.loads(row["message_json"]).get("text") or "" for row in rows]
+        return [_json(row["message_json"]).get("text") or "" for row in rows]
 
-    def runs(self, thread: Thread) -> list[sqlite3.Row]:
+    def runs(self, thread: Thread) -> list[Any]:
         """The runs of ``thread``, oldest first."""
         return self.query("SELECT * FROM runs WHERE chat_history_id = ? ORDER BY created_at, rowid", [thread.key])
 
-    def ledger(self, thread: Thread) -> list[sqlite3.Row]:
+    def ledger(self, thread: Thread) -> list[Any]:
         """The execution-ledger entries of every run of ``thread``, oldest first."""
         return self.query(
             "SELECT ledger.* FROM ledger JOIN runs ON runs.run_id = ledger.run_id "
@@ -777,7 +801,7 @@ class ServeCluster:
         rows = self.query("SELECT text FROM outbox WHERE chat_history_id = ? AND delivered_at IS NULL", [thread.key])
         return [row["text"] for row in rows]
 
-    def unsettled_runs(self, thread: Thread) -> list[sqlite3.Row]:
+    def unsettled_runs(self, thread: Thread) -> list[Any]:
         """Runs of ``thread`` still running, resuming or paused."""
         return [r for r in self.runs(thread) if r["status"] in ("running", "resuming", "paused")]
 
@@ -804,6 +828,11 @@ class ServeCluster:
             invariant()
             await asyncio.sleep(0.05)
         invariant()
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value: SQLite returns its text, PostgreSQL the decoded value."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 async def _send(target: ServeProcess, send: Callable[[SlackRequests], Any]) -> SlackReply | None:

@@ -162,3 +162,42 @@ async def test_pending_filters_by_platform_thread_and_approver(approvals):
     assert await approvals.pending(platform="teams") == []
     await approvals.decide(listed.approval_id, status="approved", decided_by="U_BOB", now=LATER)
     assert [a.approval_id for a in await approvals.pending()] == [open_to_requester.approval_id]
+
+
+async def test_a_review_keeps_the_full_result_and_its_edited_version(approvals):
+    full = "line\n" * 5000  # far longer than any surface shows: storage keeps all of it
+    review, = await approvals.create_many(
+        [new_approval(tool_call_id="call_9", kind="review", result=full, mode="review")]
+    )
+    assert (review.kind, review.result, review.final_result, review.mode) == ("review", full, None, "review")
+
+    assert await approvals.decide(
+        review.approval_id, status="modified", decided_by="U_BOB", final_result="edited for the model", now=LATER
+    )
+    assert not await approvals.decide(review.approval_id, status="approved", decided_by="U_CAROL", now=LATER)
+    decided = await approvals.get(review.approval_id)
+    assert (decided.status, decided.result, decided.final_result) == ("modified", full, "edited for the model")
+    assert [(a.kind, a.result) for a in await approvals.for_run("run-1")] == [("review", full)]
+
+
+async def test_an_approval_and_a_review_of_the_same_call_live_side_by_side(approvals):
+    before, = await approvals.create_many([new_approval(tool_call_id="call_1", mode="always+review")])
+    assert (before.kind, before.result) == ("approval", None)
+    assert await approvals.decide(before.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    after, = await approvals.create_many(
+        [new_approval(tool_call_id="call_1", step=2, kind="review", result="done", mode="always+review")]
+    )
+    assert [(a.step, a.kind, a.status) for a in await approvals.for_run("run-1")] == [
+        (1, "approval", "approved"), (2, "review", "pending")
+    ]
+    expired = await approvals.expire_due(now=EXPIRY + timedelta(hours=1))
+    assert [(a.approval_id, a.kind) for a in expired] == [(after.approval_id, "review")]
+
+
+async def test_a_review_without_its_result_or_of_an_unknown_kind_is_refused(approvals):
+    with pytest.raises(ValueError, match="carries the result"):
+        await approvals.create_many([new_approval(kind="review")])
+    with pytest.raises(ValueError, match="carries the result"):
+        await approvals.create_many([new_approval(result="a result on an approval")])
+    with pytest.raises(ValueError, match="kind"):
+        await approvals.create_many([new_approval(kind="audit")])

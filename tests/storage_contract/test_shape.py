@@ -17,6 +17,8 @@ from storage.aio import STORE_NAMES
 from storage.postgres import PostgresStorage
 
 SQLITE_ONLY = {"messages": {"close"}}
+SERVICES = {"InboxWakeups": "wakeups"}
+"""Protocols that are natively async on both backends (subscriptions, not stores), by attribute."""
 """Public methods that only SQLite has, and why: a standalone SQLite message store may own its file."""
 
 
@@ -51,7 +53,7 @@ async def test_both_backends_have_the_same_stores(tmp_path, postgres_url):
     try:
         assert set(AsyncStorage.__annotations__) == set(STORE_NAMES)
         assert {name for name in vars(sqlite) if name in STORE_NAMES} == set(STORE_NAMES)
-        assert {name for name in vars(postgres) if name != "db"} == set(STORE_NAMES)
+        assert {name for name in vars(postgres) if name not in ("db", "wakeups")} == set(STORE_NAMES)
     finally:
         await sqlite.aclose()
         await postgres.aclose()
@@ -82,11 +84,30 @@ async def test_every_storage_protocol_is_implemented_by_one_store_on_both_backen
         protocols = _protocols()
         assert len(protocols) >= 12  # ChatMessageStore ... Outbox: the lookup itself works
         for protocol_name, protocol in protocols.items():
+            if protocol_name in SERVICES:
+                continue
             needed = _protocol_methods(protocol)
             sqlite_stores = [n for n in STORE_NAMES if needed <= _public_methods(sqlite.storage.__dict__[n])]
             postgres_stores = [n for n in STORE_NAMES if needed <= _public_methods(getattr(postgres, n))]
             assert sqlite_stores, f"no SQLite store implements {protocol_name}"
             assert sqlite_stores == postgres_stores, protocol_name
+    finally:
+        await sqlite.aclose()
+        await postgres.aclose()
+
+
+async def test_every_service_has_the_same_async_methods_on_both_backends(tmp_path, postgres_url):
+    sqlite, postgres = await _both(tmp_path, postgres_url)
+    try:
+        for protocol_name, attribute in SERVICES.items():
+            needed = _protocol_methods(_protocols()[protocol_name])
+            local, remote = getattr(sqlite, attribute), getattr(postgres, attribute)
+            for service in (local, remote):
+                assert needed <= _public_methods(service), f"{type(service).__name__}"
+                for method in needed:
+                    assert inspect.iscoroutinefunction(getattr(service, method)), f"{type(service).__name__}.{method}"
+            for method in needed:
+                assert _parameters(getattr(local, method)) == _parameters(getattr(remote, method)), method
     finally:
         await sqlite.aclose()
         await postgres.aclose()
