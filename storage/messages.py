@@ -1,7 +1,8 @@
 """Thread history: :class:`SQLiteChatMessageStore`.
 
 Each message is stored as its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number;
-``(chat_history_id, seq)`` is indexed, so the last k messages are one short descending range scan.
+``(chat_history_id, seq)`` is the key of a ``WITHOUT ROWID`` table (schema 7), so a thread's messages sit
+together and the last k messages are one short descending range scan of adjacent rows.
 """
 
 from __future__ import annotations
