@@ -41,8 +41,14 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)
-  COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies (default: none;
+  COUNTERSIGN_ADMINS               comma-separated user ids allowed to change policies; @name for an
+                                   approver group, subteam^S... for a Slack user group (default: none;
                                    in `countersign chat` your user id is your OS user name or --user)
+  COUNTERSIGN_REPLY_MODE           whom the bot answers in a channel thread: requester (the person who
+                                   started the thread's run, or anyone mentioning the bot), mention (only
+                                   mentions) or all (every reply); DMs are always answered (default: requester)
+  COUNTERSIGN_REMIND_AT            fraction of an approval's TTL after which approvers who have not
+                                   answered are reminded once; 0 turns reminders off (default: 0.5)
   COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
   OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
                                    Ollama, llama.cpp). Neither set: the offline demo model answers

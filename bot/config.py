@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
 DEFAULT_MODEL = "gpt-4o-mini"
+REPLY_MODES = ("requester", "mention", "all")
+"""``COUNTERSIGN_REPLY_MODE``: whom the bot listens to in a channel thread (see :mod:`bot.engine.listening`)."""
 DEFAULT_SYSTEM_PROMPT = (
     "You are countersign, a careful operations assistant in a team chat. Use the tools to act. "
     "Some tool calls need a human's approval; if a call is rejected, do not retry it unchanged: "
@@ -66,6 +68,12 @@ class Config:
     teams_anonymous: bool = False
     teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
+    remind_at: float = 0.5
+    """``COUNTERSIGN_REMIND_AT``: the fraction of an approval's TTL after which approvers who have not answered
+    are reminded, once (0 turns reminders off)."""
+    reply_mode: str = "requester"
+    """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
+    ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
     failpoints: str = ""
     """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
 
@@ -108,7 +116,7 @@ class Config:
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
-            admins=frozenset(_split(env.get("COUNTERSIGN_ADMINS"))),
+            admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
@@ -122,6 +130,8 @@ class Config:
             slack_api_url=env.get("COUNTERSIGN_SLACK_API_URL") or None,
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
+            reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
+            remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_lifecycle_settings(env),
         )
@@ -211,6 +221,23 @@ def _probe_sqlite(path: Path, name: str) -> None:
 
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in re.split(r"[,\s]+", value or "") if part.strip())
+
+
+def _admins(raw: str | None) -> frozenset[str]:
+    """``COUNTERSIGN_ADMINS``: people's ids, ``@name`` for a named approver group, ``<!subteam^S…>`` (or
+    ``subteam^S…``) for a Slack user group."""
+    from bot.engine.roles import named_group, platform_group
+
+    entries = set()
+    for word in _split(raw):
+        usergroup = re.match(r"^<?!?subteam\^([A-Za-z0-9]+)(?:\|[^>]*)?>?$", word)
+        if usergroup:
+            entries.add(platform_group(usergroup.group(1)))
+        elif word.startswith("@") and len(word) > 1:
+            entries.add(named_group(word))
+        else:
+            entries.add(word)
+    return frozenset(entries)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -310,6 +337,30 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if instance:
         settings["instance_id"] = instance
     return settings
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number from 0 (off) to below 1."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ConfigError(f"{name} must be a fraction of the TTL from 0 (off) to below 1, e.g. 0.5; got {raw[:40]!r}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive); the first when unset."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return choices[0]
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

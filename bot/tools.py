@@ -66,6 +66,12 @@ class Tool:
     confirmation_default: str | None = None
     """The tool's own default policy mode (``always``, ``never``, ``once``, ``deny``), used when no stored
     policy names it. ``None`` defers to the global default."""
+    needs_approval: Callable[[dict[str, Any]], Any] | None = None
+    """Decides from a call's arguments whether it needs approval (``True``: ask; ``False``: run), as the
+    Agents SDK's ``needs_approval``. Consulted after the admins' rules, before ``confirmation_default``;
+    any error in it means "ask". It may be async."""
+    destructive: bool = False
+    """Marks a tool whose calls cannot be undone: Approve asks for confirmation where the surface can."""
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
     _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -183,6 +189,12 @@ class Tool:
                 "inputs_from_state": self.inputs_from_state,
                 "outputs_to_state": self.outputs_to_state,
                 "confirmation_default": self.confirmation_default,
+                "destructive": self.destructive,
+                "needs_approval": (
+                    f"{self.needs_approval.__module__}:{self.needs_approval.__qualname__}"
+                    if self.needs_approval is not None
+                    else None
+                ),
             },
         }
 
@@ -191,6 +203,8 @@ class Tool:
         """Inverse of :meth:`to_dict`; imports the function."""
         params = dict(data["init_parameters"])
         params["function"] = import_attribute(params["function"])
+        if params.get("needs_approval"):
+            params["needs_approval"] = import_attribute(params["needs_approval"])
         if isinstance(params["function"], Tool):  # decorated with @tool: the module attribute is the Tool
             params["function"] = params["function"].function
         return cls(**params)
@@ -294,6 +308,8 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     confirmation_default: str | None = None,
+    needs_approval: Callable[[dict[str, Any]], Any] | None = None,
+    destructive: bool = False,
 ) -> Any:
     """Build a :class:`Tool` from a function's type hints and docstring.
 
@@ -317,6 +333,8 @@ def tool(
             inputs_from_state=inputs_from_state,
             outputs_to_state=outputs_to_state,
             confirmation_default=confirmation_default,
+            needs_approval=needs_approval,
+            destructive=destructive,
         )
 
     return build(function) if function is not None else build

@@ -23,7 +23,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions",
 )
 READ_METHODS = frozenset(
     {
@@ -36,6 +36,7 @@ READ_METHODS = frozenset(
         "due_for_expiry",
         "snapshot",
         "active_for_thread",
+        "latest_for_thread",
         "list_by_status",
         "executing",
         "resolve",
@@ -53,6 +54,9 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "list_groups",
+        "rules",
+        "direct_messages_allowed",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -116,6 +120,9 @@ class AsyncStorage:
     events: Any
     conversations: Any
     places: Any
+    approver_groups: Any
+    access: Any
+    conditions: Any
     leases: Any
     inbox: Any
     outbox: Any

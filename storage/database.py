@@ -19,6 +19,7 @@ from storage.migrations import schema_version
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
+from storage.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
 
 
 class Storage:
@@ -45,6 +46,9 @@ class Storage:
         self.leases = SQLiteRunLeases(connector)
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
+        self.approver_groups = SQLiteApproverGroups(connector)
+        self.access = SQLiteAccessStore(connector)
+        self.conditions = SQLiteConditionalRules(connector)
 
     @property
     def path(self) -> str:

@@ -286,8 +286,30 @@ def _close_approvals_of_ended_runs(db: Database) -> None:
     )
 
 
+def _team_settings(db: Database) -> None:
+    """Version 7: named approver groups, who may ask (access rules per scope), the direct-message switch, and policy
+    modes with conditions on the arguments."""
+    db.execute(
+        "CREATE TABLE approver_groups (name TEXT PRIMARY KEY, members_json TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE access_rules (scope TEXT NOT NULL, principal TEXT NOT NULL, updated_by TEXT NOT NULL, "
+        "updated_at FLOAT NOT NULL, PRIMARY KEY (scope, principal))"
+    )
+    db.execute(
+        "CREATE TABLE direct_message_settings (scope TEXT PRIMARY KEY, allowed INTEGER NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE conditional_rules (scope TEXT NOT NULL, tool_name TEXT NOT NULL, condition TEXT NOT NULL, "
+        "mode TEXT NOT NULL, updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, "
+        "PRIMARY KEY (scope, tool_name, condition))"
+    )
+
+
 def _messages_in_thread_order(db: Database) -> None:
-    """Version 7: messages kept in thread order, keyed by (thread, seq), without a rowid or its own index.
+    """Version 8: messages kept in thread order, keyed by (thread, seq), without a rowid or its own index.
 
     Real threads interleave, so a rowid table scattered each thread's rows over the file and every
     ``last_k`` read touched a page per message; a ``WITHOUT ROWID`` table keyed by ``(chat_history_id,
@@ -295,16 +317,16 @@ def _messages_in_thread_order(db: Database) -> None:
     ``messages_thread_seq`` index (about a sixth of the database at 1M messages, bench/storage.py).
     """
     db.execute(
-        "CREATE TABLE messages_v7 (chat_history_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL, "
+        "CREATE TABLE messages_v8 (chat_history_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL, "
         "role TEXT NOT NULL, data TEXT NOT NULL, created_at FLOAT NOT NULL, PRIMARY KEY (chat_history_id, seq)) "
         "WITHOUT ROWID"
     )
     db.execute(
-        "INSERT INTO messages_v7 (chat_history_id, seq, message_id, role, data, created_at) "
+        "INSERT INTO messages_v8 (chat_history_id, seq, message_id, role, data, created_at) "
         "SELECT chat_history_id, seq, message_id, role, data, created_at FROM messages ORDER BY chat_history_id, seq"
     )
     db.execute("DROP TABLE messages")
-    db.execute("ALTER TABLE messages_v7 RENAME TO messages")
+    db.execute("ALTER TABLE messages_v8 RENAME TO messages")
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (chat_history_id, message_id)")
 
 
@@ -315,6 +337,7 @@ MIGRATIONS: list[Migration] = [
     _run_lifecycle,
     _approval_reviews,
     _close_approvals_of_ended_runs,
+    _team_settings,
     _messages_in_thread_order,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

@@ -239,6 +239,39 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class ApproverGroup:
+    """A named group of people (``group set oncall @a @b``): approvers or admins may name it as ``@oncall``."""
+
+    name: str
+    members: tuple[str, ...]
+    updated_by: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ConditionalRule:
+    """A policy mode that applies only to calls whose arguments match ``condition`` (its canonical text,
+    e.g. ``env=prod``; the engine parses and evaluates it)."""
+
+    scope: str
+    tool_name: str
+    condition: str
+    mode: str
+    updated_by: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class AccessRule:
+    """Who may start runs in a scope (a workspace or a channel): a person, a group reference, or ``everyone``."""
+
+    scope: str
+    principal: str
+    updated_by: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
 class ThreadAddress:
     """Where a thread lives: the history key and the platform coordinates a surface posts to."""
 
@@ -337,6 +370,10 @@ class RunStore(Protocol):
 
     def active_for_thread(self, chat_history_id: str) -> RunRecord | None: ...
 
+    def latest_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest run, whatever its status (whose requester the thread "belongs" to now)."""
+        ...
+
     def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
 
 
@@ -434,6 +471,63 @@ class PolicyStore(Protocol):
     def is_confirmed(self, scope: str, tool_name: str, args_digest: str) -> bool: ...
 
     def revoke_confirmations(self, scope: str, tool_name: str | None = None) -> int: ...
+
+
+class ApproverGroupStore(Protocol):
+    """Named approver groups (``storage.approver_groups``); names are case-insensitive, stored lower-case."""
+
+    def set_group(self, name: str, members: Sequence[str], *, updated_by: str, now: Instant = None) -> ApproverGroup:
+        """Create or replace the group ``name`` with exactly ``members`` (in the given order, without repeats)."""
+        ...
+
+    def get(self, name: str) -> ApproverGroup | None: ...
+
+    def list_groups(self) -> list[ApproverGroup]:
+        """Every group, by name."""
+        ...
+
+    def delete_group(self, name: str) -> bool:
+        """Remove the group; whether it existed."""
+        ...
+
+
+class ConditionalRuleStore(Protocol):
+    """Policy modes with conditions on the arguments (``storage.conditions``), one per scope, tool and condition."""
+
+    def set_rule(
+        self, scope: str, tool_name: str, condition: str, mode: str, *, updated_by: str, now: Instant = None
+    ) -> ConditionalRule: ...
+
+    def reset_rule(self, scope: str, tool_name: str, condition: str) -> bool:
+        """Remove one rule; whether it existed."""
+        ...
+
+    def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
+        """The rules of ``scopes`` (all when ``None``), of one tool when given, by scope, tool and condition."""
+        ...
+
+
+class AccessStore(Protocol):
+    """Who may start runs (``storage.access``): allow rules per scope, and whether direct messages are allowed.
+
+    A scope with no rule lets everyone ask; revoking its last rule returns it to that default.
+    """
+
+    def allow(self, scope: str, principal: str, *, updated_by: str, now: Instant = None) -> AccessRule: ...
+
+    def revoke(self, scope: str, principal: str) -> bool:
+        """Remove one rule; whether it existed."""
+        ...
+
+    def rules(self, scopes: Sequence[str] | None = None) -> list[AccessRule]:
+        """The rules of ``scopes`` (every rule when ``None``), by scope then principal."""
+        ...
+
+    def set_direct_messages(self, scope: str, allowed: bool, *, updated_by: str, now: Instant = None) -> None: ...
+
+    def direct_messages_allowed(self, scope: str) -> bool:
+        """Whether direct messages are allowed in the workspace ``scope`` (yes unless turned off)."""
+        ...
 
 
 class AuditLog(Protocol):

@@ -238,6 +238,19 @@ class SQLiteRunStore:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def latest_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest run, whatever its status, if any.
+
+        >>> storage.runs.latest_for_thread("slack:T1:C1:170.1").requester
+        'U1'
+        """
+        with self.connector.reading() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE chat_history_id = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                [chat_history_id],
+            ).fetchone()
+        return None if row is None else _record(row)
+
     def list_by_status(self, *statuses: str) -> list[RunRecord]:
         """Every run in one of ``statuses``, oldest first (e.g. runs left ``resuming`` by a crash).
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.fakes.engine_kit import Harnesses
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_stack import assert_every_payload_valid
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +33,26 @@ def postgres_url(postgres_schemas) -> Iterator[str]:
     url = postgres_schemas.take()
     yield url
     postgres_schemas.release(url)
+
+
+@pytest.fixture
+async def openai() -> AsyncIterator[FakeOpenAIServer]:
+    """A fake OpenAI-compatible endpoint (modules may define their own ``openai`` fixture instead)."""
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    """A fake Slack Web API; every payload the bot sent is checked against Slack's limits at the end."""
+    async with FakeSlackAPI() as api:
+        yield api
+        assert_every_payload_valid(api.calls)
+
+
+@pytest.fixture
+async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
+    """Engine harnesses on one folder, closed at the end."""
+    opened = Harnesses(tmp_path)
+    yield opened
+    await opened.aclose()

@@ -55,6 +55,8 @@ ENV_VARS = (
     "COUNTERSIGN_HEARTBEAT_SECONDS",
     "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS",
     "COUNTERSIGN_SWEEP_SECONDS",
+    "COUNTERSIGN_REPLY_MODE",
+    "COUNTERSIGN_REMIND_AT",
 )
 
 
@@ -186,6 +188,14 @@ def test_a_pool_size_below_two_or_not_a_whole_number_is_a_config_error_naming_th
     with pytest.raises(ConfigError) as refused:
         Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": value})
     assert str(refused.value) == problem
+
+
+def test_the_reply_mode_defaults_to_the_requester_and_refuses_anything_else():
+    assert Config.from_env({}).reply_mode == "requester"
+    assert Config.from_env({"COUNTERSIGN_REPLY_MODE": "Mention"}).reply_mode == "mention"
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"COUNTERSIGN_REPLY_MODE": "everyone"})
+    assert str(refused.value) == "COUNTERSIGN_REPLY_MODE must be one of requester, mention, all, got 'everyone'"
 
 
 def test_the_pool_size_defaults_to_ten_connections_per_replica():

@@ -293,3 +293,14 @@ def test_each_outcome_line_of_a_step_names_its_call(harness):
     assert len(lines) == 2
     assert lines[0].startswith('✔ delete_file(path="old.log") (1 of 2): Approved by ana')
     assert lines[1].startswith('✘ delete_file(path="notes.txt") (2 of 2): Rejected by ana')
+
+
+def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path):
+    harness = ConsoleHarness(tmp_path, admins=frozenset({USER}))
+    harness.config = harness.config.with_overrides(reply_mode="mention")  # a terminal is a direct conversation
+
+    outcome = harness.chat(["/access list", f"/group set oncall @{USER}", "/group list", "delete old.log", "y"])
+
+    assert "Everyone may ask the bot, in every channel of this workspace (no access rules)." in outcome.output
+    assert f"@oncall: {USER}" in outcome.output
+    assert harness.executed["delete_file"] == 1

@@ -18,7 +18,7 @@ from bot.messages import ChatMessage
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import says
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid
+from tests.fakes.slack_stack import SlackStack
 from tests.fakes.teams_stack import CHANNEL as TEAMS_CHANNEL
 from tests.fakes.teams_stack import TENANT, TeamsStack
 
@@ -30,12 +30,6 @@ def echo(messages: list[ChatMessage]) -> ChatMessage:
     users = [m for m in messages if m.role == "user"]
     return ChatMessage.from_assistant(f"echo {users[-1].text}")
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ToolCall
 from bot.tools import Tool
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_stack import SlackStack, all_text, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
 
 ALICE = "U0ALICE"
 ADMIN = "U0ADMIN"
@@ -37,12 +37,6 @@ class Restarts:
         self.restarted.append(name)
         return f"restarted {name}"
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture

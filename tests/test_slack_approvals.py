@@ -20,7 +20,7 @@ from bot.tools import Tool
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
 from tests.fakes.slack_requests import form, number_input, select, text_input
-from tests.fakes.slack_stack import SlackStack, all_text, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
 
 ALICE = "U0ALICE"  # asks the bot; may decide her own calls
 ADMIN = "U0ADMIN"  # a countersign admin
@@ -82,17 +82,6 @@ class Ops:
         return f"{service} now has {replicas} replicas in {region}"
 
 
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid
+from tests.fakes.slack_stack import SlackStack
 
 ALICE = "U0ALICE"
 BOB = "U0BOB"
@@ -27,12 +28,6 @@ def echo(messages: list[ChatMessage]) -> ChatMessage:
     users = [m for m in messages if m.role == "user"]
     return ChatMessage.from_assistant(f"echo {users[-1].text} ({len(users)} seen)")
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture
@@ -137,19 +132,62 @@ async def test_a_mention_in_a_thread_the_bot_is_in_is_answered_once(
 # ---------------------------------------------------------------------- threads and DMs
 
 
-async def test_the_bot_continues_a_thread_it_takes_part_in_without_a_new_mention(
-    stack: SlackStack, slack: FakeSlackAPI
+async def test_the_bot_continues_a_thread_with_its_requester_without_a_new_mention(
+    stack: SlackStack, slack: FakeSlackAPI, model: ScriptedChatGenerator
 ) -> None:
     root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
     await stack.requests.event(root)
     await stack.settle()
 
-    await stack.requests.event(stack.requests.message(BOB, CHANNEL, "and staging?", thread_ts=root["ts"]))
+    await stack.requests.event(stack.requests.message(BOB, CHANNEL, "looks fine to me", thread_ts=root["ts"]))
+    await stack.requests.event(stack.requests.message(ALICE, CHANNEL, "and staging?", thread_ts=root["ts"]))
     await stack.settle()
 
     answers = replies(slack)
+    # Bob talks to Alice, not to the bot: no model call, nothing stored (the model saw 2 user messages).
     assert [c.args["text"] for c in answers] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
     assert {c.args["thread_ts"] for c in answers} == {root["ts"]}
+    assert len(model.calls) == 2
+
+
+@asynccontextmanager
+async def serving(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator, **config: object
+) -> AsyncIterator[SlackStack]:
+    """A stack with these settings, stopped at the end."""
+    stack = await SlackStack.start(db_path=tmp_path / "cs.db", slack=slack, generator=model, tools=[], **config)
+    try:
+        yield stack
+    finally:
+        await stack.stop()
+
+
+async def send(stack: SlackStack, event: dict) -> None:
+    await stack.requests.event(event)
+    await stack.settle()
+
+
+async def test_in_all_mode_the_bot_answers_every_reply_in_its_thread(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator
+) -> None:
+    async with serving(tmp_path, slack, model, reply_mode="all") as stack:
+        root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
+        await send(stack, root)
+        await send(stack, stack.requests.message(BOB, CHANNEL, "and staging?", thread_ts=root["ts"]))
+
+    assert [c.args["text"] for c in replies(slack)] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
+
+
+async def test_in_mention_mode_only_mentions_are_answered_even_from_the_requester(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator
+) -> None:
+    async with serving(tmp_path, slack, model, reply_mode="mention") as stack:
+        root = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> deploy?")
+        await send(stack, root)
+        await send(stack, stack.requests.message(ALICE, CHANNEL, "thinking aloud", thread_ts=root["ts"]))
+        await send(stack, stack.requests.mention(BOB, CHANNEL, "<@U0BOT> and staging?", thread_ts=root["ts"]))
+
+    assert [c.args["text"] for c in replies(slack)] == ["echo deploy? (1 seen)", "echo and staging? (2 seen)"]
 
 
 async def test_the_bot_stays_out_of_threads_and_channel_chatter_it_was_not_asked_into(

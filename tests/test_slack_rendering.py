@@ -31,6 +31,7 @@ from tests.fakes.slack_stack import (
     assert_valid_message_blocks,
     assert_valid_view,
     button_values,
+    buttons,
 )
 
 HOSTILE = "<!channel> <!here> <@U123> <http://evil|click> & <#C1>"
@@ -390,3 +391,36 @@ def test_the_payload_validator_itself_rejects_what_slack_would() -> None:
     for bad in ([too_long], [section] * 51, [{"type": "actions", "elements": [button]}]):
         with pytest.raises((AssertionError, SlackObjectFormationError)):
             assert_valid_message_blocks(bad)
+
+
+def test_approvers_show_people_as_mentions_and_groups_by_name_without_pinging_them() -> None:
+    message = approval_message([approval(approvers=("group:oncall", "usergroup:S0SRE|@sre", "U0BEN"))])
+    shown = all_text(message.blocks)
+    assert "approvers @oncall, @sre, <@U0BEN>" in shown
+    assert "subteam" not in json.dumps(message.blocks)
+
+
+def test_approve_asks_for_confirmation_only_for_a_destructive_tool() -> None:
+    plain_message = approval_message([approval()])
+    destructive = approval_message([approval(destructive=True)])
+
+    def approve_button(message) -> dict[str, Any]:
+        [button] = [b for b in buttons(message.blocks) if b["action_id"] == "cs_approve"]
+        return button
+
+    assert "confirm" not in approve_button(plain_message)
+    confirm = approve_button(destructive)["confirm"]
+    assert confirm["title"]["text"] == "Run this call?" and confirm["confirm"]["text"] == "Approve"
+    assert "cannot be undone" in confirm["text"]["text"]
+    assert_valid_message_blocks(destructive.blocks)
+
+
+def test_approve_and_always_allow_appears_only_in_a_view_offered_to_an_admin() -> None:
+    def actions(view: ApprovalView) -> list[str]:
+        return [b["action_id"] for b in buttons(approval_message([view]).blocks)]
+
+    assert "cs_approve_always" not in actions(approval())
+    offered = approval_message([approval(offer_always_allow=True)])
+    [always] = [b for b in buttons(offered.blocks) if b["action_id"] == "cs_approve_always"]
+    assert always["text"]["text"] == "Approve and always allow here" and "confirm" in always
+    assert_valid_message_blocks(offered.blocks)

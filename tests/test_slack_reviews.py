@@ -25,10 +25,8 @@ from tests.test_slack_approvals import (  # noqa: F401 - fixtures
     Ops,
     ask,
     clock,
-    openai,
     ops,
     plain,
-    slack,
     stack,
     start_stack,
 )

@@ -140,6 +140,8 @@ def test_the_manifest_creates_the_whole_app_in_http_mode() -> None:
         "chat:write",
         "commands",
         "users:read",
+        "usergroups:read",  # approvers and admins named by Slack user group
+        "im:write",  # direct messages to approvers
         "reactions:write",
     }
     events = {"app_mention", "message.channels", "message.groups", "message.im", "app_home_opened"}

@@ -321,6 +321,8 @@ async def test_approvers_can_be_named_by_mentioning_them(open_stack):
     assert list(rule["approvers"]) == [BEN.id]
 
     await stack.say("delete old.log")
+    _, card = stack.last_card()
+    assert "approvers: Ben Okafor" in " ".join(texts_of(card))  # by name, not 29:…
     refused = await stack.click("approve", ANA)
     approved = await stack.click("approve", BEN)
 

@@ -30,7 +30,7 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
-ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit")
+ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit")
 QUIT_WORDS = ("/quit", "/exit", "/q")
 
 CONSOLE_HELP = """\
@@ -43,9 +43,9 @@ Commands:
   /quit                 leave (so do Ctrl-D and Ctrl-C); pending approvals wait for you:
                         continue with `countersign chat --thread NAME`
   /policy list          each tool's effective policy here
-  /policy set <tool|*> <always|never|once|deny|review|always+review>, /policy reset <tool>
-  /approvers <tool> <@user ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
-  /ttl <tool> <duration>
+  /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
+  /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
+  /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
   /pending              approvals waiting for a decision
   /audit [n]            the last n audit entries
 Policy changes need your user id in COUNTERSIGN_ADMINS."""
@@ -150,6 +150,7 @@ class ChatSession:
                 text=text,
                 event_id=uuid.uuid4().hex,
                 user_name=self.user,
+                is_direct=True,  # a terminal conversation is one person's, with the bot
             )
             with self.surface.busy():
                 await engine.handle_message(inbound)

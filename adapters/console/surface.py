@@ -22,6 +22,7 @@ from rich.text import Text
 
 from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
 from bot.engine.presentation import display_arguments, display_result, format_time, outcome_sentence, truncate
+from bot.engine.roles import group_label
 from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
@@ -61,7 +62,7 @@ def chat_markdown(text: str) -> Markdown:
 
 def policy_text(view: ApprovalView) -> str:
     """Who may decide this approval, in one line (mode, approvers, quorum, four-eyes)."""
-    who = ", ".join(view.approvers) if view.approvers else "the requester or an admin"
+    who = ", ".join(map(group_label, view.approvers)) if view.approvers else "the requester or an admin"
     parts = [view.policy_mode, f"approvers: {who}"]
     if view.quorum > 1:
         parts.append(f"quorum {view.quorum} ({len(view.votes)} so far)")

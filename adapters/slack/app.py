@@ -5,9 +5,10 @@ background task, except Edit / Reject modal submissions, whose decision is made 
 that invalid values come back as field errors in the ack itself; the message update after such a
 decision still happens after the ack (``Engine.decide(..., render_later=True)``).
 
-Which threads the bot answers without a mention: a thread where it was mentioned. When a mention
+Which threads the bot hears without a mention: a thread where it was mentioned. When a mention
 arrives, a marker ``slack-thread:<channel>:<thread ts>`` is stored with ``engine.save_conversation``;
-later thread replies are answered when their thread has that marker. Both the ``app_mention`` and the
+later thread replies reach the engine (marked ``mentioned=False``) when their thread has that marker,
+and the engine decides whether to act on them (``COUNTERSIGN_REPLY_MODE``). Both the ``app_mention`` and the
 ``message`` event of one message (a mention inside such a thread) reach the engine with the same
 event id, ``msg:<channel>:<ts>``, and the engine's durable dedupe runs it once; Slack's retries
 (``X-Slack-Retry-Num``) carry the same message, so they are dropped the same way.
@@ -29,6 +30,7 @@ from slack_bolt.response import BoltResponse
 from adapters.slack.blocks import (
     ACTION_APPROVE,
     ACTION_APPROVE_ALL,
+    ACTION_APPROVE_ALWAYS,
     ACTION_EDIT,
     ACTION_REJECT,
     EDIT_CALLBACK,
@@ -127,6 +129,7 @@ class SlackListeners:
         app.event("app_home_opened")(self.on_home_opened)
         app.action(ACTION_APPROVE)(self.on_approve)
         app.action(ACTION_APPROVE_ALL)(self.on_approve_all)
+        app.action(ACTION_APPROVE_ALWAYS)(self.on_approve_always)
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
@@ -166,7 +169,7 @@ class SlackListeners:
         thread = _text(event.get("thread_ts"))
         if not thread or f"<@{context.bot_user_id}>" in (event.get("text") or ""):
             return  # not in a thread, or a mention: the app_mention event answers it
-        inbound = _inbound(body, event, context.bot_user_id, thread=thread)
+        inbound = _inbound(body, event, context.bot_user_id, thread=thread, mentioned=False)
         if await self.engine.load_conversation(thread_marker(inbound.channel, inbound.thread)) is not None:
             await self._receive(inbound, name=f"slack-thread-{inbound.event_id}")
 
@@ -182,22 +185,31 @@ class SlackListeners:
     async def on_approve(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve: ack, then decide; a refusal is told to the clicker only."""
         await ack()
-        approval_id, actor = _text(action.get("value")), _actor(body)
-        if not approval_id or not actor:
-            self.on_unreadable_click(body)
-            return
-        request = DecisionRequest(approval_id, actor, CONFIRM, actor_name=_actor_name(body), place=_place(body))
-        self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
+        if (target := self._click_target(body, action)) is not None:
+            request = DecisionRequest(*target, CONFIRM, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, self.engine.decide(request)), name="slack-approve")
 
     async def on_approve_all(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Approve all: every pending call of the step this clicker may decide."""
         await ack()
+        if (target := self._click_target(body, action)) is not None:
+            decision = self.engine.approve_all(*target, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
+
+    async def on_approve_always(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Approve and always allow here (offered to admins only; the engine checks again)."""
+        await ack()
+        if (target := self._click_target(body, action)) is not None:
+            decision = self.engine.approve_and_always_allow(*target, actor_name=_actor_name(body), place=_place(body))
+            self.tasks.spawn(self._decide_click(body, decision, tell=True), name="slack-approve-always")
+
+    def _click_target(self, body: Mapping[str, Any], action: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The approval id and the clicker of a button click, or ``None`` (and the clicker told) if unreadable."""
         approval_id, actor = _text(action.get("value")), _actor(body)
         if not approval_id or not actor:
             self.on_unreadable_click(body)
-            return
-        decision = self.engine.approve_all(approval_id, actor, actor_name=_actor_name(body), place=_place(body))
-        self.tasks.spawn(self._decide_click(body, decision), name="slack-approve-all")
+            return None
+        return approval_id, actor
 
     def on_unreadable_click(self, body: Mapping[str, Any]) -> bool:
         """A click whose action cannot be read: nothing is decided; the clicker is told when we know who and where.
@@ -211,13 +223,15 @@ class SlackListeners:
         self.tasks.spawn(self._tell_clicker(body, UNREADABLE_CLICK), name="slack-unreadable-click")
         return True
 
-    async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any]) -> None:
+    async def _decide_click(
+        self, body: dict[str, Any], decision: Coroutine[Any, Any, Any], tell: bool = False
+    ) -> None:
         try:
             result = await decision
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
-        if result.refused:  # Approve all, partly refused: say which calls still wait
+        if result.refused or tell:  # Approve all, partly refused: say which calls still wait
             await self._tell_clicker(body, result.message)
             return
         if _from_home(body):
@@ -332,9 +346,13 @@ class SlackListeners:
             self.tasks.spawn(self._publish_home(user, _text(context.team_id) or ""), name="slack-home")
 
     async def _publish_home(self, user: str, team: str, notice: str | None = None) -> None:
+        await self.surface.publish_home(user, await self.home_view_for(user, team, notice))
+
+    async def home_view_for(self, user: str, team: str, notice: str | None = None) -> dict[str, Any]:
+        """``user``'s App Home: the approvals they may decide now (decidable from there) and the policies."""
         pending = await self.engine.pending_for(PLATFORM, user, place=home_place(PLATFORM, user))
         policies = await self.engine.policy_table(PLATFORM, team)
-        await self.surface.publish_home(user, home_view(pending, policies, notice))
+        return home_view(pending, policies, notice)
 
     async def _tell_clicker(self, body: Mapping[str, Any], text: str) -> None:
         actor, channel = _actor(body), _channel(body)
@@ -351,7 +369,9 @@ class SlackListeners:
         await self.surface.tell_user(ThreadRef(PLATFORM, _team(body), channel, thread), actor, text)
 
 
-def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str | None, thread: str) -> Inbound:
+def _inbound(
+    body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str | None, thread: str, mentioned: bool = True
+) -> Inbound:
     channel = event["channel"]
     text = _text(event.get("text")) or ""
     if bot_user_id:
@@ -366,6 +386,7 @@ def _inbound(body: Mapping[str, Any], event: Mapping[str, Any], bot_user_id: str
         event_id=f"msg:{channel}:{event['ts']}",
         message_id=event["ts"],
         is_direct=event.get("channel_type") == "im",
+        mentioned=mentioned,
     )
 
 

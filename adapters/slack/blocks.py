@@ -44,13 +44,15 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
+from bot.engine.roles import group_label, is_group
 from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
 ACTION_REJECT = "cs_reject"
 ACTION_EDIT = "cs_edit"
 ACTION_APPROVE_ALL = "cs_approve_all"
-DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL)
+ACTION_APPROVE_ALWAYS = "cs_approve_always"
+DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
 
 REJECT_CALLBACK = "cs_reject_modal"
 EDIT_CALLBACK = "cs_edit_modal"
@@ -219,12 +221,19 @@ def _status_line(call: ApprovalView) -> str:
     icon = _STATUS_ICON.get(call.status, "")
     if call.is_pending:
         policy = f"policy `{escape(call.policy_mode)}`"
+        if call.approvers:
+            policy += ", approvers " + ", ".join(_approver_markup(a) for a in call.approvers)
         if call.quorum > 1:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
         return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
     return f"{icon} {outcome_markup(call)}"
+
+
+def _approver_markup(entry: str) -> str:
+    """A person as a mention (Slack shows their name); a group by its name, never as a ping."""
+    return escape(group_label(entry)) if is_group(entry) else mention(entry)
 
 
 def outcome_markup(call: ApprovalView) -> str:
@@ -235,14 +244,33 @@ def outcome_markup(call: ApprovalView) -> str:
 
 def _decision_buttons(call: ApprovalView) -> ActionsBlock:
     aid = call.approval_id
+    confirm = None
+    if call.destructive and not call.is_review:  # Block Kit's own confirmation dialog, before the click reaches us
+        confirm = ConfirmObject(
+            title="Run this call?",
+            text=f"{call.tool_name[:64]} cannot be undone. Approve it as shown?",
+            confirm="Approve",
+            deny="Cancel",
+            style="danger",
+        )
     buttons = [
-        ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary"),
+        ButtonElement(text="Approve", action_id=ACTION_APPROVE, value=aid, style="primary", confirm=confirm),
         ButtonElement(text="Reject", action_id=ACTION_REJECT, value=aid, style="danger"),
     ]
     if call.is_review:
         buttons.append(ButtonElement(text="Edit result", action_id=ACTION_EDIT, value=aid))
     elif _editable_parameters(call):
         buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
+    if call.offer_always_allow:  # only in views shown to one admin (their DM, their App Home)
+        always = ConfirmObject(
+            title="Stop asking here?",
+            text=f"Approve this call, and run {call.tool_name[:64]} without asking in this channel from now on "
+            "(for calls like this one). The rule change is audited.",
+            confirm="Approve and allow",
+            deny="Cancel",
+        )
+        buttons.append(ButtonElement(text="Approve and always allow here", action_id=ACTION_APPROVE_ALWAYS,
+                                     value=aid, confirm=always))
     return ActionsBlock(block_id=f"cs_actions:{aid}", elements=buttons)
 
 
@@ -580,7 +608,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"  # not set by this rule: inherited
     if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(str(v) for v in value) or "-"
+        return ",".join(group_label(str(v)) for v in value) or "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)[:80]

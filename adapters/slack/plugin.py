@@ -77,6 +77,7 @@ def build_bolt_app(
     configure_web_client(app.client, config.slack_api_url)
     surface = SlackSurface(app.client)
     listeners = SlackListeners(engine, surface, tasks)
+    surface.home_builder = listeners.home_view_for  # App Homes are re-published when approvals change
     listeners.register(app)
     return app, surface, listeners
 

@@ -8,7 +8,7 @@ are posted unthreaded).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -74,6 +74,8 @@ class SlackSurface:
     def __init__(self, client: AsyncWebClient, working_reaction: str = WORKING_REACTION) -> None:
         self.client = client
         self.working_reaction = working_reaction
+        self.home_builder: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None
+        """Builds one person's App Home view (user, workspace); set by the plugin."""
 
     async def post_reply(self, thread: ThreadRef, text: str) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
@@ -155,9 +157,31 @@ class SlackSurface:
         except SlackApiError as exc:  # cosmetic: the message is queued either way
             logger.info("status line not set", extra={"error": exc.response.get("error")})
 
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The DM with ``user`` (``conversations.open``; needs ``im:write``), at its top level."""
+        response = await self.client.conversations_open(users=user)
+        channel = response.get("channel")
+        channel_id = channel.get("id") if isinstance(channel, dict) else None
+        if not isinstance(channel_id, str) or not channel_id:
+            return None
+        return ThreadRef("slack", workspace, channel_id, DIRECT_THREAD)
+
+    async def group_members(self, group_id: str) -> list[str]:
+        """The members of a Slack user group (``usergroups.users.list``; needs ``usergroups:read``)."""
+        response = await self.client.usergroups_users_list(usergroup=group_id)
+        users = response.get("users")
+        return [u for u in users if isinstance(u, str)] if isinstance(users, list) else []
+
     async def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
         """Open a modal (the trigger id is valid for 3 seconds, once)."""
         await self.client.views_open(trigger_id=trigger_id, view=view)
+
+    async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
+        """Re-publish the App Home of each of ``users`` (their list of approvals changed)."""
+        if self.home_builder is None:
+            return
+        for user in users:
+            await self.publish_home(user, await self.home_builder(user, workspace))
 
     async def publish_home(self, user: str, view: dict[str, Any]) -> None:
         """Show ``view`` as ``user``'s App Home tab."""

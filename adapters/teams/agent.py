@@ -27,7 +27,9 @@ from adapters.teams.cards import (
     CARD_CONTENT_TYPE,
     VERB_APPROVE,
     VERB_APPROVE_ALL,
+    VERB_APPROVE_ALWAYS,
     VERB_EDIT,
+    VERB_REFRESH,
     VERB_REJECT,
     EditForm,
     approval_card,
@@ -38,6 +40,7 @@ from adapters.teams.cards import (
     invoke_card_response,
     invoke_message_response,
     param_input_id,
+    shared_card,
     text_card,
     unoffered_inputs,
 )
@@ -100,6 +103,8 @@ class TeamsAgent(ActivityHandler):
             personal = handler.personal_key(thread.workspace, handler.actor_of(activity))
             await self._engine.save_conversation(personal, record)
         if is_admin_command(text):
+            for person_id, name in handler.mentioned_people(activity).items():  # approvers, shown by name later
+                await remember_name(self._engine, person_id, name)
             answer = await self._engine.admin(handler.admin_request(activity))
             if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
                 # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.
@@ -162,6 +167,8 @@ class TeamsAgent(ActivityHandler):
 
     async def _click(self, activity: Activity, action: handler.CardAction) -> dict[str, Any]:
         engine = self._engine
+        if action.verb == VERB_REFRESH:  # Teams asks for this person's own view: decides nothing
+            return await self._personal_card(activity, action.approval_id)
         if activity.id and not await engine.first_time(f"teams:invoke:{activity.id}"):
             # Teams retried an invoke we already handled: show where things stand, decide nothing.
             return await self._current_card(action.approval_id)
@@ -209,6 +216,10 @@ class TeamsAgent(ActivityHandler):
             raise InvalidEdit(forged)
         if action.verb == VERB_APPROVE_ALL:
             return await engine.approve_all(action.approval_id, actor, actor_name=actor_name, place=place)
+        if action.verb == VERB_APPROVE_ALWAYS:
+            return await engine.approve_and_always_allow(
+                action.approval_id, actor, actor_name=actor_name, place=place
+            )
         request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name, place=place)
         if action.verb == VERB_REJECT:
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None
@@ -230,6 +241,20 @@ class TeamsAgent(ActivityHandler):
         elif action.verb != VERB_APPROVE:
             raise AssertionError(f"unhandled verb {action.verb!r}")  # card_action() only lets VERBS through
         return await engine.decide(request)
+
+    async def _personal_card(self, activity: Activity, approval_id: str) -> dict[str, Any]:
+        """One person's view of a step's card: the buttons if the engine says they may decide, else the status."""
+        try:
+            views, may_decide = await self._engine.personal_step(
+                approval_id, handler.actor_of(activity), handler.thread_of(activity).place
+            )
+        except ApprovalNotFound as exc:
+            return invoke_message_response(str(exc))
+        named = await with_names(self._engine, views)
+        if not may_decide:
+            return invoke_card_response(shared_card(named))
+        refresh_for = sorted({p for v in views if v.is_pending for p in v.deciders})
+        return invoke_card_response(approval_card(named, refresh_for=refresh_for))
 
     async def _current_card(self, approval_id: str, notice: str | None = None) -> dict[str, Any]:
         try:

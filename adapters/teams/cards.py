@@ -31,6 +31,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
 CARD_VERSION = "1.5"
@@ -43,7 +44,12 @@ VERB_APPROVE = "approve"
 VERB_REJECT = "reject"
 VERB_EDIT = "edit"
 VERB_APPROVE_ALL = "approve_all"
-VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL)
+VERB_APPROVE_ALWAYS = "approve_always"
+VERB_REFRESH = "refresh"
+"""Teams asks for one person's view of a card (``refresh.userIds``): deciders get buttons, others the status."""
+VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL, VERB_APPROVE_ALWAYS, VERB_REFRESH)
+MAX_REFRESH_USERS = 60
+"""Teams refreshes a card automatically for at most this many listed users."""
 
 EDIT_VALUE_LIMIT = 1_000
 """Longer values are not offered for editing on the card (a truncated value must never be sent back)."""
@@ -370,7 +376,8 @@ def _execute(title: str, approval_id: str, verb: str, style: str | None = None, 
 def policy_text(view: ApprovalView) -> str:
     """The policy that asked, in one line: mode, approvers, quorum, four-eyes."""
     parts = [view.policy_mode]
-    parts.append("approvers: " + ", ".join(view.approvers) if view.approvers else "approvers: requester or admins")
+    who = ", ".join(map(group_label, view.approvers)) if view.approvers else "requester or admins"
+    parts.append("approvers: " + who)
     if view.quorum > 1:
         parts.append(f"{view.quorum} approvals needed")
     if view.four_eyes:
@@ -394,6 +401,8 @@ def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> lis
         "actions": [_execute("Reject", view.approval_id, VERB_REJECT, style="destructive")],
     }
     actions = [approve, {"type": "Action.ShowCard", "title": "Reject", "card": reject_card}]
+    if view.offer_always_allow:  # only in the view of one admin (Teams asked for their own card)
+        actions.append(_execute("Approve and always allow here", view.approval_id, VERB_APPROVE_ALWAYS, inputs=False))
     if view.is_review:
         result_card = {
             "type": "AdaptiveCard",
@@ -428,6 +437,7 @@ class _Layout:
     forms: bool = True
     compact: bool = False
     max_sections: int | None = None
+    buttons: bool = True
 
 
 @dataclass(frozen=True)
@@ -532,7 +542,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
             items.append(_fact("Expires", format_time(view.expires_at)))
     color = _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
     items.append(_runs(_run(outcome_text(view, layout.value_limit), weight="bolder", color=color)))
-    if view.is_pending:
+    if view.is_pending and layout.buttons:
         if edit and edit.approval_id == view.approval_id:
             items.append(_runs(_run("Edit the parameters, then save:", weight="bolder")))
             items.extend(edit_form_items(view, edit))
@@ -543,7 +553,11 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
 
 
 def _build(
-    approvals: Sequence[ApprovalView], notice: str | None, edit: EditForm | None, layout: _Layout
+    approvals: Sequence[ApprovalView],
+    notice: str | None,
+    edit: EditForm | None,
+    layout: _Layout,
+    refresh: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     pending = [v for v in approvals if v.is_pending]
     title = "Approval needed" if pending else "Approval decided"
@@ -578,8 +592,10 @@ def _build(
         "fallbackText": "countersign: a tool call needs approval. Open this message in Teams to decide.",
         "body": body,
     }
-    if len(pending) > 1:
+    if len(pending) > 1 and layout.buttons:
         card["actions"] = [_execute("Approve all", pending[0].approval_id, VERB_APPROVE_ALL, "positive", False)]
+    if refresh is not None:
+        card["refresh"] = refresh
     return card
 
 
@@ -589,31 +605,62 @@ def card_size(card: Mapping[str, Any]) -> int:
 
 
 def approval_card(
-    approvals: Sequence[ApprovalView], *, notice: str | None = None, edit: EditForm | None = None
+    approvals: Sequence[ApprovalView],
+    *,
+    notice: str | None = None,
+    edit: EditForm | None = None,
+    buttons: bool = True,
+    refresh_for: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The card for the approvals of one paused step, under :data:`MAX_CARD_BYTES`.
 
     ``notice`` (e.g. why a click changed nothing) is shown on top; ``edit`` opens an invalid edit with
     its errors by the fields. Values are truncated harder until the card fits; then the sections get
     compact (no Edit forms, no descriptions); as a last resort the last sections are left out, with a
-    note saying how many.
+    note saying how many. ``buttons=False`` shows the status only; ``refresh_for`` lists the people Teams
+    asks the bot for their own view of the card (``refresh.userIds``).
     """
+    refresh = _refresh(approvals, refresh_for)
+    base = _Layout(_VALUE_LIMITS[0], buttons=buttons)
     for limit in _VALUE_LIMITS:
-        card = _build(approvals, notice, edit, _Layout(limit))
+        card = _build(approvals, notice, edit, replace(base, value_limit=limit), refresh)
         if card_size(card) <= MAX_CARD_BYTES:
             return card
-    compact = _Layout(_VALUE_LIMITS[-1], forms=False, compact=True)
-    card = _build(approvals, notice, None, compact)
+    compact = replace(base, value_limit=_VALUE_LIMITS[-1], forms=False, compact=True)
+    card = _build(approvals, notice, None, compact, refresh)
     if card_size(card) <= MAX_CARD_BYTES:
         return card
     fits, too_many = 1, len(approvals)  # binary search for the most sections that fit
     while too_many - fits > 1:
         middle = (fits + too_many) // 2
-        if card_size(_build(approvals, notice, None, replace(compact, max_sections=middle))) <= MAX_CARD_BYTES:
+        if card_size(_build(approvals, notice, None, replace(compact, max_sections=middle), refresh)) <= MAX_CARD_BYTES:
             fits = middle
         else:
             too_many = middle
-    return _build(approvals, notice, None, replace(compact, max_sections=fits))
+    return _build(approvals, notice, None, replace(compact, max_sections=fits), refresh)
+
+
+def shared_card(approvals: Sequence[ApprovalView]) -> dict[str, Any]:
+    """The card everyone sees. While calls that name approvers wait and those people fit Teams' list: the
+    status only, with a refresh for them (each then gets their own card, with the buttons). Otherwise (the
+    requester and admins decide, or too many people) the buttons for all; clicks are checked either way."""
+    pending = [v for v in approvals if v.is_pending]
+    deciders = sorted({person for v in pending for person in v.deciders})
+    named = all(v.approvers and v.deciders for v in pending)
+    if pending and named and len(deciders) <= MAX_REFRESH_USERS:
+        return approval_card(approvals, buttons=False, refresh_for=deciders)
+    return approval_card(approvals)
+
+
+def _refresh(approvals: Sequence[ApprovalView], users: Sequence[str]) -> dict[str, Any] | None:
+    pending = [v for v in approvals if v.is_pending]
+    if not users or not pending:
+        return None
+    return {
+        "action": {"type": "Action.Execute", "verb": VERB_REFRESH, "data": action_data(pending[0].approval_id,
+                                                                                        VERB_REFRESH)},
+        "userIds": list(users)[:MAX_REFRESH_USERS],
+    }
 
 
 def card_attachment(card: Mapping[str, Any]) -> dict[str, Any]:

@@ -127,6 +127,16 @@ def _mention_ids(activity: Activity) -> dict[str, str]:
     return found
 
 
+def mentioned_people(activity: Activity) -> dict[str, str]:
+    """Id → display name of everyone ``activity`` mentions except the bot (to show approvers by name)."""
+    bot_id = activity.recipient.id if activity.recipient else None
+    return {
+        m.mentioned.id: m.mentioned.name
+        for m in activity.get_mentions()
+        if m.mentioned and m.mentioned.id and m.mentioned.name and m.mentioned.id != bot_id
+    }
+
+
 def _without_bot_mention(activity: Activity) -> str:
     """``activity.text`` without the bot's own ``<at>…</at>`` (left untouched: the SDK's helper mutates)."""
     text = activity.text or ""
@@ -137,6 +147,12 @@ def _without_bot_mention(activity: Activity) -> str:
         pattern = re.escape(mention.text) if mention.text else f"<at>{re.escape(mention.mentioned.name or '')}</at>"
         text = re.sub(pattern, "", text, flags=re.IGNORECASE)
     return text.strip()
+
+
+def mentions_bot(activity: Activity) -> bool:
+    """Whether ``activity`` @mentions the bot itself."""
+    bot_id = activity.recipient.id if activity.recipient else None
+    return bool(bot_id) and any(m.mentioned and m.mentioned.id == bot_id for m in activity.get_mentions())
 
 
 def message_text(activity: Activity) -> str:
@@ -168,6 +184,7 @@ def inbound_from(activity: Activity, text: str) -> Inbound:
         message_id=activity.id,
         user_name=actor_name_of(activity),
         is_direct=is_personal(activity),
+        mentioned=mentions_bot(activity),
     )
 
 

@@ -38,11 +38,12 @@ async def display_names(store: ConversationStore, person_ids: Iterable[str | Non
 
 
 def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[ApprovalView]:
-    """``views`` with requester and decider shown by name where known (for rendering only)."""
+    """``views`` with requester, approvers and decider shown by name where known (for rendering only)."""
     return [
         replace(
             view,
             requester=names.get(view.requester, view.requester),
+            approvers=tuple(names.get(a, a) for a in view.approvers),
             decided_by=names.get(view.decided_by, view.decided_by) if view.decided_by else view.decided_by,
         )
         for view in views
@@ -51,5 +52,5 @@ def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[Appro
 
 async def with_names(store: ConversationStore, views: Sequence[ApprovalView]) -> list[ApprovalView]:
     """Look up and apply the names of everyone ``views`` mention."""
-    ids = [v.requester for v in views] + [v.decided_by for v in views]
+    ids = [v.requester for v in views] + [v.decided_by for v in views] + [a for v in views for a in v.approvers]
     return named(views, await display_names(store, ids))

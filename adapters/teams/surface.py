@@ -23,7 +23,7 @@ from microsoft_agents.activity import Activity, ActivityTypes, Attachment, Conve
 from microsoft_agents.hosting.core import ChannelServiceAdapter, ClaimsIdentity, TurnContext
 from microsoft_agents.hosting.core.app.proactive import Conversation
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, approval_card
+from adapters.teams.cards import CARD_CONTENT_TYPE, shared_card
 from adapters.teams.handler import personal_key
 from adapters.teams.names import with_names
 from adapters.teams.store import ConversationStore
@@ -57,7 +57,7 @@ def conversation_record(identity: ClaimsIdentity | None, activity: Activity) -> 
 
 def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
     """A message activity carrying the approval card of one step."""
-    card = approval_card(approvals)
+    card = shared_card(approvals)
     return Activity(
         type=ActivityTypes.message,
         attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)],
@@ -153,6 +153,17 @@ class TeamsSurface:
             await self._send(private, message)
             return
         await self._send(thread.key, message)
+
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The personal chat of ``user`` with the bot, if they ever wrote there (Teams cannot open one here)."""
+        record = await self._store.load_conversation(personal_key(workspace, user))
+        if record is None:
+            return None
+        conversation = (record.get("conversation_reference") or {}).get("conversation") or {}
+        conversation_id = conversation.get("id")
+        if not isinstance(conversation_id, str) or not conversation_id:
+            return None
+        return ThreadRef("teams", workspace, conversation_id.split(";", 1)[0], conversation_id)
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """A typing indicator, repeated until the answer (or ``working=False``)."""

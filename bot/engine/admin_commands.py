@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.confirmation import effective_policy
-from bot.engine.decisions import authorize
+from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.model import AdminRequest, conversation_place
+from bot.engine.roles import Roles, group_label
+from bot.engine.team_commands import TeamCommands, approver_count
 from bot.redaction import mask_text
 from bot.tools import Tool
 from storage.policies import scope_channel, scope_global, scope_workspace
@@ -19,7 +23,7 @@ from storage.policies import scope_channel, scope_global, scope_workspace
 class AdminCommands:
     """Executes parsed admin commands against storage; every answer is plain text.
 
-    >>> await AdminCommands(storage, tools, is_admin, clock, default_ttl=86400).run(request)
+    >>> await AdminCommands(storage, tools, roles, clock, default_ttl=86400).run(request)
     'Rule updated: delete_file @ workspace:slack:T1: mode=always'
     """
 
@@ -27,26 +31,27 @@ class AdminCommands:
         self,
         storage: Any,
         tools: Mapping[str, Tool],
-        is_admin: Callable[[str], bool],
+        roles: Roles,
         clock: Callable[[], datetime],
         *,
         default_ttl: int,
     ) -> None:
         self.storage = storage
         self.tools = tools
-        self.is_admin = is_admin
+        self.roles = roles
         self.clock = clock
         self.default_ttl = default_ttl
+        self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
         try:
             command = parse_command(request.text)
-            if command.is_change and not self.is_admin(request.actor):
+            if command.is_change and not await self.roles.is_admin(request.actor, request.platform):
                 await self.storage.audit.append(
                     request.actor,
                     "policy change refused",
-                    command.tool_key or "",
+                    command.tool_key or command.name,
                     {"command": request.text[:200]},
                     now=self.clock(),
                 )
@@ -58,6 +63,8 @@ class AdminCommands:
     async def _run_admin(self, command: AdminCommand, request: AdminRequest) -> str:
         if command.name == "help":
             return USAGE
+        if command.name.startswith(("group ", "access ")) or command.name == "dm":
+            return await self.team.run(command, request)
         if command.name == "pending":
             # One install may serve several workspaces: never list another workspace's approvals.
             prefix = f"{request.platform}:{request.workspace}:"
@@ -71,7 +78,7 @@ class AdminCommands:
             # The listing shows them in this conversation: a click from here may decide those this person may
             # decide. Listing must not turn a channel into a place for approvals nobody there may decide.
             here = conversation_place(request.platform, request.channel)
-            decidable = [r.approval_id for r in pending if _may_decide(self.is_admin, r, request.actor)]
+            decidable = [r.approval_id for r in pending if await _may_decide(self.roles, r, request.actor)]
             if decidable:
                 await self.storage.places.record(decidable, here, now=self.clock())
             return "\n".join(
@@ -96,12 +103,16 @@ class AdminCommands:
             return await self._policy_listing(request, channel or request.channel, scope if channel else None)
         tool_key = command.tool_key or ""
         await self._check_tool_key(tool_key)
+        if command.condition is not None:
+            return await self._conditional(command, request, scope)
         if command.name == "policy reset":
             removed = await self.storage.policies.reset_rule(scope, tool_key)
             await self._audit_change(request, "policy reset", tool_key, scope, {})
             return (
                 f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
             )
+        if command.name == "approvers":
+            command = replace(command, value=await self.team.approver_entries(command.value))
         if command.name in ("quorum", "approvers"):
             await self._check_quorum(scope, tool_key, command)
         field_of = {
@@ -126,12 +137,33 @@ class AdminCommands:
             },
         )
 
+    async def _conditional(self, command: AdminCommand, request: AdminRequest, scope: str) -> str:
+        """``policy set|reset <tool> … when …``: a mode for the calls whose arguments match."""
+        tool, condition = self.tools.get(command.tool_key or ""), command.condition
+        assert condition is not None
+        if tool is None:
+            raise CommandError("A condition looks at one tool's arguments: name a tool, not a group or '*'.")
+        condition.check_fields(tool)
+        where = f"{tool.name} when {condition.text} @ {scope}"
+        if command.name == "policy reset":
+            removed = await self.storage.conditions.reset_rule(scope, tool.name, condition.text)
+            await self._audit_change(request, "policy reset", tool.name, scope, {"condition": condition.text})
+            return f"Rule for {where} removed." if removed else f"There was no rule for {where}."
+        await self.storage.conditions.set_rule(
+            scope, tool.name, condition.text, command.value, updated_by=request.actor, now=self.clock()
+        )
+        await self._audit_change(
+            request, "policy set", tool.name, scope, {"mode": command.value, "condition": condition.text}
+        )
+        return f"Rule updated: {where}: mode={command.value}"
+
     async def _check_quorum(self, scope: str, tool_key: str, command: AdminCommand) -> None:
         """Refuse a quorum that the rule's own approvers could never reach (the approval would only expire)."""
         rule = await self.storage.policies.get_rule(scope, tool_key)
         approvers = command.value if command.name == "approvers" else (rule.approvers if rule else None)
         quorum = command.value if command.name == "quorum" else (rule.quorum if rule else None)
-        possible = len(set(approvers or ()))
+        groups = {g.name: g.members for g in await self.storage.approver_groups.list_groups()}
+        possible = approver_count(approvers or (), groups)
         if not possible or not quorum or quorum <= possible:
             return  # no approvers named (requester and admins decide), or enough of them
         if command.name == "quorum":
@@ -165,17 +197,24 @@ class AdminCommands:
         lines = [f"Effective policies in #{channel}:"]
         for name, tool in sorted(self.tools.items()):
             policy = await effective_policy(self.storage, tool, context, self.default_ttl)
-            approvers = ", ".join(policy.approvers) if policy.approvers else "requester and admins"
+            approvers = ", ".join(map(group_label, policy.approvers)) if policy.approvers else "requester and admins"
             lines.append(
                 f"  {name}: {policy.mode}; approvers: {approvers}; quorum {policy.quorum}; "
                 f"four-eyes {'on' if policy.four_eyes else 'off'}; "
                 f"ttl {format_duration(policy.ttl_seconds)}"
             )
         rows = await self.policy_table(request.platform, request.workspace)
-        if rows:
+        conditional = await self._conditional_rules(request.platform, request.workspace)
+        if rows or conditional:
             lines.append("Rules:")
             lines.extend(f"  {format_rule(r['tool'], r['scope'], r)}" for r in rows)
+            lines.extend(f"  {r.tool_name} when {r.condition} @ {r.scope}: mode={r.mode}" for r in conditional)
         return "\n".join(lines)
+
+    async def _conditional_rules(self, platform: str, workspace: str) -> list[Any]:
+        prefix = f"channel:{platform}:{workspace}:"
+        here = (scope_global(), scope_workspace(platform, workspace))
+        return [r for r in await self.storage.conditions.rules() if r.scope in here or r.scope.startswith(prefix)]
 
     async def policy_table(self, platform: str, workspace: str) -> list[dict[str, Any]]:
         """Stored rules that apply in this workspace: global, workspace and its channels."""
@@ -197,10 +236,10 @@ class AdminCommands:
         return rows
 
 
-def _may_decide(is_admin: Callable[[str], bool], record: Any, actor: str) -> bool:
+async def _may_decide(roles: Roles, record: Any, actor: str) -> bool:
     """Whether ``actor`` may decide ``record`` now (the engine's own rule, without raising)."""
     try:
-        authorize(is_admin, record, actor)
+        await authorize_now(roles, record, actor)
     except EngineError:
         return False
     return True

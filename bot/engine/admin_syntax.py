@@ -1,10 +1,13 @@
 """Admin command syntax, one parser for Slack's ``/countersign`` and Teams messages, and how rules read.
 
-``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel]`` (``always``, ``never``, ``once``,
-``deny``, ``review``, ``always+review``),
-``policy reset <tool> [#channel]``, ``approvers <tool> <@user ...|none>``, ``quorum <tool> <n>``,
-``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``pending``, ``audit [n]``, ``help``.
-Without ``#channel`` a rule applies to the whole workspace.
+``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel] [when …]`` (``always``, ``never``,
+``once``, ``deny``, ``review``, ``always+review``),
+``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
+``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
+``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
+``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
+Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
+(``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
 
 from __future__ import annotations
@@ -14,25 +17,41 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from bot.engine.conditions import Condition, parse_condition
 from bot.engine.confirmation import MAX_TTL_SECONDS, MODES
 from bot.engine.errors import CommandError
+from bot.engine.roles import group_label, platform_group
 
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
-  policy set <tool|group|*> <mode> [#channel]              always|never|once|deny|review|always+review
-  policy reset <tool|group|*> [#channel]                   remove a rule
-  approvers <tool> <@user ...|none>                        who may approve (none: the requester and admins)
+  policy set <tool|group|*> <mode> [#channel] [when …]     always|never|once|deny|review|always+review;
+                                                           when env=prod | env in a,b | replicas>10
+  policy reset <tool|group|*> [#channel] [when …]          remove a rule
+  approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
+  group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
+  group list                                               the approver groups and their members
+  group delete <name>                                      remove an approver group
+  access allow <#channel|*> <@user|@group|everyone>        who may ask the bot there (default: everyone)
+  access revoke <#channel|*> <@user|@group|everyone>       remove an access rule
+  access list                                              who may ask, per channel and workspace
+  dm on|off                                                allow or refuse direct messages to the bot
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
 
-COMMAND_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "pending", "audit", "help")
-CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl"})
+COMMAND_WORDS = (
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "help",
+)
+CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
+                     "group delete", "access allow", "access revoke", "dm"})
+EVERYONE = "everyone"
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
+_SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
+_GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
 _DURATION = re.compile(r"^([+-]?\d+)\s*([smhd]?)$")
 _DURATION_DIGITS = 12  # far above the bound already; keeps a pasted wall of digits cheap to refuse
@@ -47,6 +66,8 @@ class AdminCommand:
     tool_key: str | None = None
     channel: str | None = None
     value: Any = None
+    condition: Condition | None = None
+    """``policy set|reset … when …``: the condition on the call's arguments."""
 
     @property
     def is_change(self) -> bool:
@@ -117,20 +138,42 @@ def parse_command(text: str) -> AdminCommand:
         return AdminCommand("audit", value=count)
     if head == "policy" and args:
         sub = args[0].lower()
-        rest = args[1:]
+        rest, condition = _split_when(args[1:])
         if sub == "list" and len(rest) <= 1:
             return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
         if sub == "set" and len(rest) in (2, 3):
             mode = rest[1].lower()
             if mode not in MODES:
                 raise _usage(f"mode must be one of {', '.join(MODES)}")
-            return AdminCommand("policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]))
+            return AdminCommand(
+                "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
+            )
         if sub == "reset" and len(rest) in (1, 2):
-            return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]))
+            return AdminCommand(
+                "policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition
+            )
     if head == "approvers" and len(args) >= 2:
         if len(args) == 2 and args[1].lower() == "none":
             return AdminCommand("approvers", tool_key=args[0], value=())
-        return AdminCommand("approvers", tool_key=args[0], value=tuple(_user(a) for a in args[1:]))
+        return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]))
+    if head == "group" and args:
+        sub, rest = args[0].lower(), args[1:]
+        if sub == "list" and not rest:
+            return AdminCommand("group list")
+        if sub == "delete" and len(rest) == 1:
+            return AdminCommand("group delete", value=_group_name(rest[0]))
+        if sub == "set" and len(rest) >= 2:
+            return AdminCommand("group set", value=(_group_name(rest[0]), tuple(_approver(a) for a in rest[1:])))
+    if head == "access" and args:
+        sub, rest = args[0].lower(), args[1:]
+        if sub == "list" and not rest:
+            return AdminCommand("access list")
+        if sub in ("allow", "revoke") and len(rest) == 2:
+            where = None if rest[0] == "*" else _channel(rest[0])
+            who = EVERYONE if rest[1].lower() in (EVERYONE, "@everyone") else _approver(rest[1])
+            return AdminCommand(f"access {sub}", channel=where, value=who)
+    if head == "dm" and len(args) == 1 and args[0].lower() in ("on", "off"):
+        return AdminCommand("dm", value=args[0].lower() == "on")
     if head == "quorum" and len(args) == 2:
         if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
             raise _usage("quorum is a number between 1 and 10")
@@ -140,6 +183,18 @@ def parse_command(text: str) -> AdminCommand:
     if head == "ttl" and len(args) == 2:
         return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1]))
     raise _usage(f"I don't understand '{text.strip()[:80]}'")
+
+
+def _split_when(words: list[str]) -> tuple[list[str], Condition | None]:
+    """The words before ``when``, and the condition after it (``None`` without ``when``)."""
+    lowered = [w.lower() for w in words]
+    if "when" not in lowered:
+        return words, None
+    at = lowered.index("when")
+    before, after = words[:at], words[at + 1:]
+    if after and _CHANNEL.match(after[-1]):  # "… when env=prod #ops": the channel may come last
+        before, after = [*before, after[-1]], after[:-1]
+    return before, parse_condition(" ".join(after))
 
 
 def _usage(problem: str) -> CommandError:
@@ -164,6 +219,24 @@ def _user(word: str) -> str:
     return match.group(1) or match.group(2)
 
 
+def _group_name(word: str) -> str:
+    match = _GROUP_NAME.match(word)
+    if not match:
+        raise _usage(f"'{word[:64]}' is not a group name; use letters, digits, '-', '_' or '.'")
+    return match.group(1).lower()
+
+
+def _approver(word: str) -> str:
+    """An approver word: a Slack user group → its entry; ``<@U…>`` → the id; ``@name`` → ``@name`` (a named
+    group if one exists, else a person's id: :class:`~bot.engine.admin_commands.AdminCommands` decides)."""
+    match = _SLACK_USERGROUP.match(word)
+    if match:
+        return platform_group(match.group(1), match.group(2) or None)
+    if word.startswith("<@"):
+        return _user(word)
+    return "@" + _user(word)
+
+
 def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
     """One line describing a rule, e.g. ``delete_file @ channel:slack:T1:C1: mode=always, quorum=2``."""
     shown = []
@@ -172,7 +245,7 @@ def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
         if value is None:
             continue
         if name == "approvers":
-            value = ", ".join(value) if value else "requester and admins"
+            value = ", ".join(group_label(a) for a in value) if value else "requester and admins"
         if name == "four_eyes":
             value = "on" if value else "off"
         if name == "ttl_seconds":

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bot.aio import run_sync
 from bot.canonical import args_digest
+from bot.engine.conditions import parse_condition
+from bot.engine.errors import CommandError
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
-from storage.policies import scope_channel
+from storage.policies import scope_channel, scope_global, scope_workspace
+
+logger = logging.getLogger(__name__)
 
 ALWAYS, NEVER, ONCE, DENY = "always", "never", "once", "deny"
 REVIEW, ALWAYS_REVIEW = "review", "always+review"
@@ -41,16 +47,30 @@ def channel_scope(context: Mapping[str, Any]) -> str:
 
 
 async def effective_policy(
-    storage: Any, tool: Tool | None, context: Mapping[str, Any], default_ttl: int
+    storage: Any,
+    tool: Tool | None,
+    context: Mapping[str, Any],
+    default_ttl: int,
+    arguments: Mapping[str, Any] | None = None,
 ) -> EffectivePolicy:
-    """Stored rule (channel > workspace > global; name > group > ``*``), then the tool's default, then ``always``."""
+    """Stored rule (channel > workspace > global; name > group > ``*``), then the tool's default, then ``always``.
+
+    With ``arguments`` (a call being decided), the mode may come from a rule with a condition on them
+    (:func:`conditional_mode`), and a tool's ``needs_approval`` is consulted when no admin rule sets the mode.
+    """
     rule = await storage.policies.resolve(
         tool.name if tool else "*",
         platform=context["platform"],
         workspace=context["workspace"],
         channel=context["channel"],
     )
-    mode = rule.mode or (tool.confirmation_default if tool else None) or GLOBAL_DEFAULT_MODE
+    mode = rule.mode
+    if arguments is not None and tool is not None:
+        mode_scope = rule.sources["mode"][0] if "mode" in rule.sources else None
+        mode = await conditional_mode(storage, tool.name, context, arguments, mode, mode_scope)
+        if mode is None and tool.needs_approval is not None:
+            mode = await _tool_decides(tool, arguments)
+    mode = mode or (tool.confirmation_default if tool else None) or GLOBAL_DEFAULT_MODE
     if mode not in MODES:  # fail closed on anything unexpected
         mode = ALWAYS
     ttl = rule.ttl_seconds if rule.ttl_seconds and rule.ttl_seconds > 0 else default_ttl
@@ -63,6 +83,67 @@ async def effective_policy(
         # every call of the tool fail on an impossible expiry time: it waits the longest allowed instead.
         ttl_seconds=max(1, min(ttl, MAX_TTL_SECONDS)),
     )
+
+
+async def conditional_mode(
+    storage: Any,
+    tool_name: str,
+    context: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    mode: str | None,
+    mode_scope: str | None,
+) -> str | None:
+    """The mode of the most specific rule that matches: a narrower scope wins, then more clauses, and a matching
+    conditional rule beats the plain rule of its own or a wider scope. ``mode``/``mode_scope``: the plain rule's."""
+    matched = await matching_condition(storage, tool_name, context, arguments)
+    if matched is None:
+        return mode
+    (scope_rank, _clauses), best_mode, _text = matched
+    plain_rank = len(SCOPE_ORDER) - SCOPE_ORDER.index(_kind(mode_scope)) if mode_scope else 0
+    return best_mode if mode is None or scope_rank >= plain_rank else mode
+
+
+SCOPE_ORDER = ("channel", "workspace", "global")
+
+
+def _kind(scope: str) -> str:
+    return scope.split(":", 1)[0]
+
+
+async def matching_condition(
+    storage: Any, tool_name: str, context: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> tuple[tuple[int, int], str, str] | None:
+    """The most specific conditional rule matching ``arguments`` here: ``((scope rank, clauses), mode,
+    condition text)``, or ``None``."""
+    scopes = [
+        scope_channel(context["platform"], context["workspace"], context["channel"]),
+        scope_workspace(context["platform"], context["workspace"]),
+        scope_global(),
+    ]
+    best: tuple[tuple[int, int], str, str] | None = None
+    for rule in await storage.conditions.rules(scopes, tool_name):
+        try:
+            condition = parse_condition(rule.condition)
+        except CommandError:  # damaged outside countersign: it cannot match, the plain rule applies
+            logger.warning("unreadable condition ignored", extra={"tool": tool_name, "scope": rule.scope})
+            continue
+        if condition.matches(arguments):
+            rank = (len(scopes) - scopes.index(rule.scope), len(condition.clauses))
+            if best is None or rank > best[0]:
+                best = (rank, rule.mode, rule.condition)
+    return best
+
+
+async def _tool_decides(tool: Tool, arguments: Mapping[str, Any]) -> str:
+    """``always`` or ``never`` from the tool's ``needs_approval``; any error (or a non-bool answer) asks."""
+    try:
+        answer = tool.needs_approval(dict(arguments))  # type: ignore[misc]
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception:  # a user's callable must never let a call through by failing
+        logger.warning("needs_approval failed; asking", extra={"tool": tool.name}, exc_info=True)
+        return ALWAYS
+    return NEVER if answer is False else ALWAYS
 
 
 class PolicyConfirmationStrategy:
@@ -88,7 +169,9 @@ class PolicyConfirmationStrategy:
     ) -> ToolExecutionDecision:
         """Decide from the stored policy, or raise :class:`HITLBreakpointException` to ask a human."""
         context = confirmation_strategy_context or {}
-        policy = await effective_policy(self.storage, self.tools.get(tool_name), context, self.default_ttl)
+        policy = await effective_policy(
+            self.storage, self.tools.get(tool_name), context, self.default_ttl, arguments=tool_params
+        )
         if policy.mode in (NEVER, REVIEW):  # a review holds the result after the call, at after_tool
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
         if policy.mode == DENY:

@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
 from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED
+from bot.engine.roles import group_label
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.redaction import mask_secrets
@@ -41,17 +42,44 @@ def check_open(now: datetime, record: Any) -> None:
     raise AlreadyDecided(record.status, record.decided_by, record.decided_at)
 
 
-def authorize(is_admin: Callable[[str], bool], record: Any, actor: str) -> None:
+def authorize(is_admin: Callable[[str], bool], record: Any, actor: str, *, approver: bool | None = None) -> None:
     """Raise :class:`NotAnApprover` unless ``actor`` may decide ``record`` (approvers; else requester and admins;
-    four-eyes excludes the requester)."""
+    four-eyes excludes the requester).
+
+    ``approver`` says whether ``actor`` is one of the record's approvers (a person named, or a member of a
+    group named), as :func:`authorize_now` resolves it; by default only people named by id count.
+    """
     if record.four_eyes and actor == record.requester:
         raise NotAnApprover("Four-eyes policy: you asked for this call, so someone else must approve it.")
     if record.approvers:
-        if actor not in record.approvers:
+        if not (actor in record.approvers if approver is None else approver):
             raise NotAnApprover("You are not one of the approvers for this tool.")
         return
     if actor != record.requester and not is_admin(actor):
         raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
+
+
+async def authorize_now(roles: Any, record: Any, actor: str, *, fresh: bool = True) -> None:
+    """:func:`authorize` with groups resolved through ``roles`` (:class:`bot.engine.roles.Roles`).
+
+    Decisions pass ``fresh=True`` (the default): group membership is read now, never from a cache.
+    """
+    approver = bool(record.approvers) and await roles.includes(record.approvers, actor, record.platform, fresh=fresh)
+    admin = (
+        not record.approvers
+        and actor != record.requester
+        and await roles.is_admin(actor, record.platform, fresh=fresh)
+    )
+    authorize(lambda _: admin, record, actor, approver=approver)
+
+
+def who_decides(record: Any) -> str:
+    """Who may decide ``record``, in words (the rule of :func:`authorize`), e.g. ``U1 (who asked) or an admin``."""
+    if record.approvers:
+        return ", ".join(group_label(a) for a in record.approvers)
+    if record.four_eyes:
+        return "an admin other than the person who asked"
+    return f"{record.requester} (who asked) or an admin"
 
 
 def decision_from_record(record: Any) -> ToolExecutionDecision:

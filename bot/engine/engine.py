@@ -13,6 +13,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,12 +22,20 @@ from bot.agent import Agent, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE, snapshot_data, snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
+from bot.engine.access import AccessControl
 from bot.engine.admin_commands import AdminCommands
-from bot.engine.confirmation import ONCE, PolicyConfirmationStrategy, channel_scope, effective_policy
+from bot.engine.confirmation import (
+    NEVER,
+    ONCE,
+    PolicyConfirmationStrategy,
+    channel_scope,
+    effective_policy,
+    matching_condition,
+)
 from bot.engine.decisions import (
     STATUS_OF_ACTION,
     approval_call_key,
-    authorize,
+    authorize_now,
     check_open,
     decision_from_record,
 )
@@ -37,6 +46,7 @@ from bot.engine.errors import (
     DecidedButUnfinished,
     EngineError,
     InvalidEdit,
+    NotAnAdmin,
     NotAnApprover,
     NotShownHere,
     UnknownAction,
@@ -44,6 +54,7 @@ from bot.engine.errors import (
 )
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
+from bot.engine.listening import Listening, pending_note
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -56,8 +67,10 @@ from bot.engine.model import (
     Inbound,
     ThreadRef,
 )
+from bot.engine.notices import ApproverNotices, offered
 from bot.engine.params import merge_edit
 from bot.engine.review import REVIEW, PolicyReviewHook, edited_result, held_result, review_from_record
+from bot.engine.roles import Roles
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -101,10 +114,14 @@ class Engine:
             # Review after acting is the after_tool half of the same per-channel policy.
             hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds)]},
         )
-        self.admin_commands = AdminCommands(
-            storage, self.tools, self.is_admin, self.clock, default_ttl=config.default_ttl_seconds
-        )
         self.surfaces: dict[str, Surface] = {}
+        self.roles = Roles(storage, config.admins, self.surfaces)
+        self.admin_commands = AdminCommands(
+            storage, self.tools, self.roles, self.clock, default_ttl=config.default_ttl_seconds
+        )
+        self.listening = Listening(storage, config.reply_mode, self.roles)
+        self.access = AccessControl(storage, self.roles)
+        self.notices = ApproverNotices(self)
         # Weak: a thread's lock lives only while someone holds or awaits it, so idle threads cost nothing.
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -220,8 +237,33 @@ class Engine:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery.
 
         Adapters await this before acknowledging the platform's event, then :meth:`process` it after.
+        A message the bot does not act on (:mod:`bot.engine.listening`) is not stored (``None``); its
+        author may get a private note about an approval waiting in the thread.
         """
+        hearing = await self.listening.hear(inbound)
+        if hearing.waiting is not None:
+            self.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
+        if not hearing.act:
+            return None
+        refusal = await self.access.refusal(inbound)
+        if refusal is not None:
+            await self.storage.audit.append(
+                inbound.user, "ask refused", inbound.thread_ref.key, {"direct": inbound.is_direct}, now=self.clock()
+            )
+            surface = self._surface(inbound.platform)
+            if surface is not None:
+                self.spawn(_quietly(surface.tell_user(inbound.thread_ref, inbound.user, refusal)),
+                           name=f"refuse-{inbound.event_id}")
+            return None
         return await self.lifecycle.receive(inbound)
+
+    async def _note_pending(self, inbound: Inbound, record: Any) -> None:
+        """Tell someone privately, once per approval, that it waits and who can decide it."""
+        if not await self.storage.events.first_time(f"pending-note:{record.approval_id}:{inbound.user}"):
+            return
+        surface = self._surface(inbound.platform)
+        if surface is not None:
+            await _quietly(surface.tell_user(inbound.thread_ref, inbound.user, pending_note(record)))
 
     async def process(self, received: Received) -> None:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""
@@ -343,7 +385,8 @@ class Engine:
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
             policy = await effective_policy(
-                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds
+                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds,
+                arguments=call.arguments,
             )
             new_approvals.append(
                 NewApproval(
@@ -401,6 +444,7 @@ class Engine:
             )
             return
         await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
+        await _quietly(self.notices.send_direct(thread, records))
         # A click that landed while the message was being posted found no reference to update: catch up.
         current = await self.storage.approvals.for_run(run_id, step=step)
         if any(not r.is_pending for r in current):
@@ -431,7 +475,7 @@ class Engine:
         except NotShownHere as refusal:
             await self._audit_refusal(actor, record, "open form", refusal, place)
             raise
-        authorize(self.is_admin, record, actor)
+        await authorize_now(self.roles, record, actor)
         check_open(self.clock(), record)
         return await self._view(record)
 
@@ -467,7 +511,7 @@ class Engine:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
             await self._check_place(record, request.place)
-            authorize(self.is_admin, record, request.actor)
+            await authorize_now(self.roles, record, request.actor)
             check_open(self.clock(), record)
             action, final_arguments, final_result = request.action, None, None
             if action == MODIFY and record.kind == REVIEW:
@@ -563,7 +607,7 @@ class Engine:
         step = await self.storage.approvals.for_run(record.run_id, step=record.step)
         try:
             await self._check_place(record, place)
-            self._authorize_any(step, record, actor)
+            await self._authorize_any(step, record, actor)
             if all(other.status != PENDING for other in step):
                 check_open(self.clock(), record)
         except EngineError as refusal:
@@ -587,15 +631,56 @@ class Engine:
         message = f"Approved {approved} call(s)." + (f" Not approved: {'; '.join(refused)}" if refused else "")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, refused=tuple(refused))
 
-    def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
+    @refused_while_storage_fails
+    async def approve_and_always_allow(
+        self, approval_id: str, actor: str, actor_name: str | None = None, place: str | None = None
+    ) -> DecisionResult:
+        """Approve one call and write a ``never`` rule for its tool in its channel (admins who may decide it).
+
+        The rule carries the condition of the rule that asked, when one did (``when env=prod``), so only such
+        calls stop asking there. The decision and the rule change are both audited.
+        """
+        record = await self._record(approval_id)
+        try:
+            await self._check_place(record, place)
+            if record.kind == REVIEW:  # a rule about asking before a call: a result under review is not one
+                raise UnknownAction("approve and always allow")
+            if not await self.roles.is_admin(actor, record.platform):
+                raise NotAnAdmin()
+        except EngineError as refusal:
+            await self._audit_refusal(actor, record, "approve always", refusal, place)
+            raise
+        result = await self.decide(DecisionRequest(approval_id, actor, CONFIRM, actor_name=actor_name, place=place))
+        thread = await self._thread_of(record)
+        context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+        scope = channel_scope(context)
+        matched = await matching_condition(self.storage, record.tool_name, context, record.arguments)
+        if matched is not None:
+            condition = matched[2]
+            await self.storage.conditions.set_rule(
+                scope, record.tool_name, condition, NEVER, updated_by=actor, now=self.clock()
+            )
+        else:
+            condition = None
+            await self.storage.policies.set_rule(scope, record.tool_name, updated_by=actor, mode=NEVER)
+        await self.storage.audit.append(
+            actor, "policy set", f"{scope}/{record.tool_name}",
+            {"fields": {"mode": NEVER, "condition": condition}, "from_approval": approval_id,
+             "platform": record.platform},
+            now=self.clock(),
+        )
+        where = f" when {condition}" if condition else ""
+        return replace(result, message=f"{result.message} {record.tool_name}{where} will no longer ask here.")
+
+    async def _authorize_any(self, step: Sequence[Any], clicked: Any, actor: str) -> None:
         """Raise the clicked call's :class:`NotAnApprover` unless ``actor`` may decide some call of the step."""
         for other in step:
             try:
-                authorize(self.is_admin, other, actor)
+                await authorize_now(self.roles, other, actor)
                 return
             except NotAnApprover:
                 continue
-        authorize(self.is_admin, clicked, actor)
+        await authorize_now(self.roles, clicked, actor)
 
     async def _vote(self, record: Any, request: DecisionRequest) -> DecisionResult | None:
         """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
@@ -639,6 +724,8 @@ class Engine:
         if surface and refs:
             thread = views[0].thread
             await _quietly(surface.update_approvals(thread, refs[0], views))
+        await _quietly(self.notices.update_copies(record, views))
+        await self.notices.refresh_homes(record, views, await self._deciders(record))
         return views
 
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
@@ -648,7 +735,7 @@ class Engine:
         return merge_edit(tool, record.arguments, edited)
 
     def is_admin(self, actor: str) -> bool:
-        """Whether ``actor`` is listed in ``COUNTERSIGN_ADMINS``."""
+        """Whether ``actor`` is listed by id in ``COUNTERSIGN_ADMINS`` (groups there: ``await roles.is_admin``)."""
         return actor in self.config.admins
 
     # --- resuming -----------------------------------------------------------------------------------
@@ -748,9 +835,14 @@ class Engine:
     async def after_expiry(self, records: list[Any], concurrency: int = 64) -> None:
         """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
         steps = list({(r.run_id, r.step): r for r in records}.values())
+        await self.notices.tell_expired(records)
         for start in range(0, len(steps), concurrency):
             chunk = steps[start : start + concurrency]
             await asyncio.gather(*(_quietly(self._after_decision(r, "Expired.")) for r in chunk))
+
+    async def remind_due(self) -> int:
+        """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""
+        return await self.notices.remind_due()
 
     # --- crash recovery -----------------------------------------------------------------------------
 
@@ -775,13 +867,14 @@ class Engine:
         decide them.
         """
         views = []
+        always = place is not None and await self.roles.is_admin(actor, platform, fresh=False)
         for record in await self.storage.approvals.pending(platform=platform):
             try:
                 check_open(self.clock(), record)
-                authorize(self.is_admin, record, actor)
+                await authorize_now(self.roles, record, actor, fresh=False)  # a listing; the click re-checks
             except EngineError:
                 continue
-            views.append(await self._view(record))
+            views.extend(offered([await self._view(record)], always))
         if place is not None:
             await self.note_shown(place, [v.approval_id for v in views])
         return views
@@ -848,7 +941,32 @@ class Engine:
             kind=record.kind,
             result=record.result,
             final_result=record.final_result,
+            destructive=bool(tool and tool.destructive),
+            deciders=tuple(await self._deciders(record)) if record.status == PENDING else (),
         )
+
+    async def _deciders(self, record: Any) -> list[str]:
+        """The people who may decide ``record`` (the rule of :func:`authorize`, groups from the cache)."""
+        entries = record.approvers or (record.requester, *sorted(self.config.admins))
+        people = await self.roles.people(entries, record.platform, fresh=False)
+        return [p for p in people if not (record.four_eyes and p == record.requester)]
+
+    async def personal_step(self, approval_id: str, actor: str, place: str | None) -> tuple[list[ApprovalView], bool]:
+        """The step of ``approval_id`` as ``actor`` alone sees it (a Teams user-specific view), and whether they
+        may decide any of its pending calls there; admins are offered "Approve and always allow here"."""
+        record = await self._record(approval_id)
+        views = await self.step_approvals(approval_id)
+        may = False
+        if place and await self.storage.places.shown_in(record.approval_id, place):
+            for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+                try:
+                    check_open(self.clock(), other)
+                    await authorize_now(self.roles, other, actor, fresh=False)
+                    may = True
+                except EngineError:
+                    continue
+        admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
+        return offered(views, admin), may
 
 
 def _answer_text(result: dict[str, Any]) -> str:

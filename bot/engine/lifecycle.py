@@ -241,8 +241,10 @@ class RunLifecycle:
                 logger.exception("sweep failed")
 
     async def sweep(self) -> None:
-        """One pass: expire due approvals, recover abandoned runs, start orphaned messages, deliver the outbox."""
+        """One pass: expire due approvals, send due reminders, recover abandoned runs, start orphaned messages,
+        deliver the outbox."""
         await self.engine.sweep_expired()
+        await self.engine.remind_due()
         await self.recover()
         await self.storage.events.prune(7 * 86400)
 
@@ -340,7 +342,9 @@ class RunLifecycle:
                     if active is None:
                         return
                     if active.status == "paused":
-                        if not await self.storage.inbox.waiting(thread.key):
+                        queued = await self.storage.inbox.waiting(thread.key)
+                        # Messages queued while the run ran, none by someone who may replace it: they wait for its end.
+                        if not any([await self.engine.listening.may_supersede(active, q.requester) for q in queued]):
                             return
                         await self.engine.supersede(active)
                         continue
@@ -507,7 +511,7 @@ class RunLifecycle:
                 await self.storage.ledger.mark_unknown(entry.tool_call_id, OUTCOME_UNKNOWN)
                 message.tool_call_result.result = OUTCOME_UNKNOWN
                 report.unknown.append(origin.tool_name)
-            elif entry is not None and entry.result is not None and await self._under_review(run, origin.tool_name):
+            elif entry is not None and entry.result is not None and await self._under_review(run, origin):
                 # It ran, but the bot stopped before a person reviewed it: never released without a decision.
                 message.tool_call_result.result = WITHHELD_AFTER_RESTART
             elif entry is not None and entry.result is not None:
@@ -520,10 +524,11 @@ class RunLifecycle:
         if closing:
             await self.storage.messages.write_messages(thread.key, closing, fence=self.fence(run.run_id))
 
-    async def _under_review(self, run: Any, tool_name: str) -> bool:
+    async def _under_review(self, run: Any, call: Any) -> bool:
         context = {"platform": run.platform, "workspace": run.workspace, "channel": run.channel}
         return await needs_review(
-            self.storage, self.engine.tools, tool_name, context, self.engine.config.default_ttl_seconds
+            self.storage, self.engine.tools, call.tool_name, context, self.engine.config.default_ttl_seconds,
+            arguments=call.arguments,
         )
 
     async def _give_up(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:

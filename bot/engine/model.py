@@ -71,7 +71,9 @@ class Inbound:
     ``thread`` is where the bot answers (Slack: the thread ts, or the message ts for a new mention;
     Teams: the conversation id, including the reply chain). ``message_id`` is the platform id of this
     message (Slack ts, Teams activity id), used to show that the bot is working on it. ``event_id``
-    dedupes platform retries.
+    dedupes platform retries. ``mentioned`` says whether the message mentions the bot (adapters pass
+    ``False`` for a thread reply without a mention); ``is_direct`` marks a direct message, which is always
+    addressed to the bot. Whether the bot acts on it is the engine's rule (:mod:`bot.engine.listening`).
     """
 
     platform: str
@@ -84,6 +86,7 @@ class Inbound:
     message_id: str | None = None
     user_name: str | None = None
     is_direct: bool = False
+    mentioned: bool = True
 
     @property
     def thread_ref(self) -> ThreadRef:
@@ -126,6 +129,13 @@ class ApprovalView:
     """For a review: the full result (render it only through :func:`bot.engine.presentation.display_result`)."""
     final_result: str | None = None
     """For a review edited by a person: the result the model sees instead."""
+    destructive: bool = False
+    """The tool is marked ``destructive=True``: Approve asks for confirmation where the surface can."""
+    offer_always_allow: bool = False
+    """Shown to one admin only (a DM, a personal view): offer "Approve and always allow here"."""
+    deciders: tuple[str, ...] = ()
+    """Who may decide it, as people (groups expanded, possibly from a short cache): for rendering only,
+    e.g. whom Teams shows the buttons to. Every click is still checked by the engine."""
 
     @property
     def is_pending(self) -> bool:

@@ -37,7 +37,7 @@ class PolicyReviewHook:
         """Ask for a review when the tool's effective policy says so."""
         assert event.tool_call is not None
         if await needs_review(self.storage, self.tools, event.tool_call.tool_name, event.confirmation_strategy_context,
-                              self.default_ttl):
+                              self.default_ttl, arguments=event.tool_call.arguments):
             event.request_review(f"policy of {event.tool_call.tool_name} asks for review")
 
     def to_dict(self) -> dict[str, Any]:
@@ -46,13 +46,19 @@ class PolicyReviewHook:
 
 
 async def needs_review(
-    storage: Any, tools: Mapping[str, Tool], tool_name: str, context: Mapping[str, Any] | None, default_ttl: int
+    storage: Any,
+    tools: Mapping[str, Tool],
+    tool_name: str,
+    context: Mapping[str, Any] | None,
+    default_ttl: int,
+    arguments: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Whether the result of ``tool_name`` in this channel must be reviewed before the model sees it."""
+    """Whether the result of ``tool_name`` in this channel must be reviewed before the model sees it (with the
+    call's ``arguments``, a rule with a condition on them counts, as it did when the call was let through)."""
     tool = tools.get(tool_name)
     if tool is None or not context:  # "not found" has nothing to review; without a channel there is no policy
         return False
-    return (await effective_policy(storage, tool, context, default_ttl)).mode in REVIEW_MODES
+    return (await effective_policy(storage, tool, context, default_ttl, arguments=arguments)).mode in REVIEW_MODES
 
 
 def held_result(snapshot: AgentSnapshot, call: ToolCall) -> str:

@@ -43,3 +43,25 @@ class Surface(Protocol):
         Optional: the engine skips a surface that lacks it, so the default is to show nothing.
         """
         ...
+
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """The direct-message conversation with ``user`` (opened if needed), to show them approvals and
+        reminders; ``None`` when there is none (Teams: no personal chat with the bot yet).
+
+        Optional: the engine skips a surface that lacks it, so the default is no direct messages.
+        """
+        ...
+
+    async def group_members(self, group_id: str) -> Sequence[str]:
+        """The members of one of the platform's user groups (Slack: ``usergroups.users.list``).
+
+        Optional: without it, platform groups have no members (fail closed).
+        """
+        ...
+
+    async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
+        """Show ``users`` their personal list of approvals again (Slack's App Home), after one changed.
+
+        Optional: the engine skips a surface that lacks it.
+        """
+        ...

@@ -265,8 +265,28 @@ _CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
     "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
 )
 
+_TEAM_SETTINGS: Migration = (
+    # Version 6: named approver groups, who may ask (access rules per scope), the direct-message switch,
+    # and policy modes with conditions on the arguments.
+    "CREATE TABLE approver_groups (name text PRIMARY KEY, members_json json NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    "CREATE TABLE access_rules (scope text NOT NULL, principal text NOT NULL, updated_by text NOT NULL, "
+    "updated_at timestamptz NOT NULL, PRIMARY KEY (scope, principal))",
+    "CREATE TABLE direct_message_settings (scope text PRIMARY KEY, allowed boolean NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL)",
+    # Policy modes with conditions on the arguments (``policy set <tool> <mode> when env=prod``).
+    "CREATE TABLE conditional_rules (scope text NOT NULL, tool_name text NOT NULL, condition text NOT NULL, "
+    "mode text NOT NULL, updated_by text NOT NULL, updated_at timestamptz NOT NULL, "
+    "PRIMARY KEY (scope, tool_name, condition))",
+)
+
 MIGRATIONS: list[Migration] = [
-    _INITIAL_SCHEMA, _APPROVAL_PLACES, _RUN_LIFECYCLE, _APPROVAL_REVIEWS, _CLOSE_APPROVALS_OF_ENDED_RUNS,
+    _INITIAL_SCHEMA,
+    _APPROVAL_PLACES,
+    _RUN_LIFECYCLE,
+    _APPROVAL_REVIEWS,
+    _CLOSE_APPROVALS_OF_ENDED_RUNS,
+    _TEAM_SETTINGS,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -188,6 +188,18 @@ class PostgresRunStore:
         )
         return None if row is None else _record(row)
 
+    async def latest_for_thread(self, chat_history_id: str) -> RunRecord | None:
+        """The thread's newest run, whatever its status, if any.
+
+        >>> (await storage.runs.latest_for_thread("slack:T1:C1:170.1")).requester
+        'U1'
+        """
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS} FROM runs WHERE chat_history_id = %s ORDER BY created_at DESC, seq DESC LIMIT 1",
+            [chat_history_id],
+        )
+        return None if row is None else _record(row)
+
     async def list_by_status(self, *statuses: str) -> list[RunRecord]:
         """Every run in one of ``statuses``, oldest first.
 

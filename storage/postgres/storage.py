@@ -26,6 +26,7 @@ from storage.postgres.migrations import migrate, schema_version
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
+from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups, PostgresConditionalRules
 from storage.postgres.wakeups import PostgresWakeups
 
 
@@ -52,6 +53,9 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.approver_groups = PostgresApproverGroups(db)
+        self.access = PostgresAccessStore(db)
+        self.conditions = PostgresConditionalRules(db)
         self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:

@@ -89,6 +89,9 @@ class RecordingSurface:
         self._refs = itertools.count(1)
         self._changed = asyncio.Condition()
         self._cursor: dict[type, int] = {}
+        self.platform = "slack"
+        self.direct: set[str] = set()
+        """People who have a direct conversation with the bot (``D-<user>``); nobody by default."""
 
     # --- the Surface protocol -------------------------------------------------------------------
 
@@ -115,6 +118,12 @@ class RecordingSurface:
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """Record the working indicator being switched on or off."""
         await self._record(Working(thread, working, message_id))
+
+    async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
+        """``D-<user>`` for the people in :attr:`direct`; ``None`` for everyone else."""
+        if user not in self.direct:
+            return None
+        return ThreadRef(self.platform, workspace, f"D-{user}", "dm")
 
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """Record that a message waits behind the thread's active run."""

@@ -68,6 +68,8 @@ class FakeSlackAPI:
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: frozenset[str] | None = None
     """The tokens this workspace knows; ``None`` accepts any token."""
+    usergroups: dict[str, list[str]] = field(default_factory=dict)
+    """User group id (``S…``) → member ids, for ``usergroups.users.list`` (tests change it at will)."""
     _statuses: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
@@ -267,6 +269,16 @@ class FakeSlackAPI:
             return {"ok": True}
         if call.method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
+        if call.method == "usergroups.users.list":
+            group = args.get("usergroup", "")
+            if group not in self.usergroups:
+                return {"ok": False, "error": "no_such_subteam"}
+            return {"ok": True, "users": list(self.usergroups[group])}
+        if call.method == "conversations.open":
+            users = str(args.get("users", ""))
+            if not users:
+                return {"ok": False, "error": "users_list_not_supplied"}
+            return {"ok": True, "channel": {"id": "D" + users.replace(",", "")}}
         if call.method == "users.info":
             user_id = args.get("user", "")
             user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}

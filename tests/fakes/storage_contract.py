@@ -9,9 +9,10 @@ from tests.fakes.storage_data import NOW, THREAD
 
 
 async def create_run(
-    storage: Any, run_id: str = "run-1", *, thread: str = THREAD, status: str = "running", now: Any = NOW
+    storage: Any, run_id: str = "run-1", *, thread: str = THREAD, status: str = "running", now: Any = NOW,
+    requester: str = "U_ANA",
 ) -> RunRecord:
-    """A run started by U_ANA in #C1 of workspace T1, on any backend."""
+    """A run started by ``requester`` (U_ANA) in #C1 of workspace T1, on any backend."""
     return await storage.runs.create(
         run_id,
         chat_history_id=thread,
@@ -19,7 +20,7 @@ async def create_run(
         workspace="T1",
         channel="C1",
         thread=thread.rsplit(":", 1)[-1],
-        requester="U_ANA",
+        requester=requester,
         status=status,
         now=now,
     )

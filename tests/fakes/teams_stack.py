@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -28,12 +29,14 @@ import jsonschema
 from aiohttp import web
 from microsoft_agents.hosting.core import AgentAuthConfiguration, AnonymousTokenProvider
 
+from adapters.teams.cards import approval_card
+from adapters.teams.names import with_names
 from adapters.teams.plugin import TeamsPlugin
 from bot.config import Config
 from bot.engine.engine import Engine
 from bot.llm import ScriptedChatGenerator
 from bot.server import build_web_app
-from tests.fakes.bot_connector import ConnectorRequest, FakeBotConnector, FakeBotFrameworkIssuer
+from tests.fakes.bot_connector import ConnectorRequest, FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import Clock, RecordingTools
 from tests.fakes.local_server import serve_locally
 
@@ -202,6 +205,13 @@ def texts_of(card: Mapping[str, Any]) -> list[str]:
 def approval_ids(card: Mapping[str, Any]) -> list[str]:
     """The approval ids behind the Approve buttons of ``card``, in order."""
     return [a["data"]["approval_id"] for a, _ in execute_actions(card) if a.get("verb") == "approve"]
+
+
+def _has_button(card: Mapping[str, Any], verb: str, approval_id: str | None) -> bool:
+    return any(
+        a.get("verb") == verb and (approval_id is None or (a.get("data") or {}).get("approval_id") == approval_id)
+        for a, _ in execute_actions(card)
+    )
 
 
 # --- the stack --------------------------------------------------------------------------------------
@@ -386,6 +396,19 @@ class TeamsStack:
         await self.settle()
         return status
 
+    async def view_as(self, person: Person, card: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The card Teams shows ``person`` when they open ``card`` (default: the last posted one): its
+        ``refresh`` invoke's answer when they are in ``userIds``, else the card itself."""
+        request, posted = self.last_card()
+        card = card or posted
+        refresh = card.get("refresh")
+        if not refresh or person.id not in refresh.get("userIds", []):
+            return dict(card)
+        value = {"action": dict(refresh["action"]), "trigger": "automatic"}
+        status, body = await self.post(self.invoke(value, person, card_activity_id=request.answered_id))
+        assert status == 200 and body["type"] == "application/vnd.microsoft.card.adaptive", body
+        return body["value"]
+
     def last_card(self) -> tuple[ConnectorRequest, dict[str, Any]]:
         """The most recently posted approval card and the request that posted it."""
         for request in reversed(self.connector.posted()):
@@ -402,10 +425,32 @@ class TeamsStack:
         card: Mapping[str, Any] | None = None,
         activity_id: str | None = None,
     ) -> tuple[int, Any]:
-        """Click ``verb`` on the last posted card (or ``card``) as ``person``; the invoke's status and body."""
+        """Click ``verb`` on the last posted card (or ``card``) as ``person``; the invoke's status and body.
+
+        As in Teams, a posted card that lists people in ``refresh.userIds`` is first refreshed for ``person``
+        (their own view, with the buttons if they may decide). Someone without the button clicks it on the
+        full card, as an old or forged card would.
+        """
         request, posted = self.last_card()
+        if card is None and "refresh" in posted:
+            card = await self.view_as(person, posted)
+            if not _has_button(card, verb, approval_id):
+                card = approval_card(await with_names(self.engine, await self.engine.step_approvals(
+                    posted["refresh"]["action"]["data"]["approval_id"])))
         value = action_value(card or posted, verb, approval_id, typed)
         invoke = self.invoke(value, person, card_activity_id=request.answered_id, activity_id=activity_id)
         status, body = await self.post(invoke)
         await self.settle()
         return status, body
+
+
+@asynccontextmanager
+async def running_teams(folder: Path, monkeypatch: Any, **options: Any) -> AsyncIterator[TeamsStack]:
+    """A :class:`TeamsStack` with its own fake connector and token issuer (``options`` go to ``open``)."""
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        stack = await TeamsStack.open(folder, connector, issuer, **options)
+        try:
+            yield stack
+        finally:
+            await stack.aclose()

@@ -101,6 +101,17 @@ async def test_the_active_run_of_a_thread(storage):
     assert await storage.runs.active_for_thread(THREAD) is None
 
 
+async def test_the_latest_run_of_a_thread_whatever_its_status(storage):
+    assert await storage.runs.latest_for_thread(THREAD) is None
+    await create_run(storage, "run-1", status="paused", requester="U_ANA")
+    await create_run(storage, "run-other", thread="slack:T1:C9:1.1", requester="U_OTHER")
+    assert (await storage.runs.latest_for_thread(THREAD)).run_id == "run-1"
+    await storage.runs.transition("run-1", "paused", "finished")
+    await create_run(storage, "run-2", status="finished", requester="U_BEA")
+    latest = await storage.runs.latest_for_thread(THREAD)
+    assert (latest.run_id, latest.requester) == ("run-2", "U_BEA")
+
+
 async def test_runs_listed_by_status_oldest_first(storage):
     await create_run(storage, "run-b", status="paused")
     # Same time: creation order breaks the tie (another thread: a thread has one active run).
