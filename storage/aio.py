@@ -23,7 +23,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories", "ops",
 )
 READ_METHODS = frozenset(
     {
@@ -54,9 +54,17 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "search_memories",
+        "count_memories",
+        "usage",
         "list_groups",
         "rules",
         "direct_messages_allowed",
+        "pending_by_tool",
+        "inbox_depth",
+        "readiness_problem",
+        "since",
+        "verify",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -126,6 +134,8 @@ class AsyncStorage:
     leases: Any
     inbox: Any
     outbox: Any
+    memories: Any
+    ops: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

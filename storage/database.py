@@ -14,8 +14,10 @@ from storage.conversations import SQLiteConversationStore
 from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
 from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.memories import SQLiteMemoryStore
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
+from storage.ops import SQLiteOperations
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
@@ -46,9 +48,11 @@ class Storage:
         self.leases = SQLiteRunLeases(connector)
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
+        self.memories = SQLiteMemoryStore(self)
         self.approver_groups = SQLiteApproverGroups(connector)
         self.access = SQLiteAccessStore(connector)
         self.conditions = SQLiteConditionalRules(connector)
+        self.ops = SQLiteOperations(connector)
 
     @property
     def path(self) -> str:

@@ -1,7 +1,7 @@
 """Thread history: :class:`SQLiteChatMessageStore`.
 
 Each message is stored as its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number;
-``(chat_history_id, seq)`` is the key of a ``WITHOUT ROWID`` table (schema 8), so a thread's messages sit
+``(chat_history_id, seq)`` is the key of a ``WITHOUT ROWID`` table (schema 11), so a thread's messages sit
 together and the last k messages are one short descending range scan of adjacent rows.
 """
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from sqlite_utils import Database
 
+from storage.audit_chain import GENESIS, entry_hash
 from storage.errors import StorageError, UnknownSchemaVersion
 
 Migration = Callable[[Database], None]
@@ -308,8 +309,92 @@ def _team_settings(db: Database) -> None:
     )
 
 
+def _memories(db: Database) -> None:
+    """Version 8: long-term memories, with an FTS5 index (BM25 ranking) kept in step by triggers."""
+    db.execute(
+        "CREATE TABLE memories (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
+        "user_id TEXT, run_id TEXT, agent_id TEXT, metadata TEXT NOT NULL, created_at REAL NOT NULL, "
+        "scope_tokens TEXT NOT NULL)"
+    )
+    # A person's memories (and a run's scratch ones) are found by scope before or after the text match.
+    db.execute("CREATE INDEX memories_user ON memories (user_id, run_id)")
+    # Partial: most memories belong to no run, and "run_id IS NULL" must not pick this index over a narrower one.
+    db.execute("CREATE INDEX memories_run ON memories (run_id) WHERE run_id IS NOT NULL")
+    # A channel's shared memories, listed and cleared by channel; the expression is the one the filters write
+    # for meta.channel.
+    db.execute("""CREATE INDEX memories_channel ON memories (json_extract(metadata, '$."channel"'))""")
+    # External content: the text is stored once, in memories; the index holds only the tokens. porter:
+    # "deploys" finds "deploy". scope_tokens (one token per scope value and string metadata value, see
+    # storage.memory_rows) lets the text match itself keep to a person's or a channel's memories: FTS5
+    # intersects a short scope list with the words' lists instead of ranking every memory that has a word.
+    db.execute(
+        "CREATE VIRTUAL TABLE memories_fts USING fts5(text, scope_tokens, content='memories', content_rowid='seq', "
+        "tokenize='porter unicode61')"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN "
+        "INSERT INTO memories_fts (rowid, text, scope_tokens) VALUES (new.seq, new.text, new.scope_tokens); END"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN "
+        "INSERT INTO memories_fts (memories_fts, rowid, text, scope_tokens) "
+        "VALUES ('delete', old.seq, old.text, old.scope_tokens); END"
+    )
+
+
+def _run_token_usage(db: Database) -> None:
+    """Version 9: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
+    for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        db["runs"].add_column(column, int, not_null_default=0)
+    db["runs"].add_column("stop_requested_by", str)
+    # The usage command sums a workspace's runs since a day.
+    db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
+
+
+def _audit_chain(db: Database) -> None:
+    """Version 10: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
+
+    ``audit_head`` holds the newest entry's id and hash (a deleted tail shows); ``audit_anchor`` records each
+    pruning (the last pruned entry's id and hash), and deletes are allowed only up to the newest anchor.
+    """
+    db.execute("DROP TRIGGER audit_no_update")
+    db.execute("DROP TRIGGER audit_no_delete")
+    db["audit"].add_column("prev_hash", str)
+    db["audit"].add_column("hash", str)
+    previous = GENESIS
+    last_id = 0
+    rows = db.execute("SELECT id, at, actor, action, subject, details_json FROM audit ORDER BY id").fetchall()
+    for entry_id, at, actor, action, subject, details in rows:
+        digest = entry_hash(previous, entry_id, repr(float(at)), actor, action, subject, details)
+        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?", [previous, digest, entry_id])
+        previous, last_id = digest, entry_id
+    db.execute(
+        "CREATE TABLE audit_head (only_row INTEGER PRIMARY KEY CHECK (only_row = 1), last_id INTEGER NOT NULL, "
+        "last_hash TEXT NOT NULL)"
+    )
+    db.execute("INSERT INTO audit_head (only_row, last_id, last_hash) VALUES (1, ?, ?)", [last_id, previous])
+    db.execute(
+        "CREATE TABLE audit_anchor (pruned_through INTEGER PRIMARY KEY, anchor_hash TEXT NOT NULL, "
+        "pruned_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+    # Only entries at or before the newest anchor may go: pruning writes the anchor first.
+    db.execute(
+        "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit "
+        "WHEN OLD.id > (SELECT COALESCE(MAX(pruned_through), 0) FROM audit_anchor) "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+    db.execute(
+        "CREATE TRIGGER audit_anchor_no_change BEFORE UPDATE ON audit_anchor "
+        "BEGIN SELECT RAISE(ABORT, 'audit anchors are append-only'); END"
+    )
+
+
 def _messages_in_thread_order(db: Database) -> None:
-    """Version 8: messages kept in thread order, keyed by (thread, seq), without a rowid or its own index.
+    """Version 11: messages kept in thread order, keyed by (thread, seq), without a rowid or its own index.
 
     Real threads interleave, so a rowid table scattered each thread's rows over the file and every
     ``last_k`` read touched a page per message; a ``WITHOUT ROWID`` table keyed by ``(chat_history_id,
@@ -317,16 +402,16 @@ def _messages_in_thread_order(db: Database) -> None:
     ``messages_thread_seq`` index (about a sixth of the database at 1M messages, bench/storage.py).
     """
     db.execute(
-        "CREATE TABLE messages_v8 (chat_history_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL, "
+        "CREATE TABLE messages_v11 (chat_history_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL, "
         "role TEXT NOT NULL, data TEXT NOT NULL, created_at FLOAT NOT NULL, PRIMARY KEY (chat_history_id, seq)) "
         "WITHOUT ROWID"
     )
     db.execute(
-        "INSERT INTO messages_v8 (chat_history_id, seq, message_id, role, data, created_at) "
+        "INSERT INTO messages_v11 (chat_history_id, seq, message_id, role, data, created_at) "
         "SELECT chat_history_id, seq, message_id, role, data, created_at FROM messages ORDER BY chat_history_id, seq"
     )
     db.execute("DROP TABLE messages")
-    db.execute("ALTER TABLE messages_v8 RENAME TO messages")
+    db.execute("ALTER TABLE messages_v11 RENAME TO messages")
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (chat_history_id, message_id)")
 
 
@@ -338,6 +423,9 @@ MIGRATIONS: list[Migration] = [
     _approval_reviews,
     _close_approvals_of_ended_runs,
     _team_settings,
+    _memories,
+    _run_token_usage,
+    _audit_chain,
     _messages_in_thread_order,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""

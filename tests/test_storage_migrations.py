@@ -196,11 +196,11 @@ def test_a_closed_storage_refuses_to_work(tmp_path):
         storage.runs.get("run-1")
 
 
-def test_schema_8_keeps_messages_in_thread_order_without_a_rowid_and_loses_none(tmp_path):
+def test_schema_11_keeps_messages_in_thread_order_without_a_rowid_and_loses_none(tmp_path):
     path = tmp_path / "c.db"
     history = write_schema_1_database(path)
     db = Database(path)
-    migrate(db, target=7)
+    migrate(db, target=10)
     other = ChatMessage.from_user("another thread, written in between")
     db["messages"].insert({"chat_history_id": "slack:T1:C9:1.0", "seq": 1, "message_id": other.id, "role": "user",
                            "data": json.dumps(other.to_dict()), "created_at": NOW.timestamp()})

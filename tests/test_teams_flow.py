@@ -8,13 +8,13 @@ against the Adaptive Card 1.5 schema.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
 
 from adapters.teams.cards import feedback_input_id, param_input_id
-from adapters.teams.surface import TeamsSurface, typing_task_name
+from adapters.teams.surface import TeamsSurface
+from bot.engine.memory import person_key
 from bot.engine.model import ThreadRef
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
@@ -314,6 +314,21 @@ async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
     assert "delete_file asked by 29:1ana-requester" in texts_of(pending_card)[0]
 
 
+async def test_memory_list_in_a_channel_keeps_a_persons_own_memories_for_a_direct_message(open_stack):
+    stack = await open_stack()
+    await stack.engine.storage.memories.add_memories(
+        ["my pager pin is in the vault"], user_id=person_key("teams", TENANT, ANA.id)
+    )
+
+    await stack.say("memory list")
+    await stack.say("memory list", conversation=PERSONAL_CHAT, conversation_type="personal")
+
+    in_channel, in_private = (texts_of(r.cards[0])[0] for r in stack.connector.posted()[-2:])
+    assert "pager pin" not in in_channel
+    assert "Your memories: listed only in a direct message with me." in in_channel
+    assert "my pager pin is in the vault" in in_private
+
+
 async def test_approvers_can_be_named_by_mentioning_them(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say(f"approvers delete_file <at>{BEN.name}</at>", person=ADA, mentions=[BEN])
@@ -462,9 +477,10 @@ async def test_the_typing_indicator_repeats_until_the_bot_stops_working(open_sta
 
     await surface.show_working(thread, True)
     await stack.connector.wait_for(lambda r: r.activity_type == "typing", count=before + 3)
+    assert surface.working_in == [thread.key]  # the SDK's TypingIndicator runs in a turn held open
     await surface.show_working(thread, False)
 
-    assert not [t for t in asyncio.all_tasks() if t.get_name() == typing_task_name(thread)]
+    assert surface.working_in == []
 
 
 def thread_of_last_answer(stack: TeamsStack) -> ThreadRef:

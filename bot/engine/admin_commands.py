@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bot.engine.access import AccessControl
@@ -12,6 +12,7 @@ from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format
 from bot.engine.confirmation import effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.engine.roles import Roles, group_label
 from bot.engine.team_commands import TeamCommands, approver_count
@@ -41,12 +42,15 @@ class AdminCommands:
         self.roles = roles
         self.clock = clock
         self.default_ttl = default_ttl
+        self.memory = MemoryCommands(storage, roles, clock)
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
         try:
             command = parse_command(request.text)
+            if command.name.startswith("memory "):
+                return await self.memory.run(command, request)
             if command.is_change and not await self.roles.is_admin(request.actor, request.platform):
                 await self.storage.audit.append(
                     request.actor,
@@ -93,6 +97,8 @@ class AdminCommands:
                 "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)
                 or "The audit log is empty."
             )
+        if command.name == "usage":
+            return await self._usage(request, command.channel, command.value)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)
@@ -135,6 +141,19 @@ class AdminCommands:
                 "four_eyes": rule.four_eyes,
                 "ttl_seconds": rule.ttl_seconds,
             },
+        )
+
+    async def _usage(self, request: AdminRequest, channel: str | None, days: int) -> str:
+        """The tokens the model used for this workspace's (or one channel's) runs over the last ``days``."""
+        totals = await self.storage.runs.usage(
+            platform=request.platform, workspace=request.workspace, channel=channel,
+            since=self.clock() - timedelta(days=days),
+        )
+        where = f"#{channel}" if channel else "this workspace"
+        period = "the last day" if days == 1 else f"the last {days} days"
+        return (
+            f"Token usage in {where} over {period}: {totals.total_tokens:,} tokens "
+            f"({totals.prompt_tokens:,} prompt, {totals.completion_tokens:,} completion) in {totals.runs:,} run(s)."
         )
 
     async def _conditional(self, command: AdminCommand, request: AdminRequest, scope: str) -> str:

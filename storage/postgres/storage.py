@@ -21,8 +21,10 @@ from storage.postgres.database import (
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
+from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import migrate, schema_version
+from storage.postgres.ops import PostgresOperations
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
@@ -53,9 +55,11 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.memories = PostgresMemoryStore(db)
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)
+        self.ops = PostgresOperations(db)
         self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:
