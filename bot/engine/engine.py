@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot import failpoints
-from bot.agent import Agent, AgentSnapshot, SnapshotError
-from bot.agent.snapshot import REVIEW_STAGE
+from bot.agent import Agent, SnapshotError
+from bot.agent.snapshot import REVIEW_STAGE, snapshot_data, snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
@@ -586,7 +586,7 @@ class Engine:
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=snapshot.to_json(), step=step
+            run_id, "running", "paused", fence=fence, snapshot_json=snapshot_data(snapshot), step=step
         )
         if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
@@ -606,7 +606,7 @@ class Engine:
             return
         # Recorded before the message exists: a click can land while it is being posted.
         await self.note_shown(thread.place, [r.approval_id for r in records])
-        views = await self._views(records)
+        views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
@@ -947,7 +947,7 @@ class Engine:
 
     async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run_id))
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
@@ -981,7 +981,7 @@ class Engine:
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
             step_messages = [snapshot.step_message]
             # Results held for review ran, but are never released without a decision.
             reason = f"result withheld: {SUPERSEDED_RESULT}" if snapshot.stage == REVIEW_STAGE else SUPERSEDED_RESULT
@@ -1100,11 +1100,11 @@ class Engine:
         run = await self.storage.runs.get(record.run_id)
         return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
 
-    async def _views(self, records: list[Any]) -> list[ApprovalView]:
-        """Views of approvals of one step (one run, so its thread is read once)."""
+    async def _views(self, records: list[Any], thread: ThreadRef | None = None) -> list[ApprovalView]:
+        """Views of approvals of one step (one run, so its thread is read once, unless the caller knows it)."""
         if not records:
             return []
-        thread = await self._thread_of(records[0])
+        thread = thread or await self._thread_of(records[0])
         return [await self._view(r, thread) for r in records]
 
     async def _view(self, record: Any, thread: ThreadRef | None = None) -> ApprovalView:
