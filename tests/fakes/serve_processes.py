@@ -72,6 +72,14 @@ START_SECONDS = 60.0
 for a loaded box starting several at once, not a wait)."""
 OUTCOME_SECONDS = 10.0
 """The default deadline for an outcome: lease expiry plus a sweep or two, with room for a loaded CI box."""
+STEADY = {"COUNTERSIGN_LEASE_SECONDS": "30", "COUNTERSIGN_HEARTBEAT_SECONDS": "1"}
+"""Settings for a process no test expects to lose a run (``cluster.start(name, env=STEADY)``).
+
+The 1-second lease above is for the processes a test kills or freezes, whose runs another process must take
+over quickly. A live process on a loaded box can stall longer than that (its event loop starved of CPU, or
+busy a second or more in one step): another process then takes its run over, correctly, as from a crash —
+a notice in the thread, a second model call — which is not what a test of a live process checks.
+"""
 
 T = TypeVar("T")
 
@@ -323,10 +331,12 @@ class ServeProcess:
         deadline = time.monotonic() + seconds
         exited = asyncio.ensure_future(self.process.wait())
         while not exited.done() and time.monotonic() < deadline:
-            if passed is not None and passed():
+            went_past = passed() if passed is not None else None
+            if went_past:
                 exited.cancel()
                 raise HarnessError(
-                    f"{self.name} went past failpoint {self.failpoint!r} without stopping\n{self.log_text()}"
+                    f"{self.name} went past failpoint {self.failpoint!r} without stopping: {went_past!r}\n"
+                    f"{self.log_text()}"
                 )
             await asyncio.wait({exited}, timeout=0.05)
         exited.cancel()
@@ -650,7 +660,10 @@ class ServeCluster:
         def card_here(call: SlackCall) -> bool:
             return bool(call.args.get("blocks")) and call.args.get("thread_ts") == thread.ts
 
-        calls = await self.slack.wait_for("chat.postMessage", count=count, where=card_here, seconds=seconds)
+        try:
+            calls = await self.slack.wait_for("chat.postMessage", count=count, where=card_here, seconds=seconds)
+        except AssertionError as missing:
+            raise HarnessError(f"{missing}\n{self.describe(thread)}\n{self.logs()}") from None
         call = calls[count - 1]
         ids = button_values(call.args["blocks"], "cs_approve")
         assert ids, f"an approval message without Approve buttons: {call.args}"
