@@ -206,7 +206,7 @@ async def test_a_process_starting_while_another_runs_a_slow_tool_leaves_that_run
 
 
 async def test_sigterm_lets_a_running_tool_finish_within_the_grace_period(cluster: ServeCluster) -> None:
-    a, _b = await cluster.start_many("a", "b")
+    a, _b = await cluster.start_many("a", "b", env=STEADY)  # a finishes its own run: nothing is taken over
     cluster.model.plan("run job graceful", [("slow_job", {"name": "graceful"})])
     thread = await cluster.mention(a, "run job graceful")
     await cluster.control.wait_blocked("graceful")
