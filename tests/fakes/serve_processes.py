@@ -67,9 +67,9 @@ LEASE_SECONDS = 1.0
 HEARTBEAT_SECONDS = 0.25
 SWEEP_SECONDS = 0.2
 SHUTDOWN_GRACE_SECONDS = 3.0
-START_SECONDS = 60.0
-"""How long a process may take to log that it listens (imports dominate: ~1.5 s alone on 2 cores; a deadline
-for a loaded box starting several at once, not a wait)."""
+START_SECONDS = 120.0
+"""How long a process may take to log that it listens (imports dominate: ~1.5 s alone on 2 cores, but over 60 s
+was seen with two starting at once at load 20; a deadline, not a wait: a process that exits fails at once)."""
 OUTCOME_SECONDS = 10.0
 """The default deadline for an outcome: lease expiry plus a sweep or two, with room for a loaded CI box."""
 STEADY = {"COUNTERSIGN_LEASE_SECONDS": "30", "COUNTERSIGN_HEARTBEAT_SECONDS": "1"}
@@ -513,6 +513,8 @@ class ServeCluster:
         )
         log: list[str] = []
         ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # Nobody awaits it any more once a start is given up (a standby cancelled at the end of a module).
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         proc = ServeProcess(name, name, failpoint, process, log)
         proc._reader = asyncio.create_task(_read_log(process, log, ready), name=f"log-{name}")
         self.processes.append(proc)
