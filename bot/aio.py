@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Coroutine
+import inspect
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -23,3 +24,13 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-sync") as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+async def call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a store method from async code: an async one is awaited, a sync one (SQLite) runs in a thread.
+
+    >>> await call_store(store.retrieve_messages, "t1", last_k=5)
+    """
+    if inspect.iscoroutinefunction(method):
+        return await method(*args, **kwargs)
+    return await asyncio.to_thread(method, *args, **kwargs)

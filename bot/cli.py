@@ -57,6 +57,8 @@ configuration (environment variables; a .env file in the working folder is read 
                                    timeout x (retries + 1) plus short pauses)
   COUNTERSIGN_LLM_RETRIES          how often a failed or timed-out model call is retried (default: 2)
   COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
+  COUNTERSIGN_MEMORY_NOTES         1 or 0: an answer that drew on a remembered fact ends with a short
+                                   note, e.g. "(from channel memory: ...)" (default: 1)
   COUNTERSIGN_DEFAULT_TTL          how long an approval waits before it expires and the call is
                                    rejected: 30m, 4h, 2d or seconds, at most 90d (default: 24h)
   SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN

@@ -50,6 +50,8 @@ class Config:
     llm_max_retries: int = 2
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     history_last_k: int = 30
+    memory_notes: bool = True
+    """Answers that drew on a memory end with a short note saying so ("from channel memory: …")."""
     default_ttl_seconds: int = 24 * 3600
     sweep_interval_seconds: float = 30.0
     """``COUNTERSIGN_SWEEP_SECONDS``: the interval of the expiry sweep, the recovery scan and outbox retries."""
@@ -123,6 +125,7 @@ class Config:
             llm_timeout_seconds=_positive_float(env, "COUNTERSIGN_LLM_TIMEOUT", 60.0),
             llm_max_retries=_int(env, "COUNTERSIGN_LLM_RETRIES", 2, minimum=0),
             history_last_k=_int(env, "COUNTERSIGN_HISTORY_LAST_K", 30, minimum=1),
+            memory_notes=_flag(env, "COUNTERSIGN_MEMORY_NOTES", default=True),
             default_ttl_seconds=_default_ttl(env),
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
             slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
@@ -359,9 +362,11 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True

@@ -29,6 +29,7 @@ from storage.events import SQLiteEventDedupe
 from storage.factory import open_async_storage
 from storage.ledger import SQLiteToolLedger
 from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.memories import SQLiteMemoryStore
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
 from storage.places import SQLiteApprovalPlaces
@@ -45,6 +46,8 @@ from storage.protocols import (
     EventDedupe,
     InboxItem,
     LedgerEntry,
+    Memory,
+    MemoryStore,
     NewApproval,
     Outbox,
     OutboxMessage,
@@ -88,6 +91,9 @@ __all__ = [
     "EffectiveRule",
     "EventDedupe",
     "LedgerEntry",
+    "Memory",
+    "MemoryStore",
+    "SQLiteMemoryStore",
     "NewApproval",
     "NotFound",
     "PolicyRule",

@@ -23,7 +23,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories",
 )
 READ_METHODS = frozenset(
     {
@@ -54,6 +54,8 @@ READ_METHODS = frozenset(
         "orphaned",
         "due",
         "undelivered",
+        "search_memories",
+        "count_memories",
         "list_groups",
         "rules",
         "direct_messages_allowed",
@@ -122,6 +124,7 @@ class AsyncStorage:
     leases: Any
     inbox: Any
     outbox: Any
+    memories: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

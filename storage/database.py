@@ -14,6 +14,7 @@ from storage.conversations import SQLiteConversationStore
 from storage.events import SQLiteEventDedupe
 from storage.ledger import SQLiteToolLedger
 from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.memories import SQLiteMemoryStore
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
 from storage.places import SQLiteApprovalPlaces
@@ -46,6 +47,7 @@ class Storage:
         self.leases = SQLiteRunLeases(connector)
         self.inbox = SQLiteThreadInbox(connector, self.messages)
         self.outbox = SQLiteOutbox(connector)
+        self.memories = SQLiteMemoryStore(self)
         self.approver_groups = SQLiteApproverGroups(connector)
         self.access = SQLiteAccessStore(connector)
         self.conditions = SQLiteConditionalRules(connector)

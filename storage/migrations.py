@@ -308,6 +308,39 @@ def _team_settings(db: Database) -> None:
     )
 
 
+def _memories(db: Database) -> None:
+    """Version 8: long-term memories, with an FTS5 index (BM25 ranking) kept in step by triggers."""
+    db.execute(
+        "CREATE TABLE memories (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
+        "user_id TEXT, run_id TEXT, agent_id TEXT, metadata TEXT NOT NULL, created_at REAL NOT NULL, "
+        "scope_tokens TEXT NOT NULL)"
+    )
+    # A person's memories (and a run's scratch ones) are found by scope before or after the text match.
+    db.execute("CREATE INDEX memories_user ON memories (user_id, run_id)")
+    # Partial: most memories belong to no run, and "run_id IS NULL" must not pick this index over a narrower one.
+    db.execute("CREATE INDEX memories_run ON memories (run_id) WHERE run_id IS NOT NULL")
+    # A channel's shared memories, listed and cleared by channel; the expression is the one the filters write
+    # for meta.channel.
+    db.execute("""CREATE INDEX memories_channel ON memories (json_extract(metadata, '$."channel"'))""")
+    # External content: the text is stored once, in memories; the index holds only the tokens. porter:
+    # "deploys" finds "deploy". scope_tokens (one token per scope value and string metadata value, see
+    # storage.memory_rows) lets the text match itself keep to a person's or a channel's memories: FTS5
+    # intersects a short scope list with the words' lists instead of ranking every memory that has a word.
+    db.execute(
+        "CREATE VIRTUAL TABLE memories_fts USING fts5(text, scope_tokens, content='memories', content_rowid='seq', "
+        "tokenize='porter unicode61')"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN "
+        "INSERT INTO memories_fts (rowid, text, scope_tokens) VALUES (new.seq, new.text, new.scope_tokens); END"
+    )
+    db.execute(
+        "CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN "
+        "INSERT INTO memories_fts (memories_fts, rowid, text, scope_tokens) "
+        "VALUES ('delete', old.seq, old.text, old.scope_tokens); END"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -316,6 +349,7 @@ MIGRATIONS: list[Migration] = [
     _approval_reviews,
     _close_approvals_of_ended_runs,
     _team_settings,
+    _memories,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

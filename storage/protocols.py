@@ -696,6 +696,111 @@ class Outbox(Protocol):
 
 
 @dataclass(frozen=True)
+class Memory:
+    """One long-term memory as a search returns it: higher ``score`` is more relevant.
+
+    ``user_id``, ``run_id`` and ``agent_id`` are its scope (``None``: not scoped by that); ``metadata``
+    holds anything else, e.g. the channel of a channel's shared memory.
+
+    >>> Memory("m1", "our staging cluster is eu-2", 1.5, "U_ANA", None, None, {"channel": "C1"}).to_dict()["text"]
+    'our staging cluster is eu-2'
+    """
+
+    id: str
+    text: str
+    score: float = 0.0
+    user_id: str | None = None
+    run_id: str | None = None
+    agent_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-compatible data."""
+        return {
+            "id": self.id,
+            "text": self.text,
+            "score": self.score,
+            "user_id": self.user_id,
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Memory:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            id=data["id"],
+            text=data["text"],
+            score=float(data.get("score") or 0.0),
+            user_id=data.get("user_id"),
+            run_id=data.get("run_id"),
+            agent_id=data.get("agent_id"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Long-term memories, searchable by words and scoped to users, runs and agents (methods may be async).
+
+    Scoping (the same on every backend):
+
+    - **search**: ``user_id`` / ``agent_id`` given → only memories with that value; ``run_id`` given →
+      memories of that run *and* memories of no run; ``run_id`` not given → only memories of no run, so a
+      run's scratch memories are seen only by a search that names the run. ``filters`` narrow further.
+    - **count and delete**: each scope value given must match exactly; nothing given does not restrict.
+      A delete with no ids, no filters and no scope is refused (``ValueError``): it would erase everything.
+
+    The words of a query are OR-ed and ranked (BM25 on SQLite, ``ts_rank`` on PostgreSQL), so a question
+    finds the fact that answers it; an empty query returns the newest memories in scope. Adds are
+    idempotent: a message keeps its id, a text gets the digest of its scope and text. Values that look
+    like secrets are masked before anything is stored. A malformed filter raises
+    :class:`storage.memory_filters.FilterError` (a ``ValueError``).
+    """
+
+    def add_memories(
+        self,
+        messages_or_texts: Sequence[ChatMessage | str],
+        *,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[str]: ...
+
+    def search_memories(
+        self,
+        query: str | None,
+        *,
+        filters: dict[str, Any] | None = None,
+        top_k: int = 5,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> list[Memory]: ...
+
+    def delete_memories(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> int: ...
+
+    def count_memories(
+        self,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> int: ...
+
+
+@dataclass(frozen=True)
 class Wakeup:
     """A signal that a thread has waiting messages for a process to start, or that everything needs a look.
 

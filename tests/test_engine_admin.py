@@ -22,7 +22,7 @@ from tests.fakes.engine_kit import (
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 WORKSPACE_SCOPE = f"workspace:{PLATFORM}:{WORKSPACE}"
-KNOWN_TOOLS = "Known tools: delete_file, read_logs, scale_service, set_secret."
+KNOWN_TOOLS = "Known tools: delete_file, read_logs, remember, scale_service, set_secret."
 
 # (command, the rule it leaves in the table, the answer's fragment)
 CHANGES = [
@@ -109,10 +109,11 @@ async def test_policy_list_shows_every_tools_effective_policy_to_anyone(harnesse
     for actor in (ADMIN, OTHER):
         here = await command(h, "policy list", actor=actor)
         there = await command(h, "policy list #C_OPS", actor=actor)
-        assert here.splitlines()[:5] == [
+        assert here.splitlines()[:6] == [
             f"Effective policies in #{CHANNEL}:",
             "  delete_file: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
             "  read_logs: never; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
+            "  remember: never; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
             "  scale_service: always; approvers: requester and admins; quorum 2; four-eyes off; ttl 1d",
             "  set_secret: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
         ]

@@ -253,6 +253,59 @@ class TestRunTimeTools:
         assert box.names() == ["delete"]
         assert result["last_message"].text == "Deleted."
 
+    @staticmethod
+    def _paused_before_tool_names(box: ToolBox, delete: ToolCall) -> Any:
+        """A snapshot as the release before ``tool_names`` wrote it: the fingerprint, and no tool names."""
+        agent = Agent(
+            ScriptedChatGenerator([asks(delete)]),
+            tools=[box.make("delete")],
+            confirmation_strategies={"delete": BreakpointConfirmationStrategy()},
+        )
+        with pytest.raises(HITLBreakpointException) as pause:
+            agent.run([USER])
+        data = pause.value.snapshot.to_dict()
+        del data["tool_names"]
+        return type(pause.value.snapshot).from_dict(data)
+
+    def test_a_run_paused_before_tool_names_were_recorded_survives_tools_added_since(self) -> None:
+        box = ToolBox()
+        delete = call("delete", "c1", target="old.log")
+        snapshot = self._paused_before_tool_names(box, delete)
+        assert snapshot.tool_names is None
+        grown = Agent(
+            ScriptedChatGenerator([says("Deleted.")]),
+            tools=[box.make("lookup"), box.make("delete"), box.make("remember")],
+            confirmation_strategies={"delete": BreakpointConfirmationStrategy()},
+        )
+
+        result = grown.run([], snapshot=snapshot, tool_execution_decisions=[approve(delete)])
+
+        assert box.names() == ["delete"]
+        assert result["last_message"].text == "Deleted."
+
+    def test_a_run_paused_before_tool_names_were_recorded_is_refused_when_its_tool_changed(self) -> None:
+        box = ToolBox()
+        delete = call("delete", "c1", target="old.log")
+        snapshot = self._paused_before_tool_names(box, delete)
+
+        @tool
+        def delete_changed(target: str, force: bool) -> str:
+            """Delete, now with a required flag.
+
+            :param target: What to delete.
+            :param force: Whether to force it.
+            """
+            return "deleted"
+
+        changed = Tool(
+            name="delete", description="Delete.", parameters=delete_changed.parameters, function=delete_changed.function
+        )
+        grown = Agent(ScriptedChatGenerator([says("Deleted.")]), tools=[changed, box.make("lookup")])
+
+        with pytest.raises(SnapshotError, match="different tool set"):
+            grown.run([], snapshot=snapshot, tool_execution_decisions=[approve(delete)])
+        assert box.names() == []
+
 
 # --- 4. console modify -------------------------------------------------------------------------------
 

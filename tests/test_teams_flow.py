@@ -15,6 +15,7 @@ import pytest
 
 from adapters.teams.cards import feedback_input_id, param_input_id
 from adapters.teams.surface import TeamsSurface, typing_task_name
+from bot.engine.memory import person_key
 from bot.engine.model import ThreadRef
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
@@ -312,6 +313,21 @@ async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
     assert "countersign admin commands" in texts_of(help_card)[0]
     assert texts_of(help_card)[0].endswith(f"Your Teams user id: {BEN.id}")
     assert "delete_file asked by 29:1ana-requester" in texts_of(pending_card)[0]
+
+
+async def test_memory_list_in_a_channel_keeps_a_persons_own_memories_for_a_direct_message(open_stack):
+    stack = await open_stack()
+    await stack.engine.storage.memories.add_memories(
+        ["my pager pin is in the vault"], user_id=person_key("teams", TENANT, ANA.id)
+    )
+
+    await stack.say("memory list")
+    await stack.say("memory list", conversation=PERSONAL_CHAT, conversation_type="personal")
+
+    in_channel, in_private = (texts_of(r.cards[0])[0] for r in stack.connector.posted()[-2:])
+    assert "pager pin" not in in_channel
+    assert "Your memories: listed only in a direct message with me." in in_channel
+    assert "my pager pin is in the vault" in in_private
 
 
 async def test_approvers_can_be_named_by_mentioning_them(open_stack):

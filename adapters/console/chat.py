@@ -23,6 +23,7 @@ from adapters.console.reader import InputFunc, LineReader, Reader, TerminalReade
 from adapters.console.surface import ConsoleSurface, inert
 from bot.config import DEFAULT_TOOLS, Config
 from bot.demo_tools import DEFAULT_SANDBOX_NAME
+from bot.engine.admin_syntax import COMMAND_WORDS
 from bot.engine.engine import Engine
 from bot.engine.model import AdminRequest, ApprovalView, Inbound, ThreadRef
 from bot.tools import Tool, Toolset, flatten_tools
@@ -30,7 +31,8 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
-ADMIN_WORDS = ("policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit")
+# The engine's command words; /help is the console's own.
+ADMIN_WORDS = tuple(word for word in COMMAND_WORDS if word != "help")
 QUIT_WORDS = ("/quit", "/exit", "/q")
 
 CONSOLE_HELP = """\
@@ -48,6 +50,8 @@ Commands:
   /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
   /pending              approvals waiting for a decision
   /audit [n]            the last n audit entries
+  /memory list, /memory forget <id>, /memory clear me
+                        what the assistant remembers for you (and for everyone here)
 Policy changes need your user id in COUNTERSIGN_ADMINS."""
 
 

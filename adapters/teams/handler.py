@@ -197,6 +197,7 @@ def admin_request(activity: Activity) -> AdminRequest:
         channel=thread.channel,
         actor=actor_of(activity),
         text=admin_text(activity),
+        private=is_personal(activity),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from bot.agent.snapshot import (
     SnapshotError,
 )
 from bot.agent.tool_runner import DEFAULT_MAX_CONCURRENT_TOOLS, ExecutionLedger, ToolRunner
+from bot.aio import call_store as _call_store
 from bot.aio import run_sync
 from bot.hitl.apply import apply_decisions, close_dangling_tool_calls
 from bot.hitl.blocking import ConfirmationStrategy
@@ -44,6 +46,7 @@ from bot.hooks.breakpoints import (
 from bot.hooks.events import STOP_RUN_KEY, stop_reason
 from bot.hooks.registry import AgentHooks, HookMap, hooks_from_dict
 from bot.hooks.review import ToolResultReview, apply_reviews
+from bot.memory.context import with_memories
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, Toolset, flatten_tools, tools_fingerprint
@@ -120,6 +123,7 @@ class Agent:
         chat_message_store: Any = None,
         hooks: HookMap | None = None,
         enable_pending_tool_recovery: bool = True,
+        memory_store: Any = None,
     ) -> None:
         self.chat_generator = chat_generator
         self.tools: list[Tool] = flatten_tools([tools] if isinstance(tools, Toolset) else tools)
@@ -152,6 +156,8 @@ class Agent:
         self.enable_pending_tool_recovery = enable_pending_tool_recovery
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
         self.chat_message_store = chat_message_store
+        self.memory_store = memory_store
+        """A :class:`bot.memory.MemoryStore`: matching memories reach the model with each new run."""
         self.tools_fingerprint = tools_fingerprint(self.tools)
         # Inspected once: which keywords the generator takes (a Haystack-style ``run(messages)`` has none).
         generator_run = getattr(chat_generator, "run", None) or chat_generator.run_async
@@ -190,6 +196,7 @@ class Agent:
         streaming_callback: Callable[..., Any] | None = None,
         break_point: Breakpoint | AgentBreakpoint | None = None,
         tool_result_reviews: list[ToolResultReview] | None = None,
+        memory_store_kwargs: dict[str, Any] | None = None,
         **state: Any,
     ) -> dict[str, Any]:
         """Run the agent until an exit condition, or raise :class:`HITLBreakpointException` to pause.
@@ -212,6 +219,10 @@ class Agent:
         the agent's own tools. A snapshot resumes with the tools it was paused with (pass the new ones
         again). With no messages at all (no input, prompt or history) the model is not called and
         ``exit_reason`` is ``"no_input"``.
+
+        With a ``memory_store``, a new run first searches it (``memory_store_kwargs``: ``user_id``, ``run_id``,
+        ``agent_id``, ``search_criteria``; see :mod:`bot.memory.context`) and the matches go to the model as
+        one system message after the system prompt, never written to the thread's history.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -239,6 +250,8 @@ class Agent:
                 exit_reason = NO_INPUT_EXIT_REASON  # as in Haystack: nothing to answer, the model is not called
             elif all(m.role == ChatRole.SYSTEM for m in ctx.messages):
                 logger.warning(ONLY_SYSTEM_WARNING)
+            if exit_reason is None:
+                ctx.messages = await with_memories(self.memory_store, ctx.messages, memory_store_kwargs)
         if exit_reason is None:
             exit_reason = await self._loop(ctx, offered, generation_kwargs, confirmation_strategy_context)
         exit_reason = await self._hooks.on_finish(ctx.run_id, ctx.state, ctx.messages, exit_reason)
@@ -581,8 +594,10 @@ class Agent:
         self, snapshot: AgentSnapshot, tools: Sequence[Tool | Toolset | str] | Toolset | None, selected: list[Tool]
     ) -> list[Tool]:
         """The tools to resume ``snapshot`` with: those given, else the ones it was paused with."""
-        if tools is not None or snapshot.tool_names is None:  # older snapshots: the agent's tools
+        if tools is not None:
             return selected
+        if snapshot.tool_names is None:  # older snapshots: the agent's tools, or those it had at the pause
+            return self._tools_at_legacy_pause(snapshot, selected)
         if snapshot.tool_names == list(self._tools_by_name):
             return self.tools
         missing = [n for n in snapshot.tool_names if n not in self._tools_by_name]
@@ -592,6 +607,23 @@ class Agent:
                 f"({', '.join(missing)}); pass them again with run(tools=[...])."
             )
         return [self._tools_by_name[n] for n in snapshot.tool_names]
+
+    def _tools_at_legacy_pause(self, snapshot: AgentSnapshot, tools: list[Tool]) -> list[Tool]:
+        """The agent's tools, less up to two added since ``snapshot`` (which names none) was paused.
+
+        A snapshot from before ``tool_names`` was recorded carries only the fingerprint of the tools it
+        was paused with. Adding a tool to the deployment must not strand every run paused before the
+        upgrade: when some subset of today's tools has that exact fingerprint, each of the paused tools is
+        still here with the same schema, which is all the fingerprint check protects.
+        """
+        if snapshot.tools_fingerprint in ("", self._fingerprint(tools)):
+            return tools
+        for dropped in (1, 2):
+            for left_out in itertools.combinations(range(len(tools)), dropped):
+                kept = [t for i, t in enumerate(tools) if i not in left_out]
+                if tools_fingerprint(kept) == snapshot.tools_fingerprint:
+                    return kept
+        return tools  # the check that follows refuses it, naming both fingerprints
 
     async def _new_context(
         self,
@@ -688,6 +720,7 @@ class Agent:
                 "raise_on_tool_invocation_failure": self.raise_on_tool_invocation_failure,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies),
                 "tool_invoker_kwargs": {k: v for k, v in self.tool_invoker_kwargs.items() if k != "ledger"},
+                "memory_store": None if self.memory_store is None else component_to_dict(self.memory_store),
                 "hooks": self._hooks.to_dict(),
                 "enable_pending_tool_recovery": self.enable_pending_tool_recovery,
             },
@@ -704,6 +737,8 @@ class Agent:
             for k, v in (params.get("state_schema") or {}).items()
         }
         params["confirmation_strategies"] = strategies_from_dict(params.get("confirmation_strategies") or [])
+        if params.get("memory_store") is not None:
+            params["memory_store"] = component_from_dict(params["memory_store"])
         params["hooks"] = hooks_from_dict(params.get("hooks"))
         return cls(**params)
 
@@ -752,13 +787,6 @@ def _check_callback_kind(callback: Callable[..., Any] | None, *, requires_async:
         raise ValueError("The runtime callback must be async compatible.")
     if not requires_async and is_async:
         raise ValueError("The runtime callback cannot be a coroutine.")
-
-
-async def _call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    # A sync store (SQLite) must not block the event loop; an async facade is awaited directly.
-    if inspect.iscoroutinefunction(method):
-        return await method(*args, **kwargs)
-    return await asyncio.to_thread(method, *args, **kwargs)
 
 
 def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:

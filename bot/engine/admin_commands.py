@@ -12,6 +12,7 @@ from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format
 from bot.engine.confirmation import effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.engine.roles import Roles, group_label
 from bot.engine.team_commands import TeamCommands, approver_count
@@ -41,12 +42,15 @@ class AdminCommands:
         self.roles = roles
         self.clock = clock
         self.default_ttl = default_ttl
+        self.memory = MemoryCommands(storage, roles, clock)
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
         try:
             command = parse_command(request.text)
+            if command.name.startswith("memory "):
+                return await self.memory.run(command, request)
             if command.is_change and not await self.roles.is_admin(request.actor, request.platform):
                 await self.storage.audit.append(
                     request.actor,

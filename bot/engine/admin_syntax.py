@@ -40,11 +40,14 @@ USAGE = """countersign admin commands:
   dm on|off                                                allow or refuse direct messages to the bot
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
+  memory list [#channel]                                   your memories and this channel's (or that channel's)
+  memory forget <id>                                       forget one memory (yours; a channel's: admins)
+  memory clear me|#channel                                 forget all yours, or all of a channel's (admins)
   help                                                     this text
-Anyone may list; only admins (COUNTERSIGN_ADMINS) may change."""
+Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories."""
 
 COMMAND_WORDS = (
-    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "help",
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory", "help",
 )
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
                      "group delete", "access allow", "access revoke", "dm"})
@@ -56,6 +59,7 @@ _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+
 _DURATION = re.compile(r"^([+-]?\d+)\s*([smhd]?)$")
 _DURATION_DIGITS = 12  # far above the bound already; keeps a pasted wall of digits cheap to refuse
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_MEMORY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,8 @@ def parse_command(text: str) -> AdminCommand:
             return AdminCommand(
                 "policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition
             )
+    if head == "memory" and args:
+        return _memory_command(args[0].lower(), args[1:])
     if head == "approvers" and len(args) >= 2:
         if len(args) == 2 and args[1].lower() == "none":
             return AdminCommand("approvers", tool_key=args[0], value=())
@@ -183,6 +189,21 @@ def parse_command(text: str) -> AdminCommand:
     if head == "ttl" and len(args) == 2:
         return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1]))
     raise _usage(f"I don't understand '{text.strip()[:80]}'")
+
+
+def _memory_command(sub: str, rest: list[str]) -> AdminCommand:
+    """``memory list [#channel]``, ``memory forget <id>``, ``memory clear me|#channel``."""
+    if sub == "list" and len(rest) <= 1:
+        return AdminCommand("memory list", channel=_channel(rest[0]) if rest else None)
+    if sub == "forget" and len(rest) == 1:
+        if not _MEMORY_ID.match(rest[0]):
+            raise _usage(f"'{rest[0][:64]}' is not a memory id (memory list shows them)")
+        return AdminCommand("memory forget", value=rest[0])
+    if sub == "clear" and len(rest) == 1:
+        if rest[0].lower() == "me":
+            return AdminCommand("memory clear", value="me")
+        return AdminCommand("memory clear", channel=_channel(rest[0]))
+    raise _usage(f"I don't understand 'memory {' '.join([sub, *rest])[:80]}'")
 
 
 def _split_when(words: list[str]) -> tuple[list[str], Condition | None]:

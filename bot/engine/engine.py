@@ -55,6 +55,15 @@ from bot.engine.errors import (
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
 from bot.engine.listening import Listening, pending_note
+from bot.engine.memory import (
+    MEMORY_SCOPE,
+    REMEMBER,
+    RememberConfirmation,
+    memory_note,
+    remember_tool,
+    run_memory_kwargs,
+    run_memory_scope,
+)
 from bot.engine.model import (
     ACTIONS,
     CONFIRM,
@@ -103,14 +112,20 @@ class Engine:
         self.config = config
         self.storage = storage
         self.clock = clock or utcnow
+        # The built-in remember tool, unless the deployment brings its own tool of that name.
+        if all(t.name != REMEMBER for t in tools):
+            tools = [*tools, remember_tool(storage, self.clock)]
         self.tools = {t.name: t for t in tools}
+        policy = PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)
         self.agent = Agent(
             generator,
             tools=list(tools),
             system_prompt=config.system_prompt,
-            confirmation_strategies={"*": PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)},
+            confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
             tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
             chat_message_store=storage.messages,
+            memory_store=storage.memories,
+            state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
             hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds)]},
         )
@@ -280,6 +295,9 @@ class Engine:
             run_id=run_id,
             chat_message_store_kwargs=self._store_kwargs(run_id, thread),
             confirmation_strategy_context=ctx,
+            # The requester's memories and the channel's shared ones; remember saves for the requester.
+            memory_store_kwargs=run_memory_kwargs(ctx),
+            **{MEMORY_SCOPE: run_memory_scope(ctx)},
         )
 
     def _store_kwargs(self, run_id: str, thread: ThreadRef) -> dict[str, Any]:
@@ -339,6 +357,8 @@ class Engine:
     async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
         """Owe the answer to the thread and mark the run finished (one write), then post the answer."""
         text = _answer_text(result)
+        note = memory_note(result, text) if text and self.config.memory_notes else ""
+        text = f"{text}\n{note}" if note else text
         last = result.get("last_message")
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)

@@ -190,3 +190,5 @@ class AdminRequest:
     actor: str
     text: str
     channel_names: dict[str, str] = field(default_factory=dict)
+    private: bool = True
+    """Whether only ``actor`` sees the answer (a Slack slash command, a DM, the console); not in a Teams channel."""

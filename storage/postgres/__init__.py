@@ -13,6 +13,7 @@ from storage.postgres.database import PostgresDatabase
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
+from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import LATEST_VERSION, MIGRATIONS, migrate
 from storage.postgres.places import PostgresApprovalPlaces
@@ -30,6 +31,7 @@ __all__ = [
     "PostgresConversationStore",
     "PostgresDatabase",
     "PostgresEventDedupe",
+    "PostgresMemoryStore",
     "PostgresOutbox",
     "PostgresPolicyStore",
     "PostgresRunLeases",

@@ -280,6 +280,32 @@ _TEAM_SETTINGS: Migration = (
     "PRIMARY KEY (scope, tool_name, condition))",
 )
 
+_MEMORIES: Migration = (
+    # Version 7: long-term memories. The tsvector is generated from the text ('english': stemming and stop
+    # words), so it cannot drift.
+    """
+    CREATE TABLE memories (
+        id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        text text NOT NULL,
+        user_id text,
+        run_id text,
+        agent_id text,
+        metadata jsonb NOT NULL,
+        created_at timestamptz NOT NULL,
+        search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
+    )
+    """,
+    "CREATE INDEX memories_search ON memories USING GIN (search)",
+    "CREATE INDEX memories_user ON memories (user_id, run_id)",
+    # A channel's shared memories (searched for every message); the expression is the one filters write.
+    "CREATE INDEX memories_channel ON memories ((NULLIF(metadata -> 'channel', 'null'::jsonb)))",
+    # Partial: most memories belong to no run; a run's scratch memories are found (and deleted) by it.
+    "CREATE INDEX memories_run ON memories (run_id) WHERE run_id IS NOT NULL",
+    # The newest memories in scope (a search without words): a backward scan.
+    "CREATE INDEX memories_seq ON memories (seq)",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -287,6 +313,7 @@ MIGRATIONS: list[Migration] = [
     _APPROVAL_REVIEWS,
     _CLOSE_APPROVALS_OF_ENDED_RUNS,
     _TEAM_SETTINGS,
+    _MEMORIES,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

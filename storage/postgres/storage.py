@@ -21,6 +21,7 @@ from storage.postgres.database import (
 from storage.postgres.events import PostgresEventDedupe
 from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
+from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import migrate, schema_version
 from storage.postgres.places import PostgresApprovalPlaces
@@ -53,6 +54,7 @@ class PostgresStorage:
         self.leases = PostgresRunLeases(db)
         self.inbox = PostgresThreadInbox(db, self.messages)
         self.outbox = PostgresOutbox(db)
+        self.memories = PostgresMemoryStore(db)
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)

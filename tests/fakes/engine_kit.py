@@ -156,6 +156,12 @@ def echoes_results(messages: list[ChatMessage]) -> ChatMessage:
     return ChatMessage.from_assistant("results: " + " | ".join(results))
 
 
+def recalls(messages: list[ChatMessage]) -> ChatMessage:
+    """A reply that repeats the memories the model was shown ("- fact" lines), or "I don't know." without any."""
+    shown = [m.text for m in messages if m.role == ChatRole.SYSTEM and (m.text or "").startswith("Relevant memories:")]
+    return ChatMessage.from_assistant(shown[0].split("\n", 1)[1] if shown else "I don't know.")
+
+
 def dangling_calls(messages: Sequence[ChatMessage]) -> list[str]:
     """Ids of assistant tool calls that no later tool result answers (must be empty before any LLM call)."""
     open_ids: list[str | None] = []
