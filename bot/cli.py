@@ -59,6 +59,18 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_HISTORY_LAST_K       how many earlier messages of a thread the model sees (default: 30)
   COUNTERSIGN_MEMORY_NOTES         1 or 0: an answer that drew on a remembered fact ends with a short
                                    note, e.g. "(from channel memory: ...)" (default: 1)
+  COUNTERSIGN_SYSTEM_PROMPT        the model's instructions: the text itself, or @path to read them from
+                                   a UTF-8 file at start (default: a short ops-assistant prompt)
+  COUNTERSIGN_GENERATION_KWARGS    a JSON object of extra chat-completion parameters, e.g.
+                                   {"temperature": 0.2, "max_tokens": 800, "reasoning_effort": "low"}
+                                   (model, messages, tools, stream, stream_options and n are refused)
+  COUNTERSIGN_MAX_STEPS            model calls one run may make before it stops unfinished, 1 to 1000
+                                   (default: 100)
+  COUNTERSIGN_LLM_HEADERS          a JSON object of extra HTTP headers for every model call, for gateways,
+                                   e.g. {"api-key": "..."}; the values are never logged (default: none)
+  COUNTERSIGN_STREAM_UPDATE_SECONDS
+                                   a streamed answer's message is updated at most this often, per message
+                                   (default: 1)
   COUNTERSIGN_DEFAULT_TTL          how long an approval waits before it expires and the call is
                                    rejected: 30m, 4h, 2d or seconds, at most 90d (default: 24h)
   SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN
@@ -81,6 +93,15 @@ configuration (environment variables; a .env file in the working folder is read 
                                    messages; fractions allowed (default: 30)
   COUNTERSIGN_FAILPOINT            crash tests only: comma-separated failpoint names where `serve` exits
                                    at once (see README, "Failpoints"); unset in production
+  COUNTERSIGN_LOG_FORMAT           text (a line with key=value context) or json (one JSON object a line);
+                                   both carry run_id, approval_id, thread_key, tool, surface (default: text)
+  COUNTERSIGN_SNAPSHOT_RETENTION   ended runs drop their resume snapshots after this long: 36h, 7d, ... or
+                                   never (default: 7d)
+  COUNTERSIGN_RETENTION_DAYS       prune ended runs, their approvals and ledger entries, idle threads'
+                                   messages and delivered outbox rows older than this many days (default:
+                                   0, off; active runs and pending approvals are never touched)
+  COUNTERSIGN_AUDIT_RETENTION_DAYS prune audit entries older than this many days; the hash chain stays
+                                   verifiable from the first entry left (default: 0, never)
 """
 
 DESCRIPTION = (
@@ -98,7 +119,8 @@ When a tool call needs approval it is shown with its arguments (secrets masked),
   m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
 Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
 /quorum, /four-eyes, /ttl, /pending, /audit (changes need your user in COUNTERSIGN_ADMINS).
-Ctrl-D or Ctrl-C ends the chat; pending approvals wait for you: continue with --thread NAME.
+Ctrl-C while the assistant works stops it after its current step (a tool already running finishes).
+Ctrl-D, or Ctrl-C at the prompt, ends the chat; pending approvals wait for you: continue with --thread NAME.
 """
 
 SERVE_DESCRIPTION = """\
@@ -107,8 +129,13 @@ Serve the chat platforms over HTTP until SIGINT or SIGTERM:
                        with SLACK_APP_TOKEN, Socket Mode is used instead of this route)
   POST /api/messages   Microsoft Teams (when Teams is configured)
   GET  /healthz        liveness, always served
-A surface whose credentials are missing is skipped and logged; with none configured, only /healthz
-is served.
+  GET  /readyz         readiness: 200 when the database is writable and migrated and every configured
+                       surface is connected (Slack auth.test passed, Socket Mode open, Teams credentials
+                       loaded), else 503 with the problems as JSON
+  GET  /metrics        Prometheus metrics (approvals pending, decisions, runs, LLM, tools, platform
+                       API errors, inbox depth, lease takeovers)
+A surface whose credentials are missing is skipped and logged; with none configured, only the three
+GET routes are served.
 """
 
 
@@ -138,11 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="countersign",
         description=DESCRIPTION,
-        epilog=ENVIRONMENT_HELP + "\nRun `countersign chat --help` or `countersign serve --help` for details.",
+        epilog=ENVIRONMENT_HELP
+        + "\nRun `countersign chat --help`, `countersign serve --help`, `countersign db --help` or "
+        "`countersign audit --help` for details.",
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"countersign {_version()}")
-    commands = parser.add_subparsers(dest="command", metavar="{chat,serve}")
+    commands = parser.add_subparsers(dest="command", metavar="{chat,serve,db,audit}")
     commands.required = True
 
     chat = commands.add_parser(
@@ -181,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_log_level(serve, "INFO")
     serve.set_defaults(handler=_run_serve)
+
+    from bot.ops_cli import add_commands
+
+    add_commands(commands, _Formatter)
     return parser
 
 
@@ -188,11 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``countersign`` with ``argv`` (default: the command line); returns the exit code."""
     args = build_parser().parse_args(argv)
     _importable_working_folder()
-    # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
-    configure_logging(args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG")
     handler: Callable[[argparse.Namespace, Config], int] = args.handler
     try:
         config = Config.from_env()
+        # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
+        configure_logging(
+            args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG", fmt=config.log_format
+        )
         return handler(args, config)
     except ConfigError as exc:
         print(f"countersign: configuration error: {exc}", file=sys.stderr)
@@ -260,11 +295,20 @@ def log_formatter(*, tracebacks: bool) -> logging.Formatter:
     return formatter_class(LOG_FORMAT)
 
 
-def configure_logging(level: str, *, tracebacks: bool) -> None:
-    """Log to stderr at ``level`` in a concise format (see :func:`log_formatter`)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(log_formatter(tracebacks=tracebacks))
-    logging.basicConfig(level=level, handlers=[handler])
+def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text") -> logging.Handler:
+    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context."""
+    from bot.logs import ContextFilter, json_formatter
+
+    handler = logging.StreamHandler(stream)
+    formatter = json_formatter(tracebacks=tracebacks) if fmt == "json" else log_formatter(tracebacks=tracebacks)
+    handler.setFormatter(formatter)
+    handler.addFilter(ContextFilter())
+    return handler
+
+
+def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text") -> None:
+    """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
+    logging.basicConfig(level=level, handlers=[log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt)])
 
 
 def _importable_working_folder() -> None:

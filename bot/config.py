@@ -5,6 +5,7 @@ Nothing deeper in the stack reads the environment; it receives a :class:`Config`
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -49,6 +50,15 @@ class Config:
     llm_timeout_seconds: float = 60.0
     llm_max_retries: int = 2
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """``COUNTERSIGN_SYSTEM_PROMPT``: the model's instructions (text, or ``@file`` read at start)."""
+    generation_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """``COUNTERSIGN_GENERATION_KWARGS``: extra chat-completion parameters (temperature, max_tokens, …)."""
+    max_agent_steps: int = 100
+    """``COUNTERSIGN_MAX_STEPS``: model calls one run may make before it stops unfinished."""
+    llm_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """``COUNTERSIGN_LLM_HEADERS``: extra HTTP headers for every model call (gateways; may hold secrets)."""
+    stream_update_seconds: float = 1.0
+    """``COUNTERSIGN_STREAM_UPDATE_SECONDS``: a streamed answer's message is updated at most this often."""
     history_last_k: int = 30
     memory_notes: bool = True
     """Answers that drew on a memory end with a short note saying so ("from channel memory: …")."""
@@ -78,6 +88,14 @@ class Config:
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
     failpoints: str = ""
     """Crash-test failpoint names (``COUNTERSIGN_FAILPOINT``, comma-separated; see :mod:`bot.failpoints`)."""
+    log_format: str = "text"
+    """``COUNTERSIGN_LOG_FORMAT``: ``text`` (a line with ``key=value`` context) or ``json`` (one object a line)."""
+    snapshot_retention_seconds: int | None = 7 * 86400
+    """``COUNTERSIGN_SNAPSHOT_RETENTION``: ended runs drop their snapshots after this long (``None``: never)."""
+    retention_seconds: int | None = None
+    """``COUNTERSIGN_RETENTION_DAYS`` in seconds: ended runs, approvals, ledger, idle threads pruned after it."""
+    audit_retention_seconds: int | None = None
+    """``COUNTERSIGN_AUDIT_RETENTION_DAYS`` in seconds: audit entries pruned after it (``None``: kept forever)."""
 
     @property
     def llm_configured(self) -> bool:
@@ -126,6 +144,11 @@ class Config:
             llm_max_retries=_int(env, "COUNTERSIGN_LLM_RETRIES", 2, minimum=0),
             history_last_k=_int(env, "COUNTERSIGN_HISTORY_LAST_K", 30, minimum=1),
             memory_notes=_flag(env, "COUNTERSIGN_MEMORY_NOTES", default=True),
+            system_prompt=_system_prompt(env, "COUNTERSIGN_SYSTEM_PROMPT"),
+            generation_kwargs=_generation_kwargs(env, "COUNTERSIGN_GENERATION_KWARGS"),
+            max_agent_steps=_int(env, "COUNTERSIGN_MAX_STEPS", 100, minimum=1, maximum=1000),
+            llm_headers=_llm_headers(env, "COUNTERSIGN_LLM_HEADERS"),
+            stream_update_seconds=_positive_float(env, "COUNTERSIGN_STREAM_UPDATE_SECONDS", 1.0),
             default_ttl_seconds=_default_ttl(env),
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
             slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
@@ -136,6 +159,7 @@ class Config:
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
+            **_operations_settings(env),
             **_lifecycle_settings(env),
         )
 
@@ -170,8 +194,10 @@ class Config:
             model=self.model,
             api_key=self.openai_api_key,
             api_base_url=self.openai_base_url,
+            generation_kwargs=dict(self.generation_kwargs),
             timeout=self.llm_timeout_seconds,
             max_retries=self.llm_max_retries,
+            default_headers=dict(self.llm_headers),
         )
 
 
@@ -239,7 +265,7 @@ def _admins(raw: str | None) -> frozenset[str]:
     return frozenset(entries)
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
     raw = env.get(name)
     if not raw:
         return default
@@ -249,7 +275,80 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from exc
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
     return value
+
+
+MAX_SYSTEM_PROMPT_CHARS = 100_000
+RESERVED_GENERATION_KWARGS = frozenset({"model", "messages", "tools", "stream", "stream_options", "n"})
+"""Chat-completion parameters countersign sets itself: a setting may not override them."""
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+"""An HTTP header name (RFC 9110 token)."""
+
+
+def _system_prompt(env: Mapping[str, str], name: str) -> str:
+    """The system prompt: the value itself, or with a leading ``@`` the UTF-8 text of that file."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return DEFAULT_SYSTEM_PROMPT
+    text = raw
+    if raw.startswith("@"):
+        path = Path(raw[1:]).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: the file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{name}: {path} is a folder, not a file") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{name}: {path} is not UTF-8 text") from None
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot read {path} ({exc.strerror or exc})") from None
+        if not text.strip():
+            raise ConfigError(f"{name}: the file {path} is empty")
+    if len(text) > MAX_SYSTEM_PROMPT_CHARS:
+        raise ConfigError(f"{name} is {len(text)} characters long; at most {MAX_SYSTEM_PROMPT_CHARS} are allowed")
+    return text.strip()
+
+
+def _json_object(env: Mapping[str, str], name: str, example: str) -> dict[str, Any]:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        # The position only: the value may hold a secret (a gateway key).
+        raise ConfigError(f"{name} is not valid JSON (line {getattr(exc, 'lineno', '?')}, "
+                          f"column {getattr(exc, 'colno', '?')}); expected an object like {example}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a JSON object like {example}, got a {type(value).__name__}")
+    return value
+
+
+def _generation_kwargs(env: Mapping[str, str], name: str) -> dict[str, Any]:
+    """Extra chat-completion parameters; the ones countersign sets itself are refused."""
+    value = _json_object(env, name, '{"temperature": 0.2, "max_tokens": 800}')
+    reserved = sorted(RESERVED_GENERATION_KWARGS & set(value))
+    if reserved:
+        raise ConfigError(f"{name}: {', '.join(reserved)} cannot be set here (countersign sets them itself)")
+    return value
+
+
+def _llm_headers(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """Extra HTTP headers for model calls; names are checked, values never echoed (they may be secrets)."""
+    value = _json_object(env, name, '{"X-Gateway-Key": "…"}')
+    headers: dict[str, str] = {}
+    for key, item in value.items():
+        if not _HEADER_NAME.match(key):
+            raise ConfigError(f"{name}: {key[:60]!r} is not a valid HTTP header name")
+        if not isinstance(item, str):
+            raise ConfigError(f"{name}: the value of {key} must be a string, got a {type(item).__name__}")
+        if not item.isprintable():  # line breaks and control characters would split the request
+            raise ConfigError(f"{name}: the value of {key} holds line breaks or control characters")
+        headers[key] = item
+    return headers
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -283,6 +382,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: b
         raise ConfigError(f"{name} must be {kind} number of seconds, got {raw!r}")
     return value
 
+
+MAX_RETENTION_SECONDS = 3650 * 86400
+"""The longest retention period a setting or ``db prune --older-than`` takes (ten years)."""
 
 RENAMED = {"COUNTERSIGN_DEFAULT_TTL_SECONDS": "COUNTERSIGN_DEFAULT_TTL"}
 """Variables that were renamed: setting the old name is an error, never silently ignored."""
@@ -360,6 +462,30 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}")
     return raw
+
+
+def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """Log format and retention (the operations settings)."""
+    log_format = _choice(env, "COUNTERSIGN_LOG_FORMAT", ("text", "json"))
+    snapshot_retention: int | None = 7 * 86400
+    raw = (env.get("COUNTERSIGN_SNAPSHOT_RETENTION") or "").strip()
+    if raw.lower() in ("never", "off"):
+        snapshot_retention = None
+    elif raw:
+        from bot.engine.admin_syntax import DurationError, duration_seconds
+
+        try:
+            snapshot_retention = duration_seconds(raw, maximum=MAX_RETENTION_SECONDS, what="A retention period")
+        except DurationError as exc:
+            raise ConfigError(f"COUNTERSIGN_SNAPSHOT_RETENTION: {exc} (or never)") from None
+    days = _int(env, "COUNTERSIGN_RETENTION_DAYS", 0, minimum=0)
+    audit_days = _int(env, "COUNTERSIGN_AUDIT_RETENTION_DAYS", 0, minimum=0)
+    return {
+        "log_format": log_format,
+        "snapshot_retention_seconds": snapshot_retention,
+        "retention_seconds": days * 86400 or None,
+        "audit_retention_seconds": audit_days * 86400 or None,
+    }
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:

@@ -1,19 +1,26 @@
-"""The HTTP server of ``countersign serve``: ``/healthz`` plus whatever the installed adapters mount.
+"""The HTTP server of ``countersign serve``: ``/healthz``, ``/readyz``, ``/metrics`` and the adapters' routes.
 
 Adapters plug in through the ``countersign.server_plugins`` entry-point group, so nothing in ``bot/``
 imports a chat SDK: each plugin adds its routes (``POST /slack/events``, ``POST /api/messages``) and
 registers its :class:`~bot.engine.surface.Surface` with the engine.
+
+``/healthz`` is liveness (the process answers). ``/readyz`` is readiness: the database is writable and
+migrated to this code's schema, and every configured surface is connected (each plugin says so through
+its optional ``readiness_problem``); otherwise 503 with the list of problems. ``/metrics`` serves the
+engine's :class:`~bot.metrics.PrometheusObserver` in the Prometheus text format.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from bot.config import Config
+from bot.metrics import PROMETHEUS_CONTENT_TYPE, PrometheusObserver
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -22,10 +29,17 @@ logger = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "countersign.server_plugins"
 ACTIVE_PLUGINS: web.AppKey[list] = web.AppKey("countersign.plugins", list)
+ENGINE: web.AppKey[Any] = web.AppKey("countersign.engine", object)
+READINESS_TIMEOUT_SECONDS = 5.0
+"""A readiness check that takes longer than this is itself a problem (a hung database or platform)."""
 
 
 class ServerPlugin(Protocol):
-    """One chat surface served over HTTP (or a socket of its own, like Slack's Socket Mode)."""
+    """One chat surface served over HTTP (or a socket of its own, like Slack's Socket Mode).
+
+    A plugin may also define ``async readiness_problem() -> str | None`` (``None``: connected), which
+    ``GET /readyz`` asks.
+    """
 
     name: str
 
@@ -55,10 +69,55 @@ async def healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def readiness_problems(engine: Engine, plugins: list[Any]) -> list[str]:
+    """What keeps this process from serving: the database's problem and each surface's, in that order."""
+    checks = [engine.storage.ops.readiness_problem()]
+    checks += [plugin.readiness_problem() for plugin in plugins if hasattr(plugin, "readiness_problem")]
+    problems: list[str] = []
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            results = await asyncio.gather(*checks, return_exceptions=True)
+    except TimeoutError:
+        return [f"readiness checks took longer than {READINESS_TIMEOUT_SECONDS:g}s"]
+    for result in results:
+        if isinstance(result, BaseException):
+            problems.append(f"check failed: {type(result).__name__}")
+        elif result:
+            problems.append(result)
+    return problems
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 when the database and every configured surface are usable, else 503 saying what is wrong."""
+    problems = await readiness_problems(request.app[ENGINE], request.app[ACTIVE_PLUGINS])
+    if problems:
+        logger.warning("not ready", extra={"problems": "; ".join(problems)})
+        return web.json_response({"status": "not ready", "problems": problems}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The engine's metrics in the Prometheus text format; database gauges are read now."""
+    engine = request.app[ENGINE]
+    observer = engine.observer
+    if not isinstance(observer, PrometheusObserver):
+        raise web.HTTPNotFound(text="metrics are not collected by this engine")
+    try:
+        observer.set_database_gauges(
+            await engine.storage.ops.pending_by_tool(), await engine.storage.ops.inbox_depth()
+        )
+    except Exception as exc:  # counters are still worth serving while the database is away
+        logger.warning("metrics: could not read the database gauges (%s)", type(exc).__name__)
+    return web.Response(body=observer.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+
 async def build_web_app(engine: Engine, config: Config, plugins: list[ServerPlugin] | None = None) -> web.Application:
-    """The aiohttp application: ``GET /healthz`` and the routes of every configured plugin."""
+    """The aiohttp application: ``GET /healthz``, ``/readyz``, ``/metrics`` and every configured plugin's routes."""
     app = web.Application()
+    app[ENGINE] = engine
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     active = []
     for plugin in load_plugins() if plugins is None else plugins:
         if not plugin.is_configured(config):

@@ -14,6 +14,7 @@ sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several 
 from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
+from storage.audit_chain import AuditVerification
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
 from storage.errors import (
@@ -32,6 +33,7 @@ from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.memories import SQLiteMemoryStore
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.ops import SQLiteOperations
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
 from storage.protocols import (
@@ -49,16 +51,19 @@ from storage.protocols import (
     Memory,
     MemoryStore,
     NewApproval,
+    Operations,
     Outbox,
     OutboxMessage,
     PolicyRule,
     PolicyStore,
+    PruneCounts,
     RunFence,
     RunLeases,
     RunRecord,
     RunStore,
     ThreadAddress,
     ThreadInbox,
+    TokenUsage,
     ToolLedger,
     Vote,
 )
@@ -84,6 +89,10 @@ __all__ = [
     "AsyncStorage",
     "AsyncStore",
     "AuditEntry",
+    "AuditVerification",
+    "Operations",
+    "PruneCounts",
+    "SQLiteOperations",
     "AuditLog",
     "ChatMessageStore",
     "ConversationStore",
@@ -112,6 +121,7 @@ __all__ = [
     "StorageError",
     "FencedOut",
     "RunFence",
+    "TokenUsage",
     "ToolLedger",
     "UnknownSchemaVersion",
     "Vote",

@@ -23,7 +23,7 @@ EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
 STORE_NAMES = (
     "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories", "ops",
 )
 READ_METHODS = frozenset(
     {
@@ -56,9 +56,15 @@ READ_METHODS = frozenset(
         "undelivered",
         "search_memories",
         "count_memories",
+        "usage",
         "list_groups",
         "rules",
         "direct_messages_allowed",
+        "pending_by_tool",
+        "inbox_depth",
+        "readiness_problem",
+        "since",
+        "verify",
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""
@@ -125,6 +131,7 @@ class AsyncStorage:
     inbox: Any
     outbox: Any
     memories: Any
+    ops: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

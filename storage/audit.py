@@ -1,13 +1,16 @@
-"""The append-only audit log: :class:`SQLiteAuditLog` (triggers refuse updates and deletes)."""
+"""The append-only audit log: :class:`SQLiteAuditLog` (a hash chain; triggers refuse updates and deletes)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from storage.audit_chain import AuditVerification, ChainRow, entry_hash, verify_chain
 from storage.codec import dumps, epoch, loads, to_datetime
 from storage.connection import Connector
 from storage.protocols import AuditEntry, Instant
+
+VERIFY_BATCH = 5000
 
 
 class SQLiteAuditLog:
@@ -25,10 +28,7 @@ class SQLiteAuditLog:
         1
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "INSERT INTO audit (at, actor, action, subject, details_json) VALUES (?, ?, ?, ?, ?)",
-                [epoch(now), actor, action, subject, dumps(details)],
-            ).lastrowid
+            return _chain(db, [(epoch(now), actor, action, subject, dumps(details))])
 
     def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
         """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many.
@@ -37,13 +37,11 @@ class SQLiteAuditLog:
         1
         """
         at = epoch(now)
-        rows = [[at, actor, action, subject, dumps(details)] for actor, action, subject, details in entries]
+        rows = [(at, actor, action, subject, dumps(details)) for actor, action, subject, details in entries]
         if not rows:
             return 0
         with self.connector.writing() as db:
-            db.conn.executemany(
-                "INSERT INTO audit (at, actor, action, subject, details_json) VALUES (?, ?, ?, ?, ?)", rows
-            )
+            _chain(db, rows)
         return len(rows)
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
@@ -76,3 +74,90 @@ class SQLiteAuditLog:
             )
             for row in rows
         ]
+
+    def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
+        """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes (for export).
+
+        >>> [e.action for e in storage.audit.since(time.time() - 30 * 86400)]
+        ['paused', 'approved']
+        """
+        cutoff = float("-inf") if since is None else epoch(since)
+        with self.connector.reading() as db:
+            rows = db.execute(
+                "SELECT id, at, actor, action, subject, details_json, prev_hash, hash FROM audit WHERE at >= ? "
+                "ORDER BY id LIMIT ?",
+                [cutoff, -1 if limit is None else limit],
+            ).fetchall()
+        return [
+            AuditEntry(id=r[0], at=to_datetime(r[1]), actor=r[2], action=r[3], subject=r[4],
+                       details=loads(r[5], kind="audit entry", record_id=str(r[0])), prev_hash=r[6], hash=r[7])
+            for r in rows
+        ]
+
+    def verify(self) -> AuditVerification:
+        """Check the whole chain from the newest pruning anchor (or the first entry) to the head.
+
+        >>> storage.audit.verify().ok
+        True
+        """
+        with self.connector.reading() as db:
+            anchor = db.execute(
+                "SELECT pruned_through, anchor_hash FROM audit_anchor ORDER BY pruned_through DESC LIMIT 1"
+            ).fetchone()
+            head = db.execute("SELECT last_id, last_hash FROM audit_head").fetchone()
+
+            def rows() -> Any:
+                after = anchor[0] if anchor else 0
+                while True:
+                    batch = db.execute(
+                        "SELECT id, at, actor, action, subject, details_json, prev_hash, hash FROM audit "
+                        "WHERE id > ? ORDER BY id LIMIT ?",
+                        [after, VERIFY_BATCH],
+                    ).fetchall()
+                    for r in batch:
+                        yield ChainRow(r[0], repr(float(r[1])), r[2], r[3], r[4], r[5], r[6], r[7])
+                    if len(batch) < VERIFY_BATCH:
+                        return
+                    after = batch[-1][0]
+
+            return verify_chain(rows(), anchor=tuple(anchor) if anchor else None, head=tuple(head) if head else None)
+
+    def prune(self, older_than: Instant) -> int:
+        """Delete entries older than ``older_than``, first recording the anchor the chain continues from.
+
+        The audit log's own retention (``COUNTERSIGN_AUDIT_RETENTION_DAYS``) calls this; nothing else does.
+
+        >>> storage.audit.prune(older_than=time.time() - 400 * 86400)
+        0
+        """
+        with self.connector.writing() as db:
+            last = db.execute(
+                "SELECT id, hash FROM audit WHERE id = (SELECT MAX(id) FROM audit WHERE at < ?)", [epoch(older_than)]
+            ).fetchone()
+            if last is None:
+                return 0
+            db.execute(
+                "INSERT INTO audit_anchor (pruned_through, anchor_hash, pruned_at) VALUES (?, ?, ?)",
+                [last[0], last[1], epoch(None)],
+            )
+            return db.execute("DELETE FROM audit WHERE id <= ?", [last[0]]).rowcount
+
+
+def _chain(db: Any, rows: Sequence[tuple[float, str, str, str, str]]) -> int:
+    """Append ``rows`` to the chain inside the caller's write transaction; returns the last id.
+
+    The head is read and written in the same ``BEGIN IMMEDIATE`` transaction, so appends from several
+    processes chain one after another.
+    """
+    last_id, last_hash = db.execute("SELECT last_id, last_hash FROM audit_head").fetchone()
+    for at, actor, action, subject, details in rows:
+        last_id += 1
+        digest = entry_hash(last_hash, last_id, repr(float(at)), actor, action, subject, details)
+        db.execute(
+            "INSERT INTO audit (id, at, actor, action, subject, details_json, prev_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [last_id, at, actor, action, subject, details, last_hash, digest],
+        )
+        last_hash = digest
+    db.execute("UPDATE audit_head SET last_id = ?, last_hash = ?", [last_id, last_hash])
+    return last_id

@@ -17,6 +17,7 @@ from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
 from storage.memories import SQLiteMemoryStore
 from storage.messages import SQLiteChatMessageStore
 from storage.migrations import schema_version
+from storage.ops import SQLiteOperations
 from storage.places import SQLiteApprovalPlaces
 from storage.policies import SQLitePolicyStore
 from storage.runs import SQLiteRunStore
@@ -51,6 +52,7 @@ class Storage:
         self.approver_groups = SQLiteApproverGroups(connector)
         self.access = SQLiteAccessStore(connector)
         self.conditions = SQLiteConditionalRules(connector)
+        self.ops = SQLiteOperations(connector)
 
     @property
     def path(self) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from sqlite_utils import Database
 
+from storage.audit_chain import GENESIS, entry_hash
 from storage.errors import StorageError, UnknownSchemaVersion
 
 Migration = Callable[[Database], None]
@@ -341,6 +342,57 @@ def _memories(db: Database) -> None:
     )
 
 
+def _run_token_usage(db: Database) -> None:
+    """Version 9: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
+    for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        db["runs"].add_column(column, int, not_null_default=0)
+    db["runs"].add_column("stop_requested_by", str)
+    # The usage command sums a workspace's runs since a day.
+    db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
+
+
+def _audit_chain(db: Database) -> None:
+    """Version 10: the audit log becomes a hash chain (see :mod:`storage.audit_chain`); old entries are chained now.
+
+    ``audit_head`` holds the newest entry's id and hash (a deleted tail shows); ``audit_anchor`` records each
+    pruning (the last pruned entry's id and hash), and deletes are allowed only up to the newest anchor.
+    """
+    db.execute("DROP TRIGGER audit_no_update")
+    db.execute("DROP TRIGGER audit_no_delete")
+    db["audit"].add_column("prev_hash", str)
+    db["audit"].add_column("hash", str)
+    previous = GENESIS
+    last_id = 0
+    rows = db.execute("SELECT id, at, actor, action, subject, details_json FROM audit ORDER BY id").fetchall()
+    for entry_id, at, actor, action, subject, details in rows:
+        digest = entry_hash(previous, entry_id, repr(float(at)), actor, action, subject, details)
+        db.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE id = ?", [previous, digest, entry_id])
+        previous, last_id = digest, entry_id
+    db.execute(
+        "CREATE TABLE audit_head (only_row INTEGER PRIMARY KEY CHECK (only_row = 1), last_id INTEGER NOT NULL, "
+        "last_hash TEXT NOT NULL)"
+    )
+    db.execute("INSERT INTO audit_head (only_row, last_id, last_hash) VALUES (1, ?, ?)", [last_id, previous])
+    db.execute(
+        "CREATE TABLE audit_anchor (pruned_through INTEGER PRIMARY KEY, anchor_hash TEXT NOT NULL, "
+        "pruned_at FLOAT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+    # Only entries at or before the newest anchor may go: pruning writes the anchor first.
+    db.execute(
+        "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit "
+        "WHEN OLD.id > (SELECT COALESCE(MAX(pruned_through), 0) FROM audit_anchor) "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+    )
+    db.execute(
+        "CREATE TRIGGER audit_anchor_no_change BEFORE UPDATE ON audit_anchor "
+        "BEGIN SELECT RAISE(ABORT, 'audit anchors are append-only'); END"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -350,6 +402,8 @@ MIGRATIONS: list[Migration] = [
     _close_approvals_of_ended_runs,
     _team_settings,
     _memories,
+    _run_token_usage,
+    _audit_chain,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
+    from storage.audit_chain import AuditVerification
 
 Instant = datetime | float | None
 """A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
 
-RunStatus = Literal["running", "paused", "resuming", "finished", "failed", "expired"]
-RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming", "finished", "failed", "expired")
+RunStatus = Literal["running", "paused", "resuming", "finished", "failed", "expired", "stopped"]
+RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming", "finished", "failed", "expired", "stopped")
 ACTIVE_RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming")
-TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired")
+TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired", "stopped")
+"""``stopped``: a person stopped the run from chat; it ended after the step that was under way."""
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
 APPROVAL_STATUSES: tuple[str, ...] = (
@@ -61,11 +63,43 @@ class RunRecord:
     """Until when the owner holds the run; after it, recovery may claim the run."""
     recoveries: int = 0
     """How many times recovery has taken the run over after its owner stopped."""
+    stop_requested_by: str | None = None
+    """Who asked, from chat, that the run stop after its current step (any process may ask)."""
 
     @property
     def is_active(self) -> bool:
         """Whether the run is running, paused or resuming."""
         return self.status in ACTIVE_RUN_STATUSES
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens the model used: for one run, or summed over ``runs`` runs (the ``usage`` command)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    runs: int = 0
+
+    @classmethod
+    def of(cls, usage: Any) -> TokenUsage:
+        """A run's usage from an agent's ``token_usage`` dict (missing or odd counts are 0).
+
+        >>> TokenUsage.of({"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}).total_tokens
+        28
+        """
+        usage = usage if isinstance(usage, dict) else {}
+
+        def count(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        return cls(count("prompt_tokens"), count("completion_tokens"), count("total_tokens"), runs=1)
+
+    def as_dict(self) -> dict[str, int]:
+        """The three counts (for the audit log)."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
 
 
 @dataclass(frozen=True)
@@ -228,7 +262,7 @@ class EffectiveRule:
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One append-only audit log line."""
+    """One append-only audit log line (``prev_hash`` and ``hash`` link it into the chain; read by ``since``)."""
 
     id: int
     at: datetime
@@ -236,6 +270,8 @@ class AuditEntry:
     action: str
     subject: str
     details: dict[str, Any]
+    prev_hash: str | None = None
+    hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -310,6 +346,22 @@ class OutboxMessage:
     delivered_at: datetime | None
 
 
+@dataclass(frozen=True)
+class PruneCounts:
+    """What one retention pass deleted (or, in a dry run, would delete)."""
+
+    runs: int = 0
+    approvals: int = 0
+    ledger: int = 0
+    messages: int = 0
+    outbox: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"runs": …, "approvals": …, …}`` for reports and logs."""
+        return {"runs": self.runs, "approvals": self.approvals, "ledger": self.ledger, "messages": self.messages,
+                "outbox": self.outbox}
+
+
 @runtime_checkable
 class ChatMessageStore(Protocol):
     """Thread history: idempotent writes, ``last_k`` reads that never split a tool call from its results."""
@@ -375,6 +427,20 @@ class RunStore(Protocol):
         ...
 
     def list_by_status(self, *statuses: str) -> list[RunRecord]: ...
+
+    def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a running or resuming run to stop after its current step; ``False`` if it is not working."""
+        ...
+
+    def record_usage(self, run_id: str, usage: TokenUsage) -> None:
+        """Set the run's token usage (the agent's running total: it carries over a pause)."""
+        ...
+
+    def usage(
+        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
+    ) -> TokenUsage:
+        """The summed usage of the runs created since ``since`` in a workspace (or one of its channels)."""
+        ...
 
 
 class ApprovalStore(Protocol):
@@ -531,7 +597,10 @@ class AccessStore(Protocol):
 
 
 class AuditLog(Protocol):
-    """Append-only record of decisions, denied attempts, policy changes and expiries."""
+    """Append-only, tamper-evident record of decisions, denied attempts, policy changes and expiries.
+
+    Every entry carries the hash of the one before it (:mod:`storage.audit_chain`); ``verify`` walks the chain.
+    """
 
     def append(
         self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
@@ -542,6 +611,18 @@ class AuditLog(Protocol):
         ...
 
     def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+
+    def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
+        """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
+        ...
+
+    def verify(self) -> AuditVerification:
+        """Check the chain from the newest pruning anchor (or the first entry) to its head."""
+        ...
+
+    def prune(self, older_than: Instant) -> int:
+        """Delete entries older than ``older_than`` after recording the anchor the chain continues from."""
+        ...
 
 
 class EventDedupe(Protocol):
@@ -695,6 +776,33 @@ class Outbox(Protocol):
         ...
 
 
+class Operations(Protocol):
+    """What operators need: gauges for ``/metrics``, the ``/readyz`` probe, and retention.
+
+    Retention never touches an active run, a pending approval, a tool call still ``executing``, or a
+    thread with an active run or waiting messages; messages go by whole idle threads, so no tool call is
+    ever separated from its result.
+    """
+
+    def pending_by_tool(self) -> dict[str, int]:
+        """How many approvals wait for a decision, per tool."""
+        ...
+
+    def inbox_depth(self) -> int:
+        """How many messages wait in thread inboxes."""
+        ...
+
+    def readiness_problem(self) -> str | None:
+        """``None`` when the database is reachable, writable and migrated to this code's schema; else why not."""
+        ...
+
+    def drop_snapshots(self, finished_before: Instant) -> int:
+        """Drop the snapshots of runs that ended before ``finished_before``; returns how many."""
+        ...
+
+    def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
+        """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
+        outbox rows older than ``older_than``; with ``dry_run`` only count them."""
 @dataclass(frozen=True)
 class Memory:
     """One long-term memory as a search returns it: higher ``score`` is more relevant.

@@ -31,7 +31,7 @@ SQLITE_TIMES = TimeReader(to_datetime, to_datetime_or_none)
 
 def run_record(row: Any, times: TimeReader) -> RunRecord:
     """Columns: run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error,
-    has_snapshot, created_at, updated_at, owner, lease_expires_at, recoveries."""
+    has_snapshot, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by."""
     return RunRecord(
         run_id=row[0],
         chat_history_id=row[1],
@@ -49,6 +49,7 @@ def run_record(row: Any, times: TimeReader) -> RunRecord:
         owner=row[13],
         lease_expires_at=times.optional(row[14]),
         recoveries=row[15] or 0,
+        stop_requested_by=row[16],
     )
 
 

@@ -15,12 +15,13 @@ from storage.protocols import (
     Instant,
     RunFence,
     RunRecord,
+    TokenUsage,
 )
 from storage.records import SQLITE_TIMES, run_record
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by"
 )
 _UNOWNED_STATUSES = ("paused", *TERMINAL_RUN_STATUSES)
 """Statuses in which a run has no owner: moving there clears the owner and the lease."""
@@ -78,7 +79,7 @@ def _snapshot_text(run_id: str, snapshot_json: str | dict[str, Any]) -> str:
 class SQLiteRunStore:
     """One row per agent invocation: thread, requester, status, step, latest snapshot, timestamps.
 
-    Statuses: running, paused, resuming, finished, failed, expired (the last three are terminal).
+    Statuses: running, paused, resuming, finished, failed, expired, stopped (the last four are terminal).
     """
 
     def __init__(self, connector: Connector) -> None:
@@ -265,3 +266,53 @@ class SQLiteRunStore:
                 list(statuses),
             ).fetchall()
         return [_record(row) for row in rows]
+
+    def record_usage(self, run_id: str, usage: TokenUsage) -> None:
+        """Set the run's token usage: the agent's total so far, which carries over a pause.
+
+        >>> storage.runs.record_usage("run-1", TokenUsage(21, 7, 28))
+        """
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE runs SET prompt_tokens = ?, completion_tokens = ?, total_tokens = ? WHERE run_id = ?",
+                [usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, run_id],
+            ).rowcount
+        if not changed:
+            raise NotFound(f"run {run_id!r} not found")
+
+    def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a working (running or resuming) run to stop after its current step; whether it is working.
+
+        Any process may ask; the one that owns the run reads it at its next step boundary.
+
+        >>> storage.runs.request_stop("run-1", "U1")
+        True
+        """
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE runs SET stop_requested_by = COALESCE(stop_requested_by, ?) "
+                "WHERE run_id = ? AND status IN ('running', 'resuming')",
+                [actor, run_id],
+            ).rowcount
+            if not changed:
+                self._get(db, run_id)  # NotFound for an unknown run
+            return changed == 1
+
+    def usage(
+        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
+    ) -> TokenUsage:
+        """The summed token usage of the runs created since ``since`` in a workspace (or one channel of it).
+
+        >>> storage.runs.usage(platform="slack", workspace="T1", since=time.time() - 7 * 86400).total_tokens
+        28
+        """
+        where, params = "platform = ? AND workspace = ? AND created_at >= ?", [platform, workspace, epoch(since)]
+        if channel is not None:
+            where, params = where + " AND channel = ?", [*params, channel]
+        with self.connector.reading() as db:
+            row = db.execute(
+                "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
+                f"COALESCE(SUM(total_tokens), 0), COUNT(*) FROM runs WHERE {where}",
+                params,
+            ).fetchone()
+        return TokenUsage(int(row[0]), int(row[1]), int(row[2]), runs=int(row[3]))

@@ -47,6 +47,11 @@ ENV_VARS = (
     "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
     "COUNTERSIGN_TEAMS_ANONYMOUS",
     "COUNTERSIGN_HISTORY_LAST_K",
+    "COUNTERSIGN_SYSTEM_PROMPT",
+    "COUNTERSIGN_GENERATION_KWARGS",
+    "COUNTERSIGN_MAX_STEPS",
+    "COUNTERSIGN_LLM_HEADERS",
+    "COUNTERSIGN_STREAM_UPDATE_SECONDS",
     "COUNTERSIGN_LLM_TIMEOUT",
     "COUNTERSIGN_LLM_RETRIES",
     "COUNTERSIGN_DEFAULT_TTL",
@@ -393,7 +398,7 @@ def test_chat_on_postgresql_keeps_everything_in_the_database(terminal, tmp_path,
     assert not (tmp_path / "cs.db").exists(), "COUNTERSIGN_DATABASE_URL wins over COUNTERSIGN_DB"
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT actor, action FROM audit ORDER BY id").fetchall() == [
-            ("ana", "paused"), ("ana", "approved"),
+            ("ana", "paused"), ("ana", "approved"), ("countersign", "finished"),
         ]
 
 

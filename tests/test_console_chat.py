@@ -295,6 +295,49 @@ def test_each_outcome_line_of_a_step_names_its_call(harness):
     assert lines[1].startswith('✘ delete_file(path="notes.txt") (2 of 2): Rejected by ana')
 
 
+def test_ctrl_c_while_the_agent_works_stops_the_run_after_the_running_tool_and_the_chat_goes_on(tmp_path):
+    import os
+    import signal
+
+    from adapters.console.chat import run_chat
+    from bot.config import Config
+    from bot.tools import tool
+    from tests.fakes.console_kit import ScriptedInput
+
+    ran: list[str] = []
+
+    @tool(confirmation_default="never")
+    async def build_report(name: str) -> str:
+        """Build a report.
+
+        :param name: Which report.
+        """
+        os.kill(os.getpid(), signal.SIGINT)  # the person presses Ctrl-C while this tool runs
+        await asyncio.sleep(0)
+        ran.append(name)
+        return f"report {name} built"
+
+    generator = ScriptedChatGenerator(
+        [ChatMessage.from_assistant(tool_calls=[ToolCall("build_report", {"name": "q3"})]),
+         ChatMessage.from_assistant("And now the next report.")]
+    )
+    keyboard = ScriptedInput(["build the q3 report", "/usage"])
+    buffer = io.StringIO()
+
+    code = run_chat(Config(db_path=tmp_path / "cs.db"), user=USER, input_func=keyboard,
+                    console=Console(file=buffer, width=120, color_system=None), generator=generator,
+                    tools=[build_report])
+
+    output = buffer.getvalue()
+    assert code == 0
+    assert ran == ["q3"]  # the tool that was running finished
+    assert len(generator.calls) == 1  # and the model was not asked again
+    assert "Stopping after the current step." in output
+    assert "↳ build_report(name=q3) → report q3 built" in output
+    assert "(Stopped.)" in output
+    assert "Token usage in this workspace" in output  # the chat went on after the stop
+
+
 def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path):
     harness = ConsoleHarness(tmp_path, admins=frozenset({USER}))
     harness.config = harness.config.with_overrides(reply_mode="mention")  # a terminal is a direct conversation

@@ -112,6 +112,9 @@ async def test_two_processes_recovering_at_once_run_the_call_once_and_tell_the_t
     told = first.surface.replies_in(first.thread()) + second.surface.replies_in(second.thread())
     assert len(told) == 2 and told[1] == "results: deleted a.txt"
     assert (await first.run_of(approval.run_id)).recoveries == 1
+    takeovers = [h.engine.observer.registry.get_sample_value("countersign_lease_takeovers_total")
+                 for h in (first, second)]
+    assert sorted(takeovers) == [0, 1]  # counted by the one process that took the run over
 
 
 async def test_a_stale_button_after_a_crash_says_the_outcome_is_unknown_not_already_approved(harnesses):

@@ -84,7 +84,10 @@ async def test_an_admin_sets_a_policy_and_it_applies_to_the_next_request(
     await stack.requests.event(stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> restart api"))
     await stack.settle()
     assert restarts.restarted == ["api"]  # no approval asked any more
-    assert not any(c.args.get("blocks") for c in slack.calls_to("chat.postMessage"))
+    posted = [c.args.get("blocks") or [] for c in slack.calls_to("chat.postMessage")]
+    assert not any(button_values(blocks, "cs_approve") for blocks in posted)
+    # it ran without approval, so the thread shows it as one tool-step line
+    assert any(b.get("type") == "context" and "restart_service" in all_text([b]) for bl in posted for b in bl)
 
 
 async def test_a_non_admin_cannot_change_a_policy_and_is_told_privately(stack: SlackStack, slack: FakeSlackAPI) -> None:

@@ -168,8 +168,10 @@ async def test_mention_approve_runs_the_tool_once_and_answers_in_the_thread(
     [answer] = slack.calls_to("chat.postMessage", plain)
     assert answer.args["thread_ts"] == mention_ts
     assert answer.args["text"] == "Deleted *old.log*."
-    reactions = [(c.method, c.args["timestamp"]) for c in slack.calls if c.method.startswith("reactions.")]
-    assert reactions[:2] == [("reactions.add", mention_ts), ("reactions.remove", mention_ts)]
+    statuses = [(c.args["thread_ts"], c.args["status"]) for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses[:2] == [(mention_ts, "is thinking…"), (mention_ts, "is waiting for approval")]
+    assert statuses[-1] == (mention_ts, "")  # cleared once the answer is in
+    assert slack.calls_to("reactions.add") == []
 
 
 async def test_reject_opens_a_modal_and_its_feedback_reaches_the_model(

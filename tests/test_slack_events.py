@@ -108,7 +108,7 @@ async def test_a_retried_event_is_processed_once(
     assert [first.status, retry.status, late_retry.status] == [200, 200, 200]
     assert len(model.calls) == 1
     assert len(replies(slack)) == 1
-    assert len(slack.calls_to("reactions.add")) == 1
+    assert len(slack.calls_to("assistant.threads.setStatus", lambda c: c.args["status"] == "is thinking…")) == 1
 
 
 async def test_a_mention_in_a_thread_the_bot_is_in_is_answered_once(
@@ -236,23 +236,19 @@ async def test_own_messages_other_bots_edits_and_deletions_are_ignored(
     assert len(replies(slack)) == 1
 
 
-async def test_the_working_reaction_is_added_then_removed_on_the_message(
+async def test_the_status_line_says_the_bot_is_thinking_until_the_answer_is_in(
     stack: SlackStack, slack: FakeSlackAPI
 ) -> None:
     event = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> hello")
     await stack.requests.event(event)
     await stack.settle()
 
-    reactions = [
-        (c.method, c.args["channel"], c.args["timestamp"], c.args["name"])
-        for c in slack.calls
-        if c.method.startswith("reactions.")
-    ]
-    assert reactions == [
-        ("reactions.add", CHANNEL, event["ts"], "eyes"),
-        ("reactions.remove", CHANNEL, event["ts"], "eyes"),
-    ]
-    assert slack.calls.index(slack.calls_to("reactions.remove")[0]) > slack.calls.index(replies(slack)[0])
+    statuses = [(c.args["channel_id"], c.args["thread_ts"], c.args["status"])
+                for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses == [(CHANNEL, event["ts"], "is thinking…"), (CHANNEL, event["ts"], "")]
+    cleared = slack.calls_to("assistant.threads.setStatus")[-1]
+    assert slack.calls.index(cleared) > slack.calls.index(replies(slack)[0])
+    assert [c for c in slack.calls if c.method.startswith("reactions.")] == []  # no reaction, no reactions:write
 
 
 async def test_a_long_answer_is_split_into_messages_within_slack_limits(tmp_path: Path, slack: FakeSlackAPI) -> None:

@@ -95,7 +95,9 @@ async def test_a_persons_memory_never_reaches_another_and_forget_forgets(
     openai.enqueue_tool_calls([("remember", {"fact": "my staging cluster is eu-2"})])
     openai.enqueue_text("Noted.")
     _, taught = await mention(stack, slack, ALICE, "remember my staging cluster is eu-2")
-    assert [c.args["text"] for c in taught] == ["Noted."]  # one's own memory: no approval
+    step, answer = (c.args["text"] for c in taught)  # one's own memory: no approval, one tool-step line
+    assert step.startswith("remember(fact=my staging cluster is eu-2) → Remembered (your memory, id ")
+    assert answer == "Noted."
 
     _, [bobs] = await mention(stack, slack, BOB, "which staging cluster?")
     assert bobs.args["text"] == "I don't know."

@@ -139,13 +139,13 @@ def test_the_manifest_creates_the_whole_app_in_http_mode() -> None:
         "im:history",
         "chat:write",
         "commands",
-        "users:read",
         "usergroups:read",  # approvers and admins named by Slack user group
         "im:write",  # direct messages to approvers
-        "reactions:write",
     }
     events = {"app_mention", "message.channels", "message.groups", "message.im", "app_home_opened"}
     assert scopes | events <= listed
+    # Nothing uses them: the status line replaced the :eyes: reaction, and no code reads users.
+    assert not {"reactions:write", "users:read"} & listed
     assert re.search(r"^\s+home_tab_enabled: true$", manifest, flags=re.M)
     assert re.search(r"interactivity:\n\s+is_enabled: true\n\s+request_url: https://YOUR_HOST/slack/events", manifest)
     assert re.search(r"- command: /countersign\n\s+url: https://YOUR_HOST/slack/events", manifest)

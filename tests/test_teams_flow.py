@@ -8,13 +8,12 @@ against the Adaptive Card 1.5 schema.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
 
 from adapters.teams.cards import feedback_input_id, param_input_id
-from adapters.teams.surface import TeamsSurface, typing_task_name
+from adapters.teams.surface import TeamsSurface
 from bot.engine.memory import person_key
 from bot.engine.model import ThreadRef
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
@@ -478,9 +477,10 @@ async def test_the_typing_indicator_repeats_until_the_bot_stops_working(open_sta
 
     await surface.show_working(thread, True)
     await stack.connector.wait_for(lambda r: r.activity_type == "typing", count=before + 3)
+    assert surface.working_in == [thread.key]  # the SDK's TypingIndicator runs in a turn held open
     await surface.show_working(thread, False)
 
-    assert not [t for t in asyncio.all_tasks() if t.get_name() == typing_task_name(thread)]
+    assert surface.working_in == []
 
 
 def thread_of_last_answer(stack: TeamsStack) -> ThreadRef:

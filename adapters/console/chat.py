@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import getpass
+import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from bot.config import DEFAULT_TOOLS, Config
 from bot.demo_tools import DEFAULT_SANDBOX_NAME
 from bot.engine.admin_syntax import COMMAND_WORDS
 from bot.engine.engine import Engine
+from bot.engine.errors import EngineError
 from bot.engine.model import AdminRequest, ApprovalView, Inbound, ThreadRef
 from bot.tools import Tool, Toolset, flatten_tools
 
@@ -42,8 +45,9 @@ m (modify: edit each parameter, Enter keeps it). Enter alone never approves.
 
 Commands:
   /help                 this text
-  /quit                 leave (so do Ctrl-D and Ctrl-C); pending approvals wait for you:
-                        continue with `countersign chat --thread NAME`
+  /quit                 leave (so do Ctrl-D and Ctrl-C at the prompt); pending approvals wait for
+                        you: continue with `countersign chat --thread NAME`
+  Ctrl-C while the assistant works stops it after its current step (a running tool finishes)
   /policy list          each tool's effective policy here
   /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
   /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
@@ -52,6 +56,7 @@ Commands:
   /audit [n]            the last n audit entries
   /memory list, /memory forget <id>, /memory clear me
                         what the assistant remembers for you (and for everyone here)
+  /usage [#channel] [days]  tokens the model used
 Policy changes need your user id in COUNTERSIGN_ADMINS."""
 
 
@@ -156,9 +161,32 @@ class ChatSession:
                 user_name=self.user,
                 is_direct=True,  # a terminal conversation is one person's, with the bot
             )
-            with self.surface.busy():
+            with self.surface.busy(), self._ctrl_c_stops(engine):
                 await engine.handle_message(inbound)
             await dialog.settle(self.surface.take_rendered())
+
+    @contextlib.contextmanager
+    def _ctrl_c_stops(self, engine: Engine) -> Iterator[None]:
+        """While the agent works, Ctrl-C stops the run after its current step instead of leaving the chat."""
+        loop = asyncio.get_running_loop()
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._stop_run, engine)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, previous)  # Ctrl-C at the prompt leaves the chat again
+
+    def _stop_run(self, engine: Engine) -> None:
+        try:
+            answer = engine.request_stop(self.thread, self.user)
+        except EngineError as refused:
+            answer = str(refused)
+        self.console.print(Text(f"({answer} A tool that is running finishes first.)", style="yellow"))
 
     async def _command(self, engine: Engine, text: str) -> None:
         """``/help`` here; admin words go to the engine's admin parser; anything else is unknown."""

@@ -14,14 +14,22 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef
-from bot.engine.presentation import display_arguments, display_result, format_time, outcome_sentence, truncate
+from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef, ToolStep
+from bot.engine.presentation import (
+    display_arguments,
+    display_result,
+    format_time,
+    outcome_sentence,
+    tool_step_line,
+    truncate,
+)
 from bot.engine.roles import group_label
 from bot.redaction import mask_text
 
@@ -143,6 +151,9 @@ class ConsoleSurface:
         self._shown_outcomes: dict[str, str] = {}
         self._status: Status | None = None
         self._batches = 0
+        self._busy = False
+        self._live: Live | None = None
+        self._streams = 0
 
     # --- the Surface protocol ----------------------------------------------------------------
 
@@ -184,6 +195,43 @@ class ConsoleSurface:
         is typing, and would draw over their line.
         """
 
+    async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
+        """Start printing an answer as it arrives (redrawn live on a terminal; printed once when it ends elsewhere)."""
+        self.stop_working()
+        self.console.print(Text("countersign ›", style="bold green").append(self._elsewhere(thread), style="dim"))
+        self._live = Live(chat_markdown(""), console=self.console, auto_refresh=False, vertical_overflow="visible")
+        self._live.start()
+        self._streams += 1
+        return {"surface": "console", "stream": self._streams}
+
+    async def append_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Show the answer so far (secrets masked, control characters removed)."""
+        if self._live is not None:
+            self._live.update(chat_markdown(mask_text(text)), refresh=True)
+
+    async def finish_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Show the whole answer and leave it on screen."""
+        live, self._live = self._live, None
+        if live is None:
+            raise RuntimeError("no answer is streaming")  # the engine then prints the answer as a reply
+        live.update(chat_markdown(mask_text(text)), refresh=True)
+        live.stop()
+
+    async def set_status(self, thread: ThreadRef, status: str | None, message_id: str | None = None) -> None:
+        """Name what the agent does next to the spinner, while the chat loop waits for the engine."""
+        if status is None or not self._busy or self._live is not None or not self.console.is_terminal:
+            return
+        if self._status is None:
+            self._status = self.console.status(status, spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(status)
+
+    async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
+        """A dim line for a call that ran without approval (masked and shortened like approvals)."""
+        line = Text(f"  ↳ {inert(tool_step_line(step))}", style="dim")
+        self.console.print(line.append(self._elsewhere(thread)))
+
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """A short note: the message waits for the answer to the previous one."""
         self.console.print(Text(f"(queued: I'll answer this after the current one{self._elsewhere(thread)})",
@@ -210,13 +258,18 @@ class ConsoleSurface:
             return
         self._status = self.console.status("working…", spinner="dots")
         self._status.start()
+        self._busy = True
         try:
             yield
         finally:
+            self._busy = False
             self.stop_working()
 
     def stop_working(self) -> None:
-        """Remove the spinner, if any."""
+        """Remove the spinner (and end a live answer left open), if any."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
         if self._status is not None:
             self._status.stop()
             self._status = None

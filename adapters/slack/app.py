@@ -33,6 +33,7 @@ from adapters.slack.blocks import (
     ACTION_APPROVE_ALWAYS,
     ACTION_EDIT,
     ACTION_REJECT,
+    ACTION_STOP,
     EDIT_CALLBACK,
     REJECT_CALLBACK,
     RESULT_BLOCK,
@@ -132,6 +133,7 @@ class SlackListeners:
         app.action(ACTION_APPROVE_ALWAYS)(self.on_approve_always)
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
+        app.action(ACTION_STOP)(self.on_stop)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
         app.command(COMMAND)(self.on_command)
@@ -210,6 +212,26 @@ class SlackListeners:
             self.on_unreadable_click(body)
             return None
         return approval_id, actor
+
+    async def on_stop(self, ack: Any, body: dict[str, Any], action: dict[str, Any], respond: Any) -> None:
+        """Stop: the run ends after its current step (the engine checks who may stop it)."""
+        await ack()
+        run_id, actor = _text(action.get("value")), _actor(body)
+        if not run_id or not actor:
+            self.on_unreadable_click(body)
+            return
+        self.tasks.spawn(self._stop(body, run_id, actor, respond), name="slack-stop")
+
+    async def _stop(self, body: dict[str, Any], run_id: str, actor: str, respond: Any) -> None:
+        try:
+            answer = await self.engine.stop_run(run_id, actor)
+        except EngineError as refusal:
+            answer = str(refusal)
+        container = body.get("container")
+        if isinstance(container, Mapping) and container.get("is_ephemeral"):
+            await respond(text=escape(answer), replace_original=True)  # the private Stop note
+            return
+        await self._tell_clicker(body, answer)
 
     def on_unreadable_click(self, body: Mapping[str, Any]) -> bool:
         """A click whose action cannot be read: nothing is decided; the clicker is told when we know who and where.

@@ -31,7 +31,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from adapters.slack.mrkdwn import escape, escape_truncated, mention
+from adapters.slack.mrkdwn import escape, escape_truncated, mention, split_message
 from bot.engine.admin_syntax import format_duration
 from bot.engine.model import (
     APPROVED,
@@ -51,6 +51,7 @@ ACTION_APPROVE = "cs_approve"
 ACTION_REJECT = "cs_reject"
 ACTION_EDIT = "cs_edit"
 ACTION_APPROVE_ALL = "cs_approve_all"
+ACTION_STOP = "cs_stop"
 ACTION_APPROVE_ALWAYS = "cs_approve_always"
 DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
 
@@ -93,6 +94,48 @@ class RenderedMessage:
 
     text: str
     blocks: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- live answers
+
+
+STREAM_SECTIONS = 3
+"""A message being updated in place holds at most this many sections of text (then it is posted whole)."""
+
+
+class TooLongToUpdate(ValueError):
+    """The answer outgrew a message that is updated in place: it is posted whole instead."""
+
+
+def streaming_blocks(mrkdwn: str, run_id: str | None) -> list[dict[str, Any]]:
+    """An answer being written (escaped mrkdwn) in sections, with a Stop button while ``run_id`` works.
+
+    :class:`TooLongToUpdate` past :data:`STREAM_SECTIONS` sections.
+    """
+    chunks = [c for c in split_message(mrkdwn, SECTION_TEXT_LIMIT) if c.strip()] or ["…"]
+    if len(chunks) > STREAM_SECTIONS:
+        raise TooLongToUpdate(f"{len(mrkdwn)} characters")
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=chunk)) for chunk in chunks]
+    if run_id is not None:
+        blocks.append(ActionsBlock(elements=[_stop_button(run_id)]))
+    return [b.to_dict() for b in blocks]
+
+
+def stop_offer_blocks(run_id: str) -> list[dict[str, Any]]:
+    """The private note with a Stop button for the person whose answer streams (Slack's own stream has none)."""
+    note = SectionBlock(text=MarkdownTextObject(text="I'm working on your request."), accessory=_stop_button(run_id))
+    return [note.to_dict()]
+
+
+def _stop_button(run_id: str) -> ButtonElement:
+    return ButtonElement(
+        text="Stop", action_id=ACTION_STOP, value=run_id[:BUTTON_VALUE_LIMIT], style="danger"
+    )
+
+
+def tool_step_blocks(line: str) -> list[dict[str, Any]]:
+    """A call that ran without approval, as one context line (``line`` is masked and short already)."""
+    return [ContextBlock(elements=[MarkdownTextObject(text=f":wrench: {escape_truncated(line, 2_900)}")]).to_dict()]
 
 
 # ---------------------------------------------------------------- the approval message

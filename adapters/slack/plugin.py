@@ -41,10 +41,11 @@ REFUSED_TOKEN_ERRORS = frozenset(
 """``auth.test`` errors that mean the bot token itself is wrong, not that Slack is unwell."""
 
 
-async def check_bot_token(client: AsyncWebClient) -> None:
+async def check_bot_token(client: AsyncWebClient) -> str | None:
     """``auth.test`` at start: a token Slack refuses is a :class:`ConfigError` naming ``SLACK_BOT_TOKEN``.
 
-    Slack being unreachable is not a configuration error: it is logged and serving goes on.
+    Slack being unreachable is not a configuration error: it is logged, serving goes on, and the
+    problem is returned (``None`` when the check passed) for ``/readyz`` to report.
     """
     try:
         await client.auth_test()
@@ -53,8 +54,11 @@ async def check_bot_token(client: AsyncWebClient) -> None:
         if error in REFUSED_TOKEN_ERRORS:
             raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused the bot token ({error})") from None
         logger.warning("could not check SLACK_BOT_TOKEN with auth.test (%s); serving anyway", error)
+        return f"slack: auth.test failed ({error})"
     except (aiohttp.ClientError, TimeoutError) as exc:
         logger.warning("could not reach Slack to check SLACK_BOT_TOKEN (%s); serving anyway", type(exc).__name__)
+        return f"slack: auth.test could not reach Slack ({type(exc).__name__})"
+    return None
 
 
 def build_bolt_app(
@@ -74,7 +78,7 @@ def build_bolt_app(
         # every listener hands its slow work to a background task.
         process_before_response=True,
     )
-    configure_web_client(app.client, config.slack_api_url)
+    configure_web_client(app.client, config.slack_api_url, engine.observer)
     surface = SlackSurface(app.client)
     listeners = SlackListeners(engine, surface, tasks)
     surface.home_builder = listeners.home_view_for  # App Homes are re-published when approvals change
@@ -94,6 +98,7 @@ class SlackPlugin:
         self.verifier: SignatureVerifier | None = None
         self.tasks = BackgroundTasks()
         self._socket_handler: Any = None
+        self._auth_problem: str | None = "slack: not set up"
 
     def is_configured(self, config: Config) -> bool:
         """A bot token plus a signing secret (HTTP) or an app-level token (Socket Mode)."""
@@ -102,7 +107,7 @@ class SlackPlugin:
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
         self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
-        await check_bot_token(self.app.client)
+        self._auth_problem = await check_bot_token(self.app.client)
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -140,6 +145,21 @@ class SlackPlugin:
             logger.error("slack request could not be dispatched (%s)", type(exc).__name__)
             return web.Response(status=400)
         return await to_aiohttp_response(response)
+
+    async def readiness_problem(self) -> str | None:
+        """``None`` once ``auth.test`` passed (retried here until it does) and, in Socket Mode, the socket is open."""
+        if self.app is None:
+            return "slack: not set up"
+        if self._auth_problem is not None:
+            try:
+                self._auth_problem = await check_bot_token(self.app.client)
+            except ConfigError as exc:  # the token was revoked since start
+                self._auth_problem = f"slack: {exc}"
+        if self._auth_problem is not None:
+            return self._auth_problem
+        if self._socket_handler is not None and not await self._socket_handler.client.is_connected():
+            return "slack: the Socket Mode connection is not open"
+        return None
 
     async def wait_idle(self) -> None:
         """Wait for the work started after acks (tests, graceful shutdown)."""

@@ -7,8 +7,9 @@ are posted unthreaded).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -20,16 +21,23 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.blocks import approval_message
-from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape_truncated, markdown_to_mrkdwn, split_message
-from bot.engine.model import ApprovalView, ThreadRef
+from adapters.slack.blocks import (
+    approval_message,
+    stop_offer_blocks,
+    streaming_blocks,
+    tool_step_blocks,
+)
+from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape, escape_truncated, markdown_to_mrkdwn, split_message
+from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from bot.engine.presentation import tool_step_line
+from bot.engine.streaming import StreamRateLimited, masked_growth
+from bot.metrics import Observer
 from bot.redaction import mask_text
 
 logger = logging.getLogger(__name__)
 
 DIRECT_THREAD = "dm"
 """The ``thread`` of a direct message's top level: the whole DM is one conversation."""
-WORKING_REACTION = "eyes"
 SLACK_API_URL = "https://slack.com/api/"
 
 
@@ -40,23 +48,69 @@ def web_client(token: str | None, api_url: str | None = None) -> AsyncWebClient:
     return client
 
 
-def retry_handlers() -> list[AsyncRetryHandler]:
-    """slack_sdk's own retries: connection errors, rate limits (honouring ``Retry-After``), 500 and 503."""
+class ObservingHandler(AsyncRetryHandler):
+    """Sees every Web API answer first and reports errors to the engine's observer; never retries itself.
+
+    slack_sdk hands each response (and each connection error) to its retry handlers in order, so this is
+    the one place where every call's outcome passes, including the ones later retried.
+    """
+
+    def __init__(self, observer: Observer) -> None:
+        super().__init__(max_retry_count=0)
+        self.observer = observer
+
+    async def can_retry_async(self, *, state: Any, request: Any, response: Any = None, error: Any = None) -> bool:
+        """Report the outcome; always ``False`` (the handlers after this one retry)."""
+        if error is not None:
+            self.observer.platform_api_error("slack", "connection")
+        elif response is not None:
+            body = response.body if isinstance(response.body, dict) else {}
+            if response.status_code == 429 or body.get("error") == "ratelimited":
+                self.observer.platform_api_error("slack", "rate_limited")
+            elif response.status_code >= 500:
+                self.observer.platform_api_error("slack", "server_error")
+            elif body.get("ok") is False:
+                self.observer.platform_api_error("slack", "api_error")
+        return False
+
+
+def retry_handlers(observer: Observer | None = None) -> list[AsyncRetryHandler]:
+    """slack_sdk's own retries: connection errors, rate limits (honouring ``Retry-After``), 500 and 503.
+
+    With an ``observer``, every error is reported to it first (:class:`ObservingHandler`).
+    """
     return [
+        *([ObservingHandler(observer)] if observer is not None else []),
         AsyncConnectionErrorRetryHandler(),
         AsyncRateLimitErrorRetryHandler(max_retry_count=2),
         AsyncServerErrorRetryHandler(max_retry_count=2),
     ]
 
 
-def configure_web_client(client: AsyncWebClient, api_url: str | None = None) -> None:
-    """Point ``client`` at ``api_url`` (default: Slack's own) and give it :func:`retry_handlers`.
+def configure_web_client(client: AsyncWebClient, api_url: str | None = None, observer: Observer | None = None) -> None:
+    """Point ``client`` at ``api_url`` (default: Slack's own) and give it :func:`retry_handlers` (observed).
 
     Bolt builds its own client from the token; this adjusts that one, so Bolt and the surface share it.
     """
     base_url = api_url or SLACK_API_URL
     client.base_url = base_url if base_url.endswith("/") else base_url + "/"
-    client.retry_handlers = retry_handlers()
+    client.retry_handlers = retry_handlers(observer)
+
+
+@contextlib.asynccontextmanager
+async def _rate_limits() -> AsyncIterator[None]:
+    """A 429 that slack_sdk's own retries could not get past becomes :class:`StreamRateLimited` (Retry-After)."""
+    try:
+        yield
+    except SlackApiError as exc:
+        if exc.response.status_code != 429:
+            raise
+        headers = {k.lower(): v for k, v in (exc.response.headers or {}).items()}
+        try:
+            retry_after = float(headers.get("retry-after", 1))
+        except (TypeError, ValueError):
+            retry_after = 1.0
+        raise StreamRateLimited(retry_after) from exc
 
 
 def thread_ts(thread: ThreadRef) -> str | None:
@@ -66,14 +120,22 @@ def thread_ts(thread: ThreadRef) -> str | None:
 
 QUEUED_STATUS = "has your message and will answer it after the current one…"
 """Slack shows status lines after the app's name: "countersign has your message and …"."""
+STREAM_TEXT_LIMIT = 11_500
+"""Characters one streamed message may hold (Slack: 12,000 of markdown); a longer answer is posted whole."""
+NATIVE, UPDATE = "stream", "update"
+"""How an answer streams: Slack's chat.startStream/appendStream/stopStream, or one message updated in place."""
+
+
+class StreamTooLong(ValueError):
+    """The answer outgrew one streamed message: the engine posts it whole (in as many messages as needed)."""
 
 
 class SlackSurface:
-    """Posts answers, approval messages, ephemeral notes, reactions, modals and the App Home."""
+    """Posts answers (streamed where it can), approval messages, ephemeral notes, the status line, modals
+    and the App Home."""
 
-    def __init__(self, client: AsyncWebClient, working_reaction: str = WORKING_REACTION) -> None:
+    def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
-        self.working_reaction = working_reaction
         self.home_builder: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None
         """Builds one person's App Home view (user, workspace); set by the plugin."""
 
@@ -130,20 +192,96 @@ class SlackSurface:
         )
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
-        """Add (or remove) a reaction on the message being worked on; nothing without a message id."""
-        if not message_id:
+        """The status line says the bot is thinking (or is cleared)."""
+        await self.set_status(thread, "thinking…" if working else None, message_id)
+
+    async def set_status(self, thread: ThreadRef, status: str | None, message_id: str | None = None) -> None:
+        """``assistant.threads.setStatus`` under the thread ("countersign is running get_time…"); ``None`` clears.
+
+        At the top of a direct message the status goes under the message being answered.
+        """
+        ts = thread_ts(thread) or message_id
+        if ts is None:
             return
         try:
-            if working:
-                await self.client.reactions_add(
-                    channel=thread.channel, timestamp=message_id, name=self.working_reaction
+            await self.client.assistant_threads_setStatus(
+                channel_id=thread.channel, thread_ts=ts, status=f"is {status}" if status else ""
+            )
+        except SlackApiError as exc:  # cosmetic: the run goes on
+            logger.info("status line not set", extra={"error": exc.response.get("error")})
+
+    async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
+        """Open the message an answer streams into: Slack's own stream in a thread (with a private Stop
+        button for the requester), else one message with a Stop button that is updated in place."""
+        ts = thread_ts(thread)
+        if ts is not None:
+            try:
+                response = await self.client.chat_startStream(
+                    channel=thread.channel, thread_ts=ts, recipient_user_id=requester,
+                    recipient_team_id=thread.workspace,
                 )
+            except SlackApiError as exc:  # not available to this app or workspace: post and update instead
+                logger.info("streaming unavailable; updating a message instead",
+                            extra={"error": exc.response.get("error")})
             else:
-                await self.client.reactions_remove(
-                    channel=thread.channel, timestamp=message_id, name=self.working_reaction
+                await self._offer_stop(thread, requester, run_id)
+                return {"mode": NATIVE, "channel": response.get("channel") or thread.channel, "ts": response["ts"]}
+        response = await self.client.chat_postMessage(
+            channel=thread.channel, thread_ts=ts, text="…", blocks=streaming_blocks("…", run_id),
+            link_names=False, unfurl_links=False, unfurl_media=False,
+        )
+        return {"mode": UPDATE, "channel": response["channel"], "ts": response["ts"], "run_id": run_id}
+
+    async def append_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Show the answer so far: append to Slack's stream, or update the message (429 → ``StreamRateLimited``)."""
+        if len(text) > STREAM_TEXT_LIMIT:
+            raise StreamTooLong(f"{len(text)} characters")
+        async with _rate_limits():
+            if stream["mode"] == NATIVE:
+                growth = masked_growth(text, shown)
+                if growth:
+                    await self.client.chat_appendStream(
+                        channel=stream["channel"], ts=stream["ts"], markdown_text=escape(growth)
+                    )
+                return
+            mrkdwn = markdown_to_mrkdwn(mask_text(text))
+            await self.client.chat_update(
+                channel=stream["channel"], ts=stream["ts"], text=mrkdwn,
+                blocks=streaming_blocks(mrkdwn, stream.get("run_id")),
+            )
+
+    async def finish_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """End the stream showing the whole answer (its Stop button goes away); raises if it cannot."""
+        if len(text) > STREAM_TEXT_LIMIT:
+            raise StreamTooLong(f"{len(text)} characters")
+        async with _rate_limits():
+            if stream["mode"] == NATIVE:
+                growth = masked_growth(text, shown)
+                await self.client.chat_stopStream(
+                    channel=stream["channel"], ts=stream["ts"], markdown_text=escape(growth) if growth else None
                 )
-        except SlackApiError as exc:  # already_reacted / no_reaction: cosmetic only
-            logger.info("working reaction not changed", extra={"error": exc.response.get("error")})
+                return
+            mrkdwn = markdown_to_mrkdwn(mask_text(text))
+            await self.client.chat_update(
+                channel=stream["channel"], ts=stream["ts"], text=mrkdwn, blocks=streaming_blocks(mrkdwn, None)
+            )
+
+    async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
+        """A call that ran without approval, as one context line in the thread."""
+        line = tool_step_line(step)
+        await self.client.chat_postMessage(
+            channel=thread.channel, thread_ts=thread_ts(thread), text=escape(line), blocks=tool_step_blocks(line),
+            link_names=False, unfurl_links=False, unfurl_media=False,
+        )
+
+    async def _offer_stop(self, thread: ThreadRef, requester: str, run_id: str) -> None:
+        try:
+            await self.client.chat_postEphemeral(
+                channel=thread.channel, user=requester, thread_ts=thread_ts(thread),
+                text="I'm working on your request.", blocks=stop_offer_blocks(run_id),
+            )
+        except SlackApiError as exc:  # the answer streams all the same
+            logger.info("stop button not offered", extra={"error": exc.response.get("error")})
 
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """Say on the thread's status line that the message waits for the current run; nothing if Slack refuses."""

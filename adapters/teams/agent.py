@@ -152,6 +152,9 @@ class TeamsAgent(ActivityHandler):
 
     async def card_click(self, activity: Activity) -> dict[str, Any]:
         """The invoke response body for one ``Action.Execute`` click: the updated card, or a sentence."""
+        run_id = handler.stop_click(activity.value)
+        if run_id is not None:
+            return await self._stop(activity, run_id)
         action = handler.card_action(activity.value)
         if action is None:
             logger.warning("card click not understood; nothing decided", extra={"activity_id": activity.id})
@@ -164,6 +167,16 @@ class TeamsAgent(ActivityHandler):
         except Exception:  # the clicker must get an answer within Teams' time limit, never a 500
             logger.exception("card action failed", extra={"approval_id": action.approval_id, "verb": action.verb})
             return invoke_message_response(GENERIC_FAILURE)
+
+    async def _stop(self, activity: Activity, run_id: str) -> dict[str, Any]:
+        """A Stop click: the run ends after its current step; the clicker reads one sentence."""
+        try:
+            return invoke_message_response(await self._engine.stop_run(run_id, handler.actor_of(activity)))
+        except EngineError as refusal:
+            return invoke_message_response(str(refusal))
+        except StorageError as exc:
+            logger.warning("stop refused: storage unavailable (%s)", exc)
+            return invoke_message_response(str(DatabaseUnavailable()))
 
     async def _click(self, activity: Activity, action: handler.CardAction) -> dict[str, Any]:
         engine = self._engine

@@ -50,6 +50,8 @@ VERB_REFRESH = "refresh"
 VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL, VERB_APPROVE_ALWAYS, VERB_REFRESH)
 MAX_REFRESH_USERS = 60
 """Teams refreshes a card automatically for at most this many listed users."""
+VERB_STOP = "stop"
+"""The Stop button of a streaming answer's card; its data carries the run id instead of an approval id."""
 
 EDIT_VALUE_LIMIT = 1_000
 """Longer values are not offered for editing on the card (a truncated value must never be sent back)."""
@@ -679,6 +681,24 @@ def invoke_message_response(text: str) -> dict[str, Any]:
 
 
 TEXT_CARD_LIMIT = 20_000
+
+
+def stop_card(run_id: str | None) -> dict[str, Any]:
+    """The card beside a streaming answer: a Stop button while ``run_id`` works, then a plain "Done"."""
+    card: dict[str, Any] = {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign is working on your request.",
+        "body": [{"type": "TextBlock", "text": "Working on your request." if run_id else "Done.", "wrap": True,
+                  "isSubtle": run_id is None}],
+    }
+    if run_id:
+        card["actions"] = [{
+            "type": "Action.Execute", "title": "Stop", "verb": VERB_STOP, "style": "destructive",
+            "data": {"run_id": run_id, "verb": VERB_STOP},
+        }]
+    return card
 
 
 def text_card(text: str) -> dict[str, Any]:

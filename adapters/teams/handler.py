@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from microsoft_agents.activity import Activity
 from pydantic import ValidationError
 
-from adapters.teams.cards import VERBS
+from adapters.teams.cards import VERB_STOP, VERBS
 from bot.engine.model import AdminRequest, Inbound, ThreadRef
 
 PLATFORM = "teams"
@@ -201,8 +201,8 @@ def admin_request(activity: Activity) -> AdminRequest:
     )
 
 
-def card_action(value: Any) -> CardAction | None:
-    """The click inside an ``adaptiveCard/action`` invoke value, or ``None`` if it is not one of ours."""
+def _execute(value: Any) -> tuple[Any, Mapping[str, Any]] | None:
+    """The verb and data of an ``Action.Execute`` inside an ``adaptiveCard/action`` invoke value, else ``None``."""
     if not isinstance(value, Mapping):
         return None
     action = value.get("action")
@@ -210,7 +210,24 @@ def card_action(value: Any) -> CardAction | None:
         return None
     data = action.get("data")
     data = data if isinstance(data, Mapping) else {}
-    verb = action.get("verb") or data.get("verb")
+    return action.get("verb") or data.get("verb"), data
+
+
+def stop_click(value: Any) -> str | None:
+    """The run id of a Stop click inside an ``adaptiveCard/action`` invoke value, else ``None``."""
+    execute = _execute(value)
+    run_id = execute[1].get("run_id") if execute else None
+    if execute is None or execute[0] != VERB_STOP or not isinstance(run_id, str) or not run_id:
+        return None
+    return run_id[:200]
+
+
+def card_action(value: Any) -> CardAction | None:
+    """The click inside an ``adaptiveCard/action`` invoke value, or ``None`` if it is not one of ours."""
+    execute = _execute(value)
+    if execute is None:
+        return None
+    verb, data = execute
     approval_id = data.get("approval_id")
     if verb not in VERBS or not isinstance(approval_id, str) or not approval_id:
         return None

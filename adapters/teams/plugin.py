@@ -174,7 +174,7 @@ class TeamsPlugin:
         adapter = CloudAdapter(connection_manager=connections)
         adapter.on_turn_error = _on_turn_error
         self.adapter = adapter
-        self.surface = TeamsSurface(adapter, engine)
+        self.surface = TeamsSurface(adapter, engine, observer=engine.observer)
         self.agent = TeamsAgent(engine)
         engine.register_surface(PLATFORM, self.surface)
         with warnings.catch_warnings():
@@ -213,6 +213,10 @@ class TeamsPlugin:
                 return web.json_response(invoke_message_response(GENERIC_FAILURE))
             return _error(400, "the bot could not handle this activity")
         return response if response is not None else web.Response(status=202)
+
+    async def readiness_problem(self) -> str | None:
+        """``None`` once the credentials are loaded and the route is mounted (``setup`` raises otherwise)."""
+        return None if self.adapter is not None else "teams: credentials not loaded"
 
     async def wait_idle(self) -> None:
         """Wait until every message handed to the engine has been handled (tests)."""

@@ -46,6 +46,7 @@ from bot.hooks.breakpoints import (
 from bot.hooks.events import STOP_RUN_KEY, stop_reason
 from bot.hooks.registry import AgentHooks, HookMap, hooks_from_dict
 from bot.hooks.review import ToolResultReview, apply_reviews
+from bot.llm.base import RUNNING_TOOLS, StreamingChunk, emit_chunk
 from bot.memory.context import with_memories
 from bot.messages import ChatMessage, ChatRole, new_id
 from bot.redaction import scrub
@@ -89,6 +90,7 @@ class _RunContext:
     tools: dict[str, Tool] = field(default_factory=dict)
     """The tools of this run by name: the agent's, or those given to ``run(tools=...)``."""
     streaming_callback: Callable[..., Any] | None = None
+    """This run's callback (``run(streaming_callback=...)``); the agent's own when ``None``."""
     visits: dict[str, int] = field(default_factory=dict)
     """Visits of ``chat_generator`` and ``tool_invoker`` over the whole run (breakpoints count them)."""
     break_point: Breakpoint | None = None
@@ -223,6 +225,9 @@ class Agent:
         With a ``memory_store``, a new run first searches it (``memory_store_kwargs``: ``user_id``, ``run_id``,
         ``agent_id``, ``search_criteria``; see :mod:`bot.memory.context`) and the matches go to the model as
         one system message after the system prompt, never written to the thread's history.
+        ``streaming_callback`` (else the one given to the agent) gets every chunk the model streams, one
+        chunk naming the tools a step runs (``meta["running_tools"]``) and one chunk with
+        ``tool_call_result`` per tool call that ran, once its result is stored.
         """
         store_kwargs = dict(chat_message_store_kwargs or {})
         offered = self._select_tools(tools)
@@ -516,6 +521,10 @@ class Agent:
         positions = [i for i, c in enumerate(reply.tool_calls) if id(c) not in rejected]
         keys = [call.id or f"{reply.id}:{pos}" for call, pos in zip(applied.to_execute, positions, strict=True)]
         runner = self._runner(ctx.tools)
+        callback = ctx.streaming_callback or self.streaming_callback
+        if applied.to_execute:  # tell a streaming callback which tools run now (a status line)
+            names = [call.tool_name for call in applied.to_execute]
+            await emit_chunk(callback, StreamingChunk(content="", meta={RUNNING_TOOLS: names}))
         results = await runner.run(applied.to_execute, run_id=ctx.run_id, call_keys=keys, state=ctx.state)
         for call in applied.to_execute:
             ctx.tool_call_counts[call.tool_name] = ctx.tool_call_counts.get(call.tool_name, 0) + 1
@@ -523,6 +532,9 @@ class Agent:
         if reviewed:
             await self._pause_for_review(ctx, results, reviewed)
         await self._append(ctx, results)
+        for message in results:  # after the results are stored: a callback that stops the run loses none
+            chunk = StreamingChunk(content="", tool_call_result=message.tool_call_result)
+            await emit_chunk(callback, chunk)
         stopped = stop_reason(ctx.state)
         if stopped:
             return stopped

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bot.logs import log_context
 from bot.messages import ChatMessage, ToolCall
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, ToolInvocationError
@@ -87,6 +88,12 @@ class ToolRunner:
             raise
 
     async def _run_one(self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]) -> ChatMessage:
+        with log_context(tool=call.tool_name):
+            return await self._run_one_bound(call, run_id=run_id, call_key=call_key, state=state)
+
+    async def _run_one_bound(
+        self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]
+    ) -> ChatMessage:
         tool = self.tools.get(call.tool_name)
         if tool is None:
             available = ", ".join(sorted(self.tools)) or "none"

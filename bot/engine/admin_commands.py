@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bot.engine.access import AccessControl
@@ -97,6 +97,8 @@ class AdminCommands:
                 "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)
                 or "The audit log is empty."
             )
+        if command.name == "usage":
+            return await self._usage(request, command.channel, command.value)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)
@@ -139,6 +141,19 @@ class AdminCommands:
                 "four_eyes": rule.four_eyes,
                 "ttl_seconds": rule.ttl_seconds,
             },
+        )
+
+    async def _usage(self, request: AdminRequest, channel: str | None, days: int) -> str:
+        """The tokens the model used for this workspace's (or one channel's) runs over the last ``days``."""
+        totals = await self.storage.runs.usage(
+            platform=request.platform, workspace=request.workspace, channel=channel,
+            since=self.clock() - timedelta(days=days),
+        )
+        where = f"#{channel}" if channel else "this workspace"
+        period = "the last day" if days == 1 else f"the last {days} days"
+        return (
+            f"Token usage in {where} over {period}: {totals.total_tokens:,} tokens "
+            f"({totals.prompt_tokens:,} prompt, {totals.completion_tokens:,} completion) in {totals.runs:,} run(s)."
         )
 
     async def _conditional(self, command: AdminCommand, request: AdminRequest, scope: str) -> str:

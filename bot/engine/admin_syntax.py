@@ -5,7 +5,7 @@
 ``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
 ``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
 ``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
-``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``help``.
+``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``usage [#channel] [days]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
 (``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
@@ -43,15 +43,18 @@ USAGE = """countersign admin commands:
   memory list [#channel]                                   your memories and this channel's (or that channel's)
   memory forget <id>                                       forget one memory (yours; a channel's: admins)
   memory clear me|#channel                                 forget all yours, or all of a channel's (admins)
+  usage [#channel] [days]                                  tokens the model used (default: 7 days)
   help                                                     this text
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories."""
 
 COMMAND_WORDS = (
-    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory", "help",
+    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory",
+    "usage", "help",
 )
 CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
                      "group delete", "access allow", "access revoke", "dm"})
 EVERYONE = "everyone"
+DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS = 7, 366
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
 _SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
 _GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
@@ -89,10 +92,11 @@ class DurationError(ValueError):
     """A duration that is not one, or is outside 1 second … 90 days; ``str()`` is one sentence."""
 
 
-def duration_seconds(text: str) -> int:
-    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most 90 days.
+def duration_seconds(text: str, *, maximum: int = MAX_TTL_SECONDS, what: str = "A ttl") -> int:
+    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most ``maximum`` (90 days).
 
-    The one parser of approval TTLs: the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL``.
+    The one parser of durations: approval TTLs (the ``ttl`` command, ``COUNTERSIGN_DEFAULT_TTL``) and, with
+    their own ``maximum`` and ``what``, retention periods.
 
     >>> duration_seconds("4h"), duration_seconds("90")
     (14400, 90)
@@ -103,9 +107,10 @@ def duration_seconds(text: str) -> int:
         raise DurationError(f"'{shown}' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)")
     sign, digits, unit = match.group(1)[:1], match.group(1).lstrip("+-"), match.group(2)
     if sign == "-" or not digits.strip("0"):
-        raise DurationError(f"A ttl must be longer than zero, not '{shown}'")
-    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > MAX_TTL_SECONDS:
-        raise DurationError(f"A ttl can be at most {format_duration(MAX_TTL_SECONDS)} (90 days), not '{shown}'")
+        raise DurationError(f"{what} must be longer than zero, not '{shown}'")
+    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > maximum:
+        days = f" ({maximum // 86400} days)" if maximum % 86400 == 0 else ""
+        raise DurationError(f"{what} can be at most {format_duration(maximum)}{days}, not '{shown}'")
     return int(digits) * _UNIT_SECONDS[unit]
 
 
@@ -140,6 +145,14 @@ def parse_command(text: str) -> AdminCommand:
                 raise _usage("audit takes a number between 1 and 200")
             count = int(args[0])
         return AdminCommand("audit", value=count)
+    if head == "usage" and len(args) <= 2:
+        channel = _channel(args.pop(0)) if args and args[0].startswith(("#", "<#")) else None
+        days = DEFAULT_USAGE_DAYS
+        if args:
+            if not args[0].isdigit() or not 1 <= int(args[0]) <= MAX_USAGE_DAYS:
+                raise _usage(f"usage takes a number of days between 1 and {MAX_USAGE_DAYS}")
+            days = int(args[0])
+        return AdminCommand("usage", channel=channel, value=days)
     if head == "policy" and args:
         sub = args[0].lower()
         rest, condition = _split_when(args[1:])

@@ -46,12 +46,14 @@ from bot.engine.errors import (
     DecidedButUnfinished,
     EngineError,
     InvalidEdit,
+    NotAllowedToStop,
     NotAnAdmin,
     NotAnApprover,
     NotShownHere,
     UnknownAction,
     refused_while_storage_fails,
 )
+from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
 from bot.engine.listening import Listening, pending_note
@@ -80,16 +82,25 @@ from bot.engine.notices import ApproverNotices, offered
 from bot.engine.params import merge_edit
 from bot.engine.review import REVIEW, PolicyReviewHook, edited_result, held_result, review_from_record
 from bot.engine.roles import Roles
+from bot.engine.streaming import STOPPED_FROM_CHAT, THINKING, WAITING_FOR_APPROVAL, LiveAnswer, StopFromChat
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
+from bot.logs import log_context
+from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, open_async_storage
+from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
 
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_RESULT = "superseded by a newer message"
+STOPPED_NOTICE = "(Stopped.)"
+NOTHING_TO_STOP = "There is nothing to stop: this run is not working right now."
+STOPPING = "Stopping after the current step."
+
+Invoke = Callable[[dict[str, Any], Any], Any]
+"""How a run invokes the agent: ``invoke(confirmation_context, streaming_callback)`` → an awaitable result."""
 
 
 def utcnow() -> datetime:
@@ -108,6 +119,7 @@ class Engine:
         generator: Any,
         tools: Sequence[Tool],
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -117,17 +129,27 @@ class Engine:
             tools = [*tools, remember_tool(storage, self.clock)]
         self.tools = {t.name: t for t in tools}
         policy = PolicyConfirmationStrategy(storage, self.tools, config.default_ttl_seconds)
+        self._live: dict[str, LiveAnswer] = {}
+        """The live answer of every run this process works on now (streaming, and the Stop control)."""
+        # Each engine counts into a registry of its own (served by GET /metrics), never the global one.
+        self.observer: Observer = observer if observer is not None else PrometheusObserver()
+        if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
+            generator = generator.inner
         self.agent = Agent(
-            generator,
+            ObservedChatGenerator(generator, self.observer),
             tools=list(tools),
             system_prompt=config.system_prompt,
+            max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run))},
+            tool_invoker_kwargs={"ledger": StorageExecutionLedger(
+                storage, lambda run: self.lifecycle.fence(run), observer=self.observer
+            )},
             chat_message_store=storage.messages,
             memory_store=storage.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
-            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds)]},
+            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds),
+                                  StopFromChat(self._live)]},
         )
         self.surfaces: dict[str, Surface] = {}
         self.roles = Roles(storage, config.admins, self.surfaces)
@@ -152,6 +174,7 @@ class Engine:
         generator: Any = None,
         tools: Sequence[Tool] | None = None,
         clock: Callable[[], datetime] | None = None,
+        observer: Observer | None = None,
     ) -> Engine:
         """Open storage (PostgreSQL at ``config.database_url``, else SQLite at ``config.db_path``), build the engine.
 
@@ -171,6 +194,7 @@ class Engine:
             generator=chosen_generator,
             tools=chosen_tools,
             clock=clock,
+            observer=observer,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -288,9 +312,9 @@ class Engine:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""
         await self.lifecycle.process(received)
 
-    def from_history(self, run_id: str, thread: ThreadRef) -> Callable[[dict[str, Any]], Any]:
+    def from_history(self, run_id: str, thread: ThreadRef) -> Invoke:
         """How a run continues from the thread's stored history (its newest message is already there)."""
-        return lambda ctx: self.agent.run_async(
+        return lambda ctx, streaming_callback: self.agent.run_async(
             [],
             run_id=run_id,
             chat_message_store_kwargs=self._store_kwargs(run_id, thread),
@@ -298,6 +322,7 @@ class Engine:
             # The requester's memories and the channel's shared ones; remember saves for the requester.
             memory_store_kwargs=run_memory_kwargs(ctx),
             **{MEMORY_SCOPE: run_memory_scope(ctx)},
+            streaming_callback=streaming_callback,
         )
 
     def _store_kwargs(self, run_id: str, thread: ThreadRef) -> dict[str, Any]:
@@ -310,10 +335,27 @@ class Engine:
         run_id: str,
         thread: ThreadRef,
         requester: str,
-        invoke: Callable[[dict[str, Any]], Any],
+        invoke: Invoke,
         message_id: str | None = None,
+        *,
+        decided_calls: frozenset[str] = frozenset(),
     ) -> None:
-        """Run (or resume) the agent and turn its outcome into storage updates and messages."""
+        """Run (or resume) the agent, streaming its answer, and turn its outcome into storage updates and messages.
+
+        ``decided_calls``: the calls people decided on (a resume), shown by their approval, not as tool steps.
+        """
+        with log_context(run_id=run_id, thread_key=thread.key, surface=thread.platform):
+            await self._run_agent(run_id, thread, requester, invoke, message_id, decided_calls)
+
+    async def _run_agent(
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        invoke: Invoke,
+        message_id: str | None,
+        decided_calls: frozenset[str],
+    ) -> None:
         surface = self._surface(thread.platform)
         context = {
             "platform": thread.platform,
@@ -323,22 +365,35 @@ class Engine:
             "requester": requester,
             "run_id": run_id,
         }
+        live = None
         if surface:
-            await _quietly(surface.show_working(thread, True, message_id))
+            live = LiveAnswer(surface, thread, requester, run_id, interval=self.config.stream_update_seconds,
+                              message_id=message_id, decided_calls=decided_calls,
+                              stop_check=lambda: self._stop_requested(run_id))
+            self._live[run_id] = live
+            await live.status(THINKING)
+        paused = False
         try:
             try:
-                result = await self.lifecycle.guarded(run_id, invoke(context))
+                result = await self.lifecycle.guarded(run_id, invoke(context, live.on_chunk if live else None))
             except LeaseLost:  # another process continues the run: record and say nothing here
                 return
             except FencedOut:  # a write found the run taken over: nothing was written, nothing is said
                 self.lifecycle.dropped(run_id)
                 return
             except HITLBreakpointException as pause:
+                paused = True
+                if live:
+                    await live.end_segment()  # the text before the paused calls stays; the approval follows it
+                    await live.status(WAITING_FOR_APPROVAL)
                 await self._on_pause(run_id, thread, requester, pause)
             except Exception as exc:  # the run fails; the thread stays usable
-                await self.fail_run(run_id, thread, exc)
+                await self.fail_run(run_id, thread, exc, live)
             else:
-                await self.finish_run(run_id, thread, result)
+                if result.get("exit_reason") == STOPPED_FROM_CHAT:
+                    await self._on_stopped(run_id, thread, result, live)
+                else:
+                    await self.finish_run(run_id, thread, result, live)
         except FencedOut:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
@@ -349,13 +404,23 @@ class Engine:
                     run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
                 )
             )
-            await _quietly(self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}"))
+            sentence = _failure_sentence(exc)
+            await _quietly(self.lifecycle.deliveries.say(
+                thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
+                via=live.deliver if live else None,
+            ))
         finally:
-            if surface:
-                await _quietly(surface.show_working(thread, False, message_id))
+            if live:
+                self._live.pop(run_id, None)
+                await _quietly(live.close(keep_status=paused))
 
-    async def finish_run(self, run_id: str, thread: ThreadRef, result: dict[str, Any]) -> None:
-        """Owe the answer to the thread and mark the run finished (one write), then post the answer."""
+    async def finish_run(
+        self, run_id: str, thread: ThreadRef, result: dict[str, Any], live: LiveAnswer | None = None
+    ) -> None:
+        """Owe the answer to the thread and mark the run finished (one write), then post the answer.
+
+        With ``live``, the answer is shown by finishing its stream (else it is posted).
+        """
         text = _answer_text(result)
         note = memory_note(result, text) if text and self.config.memory_notes else ""
         text = f"{text}\n{note}" if note else text
@@ -363,23 +428,111 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence)
+            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
+                await self._record_end(run_id, "finished", result)
+                self.observer.run_ended("finished")
             return
         if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
+            await self._record_end(run_id, "finished", result)
+            self.observer.run_ended("finished")
+            logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
-            await self.lifecycle.deliveries.post(thread, text, key)
+            await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception) -> None:
-        """Mark the run failed, close its dangling calls, and tell the thread."""
+    async def _record_end(
+        self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
+    ) -> None:
+        """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
+        if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
+            return
+        usage = TokenUsage.of(result.get("token_usage"))
+        await self.storage.runs.record_usage(run_id, usage)
+        await self.storage.audit.append(
+            actor, status, run_id,
+            {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
+            now=self.clock(),
+        )
+
+    async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
+        """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
         fence = self.lifecycle.fence(run_id)
         if not await self.storage.runs.transition(
             run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
         ) and fence is not None:
             self.lifecycle.dropped(run_id)  # taken over: the new owner tells the thread what happened
             return
+        self.observer.run_ended("failed")
         logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await self._close_dangling(thread, "not run: the run failed")
-        await self.lifecycle.deliveries.say(thread, _failure_sentence(exc), f"failed:{run_id}")
+        sentence = _failure_sentence(exc)
+        await self.lifecycle.deliveries.say(
+            thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
+            via=live.deliver if live else None,
+        )
+
+    async def _on_stopped(
+        self, run_id: str, thread: ThreadRef, result: dict[str, Any], live: LiveAnswer | None
+    ) -> None:
+        """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
+        actor = (live.stop_requested_by if live else None) or "someone"
+        fence = self.lifecycle.fence(run_id)
+        if not await self.storage.runs.transition(
+            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {actor}"
+        ):
+            if fence is not None:
+                self.lifecycle.dropped(run_id)
+            return
+        await self._record_end(run_id, "stopped", result, actor=actor)
+        self.observer.run_ended("stopped")
+        await self.lifecycle.deliveries.say(
+            thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
+            via=live.deliver if live else None,
+        )
+
+    def request_stop(self, thread: ThreadRef, actor: str) -> str:
+        """Stop the run this process works on in ``thread`` after its current step (the console's Ctrl-C).
+
+        Synchronous, so that a signal handler can call it. :class:`NotAllowedToStop` for anyone but the
+        run's requester or an admin.
+        """
+        for live in list(self._live.values()):
+            if live.thread == thread:
+                if actor != live.requester and not self.is_admin(actor):
+                    raise NotAllowedToStop()
+                live.stop(actor)
+                return STOPPING
+        return NOTHING_TO_STOP
+
+    async def stop_run(self, run_id: str, actor: str) -> str:
+        """Stop a run after its current step (a tool that runs is never interrupted), in whichever process runs it.
+
+        Only the run's requester or an admin may stop it (:class:`NotAllowedToStop`). Returns the sentence
+        for the person who asked.
+        """
+        try:
+            run = await self.storage.runs.get(run_id) if isinstance(run_id, str) and len(run_id) <= 200 else None
+        except NotFound:
+            run = None
+        if run is None:
+            return NOTHING_TO_STOP
+        if actor != run.requester and not self.is_admin(actor):
+            await self.storage.audit.append(actor, "stop refused", run_id, {}, now=self.clock())
+            raise NotAllowedToStop()
+        # Stored, so the process that runs it (this one or another) stops it at its next step boundary.
+        if run.status not in ("running", "resuming") or not await self.storage.runs.request_stop(run_id, actor):
+            return NOTHING_TO_STOP
+        live = self._live.get(run_id)
+        if live is not None:
+            live.stop(actor)
+        await self.storage.audit.append(actor, "stop requested", run_id, {}, now=self.clock())
+        return STOPPING
+
+    async def _stop_requested(self, run_id: str) -> str | None:
+        """Who asked (in any process) that the run stop, or ``None``; a storage hiccup is not a stop."""
+        try:
+            return (await self.storage.runs.get(run_id)).stop_requested_by
+        except StorageError:
+            return None
 
     async def _close_dangling(self, thread: ThreadRef, reason: str) -> None:
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=max(50, self.config.history_last_k))
@@ -432,6 +585,8 @@ class Engine:
                     result=held_result(snapshot, call) if review else None,
                 )
             )
+        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+        await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
@@ -448,6 +603,8 @@ class Engine:
         await self.storage.audit.append(
             requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
         )
+        logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
+                                                      "tools": ",".join(sorted({r.tool_name for r in records}))})
         surface = self._surface(thread.platform)
         if surface is None:
             return
@@ -531,6 +688,11 @@ class Engine:
         Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
         record = await self._record(request.approval_id)
+        with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
+                         surface=record.platform):
+            return await self._decide(record, request, render_later)
+
+    async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -572,6 +734,7 @@ class Engine:
             failpoints.failpoint("after_decide")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
+            self.observer.decision(_action_label(request.action), type(refusal).__name__)
             await self._audit_refusal(request.actor, record, request.action, refusal, request.place)
             if refusal is refused:
                 raise
@@ -590,6 +753,10 @@ class Engine:
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
     ) -> DecisionResult:
         """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
+        self.observer.decision(
+            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
+        )
+        logger.info("decision recorded", extra={"action": action})
         await self.storage.audit.append(
             request.actor,
             STATUS_OF_ACTION[action],
@@ -717,6 +884,7 @@ class Engine:
             raise ApprovalExpired()
         if count >= record.quorum:
             return None
+        self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
             request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
         )
@@ -797,19 +965,22 @@ class Engine:
             run_id,
             thread,
             requester,
-            lambda ctx: self.agent.run_async(
+            lambda ctx, streaming_callback: self.agent.run_async(
                 [],
                 snapshot=snapshot,
                 chat_message_store_kwargs=self._store_kwargs(run_id, thread),
                 confirmation_strategy_context=ctx,
+                streaming_callback=streaming_callback,
                 **outcome,
             ),
+            decided_calls=frozenset(r.tool_call_id for r in records),
         )
 
     async def supersede(self, run: Any) -> None:
         """A newer message is to run while ``run`` is paused: close its approvals and its dangling calls."""
         if not await self.storage.runs.transition(run.run_id, "paused", "finished", error=SUPERSEDED_RESULT):
             return
+        self.observer.run_ended("superseded")
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
@@ -852,6 +1023,8 @@ class Engine:
                 entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
                            for r in records]
                 await self.storage.audit.append_many(entries, now=now)
+                for _record in records:
+                    self.observer.decision("expire", "expired")
                 claimed += records
             if len(records) < batch:
                 return claimed
@@ -991,6 +1164,11 @@ class Engine:
                     continue
         admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
         return offered(views, admin), may
+
+
+def _action_label(action: Any) -> str:
+    """A decision's action as a metric label: one of the known actions, else ``unknown`` (clicks are untrusted)."""
+    return action if action in ACTIONS else "unknown"
 
 
 def _answer_text(result: dict[str, Any]) -> str:

@@ -93,6 +93,13 @@ class NotAnAdmin(EngineError):
         super().__init__("Only countersign admins can change policies.")
 
 
+class NotAllowedToStop(EngineError):
+    """Someone who is neither the run's requester nor an admin tried to stop it."""
+
+    def __init__(self) -> None:
+        super().__init__("Only the person who asked, or an admin, can stop this.")
+
+
 class CommandError(EngineError):
     """Bad admin-command syntax or arguments; the message includes usage help."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
 from bot.messages import ToolCall
+from bot.metrics import NullObserver, Observer
 from storage.protocols import RunFence
 
 logger = logging.getLogger(__name__)
@@ -35,9 +37,14 @@ class StorageExecutionLedger:
     unknown" its recoverer wrote. Such a late result is kept in the audit log instead (``late_result``).
     """
 
-    def __init__(self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence) -> None:
+    def __init__(
+        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None
+    ) -> None:
         self.storage = storage
         self.fences = fences
+        self.observer: Observer = observer or NullObserver()
+        # When each granted call began (begin and finish bracket the tool's execution): its duration.
+        self._started: dict[str, tuple[str, float]] = {}
 
     async def begin(self, run_id: str, call_key: str, call: ToolCall) -> LedgerClaim:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
@@ -45,6 +52,7 @@ class StorageExecutionLedger:
         failpoints.failpoint("before_ledger")
         if await self.storage.ledger.begin(key, args_digest(call.arguments), run_id=run_id, tool_name=call.tool_name):
             failpoints.failpoint("after_ledger")
+            self._started[key] = (call.tool_name, time.perf_counter())
             return LedgerClaim(granted=True)
         entry = await self.storage.ledger.get(key)
         if entry is None or entry.status == "executing":
@@ -55,6 +63,9 @@ class StorageExecutionLedger:
         """Record the outcome; one that comes after a takeover goes to the audit log, not the ledger."""
         failpoints.failpoint("after_tool")
         key = ledger_key(run_id, call_key)
+        started = self._started.pop(key, None)
+        if started is not None:
+            self.observer.tool_executed(started[0], time.perf_counter() - started[1], ok=ok)
         fence = self.fences(run_id)
         if await self.storage.ledger.finish(key, ok, result, fence=fence):
             return

@@ -44,6 +44,7 @@ from bot.engine.errors import AlreadyDecided, EngineError
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of, thread_of
+from bot.engine.retention import Retention
 from bot.engine.review import WITHHELD_AFTER_RESTART, needs_review, review_from_record
 from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.hooks import apply_reviews
@@ -127,6 +128,7 @@ class RunLifecycle:
             engine.storage, engine.surfaces, owner=self.owner, clock=engine.clock,
             claim_seconds=engine.config.lease_seconds,
         )
+        self.retention = Retention(engine.storage, engine.config, engine.clock)
         self.stopping = False
         self._background: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -247,6 +249,7 @@ class RunLifecycle:
         await self.engine.remind_due()
         await self.recover()
         await self.storage.events.prune(7 * 86400)
+        await self.retention.maybe_apply()
 
     # --- wake-ups -----------------------------------------------------------------------------------
 
@@ -381,6 +384,7 @@ class RunLifecycle:
         for run in await self.storage.leases.expired(now=now):
             claimed = await self.storage.leases.claim_expired(run.run_id, self.owner, self.lease_until(), now=now)
             if claimed is not None:
+                self.engine.observer.lease_takeover()
                 self.engine.spawn(self._recover_run(claimed), name=f"recover-{run.run_id}")
         for run in await self.storage.leases.decided_paused():
             self.engine.spawn(self.engine.resume(run.run_id), name=f"resume-{run.run_id}")
@@ -537,6 +541,7 @@ class RunLifecycle:
         ):
             self.dropped(run.run_id)
             return
+        self.engine.observer.run_ended("failed")
         text = report.notice(continuing=False) + " I could not continue it, so I stopped; please ask again."
         await self.deliveries.say(thread, text, f"gave-up:{run.run_id}")
 

@@ -149,6 +149,21 @@ class ApprovalView:
 
 
 @dataclass(frozen=True)
+class ToolStep:
+    """A tool call that ran without anyone's approval, to show as one compact line in the thread.
+
+    ``arguments`` and ``result`` are full and unmasked: render them only through
+    :func:`bot.engine.presentation.tool_step_line`, which masks secrets and truncates.
+    """
+
+    run_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    result: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
 class DecisionRequest:
     """A click, translated: who did what to which approval, and where they clicked.
 

@@ -11,7 +11,7 @@ for the platform, once its claim has expired: at least once, never lost.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 30.0
 """How long a message whose post failed waits before the sweep tries again (doubled per attempt, capped)."""
 MAX_RETRY_SECONDS = 900.0
+
+Via = Callable[[str], Awaitable[bool]]
+"""Shows a message's text some other way (a stream being finished); ``False`` when it could not."""
 
 
 def address_of(thread: ThreadRef) -> ThreadAddress:
@@ -81,15 +84,28 @@ class Deliveries:
             )
         )
 
-    async def post(self, thread: ThreadRef, text: str, key: str) -> bool:
-        """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed."""
+    async def post(self, thread: ThreadRef, text: str, key: str, via: Via | None = None) -> bool:
+        """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed.
+
+        ``via``: another way to show the text first (finishing a streamed message); when it returns
+        ``False`` the text is posted as usual.
+        """
+        if via is not None:
+            try:
+                shown = await via(text)
+            except Exception:  # the usual post below still delivers it
+                logger.warning("could not show a message through its stream", extra={"key": key}, exc_info=True)
+                shown = False
+            if shown:
+                await self.storage.outbox.delivered(key, now=self.clock())
+                return True
         return await self._deliver(key, thread, text, attempts=0)
 
-    async def say(self, thread: ThreadRef, text: str, key: str) -> bool:
+    async def say(self, thread: ThreadRef, text: str, key: str, via: Via | None = None) -> bool:
         """:meth:`owe` then :meth:`post`: the usual way to tell a thread something."""
         if not await self.owe(thread, text, key):
             return False  # owed already (a retry, a recovery): whoever holds it, or the sweep, posts it
-        return await self.post(thread, text, key)
+        return await self.post(thread, text, key, via)
 
     async def deliver_due(self, limit: int = 100) -> int:
         """Post undelivered messages for the platforms this process serves; returns how many were posted."""

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
-from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text
+from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView, ToolStep
+from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text, scrub
 
 DEFAULT_VALUE_LIMIT = 500
 ELLIPSIS = "…"
@@ -62,6 +62,23 @@ def display_arguments(arguments: dict[str, Any], limit: int = DEFAULT_VALUE_LIMI
         text, cut = truncate(text, limit)
         shown.append(DisplayArgument(name=name, text=text, truncated=cut, secret=secret))
     return shown
+
+
+TOOL_STEP_VALUE_LIMIT = 40
+TOOL_STEP_LIMIT = 200
+
+
+def tool_step_line(step: ToolStep, limit: int = TOOL_STEP_LIMIT) -> str:
+    """One line for a call that ran without approval, masked like approvals and cut to ``limit`` characters.
+
+    >>> tool_step_line(ToolStep("r1", "read_file", {"path": "notes.txt", "token": "x"}, "hello\nworld"))
+    'read_file(path=notes.txt, token=••••••) → hello world'
+    """
+    arguments = ", ".join(f"{a.name}={a.text}" for a in display_arguments(step.arguments, TOOL_STEP_VALUE_LIMIT))
+    # A tool may echo a secret argument back: scrub it by value, then mask what looks like one.
+    result = " ".join(mask_shown_part(scrub(step.result[: limit + 8_192], step.arguments), limit).split())
+    line = f"{step.tool_name}({arguments}) {'✗ failed:' if step.error else '→'} {result}"
+    return truncate(" ".join(line.split()), limit)[0]
 
 
 def display_result(view: ApprovalView, limit: int = DEFAULT_VALUE_LIMIT * 4) -> tuple[str, bool]:

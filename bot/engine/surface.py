@@ -1,11 +1,17 @@
-"""The ``Surface`` protocol: how the engine speaks through a chat platform. Adapters implement it."""
+"""The ``Surface`` protocol: how the engine speaks through a chat platform. Adapters implement it.
+
+The methods after :meth:`Surface.show_queued` are optional: a surface that cannot stream, show a status
+line or tool steps leaves them out, and :mod:`bot.engine.streaming` falls back to a sensible default
+(the answer posted once, :meth:`Surface.show_working`, nothing). The engine never asks which platform
+it talks to.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from bot.engine.model import ApprovalView, ThreadRef
+from bot.engine.model import ApprovalView, ThreadRef, ToolStep
 
 
 class Surface(Protocol):
@@ -44,6 +50,38 @@ class Surface(Protocol):
         """
         ...
 
+    async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
+        """Open a message that an answer will stream into; a JSON-serialisable reference to it, or ``None``.
+
+        ``None`` (or a missing method) means the answer is posted once, when it is complete. The engine
+        starts a stream when the first text arrives, and may show a Stop control on it that ends ``run_id``.
+        """
+        ...
+
+    async def append_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Show ``text`` (model text so far: untrusted) in the stream; its first ``shown`` characters already are.
+
+        Called at most once per ``COUNTERSIGN_STREAM_UPDATE_SECONDS``. Raise
+        :class:`~bot.engine.streaming.StreamRateLimited` on a platform's 429; any other exception ends
+        the streaming (the full text is then posted once at the end).
+        """
+        ...
+
+    async def finish_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """End the stream so that the message shows exactly ``text`` (its first ``shown`` characters are shown).
+
+        Raising means the message could not be finished: the engine then posts ``text`` with
+        :meth:`post_reply`, so the answer is never lost.
+        """
+        ...
+
+    async def set_status(self, thread: ThreadRef, status: str | None, message_id: str | None = None) -> None:
+        """Show a short status ("thinking…", "running get_time…", "waiting for approval"), or clear it (``None``)."""
+        ...
+
+    async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
+        """Show a call that ran without approval as one compact line (render it with ``tool_step_line``)."""
+        ...
     async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
         """The direct-message conversation with ``user`` (opened if needed), to show them approvals and
         reminders; ``None`` when there is none (Teams: no personal chat with the bot yet).

@@ -8,12 +8,13 @@ agent can count tokens and tell why the model stopped.
 from __future__ import annotations
 
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from bot.messages import ChatMessage, ToolCall, new_id
+from bot.messages import ChatMessage, ToolCall, ToolCallResult, new_id
 from bot.tools import Tool, Toolset, flatten_tools
 
 
@@ -38,14 +39,20 @@ class StreamingChunk:
     """One piece of a streamed reply, handed to a ``streaming_callback`` as it arrives.
 
     ``tool_call_deltas`` holds plain dicts ``{"index", "id", "name", "arguments"}``: the name and id
-    come in the first delta of a call, argument fragments in the later ones.
+    come in the first delta of a call, argument fragments in the later ones. An agent hands its callback
+    one more chunk per tool call it ran, with ``tool_call_result`` set (as Haystack's ToolInvoker does),
+    and before running a step's calls one chunk whose ``meta[RUNNING_TOOLS]`` names them.
     """
 
     content: str
     tool_call_deltas: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
+    tool_call_result: ToolCallResult | None = None
 
+
+RUNNING_TOOLS = "running_tools"
+"""``meta`` key of the chunk an agent sends right before it runs tool calls: their names, in order."""
 
 StreamingCallback = Callable[[StreamingChunk], None] | Callable[[StreamingChunk], Awaitable[None]]
 """A sync or async callable that receives each :class:`StreamingChunk`."""
@@ -116,7 +123,7 @@ class LocalChatGenerator(ABC):
     """Shared plumbing of generators that answer in-process (scripted, offline demo).
 
     Subclasses implement :meth:`_reply`; this class provides ``run`` / ``run_async`` and hands a
-    streaming callback the reply's text as one chunk.
+    streaming callback the reply as one chunk (its text, and its tool calls as whole deltas).
     """
 
     @abstractmethod
@@ -153,8 +160,13 @@ class LocalChatGenerator(ABC):
         reply = self._reply(messages, tools, generation_kwargs)
         if streaming_callback is not None:
             meta = {"model": reply.meta.get("model"), "index": 0, "usage": reply.meta.get("usage")}
+            deltas = [
+                {"index": i, "id": call.id, "name": call.tool_name, "arguments": json.dumps(call.arguments)}
+                for i, call in enumerate(reply.tool_calls)
+            ]
             chunk = StreamingChunk(
-                content=reply.text or "", meta=meta, finish_reason=reply.meta.get("finish_reason")
+                content=reply.text or "", tool_call_deltas=deltas, meta=meta,
+                finish_reason=reply.meta.get("finish_reason"),
             )
             await emit_chunk(streaming_callback, chunk)
         return {"replies": [reply]}

@@ -39,7 +39,8 @@ class OpenAIChatGenerator:
 
     ``api_key`` / ``api_base_url`` default to the client's own ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
     ``timeout`` (seconds) and ``max_retries`` default to the client's (600 s, 2 retries).
-    The API key is never serialised nor shown in an error.
+    ``default_headers`` go with every request (an LLM gateway's key, a routing header).
+    The API key and the headers' values are never serialised nor shown in an error.
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class OpenAIChatGenerator:
         generation_kwargs: dict[str, Any] | None = None,
         timeout: float | None = None,
         max_retries: int | None = None,
+        default_headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
         self.api_key = api_key
@@ -57,6 +59,7 @@ class OpenAIChatGenerator:
         self.generation_kwargs = dict(generation_kwargs or {})
         self.timeout = timeout
         self.max_retries = max_retries
+        self.default_headers = dict(default_headers or {})
         # An AsyncOpenAI client's connection pool is bound to the loop it was first used on, so
         # async callers get one client per event loop; sync callers get a fresh one per call.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
@@ -109,7 +112,7 @@ class OpenAIChatGenerator:
             await client.close()
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialise the settings; the API key is deliberately left out (it comes from the environment)."""
+        """Serialise the settings; the API key and extra headers are left out (secrets from the environment)."""
         return {
             "type": "bot.llm.OpenAIChatGenerator",
             "init_parameters": {
@@ -137,6 +140,8 @@ class OpenAIChatGenerator:
             kwargs["timeout"] = self.timeout
         if self.max_retries is not None:
             kwargs["max_retries"] = self.max_retries
+        if self.default_headers:
+            kwargs["default_headers"] = dict(self.default_headers)
         try:
             return openai.AsyncOpenAI(**kwargs)
         except openai.OpenAIError as err:
@@ -255,8 +260,8 @@ class OpenAIChatGenerator:
                             finish_reason=choice.finish_reason,
                         ),
                     )
-        if not assemblers:
-            raise LLMError("The model server ended the stream without sending any reply.")
+        if not assemblers:  # no choices at all: as a completion without choices, no reply (the agent retries once)
+            return []
         return [assemblers[i].reply(model=model, usage=usage) for i in sorted(assemblers)]
 
     def _llm_error(self, client: openai.AsyncOpenAI, err: openai.OpenAIError) -> LLMError:
@@ -271,9 +276,10 @@ class OpenAIChatGenerator:
             status = err.status_code
         else:
             message, status = f"The model call to {where} failed: {err}", None
-        key = client.api_key
-        if key and key != PLACEHOLDER_API_KEY and len(key) >= 4:
-            message = message.replace(key, "••••••")
+        secrets = [client.api_key, *self.default_headers.values()]
+        for secret in secrets:
+            if secret and secret != PLACEHOLDER_API_KEY and len(secret) >= 4:
+                message = message.replace(secret, "••••••")
         return LLMError(message, status_code=status)
 
 

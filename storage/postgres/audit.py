@@ -1,4 +1,5 @@
-"""The append-only audit log on PostgreSQL: :class:`PostgresAuditLog` (a trigger refuses updates and deletes)."""
+"""The append-only audit log on PostgreSQL: :class:`PostgresAuditLog` (a trigger chains every entry's hash,
+others refuse updates and deletes)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from psycopg.types.json import Json
 
+from storage.audit_chain import AuditVerification, ChainRow, verify_chain
 from storage.codec import dumps, loads
 from storage.postgres.database import PostgresDatabase, instant, utc
 from storage.protocols import AuditEntry, Instant
@@ -79,3 +81,52 @@ class PostgresAuditLog:
             )
             for row in rows
         ]
+
+    async def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
+        """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes (for export)."""
+        clause, params = ("", []) if since is None else ("WHERE at >= %s ", [instant(since)])
+        rows = await self.db.fetchall(
+            "SELECT id, at, actor, action, subject, details_json::text, prev_hash, hash FROM audit "
+            f"{clause}ORDER BY id LIMIT %s",
+            [*params, limit],
+        )
+        return [
+            AuditEntry(id=r[0], at=utc(r[1]), actor=r[2], action=r[3], subject=r[4],
+                       details=loads(r[5], kind="audit entry", record_id=str(r[0])), prev_hash=r[6], hash=r[7])
+            for r in rows
+        ]
+
+    async def verify(self) -> AuditVerification:
+        """Check the whole chain from the newest pruning anchor (or the first entry) to the head (one snapshot)."""
+        async with self.db.transaction() as conn:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor = await conn.execute(
+                "SELECT pruned_through, anchor_hash FROM audit_anchor ORDER BY pruned_through DESC LIMIT 1"
+            )
+            anchor = await cursor.fetchone()
+            cursor = await conn.execute("SELECT last_id, last_hash FROM audit_head")
+            head = await cursor.fetchone()
+            cursor = await conn.execute(
+                "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), actor, action, subject, "
+                "details_json::text, prev_hash, hash FROM audit WHERE id > %s ORDER BY id",
+                [anchor[0] if anchor else 0],
+            )
+            rows = [ChainRow(*row) for row in await cursor.fetchall()]
+        return verify_chain(rows, anchor=tuple(anchor) if anchor else None, head=tuple(head) if head else None)
+
+    async def prune(self, older_than: Instant) -> int:
+        """Delete entries older than ``older_than``, first recording the anchor the chain continues from."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT id, hash FROM audit WHERE id = (SELECT MAX(id) FROM audit WHERE at < %s)",
+                [instant(older_than)],
+            )
+            last = await cursor.fetchone()
+            if last is None:
+                return 0
+            await conn.execute(
+                "INSERT INTO audit_anchor (pruned_through, anchor_hash, pruned_at) VALUES (%s, %s, now())",
+                [last[0], last[1]],
+            )
+            cursor = await conn.execute("DELETE FROM audit WHERE id <= %s", [last[0]])
+            return cursor.rowcount

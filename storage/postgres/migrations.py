@@ -265,6 +265,18 @@ _CLOSE_APPROVALS_OF_ENDED_RUNS: Migration = (
     "(SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired'))",
 )
 
+_RUN_TOKEN_USAGE: Migration = (
+    # Version 8: the tokens each run used (summed by the usage command).
+    "ALTER TABLE runs ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0, ADD COLUMN total_tokens bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN stop_requested_by text",
+    # A run stopped from chat (any replica may ask: stop_requested_by) ends "stopped".
+    "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
+    "ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status IN "
+    "('running', 'paused', 'resuming', 'finished', 'failed', 'expired', 'stopped'))",
+    "CREATE INDEX runs_usage ON runs (platform, workspace, created_at)",
+)
+
 _TEAM_SETTINGS: Migration = (
     # Version 6: named approver groups, who may ask (access rules per scope), the direct-message switch,
     # and policy modes with conditions on the arguments.
@@ -306,6 +318,84 @@ _MEMORIES: Migration = (
     "CREATE INDEX memories_seq ON memories (seq)",
 )
 
+_AUDIT_CHAIN: Migration = (
+    # Version 9.
+    # The audit log becomes a hash chain (storage/audit_chain.py): this function builds the same payload as
+    # entry_hash() there; the trigger below chains every new entry under the head row's lock, so appends from
+    # every replica form one chain, in id order.
+    """
+    CREATE FUNCTION audit_entry_hash(prev text, entry_id bigint, at timestamptz, actor text, action text,
+                                     subject text, details text) RETURNS text LANGUAGE sql STABLE AS $$
+        SELECT encode(sha256(convert_to(
+            length(prev) || ':' || prev || ';' ||
+            length(entry_id::text) || ':' || entry_id::text || ';' ||
+            length(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')) || ':' ||
+                to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || ';' ||
+            length(actor) || ':' || actor || ';' ||
+            length(action) || ':' || action || ';' ||
+            length(subject) || ':' || subject || ';' ||
+            length(details) || ':' || details || ';', 'UTF8')), 'hex')
+    $$
+    """,
+    "ALTER TABLE audit ADD COLUMN prev_hash text, ADD COLUMN hash text",
+    "CREATE TABLE audit_head (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), "
+    "last_id bigint NOT NULL, last_hash text NOT NULL)",
+    "CREATE TABLE audit_anchor (pruned_through bigint PRIMARY KEY, anchor_hash text NOT NULL, "
+    "pruned_at timestamptz NOT NULL)",
+    # Chain the entries written before this version, oldest first.
+    "ALTER TABLE audit DISABLE TRIGGER audit_no_update_or_delete",
+    """
+    DO $$
+    DECLARE
+        entry record;
+        previous text := '';
+        last bigint := 0;
+    BEGIN
+        FOR entry IN SELECT id, at, actor, action, subject, details_json::text AS details FROM audit ORDER BY id LOOP
+            UPDATE audit SET prev_hash = previous,
+                hash = audit_entry_hash(previous, entry.id, entry.at, entry.actor, entry.action, entry.subject,
+                                        entry.details)
+            WHERE id = entry.id RETURNING hash INTO previous;
+            last := entry.id;
+        END LOOP;
+        INSERT INTO audit_head (only_row, last_id, last_hash) VALUES (true, last, previous);
+    END
+    $$
+    """,
+    "DROP TRIGGER audit_no_update_or_delete ON audit",
+    "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+    # Only entries at or before the newest anchor may go: pruning writes the anchor first.
+    """
+    CREATE FUNCTION audit_prune_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF OLD.id > (SELECT COALESCE(MAX(pruned_through), 0) FROM audit_anchor) THEN
+            RAISE EXCEPTION 'the audit log is append-only';
+        END IF;
+        RETURN OLD;
+    END
+    $$
+    """,
+    "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit FOR EACH ROW EXECUTE FUNCTION audit_prune_only()",
+    """
+    CREATE FUNCTION audit_chain() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        head record;
+    BEGIN
+        UPDATE audit_head SET last_id = last_id + 1 RETURNING last_id, last_hash INTO head;
+        NEW.id := head.last_id;
+        NEW.prev_hash := head.last_hash;
+        NEW.hash := audit_entry_hash(head.last_hash, NEW.id, NEW.at, NEW.actor, NEW.action, NEW.subject,
+                                     NEW.details_json::text);
+        UPDATE audit_head SET last_hash = NEW.hash;
+        RETURN NEW;
+    END
+    $$
+    """,
+    "CREATE TRIGGER audit_chain BEFORE INSERT ON audit FOR EACH ROW EXECUTE FUNCTION audit_chain()",
+    "CREATE TRIGGER audit_anchor_no_change BEFORE UPDATE OR DELETE ON audit_anchor "
+    "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -314,6 +404,8 @@ MIGRATIONS: list[Migration] = [
     _CLOSE_APPROVALS_OF_ENDED_RUNS,
     _TEAM_SETTINGS,
     _MEMORIES,
+    _RUN_TOKEN_USAGE,
+    _AUDIT_CHAIN,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

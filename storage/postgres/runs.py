@@ -9,13 +9,13 @@ from psycopg.types.json import Json
 from storage.codec import loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
-from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord
+from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
 from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
-    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries"
+    "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by"
 )
 RUN_COLUMNS = _COLUMNS
 """The columns :func:`run_from_row` reads, in order (for other stores that return runs)."""
@@ -214,3 +214,48 @@ class PostgresRunStore:
             f"SELECT {_COLUMNS} FROM runs WHERE status = ANY(%s) ORDER BY created_at, seq", [list(statuses)]
         )
         return [_record(row) for row in rows]
+
+    async def record_usage(self, run_id: str, usage: TokenUsage) -> None:
+        """Set the run's token usage: the agent's total so far, which carries over a pause.
+
+        >>> await storage.runs.record_usage("run-1", TokenUsage(21, 7, 28))
+        """
+        changed = await self.db.execute(
+            "UPDATE runs SET prompt_tokens = %s, completion_tokens = %s, total_tokens = %s WHERE run_id = %s",
+            [usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, run_id],
+        )
+        if not changed:
+            raise NotFound(f"run {run_id!r} not found")
+
+    async def request_stop(self, run_id: str, actor: str) -> bool:
+        """Ask a working (running or resuming) run to stop after its current step; whether it is working.
+
+        >>> await storage.runs.request_stop("run-1", "U1")
+        True
+        """
+        changed = await self.db.execute(
+            "UPDATE runs SET stop_requested_by = COALESCE(stop_requested_by, %s) "
+            "WHERE run_id = %s AND status IN ('running', 'resuming')",
+            [actor, run_id],
+        )
+        if not changed:
+            await self.get(run_id)  # NotFound for an unknown run
+        return changed == 1
+
+    async def usage(
+        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
+    ) -> TokenUsage:
+        """The summed token usage of the runs created since ``since`` in a workspace (or one channel of it).
+
+        >>> (await storage.runs.usage(platform="slack", workspace="T1", since=time.time() - 86400)).total_tokens
+        28
+        """
+        where, params = "platform = %s AND workspace = %s AND created_at >= %s", [platform, workspace, instant(since)]
+        if channel is not None:
+            where, params = where + " AND channel = %s", [*params, channel]
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
+            f"COALESCE(SUM(total_tokens), 0), COUNT(*) FROM runs WHERE {where}",
+            params,
+        )
+        return TokenUsage(int(row[0]), int(row[1]), int(row[2]), runs=int(row[3]))

@@ -24,6 +24,7 @@ from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, Postgr
 from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.migrations import migrate, schema_version
+from storage.postgres.ops import PostgresOperations
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
@@ -58,6 +59,7 @@ class PostgresStorage:
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)
+        self.ops = PostgresOperations(db)
         self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:

@@ -63,6 +63,8 @@ class ConnectorRequest:
     body: dict[str, Any]
     authorization: str | None
     answered_id: str
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (monotonic seconds)."""
 
     @property
     def activity_type(self) -> str | None:
@@ -73,6 +75,14 @@ class ConnectorRequest:
     def text(self) -> str | None:
         """The message text, if any."""
         return self.body.get("text")
+
+    @property
+    def stream_type(self) -> str | None:
+        """``informative``, ``streaming`` or ``final`` for an activity of a streamed answer, else ``None``."""
+        for entity in self.body.get("entities") or []:
+            if entity.get("type") == "streaminfo":
+                return entity.get("streamType") or "streaming"
+        return None
 
     @property
     def cards(self) -> list[dict[str, Any]]:
@@ -92,6 +102,7 @@ class FakeBotConnector:
         self.fail_with = fail_with
         """When set, every call is answered with this HTTP status (to test failures)."""
         self._ids = itertools.count(1)
+        self._trouble: list[tuple[Callable[[ConnectorRequest], bool], int, dict[str, str]]] = []
         self._changed: asyncio.Condition | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -142,6 +153,11 @@ class FakeBotConnector:
             self._changed.notify_all()
         if self.fail_with is not None:
             return web.json_response({"error": {"code": "Failed", "message": "fake failure"}}, status=self.fail_with)
+        for index, (matches, status, headers) in enumerate(self._trouble):
+            if matches(entry):
+                del self._trouble[index]
+                body = {"error": {"code": "Throttled", "message": f"fake {status}"}}
+                return web.json_response(body, status=status, headers=headers)
         return web.json_response({"id": answered})
 
     async def _send(self, request: web.Request) -> web.Response:
@@ -153,7 +169,17 @@ class FakeBotConnector:
     async def _update(self, request: web.Request) -> web.Response:
         return await self._record(request, "update")
 
+    def answer_status(
+        self, matches: Callable[[ConnectorRequest], bool], status: int, headers: dict[str, str] | None = None
+    ) -> None:
+        """Answer the next request that ``matches`` with HTTP ``status`` (e.g. 429 with ``Retry-After``); once."""
+        self._trouble.append((matches, status, dict(headers or {})))
+
     # --- what tests look at ----------------------------------------------------------------------
+
+    def streamed(self) -> list[ConnectorRequest]:
+        """Every activity of a streamed answer (informative updates, text updates, final messages), in order."""
+        return [r for r in self.requests if r.stream_type is not None]
 
     def posted(self) -> list[ConnectorRequest]:
         """New messages and replies (not updates), typing indicators left out."""

@@ -98,11 +98,21 @@ class RawResponse:
 
 
 @dataclass(frozen=True)
+class CutStreamResponse:
+    """A streamed answer whose connection drops after the first ``after`` pieces of ``text`` (a crashed server)."""
+
+    text: str
+    after: int = 2
+
+
+@dataclass(frozen=True)
 class HangResponse:
     """Never answer: the request is held until the server stops (a hung model)."""
 
 
-ResponseSpec = TextResponse | ToolCallsResponse | ErrorResponse | DelayResponse | RawResponse | HangResponse
+ResponseSpec = (
+    TextResponse | ToolCallsResponse | ErrorResponse | DelayResponse | RawResponse | HangResponse | CutStreamResponse
+)
 Responder = Callable[[dict[str, Any]], "ResponseSpec | str | Awaitable[ResponseSpec | str]"]
 
 
@@ -113,6 +123,8 @@ class FakeOpenAIServer:
         self.responder: Responder | None = responder
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        self.piece_delay = 0.0
+        """Seconds between two streamed text pieces, as a model that writes at its own pace."""
         self.port: int | None = None
         self._queue: collections.deque[ResponseSpec] = collections.deque()
         self._ids = itertools.count(1)
@@ -294,6 +306,8 @@ class FakeOpenAIServer:
                 return web.Response(text=payload, status=spec.status, headers=headers)
             return web.json_response(payload, status=spec.status, headers=headers)
         model = body.get("model", "fake-model")
+        if isinstance(spec, CutStreamResponse):
+            return await self._stream(request, model, spec.text, [], "stop", DEFAULT_USAGE, False, cut_after=spec.after)
         calls = self._normalise_calls(spec) if isinstance(spec, ToolCallsResponse) else []
         text = spec.text
         if body.get("stream"):
@@ -333,6 +347,7 @@ class FakeOpenAIServer:
         finish_reason: str,
         usage: dict[str, int],
         include_usage: bool,
+        cut_after: int | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -354,7 +369,13 @@ class FakeOpenAIServer:
             return [{"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}]
 
         await send(delta({"role": "assistant", "content": ""}))
-        for piece in _split_text(text or ""):
+        for number, piece in enumerate(_split_text(text or "")):
+            if cut_after is not None and number >= cut_after:
+                assert request.transport is not None
+                request.transport.close()  # the connection drops mid-answer
+                return response
+            if number and self.piece_delay:
+                await asyncio.sleep(self.piece_delay)
             await send(delta({"content": piece}))
         for index, (name, args, cid) in enumerate(calls):
             head = {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine.model import ApprovalView, ThreadRef
+from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from bot.engine.presentation import tool_step_line
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -78,7 +79,7 @@ class Queued:
     message_id: str | None
 
 
-Call = Reply | Rendering | Update | Tell | Working | Queued
+Call = Any  # Reply | Rendering | Update | Tell | Working | Queued, and the streaming surface's calls
 
 
 class RecordingSurface:
@@ -213,3 +214,98 @@ class RecordingSurface:
         async with self._changed:
             self.calls.append(call)
             self._changed.notify_all()
+
+
+@dataclass(frozen=True)
+class StreamCall:
+    """``start_stream`` / ``append_stream`` / ``finish_stream``: ``text`` is what the message shows after it."""
+
+    kind: str
+    thread: ThreadRef
+    stream: dict[str, Any]
+    text: str
+    shown: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Status:
+    """``set_status(thread, status, message_id)``."""
+
+    thread: ThreadRef
+    status: str | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """``show_tool_step(thread, step)``: ``line`` is the step as :func:`tool_step_line` renders it."""
+
+    thread: ThreadRef
+    step: ToolStep
+    line: str
+
+
+class StreamingRecordingSurface(RecordingSurface):
+    """A :class:`RecordingSurface` that also streams, shows a status line and tool steps.
+
+    ``fail_appends`` maps the number of an ``append_stream`` call (1 = the first) to the exception it
+    raises (a :class:`StreamRateLimited` for a 429, anything else for a stream that breaks);
+    ``fail_finish`` makes every ``finish_stream`` raise it. Timestamps are the loop's monotonic time.
+    """
+
+    def __init__(self, *, fail_appends: dict[int, Exception] | None = None,
+                 fail_finish: Exception | None = None) -> None:
+        super().__init__()
+        self.fail_appends = dict(fail_appends or {})
+        self.fail_finish = fail_finish
+        self._streams = itertools.count(1)
+        self._appends = 0
+
+    async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
+        """Open a stream ``{"stream": n}``."""
+        ref = {"stream": next(self._streams), "run_id": run_id}
+        await self._record(StreamCall("start", thread, ref, "", 0, asyncio.get_running_loop().time()))
+        return ref
+
+    async def append_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Record the text the message shows now (or raise the scripted failure)."""
+        self._appends += 1
+        failure = self.fail_appends.get(self._appends)
+        if failure is not None:
+            await self._record(StreamCall("refused", thread, dict(stream), text, shown,
+                                          asyncio.get_running_loop().time()))
+            raise failure
+        await self._record(StreamCall("append", thread, dict(stream), text, shown, asyncio.get_running_loop().time()))
+
+    async def finish_stream(self, thread: ThreadRef, stream: dict[str, Any], text: str, shown: int) -> None:
+        """Record the message's final text (or raise the scripted failure)."""
+        if self.fail_finish is not None:
+            raise self.fail_finish
+        await self._record(StreamCall("finish", thread, dict(stream), text, shown, asyncio.get_running_loop().time()))
+
+    async def set_status(self, thread: ThreadRef, status: str | None, message_id: str | None = None) -> None:
+        """Record the status line."""
+        await self._record(Status(thread, status))
+
+    async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
+        """Record a tool step and its rendered line."""
+        await self._record(Step(thread, step, tool_step_line(step)))
+
+    @property
+    def streams(self) -> list[StreamCall]:
+        """Every stream call (start, append, refused, finish), in order."""
+        return [c for c in self.calls if isinstance(c, StreamCall)]
+
+    def final_texts(self) -> list[str]:
+        """The final text of every finished stream, in order."""
+        return [c.text for c in self.streams if c.kind == "finish"]
+
+    @property
+    def statuses(self) -> list[str | None]:
+        """Every status shown, in order."""
+        return [c.status for c in self.calls if isinstance(c, Status)]
+
+    @property
+    def steps(self) -> list[Step]:
+        """Every tool step shown."""
+        return [c for c in self.calls if isinstance(c, Step)]

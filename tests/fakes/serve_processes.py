@@ -490,6 +490,8 @@ class ServeCluster:
                 "COUNTERSIGN_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
                 "COUNTERSIGN_SWEEP_SECONDS": str(SWEEP_SECONDS),
                 "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": str(SHUTDOWN_GRACE_SECONDS),
+                # Answers are posted once (these tests count them), unless a test streams on purpose.
+                "COUNTERSIGN_STREAM_UPDATE_SECONDS": "30",
             }
         )
         if failpoint:

@@ -4,7 +4,9 @@ Point ``slack_sdk``'s ``AsyncWebClient(base_url=fake.base_url)`` (countersign:
 ``COUNTERSIGN_SLACK_API_URL``) at it. ``POST /api/<method>`` is answered like Slack for the methods
 countersign uses (``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``,
 ``views.open``, ``views.publish``, ``views.update``, ``reactions.add``, ``reactions.remove``,
-``users.info``); anything else gets ``{"ok": false, "error": "unknown_method"}``. Like Slack it
+``users.info``, ``assistant.threads.setStatus``, and the streaming methods ``chat.startStream``,
+``chat.appendStream``, ``chat.stopStream``, whose text is kept per message in :attr:`FakeSlackAPI.streams`,
+and refused once a stream is stopped); anything else gets ``{"ok": false, "error": "unknown_method"}``. Like Slack it
 refuses messages with more than 50 blocks (``invalid_blocks``) or blocks too large in total
 (``msg_blocks_too_long``), and a call without a token (``not_authed``) or, when ``tokens`` is set, with
 a token it does not know (``invalid_auth``). ``POST /respond/<name>`` stands in for a slash command's
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +56,8 @@ class SlackCall:
     args: dict[str, Any]
     token: str | None = None
     response: dict[str, Any] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (monotonic seconds): rate caps are checked on these."""
 
 
 @dataclass
@@ -77,6 +82,8 @@ class FakeSlackAPI:
     _changed: asyncio.Condition | None = None
     _ts: Any = field(default_factory=lambda: itertools.count(1))
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``ts -> {"text", "stopped", "channel"}`` of every streamed message (its markdown as people see it)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -159,6 +166,11 @@ class FakeSlackAPI:
             await asyncio.wait_for(self._changed.wait_for(lambda: bool(self._sockets)), seconds)
         await self._sockets[-1].send_json(envelope)
 
+    async def drop_sockets(self) -> None:
+        """Close every Socket Mode connection from Slack's side (as Slack does on a deploy or a network fault)."""
+        for socket in list(self._sockets):
+            await socket.close()
+
     # ------------------------------------------------------------------ serving
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
@@ -218,6 +230,28 @@ class FakeSlackAPI:
     def _next_ts(self) -> str:
         return f"1700000{next(self._ts):03d}.000100"
 
+    def _stream_answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        """``chat.startStream`` (in a thread only), ``chat.appendStream`` and ``chat.stopStream`` like Slack."""
+        added = args.get("markdown_text") or ""
+        if not args.get("channel"):
+            return {"ok": False, "error": "channel_not_found"}
+        if method == "chat.startStream":
+            if not args.get("thread_ts"):
+                return {"ok": False, "error": "invalid_arguments"}
+            ts = self._next_ts()
+            self.streams[ts] = {"text": added, "stopped": False, "channel": args["channel"]}
+            return {"ok": True, "channel": args["channel"], "ts": ts}
+        stream = self.streams.get(args.get("ts", ""))
+        problem = _stream_problem(stream, added)
+        if problem:
+            return {"ok": False, "error": problem}
+        assert stream is not None
+        if method == "chat.appendStream" and not added:
+            return {"ok": False, "error": "invalid_arguments"}
+        stream["text"] += added
+        stream["stopped"] = method == "chat.stopStream"
+        return {"ok": True, "channel": args["channel"], "ts": args["ts"]}
+
     def _answer(self, call: SlackCall) -> dict[str, Any]:
         if not call.token:
             return {"ok": False, "error": "not_authed"}
@@ -267,6 +301,8 @@ class FakeSlackAPI:
             if not args.get("channel_id") or not args.get("thread_ts") or "status" not in args:
                 return {"ok": False, "error": "invalid_arguments"}
             return {"ok": True}
+        if call.method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
+            return self._stream_answer(call.method, args)
         if call.method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
         if call.method == "usergroups.users.list":
@@ -284,6 +320,19 @@ class FakeSlackAPI:
             user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}
             return {"ok": True, "user": user}
         return {"ok": False, "error": "unknown_method"}
+
+
+STREAM_TEXT_LIMIT = 12_000
+
+
+def _stream_problem(stream: dict[str, Any] | None, added: str) -> str | None:
+    if stream is None:
+        return "message_not_found"
+    if stream["stopped"]:
+        return "message_not_in_streaming_state"
+    if len(stream["text"]) + len(added) > STREAM_TEXT_LIMIT:
+        return "msg_too_long"
+    return None
 
 
 def _blocks_problem(blocks: Any) -> str | None:

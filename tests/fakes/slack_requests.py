@@ -159,18 +159,21 @@ class SlackRequests:
         channel: str,
         message_ts: str,
         thread_ts: str | None = None,
+        ephemeral: bool = False,
+        response_url: str = "http://127.0.0.1:9/unused",
         **send_options: Any,
     ) -> SlackReply:
-        """A button click on a message."""
+        """A button click on a message (``ephemeral``: on a private note, answered through ``response_url``)."""
         message = {"type": "message", "ts": message_ts, "text": "approval", "user": "U0BOT"}
         if thread_ts:
             message["thread_ts"] = thread_ts
         payload = {
             **self.interaction_base("block_actions", user),
-            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False},
+            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel,
+                          "is_ephemeral": ephemeral},
             "channel": {"id": channel, "name": "ops"},
             "message": message,
-            "response_url": "http://127.0.0.1:9/unused",
+            "response_url": response_url,
             "actions": [self._button(action_id, value)],
         }
         return await self.interaction(payload, **send_options)

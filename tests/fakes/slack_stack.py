@@ -60,6 +60,8 @@ class SlackStack:
             "slack_bot_token": BOT_TOKEN,
             "slack_signing_secret": SIGNING_SECRET,
             "slack_api_url": slack.base_url,
+            # Answers post once unless a test streams on purpose (a shorter interval opens the stream sooner).
+            "stream_update_seconds": 30.0,
         }
         config = Config(**(settings | config_overrides))
         engine = await Engine.create(config, generator=generator, tools=list(tools), clock=clock)

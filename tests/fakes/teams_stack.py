@@ -250,8 +250,12 @@ class TeamsStack:
         anonymous: bool = False,
         clock: Clock | None = None,
         database_url: str | None = None,
+        stream_update_seconds: float = 30.0,
     ) -> TeamsStack:
-        """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep)."""
+        """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep).
+
+        Answers are posted once unless ``stream_update_seconds`` is short enough for them to stream.
+        """
         tools = tools or RecordingTools()
         tool_list = tools.standard()
         generator = generator if generator is not None else ScriptedChatGenerator(list(replies))
@@ -261,6 +265,7 @@ class TeamsStack:
             teams_anonymous=anonymous,
             teams_settings={} if anonymous else teams_settings(),
             database_url=database_url,
+            stream_update_seconds=stream_update_seconds,
         )
         return await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
 

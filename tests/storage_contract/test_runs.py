@@ -115,3 +115,52 @@ async def test_runs_listed_by_status_oldest_first(storage):
     await create_run(storage, "run-c", status="finished")
     assert [r.run_id for r in await storage.runs.list_by_status("paused", "resuming")] == ["run-b", "run-a"]
     assert await storage.runs.list_by_status("failed") == []
+
+
+async def test_a_runs_token_usage_is_stored_and_summed_per_workspace_channel_and_period(storage):
+    from datetime import timedelta
+
+    from storage import TokenUsage
+
+    await create_run(storage, "run-old", thread="slack:T1:C1:1.0", now=NOW - timedelta(days=10), status="finished")
+    await create_run(storage, "run-1", thread="slack:T1:C1:2.0")
+    await storage.runs.create("run-2", chat_history_id="slack:T1:C2:3.0", platform="slack", workspace="T1",
+                              channel="C2", thread="3.0", requester="U_BO", now=NOW)
+    await storage.runs.create("run-x", chat_history_id="slack:T9:C1:4.0", platform="slack", workspace="T9",
+                              channel="C1", thread="4.0", requester="U_BO", now=NOW)
+    await storage.runs.record_usage("run-old", TokenUsage(1000, 1000, 2000))
+    await storage.runs.record_usage("run-1", TokenUsage(10, 5, 15))
+    await storage.runs.record_usage("run-1", TokenUsage(21, 7, 28))  # the total so far replaces the last one
+    await storage.runs.record_usage("run-2", TokenUsage(100, 50, 150))
+    await storage.runs.record_usage("run-x", TokenUsage(9, 9, 18))
+    since = NOW - timedelta(days=7)
+
+    assert await storage.runs.usage(platform="slack", workspace="T1", since=since) == TokenUsage(121, 57, 178, runs=2)
+    assert await storage.runs.usage(platform="slack", workspace="T1", since=since, channel="C1") == TokenUsage(
+        21, 7, 28, runs=1
+    )
+    assert await storage.runs.usage(platform="teams", workspace="T1", since=since) == TokenUsage()
+    with pytest.raises(NotFound):
+        await storage.runs.record_usage("run-404", TokenUsage(1, 1, 2))
+
+
+async def test_a_run_may_end_stopped_and_never_moves_again(storage):
+    await create_run(storage)
+    assert await storage.runs.transition("run-1", ("running", "resuming"), "stopped", error="stopped by U_ANA")
+    run = await storage.runs.get("run-1")
+    assert (run.status, run.owner, run.is_active) == ("stopped", None, False)
+    with pytest.raises(ValueError, match="terminal"):
+        await storage.runs.transition("run-1", "stopped", "running")
+
+
+async def test_any_process_may_ask_a_working_run_to_stop_and_the_first_asker_is_kept(storage):
+    await create_run(storage)
+    await create_run(storage, "run-p", thread="slack:T1:C1:2.0", status="paused")
+
+    assert await storage.runs.request_stop("run-1", "U_ANA")
+    assert await storage.runs.request_stop("run-1", "U_ADMIN")  # still working: asked again, first asker kept
+    assert not await storage.runs.request_stop("run-p", "U_ANA")  # paused: its approval decides, not Stop
+    assert (await storage.runs.get("run-1")).stop_requested_by == "U_ANA"
+    assert (await storage.runs.get("run-p")).stop_requested_by is None
+    with pytest.raises(NotFound):
+        await storage.runs.request_stop("run-404", "U_ANA")

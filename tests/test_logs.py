@@ -1,0 +1,90 @@
+"""Structured logs: every line of a run carries its context, in JSON (one object a line) and in text.
+
+A real engine on a SQLite file, a scripted model; the log handler is the one ``countersign serve`` installs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from bot.cli import log_handler
+from bot.config import Config, ConfigError
+from bot.engine.model import DecisionRequest
+from bot.logs import log_context
+from tests.fakes.engine_kit import REQUESTER, Harness, asks_for, says
+
+SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
+
+
+@pytest.fixture
+def captured() -> Iterator[dict[str, io.StringIO]]:
+    """Both formats' output, from the root logger at INFO, as while serving."""
+    streams = {"json": io.StringIO(), "text": io.StringIO()}
+    handlers = [log_handler(stream, tracebacks=True, fmt=fmt) for fmt, stream in streams.items()]
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    for handler in handlers:
+        root.addHandler(handler)
+    yield streams
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.setLevel(level)
+
+
+async def test_json_lines_parse_and_carry_the_context_of_the_run(tmp_path, captured):
+    h = await Harness.open(
+        tmp_path, replies=[asks_for("set_secret", name="db", api_key=SECRET), says("Stored.")]
+    )
+    try:
+        [approval] = await h.paused_approvals("store the db key")
+        await h.engine.decide(
+            DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place)
+        )
+        await h.engine.wait_idle()
+    finally:
+        await h.close()
+
+    lines = [json.loads(line) for line in captured["json"].getvalue().splitlines()]
+    by_event = {line["event"]: line for line in lines}
+    paused = by_event["run paused for approval"]
+    assert paused["run_id"] == approval.run_id
+    assert paused["thread_key"] == approval.thread.key
+    assert paused["surface"] == approval.thread.platform
+    assert paused["level"] == "info" and paused["timestamp"].endswith("Z")
+    decided = by_event["decision recorded"]
+    assert (decided["approval_id"], decided["tool"], decided["run_id"]) == (
+        approval.approval_id, "set_secret", approval.run_id
+    )
+    assert by_event["run finished"]["run_id"] == approval.run_id
+    everything = captured["json"].getvalue() + captured["text"].getvalue()
+    assert SECRET not in everything  # no tool arguments at INFO, and secrets masked wherever they appear
+
+    text = captured["text"].getvalue()
+    [paused_line] = [line for line in text.splitlines() if "run paused for approval" in line]
+    assert f"run_id={approval.run_id}" in paused_line
+    assert f"surface={approval.thread.platform}" in paused_line and "thread_key=" in paused_line
+
+
+def test_context_is_bound_only_inside_its_block_and_extra_fields_win(captured):
+    logger = logging.getLogger("bot.tests.logs")
+    with log_context(run_id="run-outer", surface="slack"), log_context(tool="delete_file"):
+        logger.info("inside", extra={"surface": "teams"})
+    logger.info("outside")
+    inside, outside = (json.loads(line) for line in captured["json"].getvalue().splitlines())
+    assert (inside["run_id"], inside["tool"], inside["surface"]) == ("run-outer", "delete_file", "teams")
+    assert "run_id" not in outside
+    with pytest.raises(ValueError, match="user"), log_context(user="U1"):
+        pass
+
+
+def test_log_format_is_validated_at_start():
+    assert Config.from_env({}, dotenv_path=None).log_format == "text"
+    assert Config.from_env({"COUNTERSIGN_LOG_FORMAT": "JSON"}, dotenv_path=None).log_format == "json"
+    with pytest.raises(ConfigError, match="COUNTERSIGN_LOG_FORMAT"):
+        Config.from_env({"COUNTERSIGN_LOG_FORMAT": "xml"}, dotenv_path=None)

@@ -1,0 +1,65 @@
+"""Retention while serving: the sweep drops old snapshots and prunes old work, never what is still in use."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bot.config import Config, ConfigError
+from bot.engine.model import DecisionRequest
+from tests.fakes.engine_kit import REQUESTER, Clock, Harness, asks_for, says
+
+
+async def test_the_sweep_drops_old_snapshots_and_prunes_ended_runs_but_not_a_paused_one(tmp_path):
+    clock = Clock(datetime.now(UTC))  # stores stamp some rows with the real time: keep the engine's close to it
+    h = await Harness.open(
+        tmp_path,
+        clock=clock,
+        replies=[asks_for("delete_file", path="a.txt"), says("Done.")],
+        default_ttl_seconds=30 * 86400,
+        retention_seconds=2 * 86400,
+    )
+    try:
+        # A finished run that had paused (so it has a snapshot), in one thread ...
+        [approval] = await h.paused_approvals("delete a.txt", thread="1.1")
+        await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm",
+                                              place=approval.thread.place))
+        await h.engine.wait_idle()
+        finished = approval.run_id
+        assert (await h.run_of(finished)).has_snapshot
+        # ... and a run paused on a pending approval in another.
+        h.generator.replies.append(asks_for("delete_file", path="b.txt"))
+        [pending] = await h.paused_approvals("delete b.txt", thread="2.2")
+
+        clock.advance(days=1)
+        await h.engine.lifecycle.sweep()  # one day on: nothing is old enough
+        assert (await h.run_of(finished)).has_snapshot
+
+        clock.advance(days=7)  # eight days on; the next pass is more than an hour later
+        await h.engine.lifecycle.sweep()
+        runs = {r.run_id: r for r in await h.engine.storage.runs.list_by_status("finished", "paused")}
+        assert finished not in runs  # pruned after two days, snapshot and all
+        assert runs[pending.run_id].status == "paused" and runs[pending.run_id].has_snapshot
+        assert [a.approval_id for a in await h.engine.storage.approvals.pending()] == [pending.approval_id]
+        assert await h.history(h.thread("2.2"))
+    finally:
+        await h.close()
+
+
+def test_retention_settings_are_read_and_bad_values_refused_at_start():
+    def read(**env: str) -> Config:
+        return Config.from_env(env, dotenv_path=None)
+
+    default = read()
+    assert (default.snapshot_retention_seconds, default.retention_seconds, default.audit_retention_seconds) == (
+        7 * 86400, None, None
+    )
+    assert read(COUNTERSIGN_SNAPSHOT_RETENTION="36h").snapshot_retention_seconds == 36 * 3600
+    assert read(COUNTERSIGN_SNAPSHOT_RETENTION="never").snapshot_retention_seconds is None
+    assert read(COUNTERSIGN_RETENTION_DAYS="90").retention_seconds == 90 * 86400
+    assert read(COUNTERSIGN_AUDIT_RETENTION_DAYS="400").audit_retention_seconds == 400 * 86400
+    for name, raw in [("COUNTERSIGN_SNAPSHOT_RETENTION", "a week"), ("COUNTERSIGN_RETENTION_DAYS", "-1"),
+                      ("COUNTERSIGN_AUDIT_RETENTION_DAYS", "forever")]:
+        with pytest.raises(ConfigError, match=name):
+            read(**{name: raw})
