@@ -9,8 +9,11 @@ the model's second answer is posted. One conversation is therefore two model cal
 
 Figures: the total wall time for all threads (target: under 2x one conversation's model time, i.e. no
 serialization across threads) and the median decision-to-resume latency excluding the model (from
-``decide()`` returning to the approved tool starting to run). The real engine runs on a temporary
-SQLite file. The figures are printed as one JSON object on the last line.
+``decide()`` returning to the approved tool starting to run). Per conversation: the process's CPU
+time (event loop and storage threads; target <= 2 ms) and the storage round trips (every call the event
+loop hands to a storage thread; target <= 10). ``--profile`` adds each store method's count, run time
+and queue wait. The real engine runs on a temporary SQLite file. The figures are printed as one JSON
+object on the last line.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import os
 import platform
@@ -44,6 +48,8 @@ from bot.tools import Tool, Toolset, tool  # noqa: E402
 from storage.aio import EXECUTOR_THREADS  # noqa: E402
 
 TARGET_FACTOR = 2.0
+TARGET_CPU_MS = 2.0
+TARGET_ROUND_TRIPS = 10
 
 
 class SlowChatGenerator:
@@ -121,25 +127,52 @@ def bench_tools(started: dict[str, float]) -> list[Tool]:
     return [delete_file]
 
 
-class ExecutorProfile:
-    """Wraps the engine's storage executor: per storage method, calls, queue wait and run time."""
+class StorageProfile:
+    """Counts and times every storage round trip: each call the event loop hands to a storage thread.
 
-    def __init__(self, executor: ThreadPoolExecutor) -> None:
-        self.executor = executor
+    The async facade sends writes to its group-commit writer, reads to its reader threads, and
+    anything else (``AsyncStorage.run``, or every call when it has neither) to its executor; each of
+    the three is wrapped. With ``timing`` each call's queue wait, run time and thread CPU are kept per
+    store method; the count is always kept (it is the "round trips per conversation" figure).
+    """
+
+    def __init__(self, storage: Any, timing: bool) -> None:
+        self.timing = timing
         self.stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        self.round_trips = 0
         self.cpu_s = 0.0
         self.lock = threading.Lock()
-        self.original_submit = executor.submit
-        executor.submit = self.submit  # type: ignore[method-assign]
+        for worker in (getattr(storage, "writer", None), getattr(storage, "readers", None)):
+            if worker is not None:
+                worker.run = self._wrap_run(worker.run)  # type: ignore[method-assign]
+        executor = storage.executor
+        original_submit = executor.submit
 
-    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def submit(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            return original_submit(self._timed(functools.partial(fn, *args, **kwargs)))
+
+        executor.submit = submit  # type: ignore[method-assign]
+
+    def _wrap_run(self, run: Any) -> Any:
+        async def counted(operation: Any) -> Any:
+            return await run(self._timed(operation))
+
+        return counted
+
+    def _timed(self, operation: Any) -> Any:
+        self.round_trips += 1  # on the event loop thread (or a caller's): a plain counter is enough
+        if not self.timing:
+            return operation
         queued = time.perf_counter()
-        name = getattr(getattr(fn, "func", fn), "__qualname__", repr(fn))
+        target = operation
+        while isinstance(target, functools.partial):
+            target = target.func
+        name = getattr(target, "__qualname__", repr(target))
 
         def timed() -> Any:
             began, cpu = time.perf_counter(), time.thread_time()
             try:
-                return fn(*args, **kwargs)
+                return operation()
             finally:
                 ended = time.perf_counter()
                 with self.lock:
@@ -149,9 +182,10 @@ class ExecutorProfile:
                     entry[1] += began - queued
                     entry[2] += ended - began
 
-        return self.original_submit(timed)
+        return timed
 
-    def top(self, n: int = 12) -> list[dict[str, Any]]:
+    def top(self, n: int = 15) -> list[dict[str, Any]]:
+        """The store methods that took longest in total, with their counts and average queue wait."""
         rows = sorted(self.stats.items(), key=lambda kv: -kv[1][2])[:n]
         return [
             {"call": name, "n": int(c), "run_ms_total": round(r * 1000), "wait_ms_avg": round(w / c * 1000, 2)}
@@ -166,7 +200,7 @@ async def run_conversations(
     profile: bool = False,
     synchronous: str | None = None,
     db_threads: int | None = None,
-) -> tuple[dict[str, Any], ExecutorProfile | None]:
+) -> tuple[dict[str, Any], StorageProfile]:
     """Run ``n_threads`` conversations at once on a fresh engine; return the figures."""
     started: dict[str, float] = {}
     generator = SlowChatGenerator(delay)
@@ -180,7 +214,7 @@ async def run_conversations(
         executor = ThreadPoolExecutor(max_workers=db_threads or EXECUTOR_THREADS, thread_name_prefix="countersign-db")
         storage = AsyncStorage(sync_storage, executor=executor)
         engine = Engine(config=config, storage=storage, generator=generator, tools=bench_tools(started))
-    profiler = ExecutorProfile(engine.storage.executor) if profile else None
+    profiler = StorageProfile(engine.storage, timing=profile)
     surface = BenchSurface()
     engine.register_surface("slack", surface)
     await engine.start(sweep=False)
@@ -206,10 +240,13 @@ async def run_conversations(
         if answer != f"Done: deleted {path}":
             failures.append(f"{key}: {answer[:80]}")
 
-    began, loop_cpu = time.perf_counter(), time.thread_time()
+    round_trips_before = profiler.round_trips
+    began, loop_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     await asyncio.gather(*(conversation(i) for i in range(n_threads)))
     wall = time.perf_counter() - began
     loop_cpu = time.thread_time() - loop_cpu
+    process_cpu = time.process_time() - process_cpu
+    round_trips = profiler.round_trips - round_trips_before
     await engine.wait_idle()
     await engine.stop()
     if db_threads is not None or synchronous is not None:
@@ -223,7 +260,10 @@ async def run_conversations(
         "decision_to_resume_ms_p95": round(resume_ms[int(len(resume_ms) * 0.95) - 1], 2) if resume_ms else None,
         "decide_ms_median": round(statistics.median(decide_ms), 2) if decide_ms else None,
         "event_loop_cpu_s": round(loop_cpu, 2),
-        "storage_cpu_s": round(profiler.cpu_s, 2) if profiler else None,
+        "cpu_ms_per_conversation": round(process_cpu / n_threads * 1000, 3),
+        "event_loop_cpu_ms_per_conversation": round(loop_cpu / n_threads * 1000, 3),
+        "round_trips_per_conversation": round(round_trips / n_threads, 2),
+        "storage_cpu_s": round(profiler.cpu_s, 2) if profile else None,
         "failures": len(failures) + (n_threads - len(resume_ms)),
         "failure_examples": failures[:3],
     }
@@ -253,6 +293,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "decision_to_resume_ms_median": many["decision_to_resume_ms_median"],
         "decision_to_resume_ms_p95": many["decision_to_resume_ms_p95"],
         "decide_ms_median": many["decide_ms_median"],
+        "cpu_ms_per_conversation": many["cpu_ms_per_conversation"],
+        "event_loop_cpu_ms_per_conversation": many["event_loop_cpu_ms_per_conversation"],
+        "round_trips_per_conversation": many["round_trips_per_conversation"],
+        "target_cpu_ms_per_conversation": TARGET_CPU_MS,
+        "target_round_trips_per_conversation": TARGET_ROUND_TRIPS,
         "llm_calls": many["llm_calls"],
         "sqlite_synchronous": args.synchronous or "FULL",
         "db_executor_threads": args.db_threads or EXECUTOR_THREADS,
@@ -266,7 +311,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "sqlite": sqlite3.sqlite_version,
         },
     }
-    if profiler is not None:
+    if args.profile:
         figures["event_loop_cpu_s"] = many["event_loop_cpu_s"]
         figures["storage_cpu_s"] = many["storage_cpu_s"]
         figures["storage_profile"] = profiler.top()
@@ -277,7 +322,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1000)
     parser.add_argument("--llm-delay", type=float, default=0.2, help="seconds before each model reply")
-    parser.add_argument("--profile", action="store_true", help="time every storage call on the executor")
+    parser.add_argument("--profile", action="store_true", help="time every storage call on the storage threads")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], help="SQLite synchronous mode (engine: FULL)")
     parser.add_argument("--db-threads", type=int, help=f"storage executor threads (engine: {EXECUTOR_THREADS})")
     args = parser.parse_args()
@@ -291,6 +336,9 @@ def main() -> None:
     print(f"  decision to resume (tool starts), excluding the model: median "
           f"{figures['decision_to_resume_ms_median']} ms, p95 {figures['decision_to_resume_ms_p95']} ms")
     print(f"  decide() itself: median {figures['decide_ms_median']} ms; failures: {figures['failures']}")
+    print(f"  per conversation: {figures['cpu_ms_per_conversation']} ms CPU (process; event loop "
+          f"{figures['event_loop_cpu_ms_per_conversation']} ms), target <= {TARGET_CPU_MS} ms; "
+          f"{figures['round_trips_per_conversation']} storage round trips, target <= {TARGET_ROUND_TRIPS}")
     if "storage_profile" in figures:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
     for row in figures.get("storage_profile", []):

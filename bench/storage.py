@@ -2,6 +2,13 @@
 
     python bench/storage.py                       # 1,000,000 messages across 10,000 threads
     python bench/storage.py --messages 20000 --threads 200
+    python bench/storage.py --layout grouped      # each thread's messages written together (best case)
+
+By default the history is written as real traffic writes it: turn after turn (question, tool call,
+result, answer: one ``write_messages`` each, as the agent appends them), every round visiting all the
+threads in a random order, so one thread's rows are spread through the table; ``--batch`` messages
+commit together, as the group-commit writer does under load. ``--layout grouped`` writes each thread's
+messages in one call instead, the best case for reads, as this bench did before.
 
 Targets: retrieve_messages(last_k=20) p99 < 1 ms, approvals.decide median < 0.5 ms, appends above
 20,000 messages/s in batches. The figures are printed as one JSON object on the last line.
@@ -44,6 +51,40 @@ def exchange(thread: int, turn: int) -> list[ChatMessage]:
         ChatMessage.from_tool(f"/var/log on web-{turn % 7}: {turn % 100}% used (1.{turn % 9} TB free)", origin=call),
         ChatMessage.from_assistant(f"The log disk on web-{turn % 7} is {turn % 100}% full."),
     ]
+
+
+def build_interleaved(storage: Storage, n_messages: int, n_threads: int, batch: int) -> float:
+    """Append the history turn by turn, threads interleaved, ``batch`` messages a commit; return messages/s."""
+    per_thread = n_messages // n_threads
+    rng = random.Random(11)
+    order = list(range(n_threads))
+    written = 0
+    elapsed = 0.0
+    report_at = time.monotonic() + 10
+    pending: list[tuple[str, list[ChatMessage]]] = []
+
+    def commit() -> None:
+        nonlocal written, elapsed
+        started = time.perf_counter()
+        with storage.connector.writing():  # one transaction, like a group commit of concurrent writers
+            for thread, messages in pending:
+                written += storage.messages.write_messages(thread, messages)
+        elapsed += time.perf_counter() - started
+        pending.clear()
+
+    for turn in range((per_thread + 3) // 4):
+        rng.shuffle(order)
+        size = min(4, per_thread - 4 * turn)
+        for t in order:
+            pending.extend((thread_id(t), [m]) for m in exchange(t, turn)[:size])
+            if len(pending) >= batch:
+                commit()
+        if time.monotonic() > report_at:
+            print(f"  ... {written:,} messages written", file=sys.stderr)
+            report_at = time.monotonic() + 10
+    if pending:
+        commit()
+    return written / elapsed
 
 
 def build_history(storage: Storage, n_messages: int, n_threads: int, batch: int) -> float:
@@ -109,6 +150,15 @@ def time_decide(storage: Storage, n: int) -> list[float]:
     return timings
 
 
+def sizes(storage: Storage) -> dict[str, float] | None:
+    """Megabytes per table and index (SQLite's dbstat, when this SQLite has it)."""
+    try:
+        rows = storage.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+    except sqlite3.Error:
+        return None
+    return {name: round(size / 1e6, 1) for name, size in sorted(rows, key=lambda r: -r[1]) if size >= 1e6}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -118,7 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=10_000)
-    parser.add_argument("--batch", type=int, default=100, help="messages per write_messages call")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="messages per commit (interleaved) or per write_messages call (grouped)")
+    parser.add_argument("--layout", choices=["interleaved", "grouped"], default="interleaved")
     parser.add_argument("--samples", type=int, default=10_000, help="last_k reads to time")
     parser.add_argument("--decides", type=int, default=5_000, help="approval decisions to time")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
@@ -131,7 +183,8 @@ def main() -> None:
     try:
         print(f"building {args.messages:,} messages across {args.threads:,} threads in {path}", file=sys.stderr)
         started = time.perf_counter()
-        append_rate = build_history(storage, args.messages, args.threads, args.batch)
+        build = build_interleaved if args.layout == "interleaved" else build_history
+        append_rate = build(storage, args.messages, args.threads, args.batch)
         build_seconds = time.perf_counter() - started
         last_k = time_last_k(storage, args.threads, args.samples)
         decide = time_decide(storage, args.decides)
@@ -139,6 +192,7 @@ def main() -> None:
             "messages": storage.db["messages"].count,
             "threads": args.threads,
             "batch": args.batch,
+            "layout": args.layout,
             "synchronous": args.synchronous,
             "append_msgs_per_s": round(append_rate),
             "build_seconds": round(build_seconds, 1),
@@ -147,6 +201,7 @@ def main() -> None:
             "decide_median_ms": round(statistics.median(decide) * 1e3, 4),
             "decide_p99_ms": round(percentile(decide, 0.99) * 1e3, 4),
             "db_size_mb": round(os.path.getsize(path) / 1e6, 1),
+            "table_and_index_mb": sizes(storage),
             "platform": platform.platform(),
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),

@@ -186,10 +186,14 @@ class Config:
 
     def build_generator(self) -> Any:
         """The configured LLM, or the offline demo model when none is configured."""
-        from bot.llm import OfflineDemoChatGenerator, OpenAIChatGenerator
-
         if not self.llm_configured:
+            from bot.llm import OfflineDemoChatGenerator
+
             return OfflineDemoChatGenerator()
+        # Imported only here: the openai client takes over a second to import, which the offline demo
+        # (and `countersign chat` start-up with it) must not pay.
+        from bot.llm.openai_generator import OpenAIChatGenerator
+
         return OpenAIChatGenerator(
             model=self.model,
             api_key=self.openai_api_key,

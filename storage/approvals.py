@@ -297,6 +297,22 @@ class SQLiteApprovalStore:
                 self._exists(db, approval_id)
         return changed == 1
 
+    def mark_reminded(self, approval_id: str, now: Instant = None) -> bool:
+        """Record that a pending approval's approvers were reminded; ``True`` for exactly one caller, ever.
+
+        >>> storage.approvals.mark_reminded(approval_id, now=halfway), storage.approvals.mark_reminded(approval_id)
+        (True, False)
+        """
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE approvals SET reminded_at = ? "
+                "WHERE approval_id = ? AND status = 'pending' AND reminded_at IS NULL",
+                [epoch(now), approval_id],
+            ).rowcount
+            if not changed:
+                self._exists(db, approval_id)
+        return changed == 1
+
     def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
         """Expire up to ``limit`` due pending approvals in one statement; return the ones this caller expired.
 

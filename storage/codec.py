@@ -6,11 +6,11 @@ them as timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from bot import jsonio
 from storage.errors import CorruptRecord
 from storage.protocols import Instant
 
@@ -42,8 +42,8 @@ def to_datetime_or_none(value: float | None) -> datetime | None:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON, UTF-8 kept as is."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON, UTF-8 kept as is (orjson; see :mod:`bot.jsonio`)."""
+    return jsonio.dumps(value)
 
 
 def loads(text: str | None, *, kind: str, record_id: str) -> Any:
@@ -51,6 +51,6 @@ def loads(text: str | None, *, kind: str, record_id: str) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return jsonio.loads(text)
     except (TypeError, ValueError) as exc:
         raise CorruptRecord(kind, record_id, f"invalid JSON ({exc})") from exc

@@ -1,7 +1,8 @@
 """Thread history: :class:`SQLiteChatMessageStore`.
 
 Each message is stored as its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number;
-``(chat_history_id, seq)`` is indexed, so the last k messages are one short descending range scan.
+``(chat_history_id, seq)`` is the key of a ``WITHOUT ROWID`` table (schema 11), so a thread's messages sit
+together and the last k messages are one short descending range scan of adjacent rows.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from bot.messages import ChatMessage, ChatRole
+from bot.messages import ChatMessage, ChatRole, message_data, message_from_data
 from storage.codec import dumps, loads
 from storage.connection import connector_for
 from storage.errors import CorruptRecord, FencedOut
@@ -68,7 +69,7 @@ class SQLiteChatMessageStore:
         0
         """
         rows = [
-            (message.id, message.role.value, dumps(message.to_dict()))
+            (message.id, message.role.value, dumps(message_data(message)))
             for message in messages
             if not (self.skip_system_messages and message.is_from(ChatRole.SYSTEM))
         ]
@@ -139,7 +140,7 @@ class SQLiteChatMessageStore:
     def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
         record_id = f"{chat_history_id}/{message_id}"
         try:
-            return ChatMessage.from_dict(loads(data, kind="message", record_id=record_id))
+            return message_from_data(loads(data, kind="message", record_id=record_id))
         except CorruptRecord:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

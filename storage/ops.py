@@ -124,7 +124,7 @@ class SQLiteOperations:
                 runs=count(_OLD_RUNS),
                 approvals=count(_OLD_APPROVALS),
                 ledger=count(_OLD_LEDGER),
-                messages=count(f"SELECT id FROM messages WHERE chat_history_id IN ({_OLD_THREADS})"),
+                messages=count(f"SELECT seq FROM messages WHERE chat_history_id IN ({_OLD_THREADS})"),
                 outbox=count(_OLD_OUTBOX),
             )
             if dry_run:

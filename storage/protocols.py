@@ -472,6 +472,15 @@ class ApprovalStore(Protocol):
 
     def expire(self, approval_id: str, now: Instant = None) -> bool: ...
 
+    def mark_reminded(self, approval_id: str, now: Instant = None) -> bool:
+        """Record that the approvers of a pending approval were reminded; ``True`` for exactly one caller, ever.
+
+        Durable for the approval's whole life (unlike the 7-day event dedupe), so a reminder is sent once
+        whatever the TTL: ``UPDATE approvals SET reminded_at = now WHERE approval_id = ? AND status = 'pending'
+        AND reminded_at IS NULL``. ``False`` once decided or reminded; :class:`NotFound` for an unknown id.
+        """
+        ...
+
     def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
         """Expire up to ``limit`` pending approvals due by ``now`` in ONE statement; return those this caller expired.
 

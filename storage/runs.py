@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from bot import jsonio
 from storage.codec import dumps, epoch, loads
 from storage.connection import Connector
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
@@ -64,11 +64,14 @@ def _check_status(status: str) -> str:
 
 
 def _snapshot_text(run_id: str, snapshot_json: str | dict[str, Any]) -> str:
-    """Validate a snapshot before it is stored, so that a bad one fails the writer, not the resume."""
+    """Validate a snapshot before it is stored, so that a bad one fails the writer, not the resume.
+
+    A dict (what the engine passes) is encoded once; text from other callers is parsed to check it.
+    """
     if isinstance(snapshot_json, dict):
         return dumps(snapshot_json)
     try:
-        parsed = json.loads(snapshot_json)
+        parsed = jsonio.loads(snapshot_json)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"snapshot of run {run_id!r} is not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):

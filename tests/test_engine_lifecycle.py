@@ -191,7 +191,7 @@ async def test_an_expired_approval_rejects_the_call_updates_the_rendering_and_re
     expired = EXPIRED_FEEDBACK.format(tool_name="delete_file")
     assert "expired without a decision" in expired
     assert tool_results(sent_to_llm(h.generator)) == [("delete_file", expired, True)]
-    notice = "The approval for delete_file expired without a decision, so it was not run."
+    notice = f"{REQUESTER}: the approval for delete_file expired without a decision, so it was not run."
     assert h.surface.replies_in(h.thread()) == [notice, f"results: {expired}"]  # the requester is told
     assert [e.subject for e in await h.audit("expired")] == [approval.approval_id]
     with pytest.raises(ApprovalExpired):

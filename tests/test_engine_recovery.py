@@ -448,7 +448,7 @@ async def test_two_processes_sweeping_at_once_expire_each_approval_once_and_resu
     assert sum(counts) == len(threads)
     assert len(await first.audit("expired")) == len(threads)
     posted = [text for h in (first, second) for name in threads for text in h.surface.replies_in(h.thread(name))]
-    notice = "The approval for delete_file expired without a decision, so it was not run."
+    notice = f"{REQUESTER}: the approval for delete_file expired without a decision, so it was not run."
     answers = [text for text in posted if text != notice]
     assert len(answers) == len(threads) and all("expired without a decision" in a for a in answers)
     assert posted.count(notice) == len(threads)  # each requester is told once, whichever process expired it

@@ -121,6 +121,34 @@ async def test_an_expired_review_withholds_the_result(harnesses):
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
 
 
+async def test_review_decisions_are_audited_as_reviews_and_say_whether_the_result_was_edited(harnesses):
+    h = await harnesses.open(replies=[
+        asks_for("delete_file", path="a.txt"), echoes_results, asks_for("delete_file", path="b.txt"), echoes_results,
+        asks_for("delete_file", path="c.txt"), echoes_results,
+    ])
+    await admin(h, "policy set delete_file review")
+    secret_edit = "gone; api token=hunter2hunter2"
+    [edited] = await h.paused_approvals("delete a.txt")
+    await h.engine.decide(decision(edited, action="modify", edited_result=secret_edit))
+    await h.engine.wait_idle()
+    [approved] = await h.paused_approvals("delete b.txt")
+    await h.engine.decide(decision(approved))
+    await h.engine.wait_idle()
+    [expired] = await h.paused_approvals("delete c.txt")
+    h.clock.advance(days=2)
+    assert await h.engine.sweep_expired() == 1
+
+    by_subject = {e.subject: e for e in await h.audit() if e.action in ("modified", "approved", "expired")}
+    assert by_subject[edited.approval_id].details["kind"] == "review"
+    assert by_subject[edited.approval_id].details["edited"] is True
+    assert (by_subject[approved.approval_id].details["kind"], by_subject[approved.approval_id].details["edited"]) == (
+        "review", False
+    )
+    assert by_subject[expired.approval_id].details["kind"] == "review"
+    audited = str([e.details for e in await h.audit()])
+    assert "hunter2" not in audited and "deleted a.txt" not in audited  # neither result text is in the audit log
+
+
 async def test_a_review_survives_a_restart_and_the_tool_never_runs_twice(harnesses):
     h = await reviewed(harnesses)
     [review] = await h.paused_approvals("delete a.txt")

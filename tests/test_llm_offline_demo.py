@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from bot.config import Config
 from bot.demo_tools import build_demo_toolset
 from bot.llm import ANNOUNCEMENT, ChatGenerator, OfflineDemoChatGenerator, StreamingChunk
 from bot.messages import ChatMessage, ToolCall
@@ -122,3 +126,25 @@ async def test_run_async_streams_the_text_as_one_chunk(tools: Toolset) -> None:
     )
 
     assert [c.content for c in chunks] == [result["replies"][0].text]
+
+
+def test_the_offline_chat_path_never_imports_the_openai_client(tmp_path: Path) -> None:
+    # Importing openai takes over a second; `countersign chat` with the offline model must not pay it.
+    # A fresh interpreter: this test process may have imported openai for other tests already.
+    script = (
+        "import sys\n"
+        "from bot.config import Config\n"
+        "import adapters.console.chat\n"
+        "generator = Config.from_env({}).build_generator()\n"
+        "print(type(generator).__name__, 'openai' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["OfflineDemoChatGenerator", "False"]
+
+
+def test_a_configured_model_still_builds_the_openai_generator() -> None:
+    generator = Config.from_env({"OPENAI_API_KEY": "sk-test"}).build_generator()
+    assert type(generator).__name__ == "OpenAIChatGenerator"

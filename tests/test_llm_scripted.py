@@ -145,3 +145,41 @@ def test_to_dict_refuses_callable_replies_clearly() -> None:
 
     with pytest.raises(TypeError, match="only serialise ChatMessage replies"):
         gen.to_dict()
+
+
+def test_a_callable_reply_cannot_change_the_conversation_it_was_sent() -> None:
+    def meddling(messages: list[ChatMessage]) -> str:
+        messages[0].text = "rewritten"
+        messages[0].meta["id"] = "stolen"
+        messages[0].meta["extra"] = True
+        messages[1].tool_calls.clear()
+        messages.clear()
+        return "ok"
+
+    gen = ScriptedChatGenerator([meddling])
+    question = ChatMessage.from_user("delete old.log")
+    step = ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": "old.log"}, id="c1")])
+    conversation = [question, step]
+
+    gen.run(conversation)
+
+    assert conversation == [question, step]
+    assert (question.text, question.meta) == ("delete old.log", {"id": question.id})
+    assert [c.id for c in step.tool_calls] == ["c1"]
+
+
+def test_a_replayed_reply_object_comes_back_as_independent_copies() -> None:
+    scripted = ChatMessage.from_assistant(
+        tool_calls=[ToolCall("delete_file", {"path": "a.txt", "options": {"force": False}})], meta={"tags": ["x"]}
+    )
+    gen = ScriptedChatGenerator([scripted, scripted])
+
+    first = gen.run([ChatMessage.from_user("go")])["replies"][0]
+    first.meta["tags"].append("changed")
+    first.tool_calls[0].arguments["options"]["force"] = True
+    second = gen.run([ChatMessage.from_user("go")])["replies"][0]
+
+    assert first.id != second.id != scripted.id
+    assert second.meta["tags"] == scripted.meta["tags"] == ["x"]
+    original = {"path": "a.txt", "options": {"force": False}}
+    assert second.tool_calls[0].arguments == scripted.tool_calls[0].arguments == original

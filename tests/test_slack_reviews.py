@@ -17,6 +17,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_requests import form, text_input
 from tests.fakes.slack_stack import SlackStack, all_text, button_values
+from tests.test_slack_admin import command as slack_command
 from tests.test_slack_approvals import (  # noqa: F401 - fixtures
     ADMIN,
     ALICE,
@@ -162,3 +163,39 @@ async def test_a_secret_in_the_result_is_masked_in_slack_and_kept_whole_in_stora
 
 def _buttons(blocks: list[dict]) -> list[dict]:
     return [e for b in blocks if b.get("type") == "actions" for e in b.get("elements", [])]
+
+
+async def test_the_app_home_shows_a_review_with_its_masked_result_and_approving_there_releases_it(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    ran: list[str] = []
+    stack.engine.tools["delete_file"].function = lambda path: ran.append(path) or f"deleted {path}; api_key={SECRET}"
+    _, review_id, _ = await review_of(stack, slack, openai, "Done.")
+
+    await stack.requests.event(stack.requests.home_opened(ADMIN))
+    await stack.settle()
+    home = slack.calls_to("views.publish")[-1].args
+    shown = all_text(home["view"]["blocks"])
+    assert home["user_id"] == ADMIN
+    assert "Review the result of" in shown and "deleted old.log; api_key=" in shown and SECRET not in shown
+    # Edit result, not Edit (the call ran), and no "Approve and always allow here" for a review, even for an admin
+    assert [b["text"]["text"] for b in _buttons(home["view"]["blocks"])] == ["Approve", "Reject", "Edit result"]
+    assert button_values(home["view"]["blocks"], "cs_edit") == [review_id]
+
+    await stack.requests.home_click("cs_approve", review_id, user=ADMIN)
+    await stack.settle()
+
+    assert tool_messages(openai) == [f"deleted old.log; api_key={SECRET}"]  # the model sees the result as it is
+    assert f"Result approved by <@{ADMIN}>" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
+    assert button_values(slack.calls_to("views.publish")[-1].args["view"]["blocks"], "cs_approve") == []
+    assert ran == ["old.log"]  # once
+
+
+async def test_the_pending_listing_names_a_review_as_one(stack: SlackStack, slack: FakeSlackAPI,
+                                                         openai: FakeOpenAIServer) -> None:
+    _, review_id, _ = await review_of(stack, slack, openai)
+
+    listing = await slack_command(stack, slack, "pending", ADMIN)
+
+    assert f"review of the result of delete_file asked by {ALICE}, expires " in listing
+    assert f"(id {review_id[:8]})" in listing and "deleted old.log" not in listing  # the result is not listed

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
+from bot import jsonio
 from bot.agent import Agent, AgentSnapshot, SnapshotError, get_tool_calls_and_descriptions_from_snapshot
-from bot.agent.snapshot import SNAPSHOT_SCHEMA_VERSION
+from bot.agent.snapshot import SNAPSHOT_SCHEMA_VERSION, snapshot_data, snapshot_from_data
 from bot.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
 from bot.llm import ScriptedChatGenerator
-from bot.messages import ChatMessage
+from bot.llm.scripted import _light_copy
+from bot.messages import ChatMessage, ChatRole, ToolCall, message_data, message_from_data
 from tests.fakes.agent_kit import ToolBox, asks, call
 
 
@@ -115,3 +120,57 @@ async def test_the_pending_calls_and_their_descriptions_can_be_read_from_a_snaps
     assert [c["id"] for c in every_call] == ["c1", "c2"]
     assert every_description == {"delete": "The delete tool.", "lookup": "The lookup tool."}
     json.dumps([calls, descriptions])  # ready to render or to send
+
+
+OLD_SNAPSHOT = Path(__file__).parent / "fixtures" / "snapshot_v1_stdlib_json.json"
+"""A snapshot as countersign wrote it before orjson: json.dumps's spacing, and a NaN in its state."""
+
+
+def test_a_snapshot_written_by_the_standard_library_encoder_still_loads() -> None:
+    text = OLD_SNAPSHOT.read_text(encoding="utf-8")
+
+    restored = AgentSnapshot.from_json(text)
+
+    assert restored.run_id == "run-old-1"
+    assert [m.role for m in restored.messages] == [ChatRole.SYSTEM, ChatRole.USER, ChatRole.ASSISTANT]
+    assert restored.messages[1].text == "nettoie «prod» ✓"
+    assert restored.messages[1].meta == {"id": "m-user", "nested": {"a": [1, {"b": None}]}}
+    assert [c.id for c in restored.pending_tool_calls] == ["c1"]
+    assert math.isnan(restored.state["ratio"])
+    # The parsed old text and the new encoding hold the same data (NaN aside, which never equals itself).
+    old, new = json.loads(text), json.loads(restored.to_json())
+    old["state"].pop("ratio"), new["state"].pop("ratio")
+    assert {key: new[key] for key in old} == old  # newer snapshots only add fields (with their defaults)
+    assert AgentSnapshot.from_dict(json.loads(text)) == restored
+
+
+def test_snapshot_from_data_takes_fresh_data_over_and_agrees_with_from_dict() -> None:
+    data = json.loads(OLD_SNAPSHOT.read_text(encoding="utf-8"))
+    del data["state"]["ratio"]  # NaN never equals itself
+    text = json.dumps(data)
+
+    taken = snapshot_from_data(data)
+
+    assert taken == AgentSnapshot.from_dict(json.loads(text))
+    assert json.loads(jsonio.dumps(snapshot_data(taken))) == json.loads(json.dumps(taken.to_dict()))
+
+
+def test_a_message_with_an_unknown_role_is_refused_on_the_fast_path_too() -> None:
+    data = json.loads(OLD_SNAPSHOT.read_text(encoding="utf-8"))
+    data["messages"][1]["role"] = "robot"
+
+    with pytest.raises(SnapshotError, match="robot"):
+        snapshot_from_data(data)
+    with pytest.raises(SnapshotError, match="robot"):
+        AgentSnapshot.from_json(json.dumps(data))
+
+
+def test_the_fast_message_paths_fill_every_field_of_a_chat_message() -> None:
+    # message_from_data and the scripted generator's light copies set fields one by one (speed): a field
+    # added to ChatMessage must be added there too, or messages built on those paths would lack it.
+    message = ChatMessage.from_tool("ok", origin=ToolCall("delete", {"target": "a.log"}, id="c1"), meta={"k": 1})
+    every_field = {f.name for f in fields(ChatMessage)}
+
+    assert set(vars(message_from_data(json.loads(jsonio.dumps(message_data(message)))))) == every_field
+    assert set(vars(_light_copy(message))) == every_field
+    assert set(message_data(message)) == set(message.to_dict()) == every_field

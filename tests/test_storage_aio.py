@@ -89,3 +89,17 @@ async def test_many_concurrent_calls_share_the_small_pool(storage):
     assert {n.rsplit("_", 1)[0] for n in names} == {"countersign-db"}
     assert len(set(names)) <= 4
     await db.aclose()
+
+
+async def test_each_method_wrapper_is_built_once_and_calls_the_stores_current_method(storage):
+    create_run(storage)
+    db = AsyncStorage(storage)
+    try:
+        assert db.runs.get is db.runs.get  # cached on first use: no wrapper is built per call
+        assert (await db.runs.get("run-1")).run_id == "run-1"
+        recording = ThreadRecordingRunStore(storage.connector)
+        db.runs._store = recording  # the store is swapped after the wrapper exists
+        await db.runs.get("run-1")
+        assert recording.threads  # the cached wrapper ran the store's method as it is now
+    finally:
+        await db.aclose()

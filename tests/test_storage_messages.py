@@ -148,7 +148,7 @@ def test_sequence_keeps_increasing_across_reopening(tmp_path):
     second = SQLiteChatMessageStore(path)
     second.write_messages(THREAD, [ChatMessage.from_user("after restart")])
     assert texts(second.retrieve_messages(THREAD))[-1] == "after restart"
-    seqs = [row["seq"] for row in second.connector.database().query("SELECT seq FROM messages ORDER BY id")]
+    seqs = [row["seq"] for row in second.connector.database().query("SELECT seq FROM messages ORDER BY seq")]
     assert seqs == [1, 2, 3]
     second.close()
 

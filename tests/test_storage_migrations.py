@@ -18,6 +18,7 @@ from storage import (
     migrate,
     open_storage,
 )
+from storage.migrations import _messages_in_thread_order
 from tests.fakes.storage_data import NOW, THREAD
 
 ARGS = {"path": "/srv/app/a.txt"}
@@ -194,3 +195,26 @@ def test_a_closed_storage_refuses_to_work(tmp_path):
         storage.events.first_time("slack:Ev2")
     with pytest.raises(StorageError, match="closed"):
         storage.runs.get("run-1")
+
+
+def test_the_thread_order_upgrade_keeps_messages_without_a_rowid_and_loses_none(tmp_path):
+    path = tmp_path / "c.db"
+    history = write_schema_1_database(path)
+    db = Database(path)
+    migrate(db, target=MIGRATIONS.index(_messages_in_thread_order))  # the version just before it
+    other = ChatMessage.from_user("another thread, written in between")
+    db["messages"].insert({"chat_history_id": "slack:T1:C9:1.0", "seq": 1, "message_id": other.id, "role": "user",
+                           "data": json.dumps(other.to_dict()), "created_at": NOW.timestamp()})
+    db.conn.close()
+
+    with open_storage(path) as storage:
+        sql = storage.db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
+        indexes = {r[0] for r in storage.db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' "
+                                                    "AND type = 'index' AND sql IS NOT NULL")}
+        assert "WITHOUT ROWID" in sql and "PRIMARY KEY (chat_history_id, seq)" in sql
+        assert indexes == {"messages_thread_id"}
+        assert storage.messages.retrieve_messages(THREAD) == history
+        assert storage.messages.retrieve_messages("slack:T1:C9:1.0") == [other]
+        # ids stay unique per thread and appends continue the sequence
+        assert storage.messages.write_messages(THREAD, [history[0], ChatMessage.from_user("more")]) == 1
+        assert [m.text for m in storage.messages.retrieve_messages(THREAD)] == ["delete a.txt", "on it", "more"]

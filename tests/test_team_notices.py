@@ -4,12 +4,14 @@ sent once, and the expiry notice to the requester."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from adapters.slack.mrkdwn import note_markup
 from bot.engine.errors import NotAnAdmin
-from bot.engine.model import AdminRequest, DecisionRequest
+from bot.engine.model import AdminRequest, DecisionRequest, Mention, Note
 from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
@@ -70,7 +72,8 @@ async def test_approvers_who_have_not_answered_are_reminded_once_at_half_the_ttl
     assert await h.engine.remind_due() == 0  # once
 
     [dm] = [r for r in h.surface.replies if r.thread.channel == "D-U_ANA"]
-    assert dm.text.startswith("Reminder: a call of delete_file is waiting for your decision.")
+    assert dm.text.startswith(f"Reminder: a call of delete_file asked by {REQUESTER} is waiting for your decision.")
+    assert Mention(REQUESTER) in dm.note.parts  # the surface shows the requester as a real mention
     [tell] = h.surface.tells
     assert tell.user == BEN and tell.thread.channel == CHANNEL and tell.text == dm.text
     [audited] = await h.audit("reminded")
@@ -86,8 +89,22 @@ async def test_when_an_approval_expires_the_requester_is_told_in_the_thread(harn
     await h.engine.wait_idle()
 
     replies = h.surface.replies_in(h.thread())
-    assert replies[0] == "The approval for delete_file expired without a decision, so it was not run."
+    assert replies[0] == f"{REQUESTER}: the approval for delete_file expired without a decision, so it was not run."
     assert "I did not delete it." in replies
+
+
+async def test_a_reminder_is_sent_once_even_when_the_ttl_outlasts_the_event_dedupe(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")], default_ttl_seconds=20 * 86400)
+    h.surface.direct = {ANA}
+    await command(h, "approvers delete_file @U_ANA")
+    await h.say("delete a.txt")
+
+    h.clock.advance(hours=10 * 24 + 1)  # past half of the 20 days
+    assert await h.engine.remind_due() == 1
+    h.clock.advance(hours=8 * 24)
+    await h.engine.storage.events.prune(7 * 86400, now=h.clock())  # as the sweep does: a week of event dedupe
+    assert await h.engine.remind_due() == 0  # still once
+    assert len([r for r in h.surface.replies if r.thread.channel == "D-U_ANA"]) == 1
 
 
 async def test_reminders_can_be_turned_off(harnesses):
@@ -130,6 +147,40 @@ async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_an
     assert all(button_values(c.args["blocks"], "cs_approve") == [] for c in slack.calls_to("chat.update"))
     home = slack.calls_to("views.publish")[-1].args  # and Bob's App Home, shown again without it
     assert home["user_id"] == "U0BOB" and button_values(home["view"]["blocks"], "cs_approve") == []
+
+
+async def test_slack_reminders_and_the_expiry_notice_name_the_requester_with_a_real_mention(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
+) -> None:
+    clock = Clock()
+    stack: SlackStack = await start_stack(tmp_path, slack, openai, Ops(), clock)
+    try:
+        await slack_command(stack, slack, "approvers delete_file <@U0BOB>", "U0ADMIN")
+        openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+        openai.enqueue_text("I did not delete it.")
+        thread_ts, _ = await ask(stack, slack, "delete old.log")
+
+        clock.now += timedelta(minutes=31)  # past half of the hour
+        assert await stack.engine.remind_due() == 1
+        clock.now += timedelta(minutes=30)
+        assert await stack.engine.sweep_expired() == 1
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    reminder = slack.calls_to("chat.postMessage", lambda c: c.args["channel"] == "DU0BOB")[-1].args["text"]
+    assert reminder.startswith("Reminder: a call of delete_file asked by <@U0ALICE> is waiting for your decision.")
+    [notice] = slack.calls_to("chat.postMessage", lambda c: "expired without a decision" in c.args["text"])
+    assert notice.args["thread_ts"] == thread_ts
+    assert notice.args["text"] == (
+        "<@U0ALICE>: the approval for delete_file expired without a decision, so it was not run."
+    )
+
+
+def test_slack_notes_mention_only_the_ids_the_engine_names_and_escape_everything_else() -> None:
+    note = Note(("<!channel> <@U0EVIL> token=abc123 ", Mention("U0ANA"), ", ", Mention("<!here>"), ", ",
+                 Mention("usergroup:S0OPS|@ops"), ", ", Mention("group:oncall")))
+    assert note_markup(note) == "&lt;!channel&gt; &lt;@U0EVIL&gt; token=•••••• <@U0ANA>, &lt;!here&gt;, @ops, @oncall"
 
 
 # ---------------------------------------------------------------------- Approve and always allow here

@@ -72,7 +72,8 @@ async def test_chatter_from_another_person_changes_nothing_and_they_are_told_onc
     assert (await stack.engine.get_approval(approval_id)).is_pending
     [note] = notes_to(slack, BOB)  # once per person per approval
     assert note.args["thread_ts"] == thread_ts
-    assert "approval is pending" in note.args["text"] and ALICE in note.args["text"]
+    assert "approval is pending" in note.args["text"]
+    assert f"decided by <@{ALICE}> (who asked) or an admin" in note.args["text"]  # a real mention, not a raw id
 
     await stack.requests.click(
         "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=thread_ts
@@ -203,8 +204,26 @@ async def test_teams_a_bystanders_mention_leaves_the_card_and_the_requesters_mes
     await teams.say("go ahead!!", BEN)
     assert (await teams.engine.get_approval(approval_id)).is_pending
     assert teams.connector.updates() == []
-    assert sum("approval is pending" in t for t in teams.connector.texts()) == 1
+    [note] = [t for t in teams.connector.texts() if "approval is pending" in t]
+    assert "decided by Ana Lopez" in note and ANA.id not in note  # her display name, not her 29: id
 
     await teams.say("never mind", ANA)
+    assert (await teams.engine.get_approval(approval_id)).status == "superseded"
+    assert "Okay, I won't." in teams.connector.texts()
+
+
+async def test_teams_channel_replies_without_a_mention_reach_the_bot_and_only_the_requesters_act(
+    teams: TeamsStack,
+) -> None:
+    # With the manifest's ChannelMessage.Read.Group consent, Teams delivers replies that do not @mention the bot.
+    await teams.say("delete old.log")
+    _, card = teams.last_card()
+    [approval_id] = approval_ids(card)
+
+    await teams.say("looks fine to me", BEN, mention_bot=False)
+    assert (await teams.engine.get_approval(approval_id)).is_pending
+    assert teams.connector.updates() == []
+
+    await teams.say("actually, leave it", ANA, mention_bot=False)
     assert (await teams.engine.get_approval(approval_id)).status == "superseded"
     assert "Okay, I won't." in teams.connector.texts()

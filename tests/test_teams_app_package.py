@@ -42,6 +42,15 @@ def test_the_manifest_is_on_schema_1_29_and_allowed_into_shared_and_private_chan
     assert manifest["supportedChannelTypes"] == ["sharedChannels", "privateChannels"]
 
 
+def test_the_manifest_asks_for_channel_replies_without_a_mention():
+    # Resource-specific consent: Teams then delivers every channel reply (needed for reply mode `requester`).
+    manifest = json.loads((APP_PACKAGE / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["webApplicationInfo"]["id"] == PLACEHOLDER
+    assert manifest["authorization"]["permissions"]["resourceSpecific"] == [
+        {"name": "ChannelMessage.Read.Group", "type": "Application"}
+    ]
+
+
 def test_the_icons_have_the_sizes_teams_requires():
     assert png_size((APP_PACKAGE / "color.png").read_bytes()) == (192, 192)
     assert png_size((APP_PACKAGE / "outline.png").read_bytes()) == (32, 32)
@@ -54,7 +63,7 @@ def test_the_package_is_a_zip_with_the_app_id_filled_in(tmp_path):
     with zipfile.ZipFile(package) as archive:
         assert sorted(archive.namelist()) == ["color.png", "manifest.json", "outline.png"]
         manifest = json.loads(archive.read("manifest.json"))
-    assert manifest["id"] == manifest["bots"][0]["botId"] == APP_ID
+    assert manifest["id"] == manifest["bots"][0]["botId"] == manifest["webApplicationInfo"]["id"] == APP_ID
     assert PLACEHOLDER not in json.dumps(manifest)
 
 

@@ -21,7 +21,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from bot.engine.model import APPROVED, MODIFIED, ApprovalView, ThreadRef, ToolStep
+from bot.engine.model import APPROVED, MODIFIED, ApprovalView, Note, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import (
     display_arguments,
     display_result,
@@ -157,9 +157,13 @@ class ConsoleSurface:
 
     # --- the Surface protocol ----------------------------------------------------------------
 
-    async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Print the agent's answer as Markdown (rich markup in it stays literal text; secrets masked)."""
+    async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
+        """Print the agent's answer as Markdown (rich markup in it stays literal text; secrets masked); a
+        :class:`Note` as plain text."""
         self.console.print(Text("countersign ›", style="bold green").append(self._elsewhere(thread), style="dim"))
+        if isinstance(text, Note):
+            self.console.print(Text(inert(mask_text(text.plain()))))
+            return
         self.console.print(chat_markdown(mask_text(text)))
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
@@ -183,9 +187,9 @@ class ConsoleSurface:
             line = outcome_text(view, index, len(approvals))
             self.console.print(line.append(self._elsewhere(thread), style="dim"))
 
-    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+    async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Print a note for the person at the terminal (there is only one)."""
-        note = Text(inert(mask_text(text)), style="italic yellow")
+        note = Text(inert(mask_text(plain_text(text))), style="italic yellow")
         self.console.print(note.append(self._elsewhere(thread), style="dim"))
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:

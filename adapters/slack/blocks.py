@@ -31,7 +31,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from adapters.slack.mrkdwn import escape, escape_truncated, mention, split_message
+from adapters.slack.mrkdwn import approver_markup, escape, escape_truncated, mention, split_message
 from bot.engine.admin_syntax import format_duration
 from bot.engine.model import (
     APPROVED,
@@ -44,7 +44,7 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
-from bot.engine.roles import group_label, is_group
+from bot.engine.roles import group_label
 from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
@@ -265,18 +265,13 @@ def _status_line(call: ApprovalView) -> str:
     if call.is_pending:
         policy = f"policy `{escape(call.policy_mode)}`"
         if call.approvers:
-            policy += ", approvers " + ", ".join(_approver_markup(a) for a in call.approvers)
+            policy += ", approvers " + ", ".join(approver_markup(a) for a in call.approvers)
         if call.quorum > 1:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
         return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
     return f"{icon} {outcome_markup(call)}"
-
-
-def _approver_markup(entry: str) -> str:
-    """A person as a mention (Slack shows their name); a group by its name, never as a ping."""
-    return escape(group_label(entry)) if is_group(entry) else mention(entry)
 
 
 def outcome_markup(call: ApprovalView) -> str:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 
+from bot.engine.model import Note
+from bot.engine.roles import group_label, is_group
+from bot.redaction import mask_text
+
 MESSAGE_TEXT_LIMIT = 3_900
 """Characters per posted message: Slack advises at most 4,000 and truncates at 40,000."""
 
@@ -50,6 +54,31 @@ def mention(user_id: str | None) -> str:
     if user_id and _USER_ID.match(user_id):
         return f"<@{user_id}>"
     return escape(user_id or "someone")
+
+
+def note_markup(note: Note, limit: int = MESSAGE_TEXT_LIMIT) -> str:
+    """An engine's :class:`~bot.engine.model.Note` as mrkdwn: people as real mentions, groups by their name
+    (never a ping), every text part escaped and secrets masked.
+
+    >>> note_markup(Note(("Decided by ", Mention("U0ANA"), " <!here>")))
+    'Decided by <@U0ANA> &lt;!here&gt;'
+    """
+    out = []
+    for part in note.parts:
+        if isinstance(part, str):
+            out.append(escape_truncated(mask_text(part), limit))
+        else:
+            out.append(approver_markup(part.entry))
+    return "".join(out)
+
+
+def approver_markup(entry: str) -> str:
+    """A person as a mention (Slack shows their name); a group by its name, never as a ping.
+
+    >>> approver_markup("U0ANA"), approver_markup("usergroup:S0OPS|@ops")
+    ('<@U0ANA>', '@ops')
+    """
+    return escape(group_label(entry)) if is_group(entry) else mention(entry)
 
 
 def markdown_to_mrkdwn(text: str) -> str:

@@ -27,8 +27,15 @@ from adapters.slack.blocks import (
     streaming_blocks,
     tool_step_blocks,
 )
-from adapters.slack.mrkdwn import MESSAGE_TEXT_LIMIT, escape, escape_truncated, markdown_to_mrkdwn, split_message
-from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from adapters.slack.mrkdwn import (
+    MESSAGE_TEXT_LIMIT,
+    escape,
+    escape_truncated,
+    markdown_to_mrkdwn,
+    note_markup,
+    split_message,
+)
+from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import StreamRateLimited, masked_growth
 from bot.metrics import Observer
@@ -139,10 +146,11 @@ class SlackSurface:
         self.home_builder: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None
         """Builds one person's App Home view (user, workspace); set by the plugin."""
 
-    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+    async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
-        messages as needed."""
-        for chunk in split_message(markdown_to_mrkdwn(mask_text(text))):
+        messages as needed; a :class:`Note` with its people as real mentions."""
+        chunks = [note_markup(text)] if isinstance(text, Note) else split_message(markdown_to_mrkdwn(mask_text(text)))
+        for chunk in chunks:
             if not chunk.strip():
                 continue
             await self.client.chat_postMessage(
@@ -182,13 +190,13 @@ class SlackSurface:
                 extra={"approvals": [a.approval_id for a in approvals], "error": error},
             )
 
-    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
-        """An ephemeral message only ``user`` sees, in the thread."""
+    async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
+        """An ephemeral message only ``user`` sees, in the thread (a :class:`Note`'s people as real mentions)."""
         await self.client.chat_postEphemeral(
             channel=thread.channel,
             user=user,
             thread_ts=thread_ts(thread),
-            text=escape_truncated(mask_text(text), MESSAGE_TEXT_LIMIT),
+            text=note_markup(text) if isinstance(text, Note) else escape_truncated(mask_text(text), MESSAGE_TEXT_LIMIT),
         )
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:

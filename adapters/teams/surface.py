@@ -34,10 +34,10 @@ from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, 
 
 from adapters.teams.cards import CARD_CONTENT_TYPE, shared_card, stop_card
 from adapters.teams.handler import PLATFORM, personal_key
-from adapters.teams.names import with_names
+from adapters.teams.names import display_names, with_names
 from adapters.teams.store import ConversationStore
 from adapters.teams.text import markdown_message, plain_message
-from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Mention, Note, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import WAITING_FOR_APPROVAL, StreamRateLimited
 from bot.metrics import NullObserver, Observer
@@ -179,10 +179,12 @@ class TeamsSurface:
 
         return await self._continue(key, send)
 
-    async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Post the agent's answer as safe Markdown (links shown with their target, no mentions)."""
+    async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
+        """Post the agent's answer as safe Markdown (links shown with their target, no mentions); a
+        :class:`Note` as plain text, its people by their display names."""
         self._stop_typing(thread.key)
-        message = Activity(type=ActivityTypes.message, text=markdown_message(text), text_format="markdown")
+        shown = plain_message(await self._note_text(text)) if isinstance(text, Note) else markdown_message(text)
+        message = Activity(type=ActivityTypes.message, text=shown, text_format="markdown")
         await self._send(thread.key, message)
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
@@ -208,14 +210,20 @@ class TeamsSurface:
 
         await self._continue(message_ref.get("conversation") or thread.key, update)
 
-    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+    async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Tell one person something: in their personal chat with the bot if known, else in the thread."""
-        message = Activity(type=ActivityTypes.message, text=plain_message(text), text_format="markdown")
+        shown = plain_message(await self._note_text(text) if isinstance(text, Note) else text)
+        message = Activity(type=ActivityTypes.message, text=shown, text_format="markdown")
         private = personal_key(thread.workspace, user)
         if await self._store.load_conversation(private) is not None:
             await self._send(private, message)
             return
         await self._send(thread.key, message)
+
+    async def _note_text(self, note: Note) -> str:
+        """``note`` as plain text, people by their remembered display names (ids where unknown)."""
+        names = await display_names(self._store, [p.entry for p in note.parts if isinstance(p, Mention)])
+        return note.plain(lambda person: names.get(person, person))
 
     async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
         """The personal chat of ``user`` with the bot, if they ever wrote there (Teams cannot open one here)."""

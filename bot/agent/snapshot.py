@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from bot import jsonio
 from bot.hitl.dataclasses import ToolExecutionDecision
-from bot.messages import ChatMessage, ToolCall, ToolCallResult, new_id
+from bot.messages import ChatMessage, ToolCall, message_data, message_from_data, new_id
 
 SNAPSHOT_SCHEMA_VERSION = 1
 DECIDE_STAGE = "decide"
@@ -132,10 +132,9 @@ class AgentSnapshot:
     def to_json(self) -> str:
         """Serialise to a JSON string."""
         try:
-            # Messages without to_dict()'s defensive deep copies: json.dumps only reads them. Resuming
+            # Messages without to_dict()'s defensive deep copies: the encoder only reads them. Resuming
             # crosses this path on every approval, and deep copies were most of its cost.
-            held = [_message_data(m) for m in self.held_results]
-            return json.dumps(self._data([_message_data(m) for m in self.messages], held), ensure_ascii=False)
+            return jsonio.dumps(snapshot_data(self))
         except TypeError as exc:
             raise SnapshotError(f"Snapshot of run {self.run_id} is not JSON-serialisable: {exc}") from exc
 
@@ -143,11 +142,21 @@ class AgentSnapshot:
     def from_json(cls, text: str) -> AgentSnapshot:
         """Inverse of :meth:`to_json`."""
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = jsonio.loads(text)
+        except ValueError as exc:
             raise SnapshotError(f"Snapshot is not valid JSON: {exc}") from exc
-        # json.loads built fresh objects, so from_dict()'s deep copy of every message's meta is skipped.
-        return cls._from_data(data, _message_from_data)
+        # The parser built fresh objects, so from_dict()'s deep copy of every message's meta is skipped.
+        return cls._from_data(data, message_from_data)
+
+
+def snapshot_data(snapshot: AgentSnapshot) -> dict[str, Any]:
+    """``snapshot.to_dict()`` sharing the snapshot's objects: for a writer that encodes it at once.
+
+    The engine hands this to storage on every pause, which encodes it once (no JSON text to re-parse).
+    """
+    return snapshot._data(
+        [message_data(m) for m in snapshot.messages], [message_data(m) for m in snapshot.held_results]
+    )
 
 
 def _stage(value: Any) -> str:
@@ -156,31 +165,9 @@ def _stage(value: Any) -> str:
     return value
 
 
-def _call_data(call: ToolCall) -> dict[str, Any]:
-    return {"tool_name": call.tool_name, "arguments": call.arguments, "id": call.id}
+def snapshot_from_data(data: Any) -> AgentSnapshot:
+    """``AgentSnapshot.from_dict(data)`` for freshly parsed data nobody else holds (e.g. a stored snapshot).
 
-
-def _message_data(message: ChatMessage) -> dict[str, Any]:
-    """``ChatMessage.to_dict()`` sharing instead of copying (tests pin that both give the same JSON)."""
-    result = message.tool_call_result
-    return {
-        "role": message.role.value,
-        "text": message.text,
-        "tool_calls": [_call_data(c) for c in message.tool_calls],
-        "tool_call_result": (
-            {"result": result.result, "origin": _call_data(result.origin), "error": result.error} if result else None
-        ),
-        "meta": message.meta,
-    }
-
-
-def _message_from_data(data: dict[str, Any]) -> ChatMessage:
-    """``ChatMessage.from_dict()`` for data nobody else holds: the meta dict is taken over, not copied."""
-    result = data.get("tool_call_result")
-    return ChatMessage(
-        role=data["role"],  # __post_init__ makes it a ChatRole (and refuses an unknown one)
-        text=data.get("text"),
-        tool_calls=[ToolCall.from_dict(tc) for tc in data.get("tool_calls") or []],
-        tool_call_result=ToolCallResult.from_dict(result) if result else None,
-        meta=data.get("meta") or {},
-    )
+    The messages take the parsed objects over instead of deep-copying them.
+    """
+    return AgentSnapshot._from_data(data, message_from_data)

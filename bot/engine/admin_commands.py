@@ -14,6 +14,7 @@ from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
+from bot.engine.review import REVIEW
 from bot.engine.roles import Roles, group_label
 from bot.engine.team_commands import TeamCommands, approver_count
 from bot.redaction import mask_text
@@ -86,8 +87,8 @@ class AdminCommands:
             if decidable:
                 await self.storage.places.record(decidable, here, now=self.clock())
             return "\n".join(
-                f"{r.tool_name} asked by {r.requester}, expires {r.expires_at:%Y-%m-%d %H:%M} UTC "
-                f"(id {r.approval_id[:8]})"
+                f"{'review of the result of ' if r.kind == REVIEW else ''}{r.tool_name} asked by {r.requester}, "
+                f"expires {r.expires_at:%Y-%m-%d %H:%M} UTC (id {r.approval_id[:8]})"
                 for r in pending
             )
         if command.name == "audit":

@@ -8,8 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
-from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED
-from bot.engine.roles import group_label
+from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.redaction import mask_secrets
@@ -73,13 +72,20 @@ async def authorize_now(roles: Any, record: Any, actor: str, *, fresh: bool = Tr
     authorize(lambda _: admin, record, actor, approver=approver)
 
 
-def who_decides(record: Any) -> str:
-    """Who may decide ``record``, in words (the rule of :func:`authorize`), e.g. ``U1 (who asked) or an admin``."""
+def who_decides(record: Any) -> tuple[str | Mention, ...]:
+    """Who may decide ``record``, in words (the rule of :func:`authorize`), as parts of a :class:`Note`.
+
+    >>> Note(who_decides(record)).plain()
+    'U1 (who asked) or an admin'
+    """
     if record.approvers:
-        return ", ".join(group_label(a) for a in record.approvers)
+        named: list[str | Mention] = []
+        for entry in record.approvers:
+            named += [", ", Mention(entry)] if named else [Mention(entry)]
+        return tuple(named)
     if record.four_eyes:
-        return "an admin other than the person who asked"
-    return f"{record.requester} (who asked) or an admin"
+        return ("an admin other than the person who asked",)
+    return (Mention(record.requester), " (who asked) or an admin")
 
 
 def decision_from_record(record: Any) -> ToolExecutionDecision:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot import failpoints
-from bot.agent import Agent, AgentSnapshot, SnapshotError
-from bot.agent.snapshot import REVIEW_STAGE
+from bot.agent import Agent, SnapshotError
+from bot.agent.snapshot import REVIEW_STAGE, snapshot_data, snapshot_from_data
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
@@ -590,7 +590,7 @@ class Engine:
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=snapshot.to_json(), step=step
+            run_id, "running", "paused", fence=fence, snapshot_json=snapshot_data(snapshot), step=step
         )
         if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
@@ -610,7 +610,7 @@ class Engine:
             return
         # Recorded before the message exists: a click can land while it is being posted.
         await self.note_shown(thread.place, [r.approval_id for r in records])
-        views = await self._views(records)
+        views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
@@ -757,17 +757,17 @@ class Engine:
             action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
         )
         logger.info("decision recorded", extra={"action": action})
+        details = {
+            "tool": record.tool_name,
+            "run_id": record.run_id,
+            "kind": record.kind,
+            "feedback": request.feedback,
+            "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
+        }
+        if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
+            details["edited"] = action == MODIFY
         await self.storage.audit.append(
-            request.actor,
-            STATUS_OF_ACTION[action],
-            record.approval_id,
-            {
-                "tool": record.tool_name,
-                "run_id": record.run_id,
-                "feedback": request.feedback,
-                "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
-            },
-            now=self.clock(),
+            request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
         )
         if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
             thread = await self._thread_of(record)
@@ -886,7 +886,8 @@ class Engine:
             return None
         self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
-            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "votes": count}, now=self.clock()
+            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "kind": record.kind, "votes": count},
+            now=self.clock(),
         )
         views = await self._update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
@@ -950,7 +951,7 @@ class Engine:
 
     async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run_id))
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
@@ -984,7 +985,7 @@ class Engine:
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
-            snapshot = AgentSnapshot.from_dict(await self.storage.runs.snapshot(run.run_id))
+            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
             step_messages = [snapshot.step_message]
             # Results held for review ran, but are never released without a decision.
             reason = f"result withheld: {SUPERSEDED_RESULT}" if snapshot.stage == REVIEW_STAGE else SUPERSEDED_RESULT
@@ -1020,8 +1021,8 @@ class Engine:
         while True:
             records = await self.storage.approvals.expire_due(now=now, limit=batch)
             if records:
-                entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id})
-                           for r in records]
+                entries = [("countersign", "expired", r.approval_id,
+                            {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind}) for r in records]
                 await self.storage.audit.append_many(entries, now=now)
                 for _record in records:
                     self.observer.decision("expire", "expired")
@@ -1103,11 +1104,11 @@ class Engine:
         run = await self.storage.runs.get(record.run_id)
         return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
 
-    async def _views(self, records: list[Any]) -> list[ApprovalView]:
-        """Views of approvals of one step (one run, so its thread is read once)."""
+    async def _views(self, records: list[Any], thread: ThreadRef | None = None) -> list[ApprovalView]:
+        """Views of approvals of one step (one run, so its thread is read once, unless the caller knows it)."""
         if not records:
             return []
-        thread = await self._thread_of(records[0])
+        thread = thread or await self._thread_of(records[0])
         return [await self._view(r, thread) for r in records]
 
     async def _view(self, record: Any, thread: ThreadRef | None = None) -> ApprovalView:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.engine.decisions import who_decides
-from bot.engine.model import PENDING, Inbound
+from bot.engine.model import PENDING, Inbound, Note
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +76,10 @@ class Listening:
         return pending[0] if pending else None
 
 
-def pending_note(record: Any) -> str:
+def pending_note(record: Any) -> Note:
     """The private note for someone who writes while ``record`` waits and may not start something new."""
-    return (
+    return Note((
         f"An approval is pending in this thread ({record.tool_name}), so I am not acting on your message. "
-        f"It can be decided by {who_decides(record)}. Only the person who asked or an admin can start "
-        "something new here."
-    )
+        "It can be decided by ", *who_decides(record), ". Only the person who asked or an admin can start "
+        "something new here.",
+    ))

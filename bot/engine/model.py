@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from bot.engine.roles import group_label, is_group
 
 PENDING = "pending"
 APPROVED = "approved"
@@ -207,3 +211,57 @@ class AdminRequest:
     channel_names: dict[str, str] = field(default_factory=dict)
     private: bool = True
     """Whether only ``actor`` sees the answer (a Slack slash command, a DM, the console); not in a Teams channel."""
+
+
+@dataclass(frozen=True)
+class Mention:
+    """Someone the engine names in a :class:`Note`: a person's platform id, or an approver group entry."""
+
+    entry: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """A short text the engine writes that names people (who can decide, who asked).
+
+    Surfaces render each :class:`Mention` their way (Slack: a real ``<@U…>`` mention; Teams: the display
+    name) and escape every text part, so only ids the engine put in a ``Mention`` can become mentions.
+    Groups are always shown by name, never as a ping.
+
+    >>> Note(("Decided by ", Mention("U1"), " or ", Mention("group:oncall"), ".")).plain()
+    'Decided by U1 or @oncall.'
+    """
+
+    parts: tuple[str | Mention, ...]
+
+    def plain(self, name: Callable[[str], str] = lambda person: person) -> str:
+        """The note as plain (unescaped) text, people shown by ``name(id)``, groups by their label."""
+        return "".join(
+            part if isinstance(part, str) else group_label(part.entry) if is_group(part.entry) else name(part.entry)
+            for part in self.parts
+        )
+
+    def to_json(self) -> str:
+        """The note as JSON text (for the durable outbox); :meth:`from_json` reads it back."""
+        return json.dumps([part if isinstance(part, str) else {"mention": part.entry} for part in self.parts])
+
+    @classmethod
+    def from_json(cls, text: str) -> Note:
+        """The note written by :meth:`to_json`; raises ``ValueError`` for anything else."""
+        loaded = json.loads(text)
+        if not isinstance(loaded, list):
+            raise ValueError("a note is a JSON list")
+        parts: list[str | Mention] = []
+        for part in loaded:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("mention"), str):
+                parts.append(Mention(part["mention"]))
+            else:
+                raise ValueError("a note part is a string or a mention")
+        return cls(tuple(parts))
+
+
+def plain_text(text: str | Note) -> str:
+    """``text`` itself, or a :class:`Note` as plain text (for surfaces and logs that show ids as they are)."""
+    return text.plain() if isinstance(text, Note) else text

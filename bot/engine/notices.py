@@ -5,7 +5,7 @@
   surface can open one (:meth:`bot.engine.surface.Surface.direct_thread`). Where each was shown is
   recorded, so a click there may decide, and a decision anywhere re-renders every copy.
 - Once a fraction of the TTL has passed (``COUNTERSIGN_REMIND_AT``), the approvers who have not answered
-  are reminded, once per approval across all processes.
+  are reminded, once per approval across all processes (recorded on the approval itself, so for any TTL).
 - When an approval expires, the requester is told in the thread (through the durable outbox, once).
 - When a step changes, its deciders' personal lists (Slack's App Home) are shown again.
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from bot.engine.model import ApprovalView, ThreadRef
+from bot.engine.model import ApprovalView, Mention, Note, ThreadRef
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -114,15 +114,16 @@ class ApproverNotices:
                 continue
             if now < record.created_at + (record.expires_at - record.created_at) * fraction:
                 continue
-            if not await self.storage.events.first_time(f"reminded:{record.approval_id}", now=now):
-                continue  # another process (or an earlier sweep) reminded them
+            if not await self.storage.approvals.mark_reminded(record.approval_id, now=now):
+                continue  # another process (or an earlier sweep) reminded them, however long ago
             voted = {v.voter for v in await self.storage.approvals.votes(record.approval_id)}
             people = [p for p in await self.approvers_of([record], fresh=True) if p not in voted]
             thread = await self.engine._thread_of(record)
-            text = (
-                f"Reminder: a call of {record.tool_name} is waiting for your decision. "
-                f"It expires at {record.expires_at:%Y-%m-%d %H:%M} UTC and is rejected if nobody decides."
-            )
+            text = Note((
+                f"Reminder: a call of {record.tool_name} asked by ", Mention(record.requester),
+                f" is waiting for your decision. It expires at {record.expires_at:%Y-%m-%d %H:%M} UTC "
+                "and is rejected if nobody decides.",
+            ))
             for person in people:
                 await self._tell(thread, person, text)
                 reminded += 1
@@ -137,12 +138,13 @@ class ApproverNotices:
             try:
                 thread = await self.engine._thread_of(record)
                 names = ", ".join(sorted({r.tool_name for r in records if r.run_id == record.run_id}))
-                text = f"The approval for {names} expired without a decision, so it was not run."
+                text = Note((Mention(record.requester),
+                             f": the approval for {names} expired without a decision, so it was not run."))
                 await self.engine.lifecycle.deliveries.say(thread, text, f"expired:{record.run_id}:{record.step}")
             except Exception:
                 logger.warning("expiry notice not sent", extra={"run_id": record.run_id}, exc_info=True)
 
-    async def _tell(self, thread: ThreadRef, person: str, text: str) -> None:
+    async def _tell(self, thread: ThreadRef, person: str, text: Note) -> None:
         surface = self.engine.surfaces.get(thread.platform)
         if surface is None:
             return

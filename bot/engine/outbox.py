@@ -6,6 +6,9 @@ recovery notices) is stored in ``storage.outbox`` under a key that names why it 
 same key again changes nothing), claimed by this process, posted, and marked delivered. What is left
 undelivered is posted by the sweep (:meth:`Deliveries.deliver_due`) of whichever process has a surface
 for the platform, once its claim has expired: at least once, never lost.
+
+A :class:`~bot.engine.model.Note` (a notice that names people) is stored as JSON under a key in the
+``note:`` namespace, so the sweep posts it as a note again; model text is never read as one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.engine.model import ThreadRef
+from bot.engine.model import Note, ThreadRef
 from bot.engine.surface import Surface
 from storage import RunFence, ThreadAddress
 
@@ -24,6 +27,8 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 30.0
 """How long a message whose post failed waits before the sweep tries again (doubled per attempt, capped)."""
 MAX_RETRY_SECONDS = 900.0
+NOTE_KEY_PREFIX = "note:"
+"""Outbox keys of messages stored as :class:`Note` JSON (only the engine chooses keys)."""
 
 Via = Callable[[str], Awaitable[bool]]
 """Shows a message's text some other way (a stream being finished); ``False`` when it could not."""
@@ -62,7 +67,8 @@ class Deliveries:
         self.claim_seconds = claim_seconds
 
     async def owe(
-        self, thread: ThreadRef, text: str, key: str, finishes_run: str | None = None, fence: RunFence | None = None
+        self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
+        fence: RunFence | None = None,
     ) -> bool:
         """Store the message durably, claimed by this process if it can post it; ``False`` if already owed.
 
@@ -71,11 +77,12 @@ class Deliveries:
         """
         now = self.clock()
         can_post = thread.platform in self.surfaces
+        key, stored = _stored(key, text)
         return bool(
             await self.storage.outbox.add(
                 key,
                 address_of(thread),
-                text,
+                stored,
                 claimed_by=self.owner if can_post else None,
                 claim_until=now + timedelta(seconds=self.claim_seconds) if can_post else None,
                 now=now,
@@ -84,13 +91,13 @@ class Deliveries:
             )
         )
 
-    async def post(self, thread: ThreadRef, text: str, key: str, via: Via | None = None) -> bool:
+    async def post(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
         """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed.
 
         ``via``: another way to show the text first (finishing a streamed message); when it returns
-        ``False`` the text is posted as usual.
+        ``False`` the text is posted as usual. A :class:`Note` is always posted.
         """
-        if via is not None:
+        if via is not None and isinstance(text, str):
             try:
                 shown = await via(text)
             except Exception:  # the usual post below still delivers it
@@ -99,9 +106,10 @@ class Deliveries:
             if shown:
                 await self.storage.outbox.delivered(key, now=self.clock())
                 return True
-        return await self._deliver(key, thread, text, attempts=0)
+        key, stored = _stored(key, text)
+        return await self._deliver(key, thread, stored, attempts=0)
 
-    async def say(self, thread: ThreadRef, text: str, key: str, via: Via | None = None) -> bool:
+    async def say(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
         """:meth:`owe` then :meth:`post`: the usual way to tell a thread something."""
         if not await self.owe(thread, text, key):
             return False  # owed already (a retry, a recovery): whoever holds it, or the sweep, posts it
@@ -126,7 +134,7 @@ class Deliveries:
                            extra={"platform": thread.platform, "key": key})
             return False
         try:
-            await surface.post_reply(thread, text)
+            await surface.post_reply(thread, Note.from_json(text) if key.startswith(NOTE_KEY_PREFIX) else text)
         except Exception:  # the message stays owed: the sweep posts it later
             delay = min(RETRY_AFTER_SECONDS * 2**attempts, MAX_RETRY_SECONDS)
             logger.warning("could not post a message; it waits in the outbox", extra={"key": key}, exc_info=True)
@@ -134,3 +142,10 @@ class Deliveries:
             return False
         await self.storage.outbox.delivered(key, now=self.clock())
         return True
+
+
+def _stored(key: str, text: str | Note) -> tuple[str, str]:
+    """The outbox key and text of a message: a note goes under the ``note:`` namespace, as JSON."""
+    if isinstance(text, Note):
+        return NOTE_KEY_PREFIX + key, text.to_json()
+    return key, text

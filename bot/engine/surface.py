@@ -11,14 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
 
 
 class Surface(Protocol):
     """Output side of one platform. Every method must escape untrusted text for its platform."""
 
-    async def post_reply(self, thread: ThreadRef, text: str) -> None:
-        """Post the agent's answer (model text: untrusted, may be long) in the thread."""
+    async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
+        """Post the agent's answer (model text: untrusted, may be long) in the thread.
+
+        A :class:`~bot.engine.model.Note` is a notice of the engine's that names people: render its
+        mentions as the platform's mentions or display names, and escape its text parts.
+        """
         ...
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
@@ -35,8 +39,8 @@ class Surface(Protocol):
         """Re-render that message for everyone: decided calls lose their buttons and show the outcome."""
         ...
 
-    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
-        """Tell one person something privately (Slack ephemeral message)."""
+    async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
+        """Tell one person something privately (Slack ephemeral message); a ``Note`` as in :meth:`post_reply`."""
         ...
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:

@@ -7,6 +7,7 @@ agent can count tokens and tell why the model stopped.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 from abc import ABC, abstractmethod
@@ -105,18 +106,35 @@ def finalize_local_reply(reply: ChatMessage, *, model: str) -> ChatMessage:
     collide), an id for every tool call that lacks one (decisions bind to tool-call ids), and
     ``finish_reason`` / ``usage`` / ``model`` unless the reply already sets them.
     """
-    data = reply.to_dict()
-    data["meta"]["id"] = new_id()
-    copy = ChatMessage.from_dict(data)
-    copy.tool_calls = [
-        ToolCall(tool_name=tc.tool_name, arguments=tc.arguments, id=tc.id or f"call_{new_id()[:24]}")
-        for tc in copy.tool_calls
-    ]
-    copy.meta.setdefault("finish_reason", "tool_calls" if copy.tool_calls else "stop")
-    copy.meta.setdefault("usage", dict(ZERO_USAGE))
-    copy.meta.setdefault("model", model)
-    copy.meta.setdefault("index", 0)
-    return copy
+    # One message, copied field by field: a to_dict()/from_dict() round trip deep-copied everything twice.
+    meta = _fresh(reply.meta)
+    meta["id"] = new_id()
+    result = reply.tool_call_result
+    fresh = ChatMessage(
+        role=reply.role,
+        text=reply.text,
+        tool_calls=[
+            ToolCall(tc.tool_name, _fresh(tc.arguments), tc.id or f"call_{new_id()[:24]}")
+            for tc in reply.tool_calls
+        ],
+        tool_call_result=ToolCallResult.from_dict(result.to_dict()) if result else None,
+        meta=meta,
+    )
+    fresh.meta.setdefault("finish_reason", "tool_calls" if fresh.tool_calls else "stop")
+    fresh.meta.setdefault("usage", dict(ZERO_USAGE))
+    fresh.meta.setdefault("model", model)
+    fresh.meta.setdefault("index", 0)
+    return fresh
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _fresh(mapping: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``mapping`` sharing nothing mutable: a flat one (the usual case) needs no deep copy."""
+    if all(type(v) in _SCALARS for v in mapping.values()):
+        return dict(mapping)
+    return copy.deepcopy(mapping)
 
 
 class LocalChatGenerator(ABC):

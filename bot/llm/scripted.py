@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +26,10 @@ class ScriptedChatGenerator(LocalChatGenerator):
     >>> gen.calls[0]["tools"]
     []
 
+    A callable gets copies of the messages: it may reassign their fields or change their ``meta`` and
+    tool-call lists without touching the run's transcript; the nested tool calls, arguments and results
+    are shared with the run and must be treated as read-only (as the messages in :attr:`calls`).
+
     Each reply comes back as a fresh copy with a new ``meta["id"]``, ids for tool calls that have
     none, and ``finish_reason`` / ``usage`` (zeros) unless set. An exception in ``replies`` is
     raised by the call that reaches it (to script failures). Running out raises :class:`LLMError`.
@@ -49,9 +52,9 @@ class ScriptedChatGenerator(LocalChatGenerator):
         tools: Sequence[Tool | Toolset] | None,
         generation_kwargs: dict[str, Any] | None,
     ) -> ChatMessage:
-        # Shallow copies: a round trip through to_dict for every message of a long history on each call
-        # cost ~1.5 ms per cycle in bench/agent_overhead.py.
-        copies = [copy.copy(m) for m in messages]
+        # Shallow copies with their own meta dict and tool-call list: a round trip through to_dict for
+        # every message of a long history on each call cost ~1.5 ms per cycle in bench/agent_overhead.py.
+        copies = [_light_copy(m) for m in messages]
         with self._lock:
             self.calls.append(
                 {
@@ -69,7 +72,8 @@ class ScriptedChatGenerator(LocalChatGenerator):
         if isinstance(scripted, ChatMessage):
             reply = scripted
         else:
-            reply = scripted([ChatMessage.from_dict(m.to_dict()) for m in messages])
+            # The callable gets its own list of light copies (see _light_copy), not deep copies.
+            reply = scripted(list(copies))
             if isinstance(reply, str):
                 reply = ChatMessage.from_assistant(reply)
         if not isinstance(reply, ChatMessage):
@@ -92,3 +96,15 @@ class ScriptedChatGenerator(LocalChatGenerator):
     def from_dict(cls, data: dict[str, Any]) -> ScriptedChatGenerator:
         """Inverse of :meth:`to_dict` (starts again from the first reply)."""
         return cls([ChatMessage.from_dict(r) for r in data["init_parameters"]["replies"]])
+
+
+def _light_copy(message: ChatMessage) -> ChatMessage:
+    """A copy of ``message`` with its own ``meta`` dict and tool-call list (nested objects are shared)."""
+    # Built by hand: copy.copy's protocol costs twice these attribute stores (long histories).
+    clone = object.__new__(ChatMessage)
+    clone.role = message.role
+    clone.text = message.text
+    clone.tool_calls = message.tool_calls.copy()
+    clone.tool_call_result = message.tool_call_result
+    clone.meta = message.meta.copy()
+    return clone

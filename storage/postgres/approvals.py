@@ -254,6 +254,22 @@ class PostgresApprovalStore:
             return False
         return True
 
+    async def mark_reminded(self, approval_id: str, now: Instant = None) -> bool:
+        """Record that a pending approval's approvers were reminded; ``True`` for exactly one caller, ever.
+
+        >>> await storage.approvals.mark_reminded(approval_id, now=halfway)
+        True
+        """
+        row = await self.db.fetchone(
+            "UPDATE approvals SET reminded_at = %s "
+            "WHERE approval_id = %s AND status = 'pending' AND reminded_at IS NULL RETURNING true",
+            [instant(now), approval_id],
+        )
+        if row is None:
+            await self._exists(approval_id)
+            return False
+        return True
+
     async def expire_due(self, now: Instant = None, limit: int = 500) -> list[ApprovalRecord]:
         """Expire up to ``limit`` due pending approvals in one statement; return the ones this caller expired.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from bot.messages import ChatMessage, ChatRole
+from bot.messages import ChatMessage, ChatRole, message_data, message_from_data
 from storage.codec import dumps, loads
 from storage.errors import CorruptRecord, FencedOut
 from storage.messages import _check_k
@@ -86,7 +86,7 @@ class PostgresChatMessageStore:
         for message in messages:
             if self.skip_system_messages and message.is_from(ChatRole.SYSTEM):
                 continue
-            rows.setdefault(message.id, (message.role.value, dumps(message.to_dict())))
+            rows.setdefault(message.id, (message.role.value, dumps(message_data(message))))
         return rows
 
     @staticmethod
@@ -146,7 +146,7 @@ class PostgresChatMessageStore:
     def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
         record_id = f"{chat_history_id}/{message_id}"
         try:
-            return ChatMessage.from_dict(loads(data, kind="message", record_id=record_id))
+            return message_from_data(loads(data, kind="message", record_id=record_id))
         except CorruptRecord:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -396,6 +396,11 @@ _AUDIT_CHAIN: Migration = (
     "FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
 )
 
+_APPROVAL_REMINDERS: Migration = (
+    # Version 10: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned).
+    "ALTER TABLE approvals ADD COLUMN reminded_at timestamptz",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -406,6 +411,7 @@ MIGRATIONS: list[Migration] = [
     _MEMORIES,
     _RUN_TOKEN_USAGE,
     _AUDIT_CHAIN,
+    _APPROVAL_REMINDERS,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

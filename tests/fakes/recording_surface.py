@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine.model import ApprovalView, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import tool_step_line
 
 DEFAULT_TIMEOUT = 5.0
@@ -29,10 +29,11 @@ DEFAULT_TIMEOUT = 5.0
 
 @dataclass(frozen=True)
 class Reply:
-    """``post_reply(thread, text)``."""
+    """``post_reply(thread, text)`` (a ``Note`` recorded as its plain text, and as itself in ``note``)."""
 
     thread: ThreadRef
     text: str
+    note: Note | None = None
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,12 @@ class Update:
 
 @dataclass(frozen=True)
 class Tell:
-    """``tell_user(thread, user, text)``."""
+    """``tell_user(thread, user, text)`` (a ``Note`` recorded as its plain text, and as itself in ``note``)."""
 
     thread: ThreadRef
     user: str
     text: str
+    note: Note | None = None
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,9 @@ class RecordingSurface:
 
     # --- the Surface protocol -------------------------------------------------------------------
 
-    async def post_reply(self, thread: ThreadRef, text: str) -> None:
+    async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
         """Record an answer posted in the thread."""
-        await self._record(Reply(thread, text))
+        await self._record(Reply(thread, plain_text(text), text if isinstance(text, Note) else None))
 
     async def render_approvals(self, thread: ThreadRef, approvals: Sequence[ApprovalView]) -> dict[str, Any]:
         """Record the approvals of a paused step; the reference is ``{"ref": n}``, counting from 1."""
@@ -112,9 +114,9 @@ class RecordingSurface:
         """Record a re-rendering of an approval message."""
         await self._record(Update(thread, dict(message_ref), tuple(approvals)))
 
-    async def tell_user(self, thread: ThreadRef, user: str, text: str) -> None:
+    async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Record a private message to one person."""
-        await self._record(Tell(thread, user, text))
+        await self._record(Tell(thread, user, plain_text(text), text if isinstance(text, Note) else None))
 
     async def show_working(self, thread: ThreadRef, working: bool, message_id: str | None = None) -> None:
         """Record the working indicator being switched on or off."""

@@ -351,11 +351,13 @@ class TeamsStack:
         conversation_type: str = "channel",
         mentions: Sequence[Person] = (),
         activity_id: str | None = None,
+        mention_bot: bool = True,
     ) -> dict[str, Any]:
-        """A message activity; outside personal chats it @mentions the bot, as Teams requires."""
+        """A message activity; outside personal chats it @mentions the bot, as Teams requires, unless
+        ``mention_bot=False`` (a channel reply Teams delivers because of the ``ChannelMessage.Read.Group`` consent)."""
         activity = self._base(person, conversation, conversation_type, activity_id or f"msg-{next(self._ids)}")
         entities = []
-        if conversation_type != "personal":
+        if conversation_type != "personal" and mention_bot:
             text = f"<at>{BOT_NAME}</at> {text}"
             entities.append(mention(BOT_ID, BOT_NAME))
         entities.extend(mention(other.id, other.name) for other in mentions)

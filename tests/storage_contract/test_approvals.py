@@ -201,3 +201,15 @@ async def test_a_review_without_its_result_or_of_an_unknown_kind_is_refused(appr
         await approvals.create_many([new_approval(result="a result on an approval")])
     with pytest.raises(ValueError, match="kind"):
         await approvals.create_many([new_approval(kind="audit")])
+
+
+async def test_an_approval_is_marked_reminded_once_and_only_while_pending(approvals):
+    first, second = await approvals.create_many(
+        [new_approval(tool_call_id="call_1"), new_approval(tool_call_id="call_2")]
+    )
+    assert await approvals.mark_reminded(first.approval_id, now=LATER)
+    assert not await approvals.mark_reminded(first.approval_id, now=EXPIRY + timedelta(days=30))  # for good
+    assert await approvals.decide(second.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert not await approvals.mark_reminded(second.approval_id, now=LATER)  # decided: nobody to remind
+    with pytest.raises(NotFound):
+        await approvals.mark_reminded("forged-id", now=LATER)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -135,3 +136,29 @@ async def test_a_corrupt_stored_message_names_its_thread(backend):
 async def test_the_agents_chat_store_is_awaited_directly(storage):
     await _call_store(storage.messages.write_messages, THREAD, conversation(2))
     assert texts(await _call_store(storage.messages.retrieve_messages, THREAD, last_k=1)) == ["answer 1"]
+
+
+async def test_a_message_stored_by_the_standard_library_encoder_still_reads(backend):
+    # A row as written before orjson: spaces after separators and \u escapes.
+    [message] = conversation(1)
+    await backend.storage.messages.write_messages(THREAD, [message])
+    old = json.dumps({**message.to_dict(), "text": "«prod»", "meta": {"id": message.id, "n": {"a": [1]}}})
+    await backend.execute(f"UPDATE messages SET data = '{old}'")
+
+    [read] = await backend.storage.messages.retrieve_messages(THREAD)
+
+    assert (read.id, read.role, read.text) == (message.id, ChatRole.USER, "«prod»")
+    assert read.meta == {"id": message.id, "n": {"a": [1]}}
+
+
+async def test_changing_a_read_or_written_message_never_changes_the_stored_history(storage):
+    question = ChatMessage.from_user("restart api", meta={"labels": ["prod"]})
+    await storage.messages.write_messages(THREAD, [question])
+    question.meta["labels"].append("written-then-changed")
+
+    [read] = await storage.messages.retrieve_messages(THREAD)
+    read.meta["labels"].append("read-then-changed")
+    read.text = "edited"
+
+    [again] = await storage.messages.retrieve_messages(THREAD)
+    assert (again.text, again.meta["labels"]) == ("restart api", ["prod"])
