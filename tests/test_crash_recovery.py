@@ -25,6 +25,7 @@ import pytest_asyncio
 
 from tests.fakes.serve_processes import (
     ADMIN,
+    STEADY,
     HarnessError,
     ServeCluster,
     ServeProcess,
@@ -45,11 +46,15 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def survivor(cluster: ServeCluster) -> ServeProcess:
-    """The process that stays up (restarted if an earlier test's bug took it down)."""
+    """The process that stays up (restarted if an earlier test's bug took it down).
+
+    Its lease is long: the victims sweep too, and must not take over the survivor's run (while it asks the
+    model for the approval card) when the survivor stalls on a loaded box; the victims' leases stay short.
+    """
     alive = [p for p in cluster.processes if p.name.startswith("survivor") and p.running]
     if alive:
         return alive[0]
-    return await cluster.start(f"survivor{len(cluster.processes)}")
+    return await cluster.start(f"survivor{len(cluster.processes)}", env=STEADY)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

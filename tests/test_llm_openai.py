@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -344,6 +346,42 @@ async def test_openai_api_key_from_the_environment_is_sent(
 async def test_no_key_and_no_base_url_is_a_clear_llm_error() -> None:
     with pytest.raises(LLMError, match="OPENAI_API_KEY"):
         await OpenAIChatGenerator().run_async(user("hi"))
+
+
+async def test_warm_up_sends_nothing_and_the_next_call_is_answered(server: FakeOpenAIServer) -> None:
+    server.enqueue_text("warm")
+    generator = OpenAIChatGenerator(api_key=API_KEY, api_base_url=server.base_url, max_retries=0)
+    try:
+        await generator.warm_up()
+        assert server.request_headers == []
+        [reply] = (await generator.run_async(user("hi")))["replies"]
+    finally:
+        await generator.aclose()
+
+    assert reply.text == "warm"
+
+
+async def test_warm_up_without_credentials_is_quiet_and_the_call_still_says_what_is_missing() -> None:
+    generator = OpenAIChatGenerator()
+    await generator.warm_up()
+    with pytest.raises(LLMError, match="OPENAI_API_KEY"):
+        await generator.run_async(user("hi"))
+
+
+def test_warm_up_loads_what_the_first_call_would_load_on_the_event_loop() -> None:
+    # A fresh interpreter: this process has long imported everything. What the first call imports lazily
+    # (the HTTP transport, the chat-completions resource) blocks the event loop for seconds on a busy host.
+    script = (
+        "import asyncio, sys\n"
+        "from bot.llm import OpenAIChatGenerator\n"
+        "lazy = ('httpcore2', 'openai.resources.chat.completions')\n"
+        "before = [m for m in lazy if m in sys.modules]\n"
+        "asyncio.run(OpenAIChatGenerator(api_key='k', api_base_url='http://127.0.0.1:9').warm_up())\n"
+        "print(before, [m for m in lazy if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+
+    assert done.stdout.strip() == "[] ['httpcore2', 'openai.resources.chat.completions']", done.stderr
 
 
 def test_sync_run_outside_an_event_loop_works_repeatedly() -> None:

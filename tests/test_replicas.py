@@ -20,6 +20,7 @@ from tests.fakes.serve_processes import (
     ADMIN,
     ALICE,
     LEASE_SECONDS,
+    STEADY,
     SWEEP_SECONDS,
     ServeCluster,
     ServeProcess,
@@ -40,9 +41,12 @@ SHORT_GRACE_SECONDS = 0.5
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServeCluster]:
-    """Processes ``a`` and ``b`` for the tests that leave both running; each test uses its own thread."""
+    """Processes ``a`` and ``b`` for the tests that leave both running; each test uses its own thread.
+
+    Neither is expected to lose a run, so neither may take the other's over when it stalls on a loaded box.
+    """
     async with ServeCluster.open(tmp_path_factory.mktemp("replicas")) as running:
-        await running.start_many("a", "b")
+        await running.start_many("a", "b", env=STEADY)
         yield running
 
 
@@ -202,7 +206,7 @@ async def test_a_process_starting_while_another_runs_a_slow_tool_leaves_that_run
 
 
 async def test_sigterm_lets_a_running_tool_finish_within_the_grace_period(cluster: ServeCluster) -> None:
-    a, _b = await cluster.start_many("a", "b")
+    a, _b = await cluster.start_many("a", "b", env=STEADY)  # a finishes its own run: nothing is taken over
     cluster.model.plan("run job graceful", [("slow_job", {"name": "graceful"})])
     thread = await cluster.mention(a, "run job graceful")
     await cluster.control.wait_blocked("graceful")
@@ -283,8 +287,10 @@ async def test_a_message_slack_saw_acknowledged_is_answered_even_if_its_process_
 async def test_an_owner_stalled_past_its_lease_adds_no_second_result_when_it_wakes(cluster: ServeCluster) -> None:
     a, b = await cluster.start_many("a", "b")
     cluster.model.plan("run job stall", [("slow_job", {"name": "stall"})])
-    thread = await cluster.mention(a, "run job stall")
-    await cluster.control.wait_blocked("stall")
+    # b waits until a's tool runs: a stall of a's on a loaded box before then would hand b the whole run early.
+    async with cluster.frozen(b):
+        thread = await cluster.mention(a, "run job stall")
+        await cluster.control.wait_blocked("stall")
 
     # a stalls (a long GC pause, a frozen VM) past its lease: b cannot tell that from a crash and takes over.
     async with cluster.frozen(a):

@@ -18,23 +18,23 @@ import pytest
 import pytest_asyncio
 
 from tests.fakes.private_postgres import PrivatePostgres
-from tests.fakes.serve_processes import ADMIN, ALICE, ServeCluster, ServeProcess, roles, tool_results
+from tests.fakes.serve_processes import ADMIN, ALICE, STEADY, ServeCluster, ServeProcess, roles, tool_results
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 BOB = "U0BOB"
-STEADY = {"COUNTERSIGN_LEASE_SECONDS": "30", "COUNTERSIGN_HEARTBEAT_SECONDS": "1"}
-"""Leases far longer than a restart of the server: the run's owner keeps it across the restart (a takeover
-in the middle would be correct too, but would not test that the owner's own writes survive)."""
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared(tmp_path_factory: pytest.TempPathFactory, postgres_schemas) -> AsyncIterator[ServeCluster]:
-    """Replicas ``a``, ``b`` and ``c`` on one schema, for the tests that leave them running; one thread each."""
+    """Replicas ``a``, ``b`` and ``c`` on one schema, for the tests that leave them running; one thread each.
+
+    None is expected to lose a run, so none may take another's over when it stalls on a loaded box.
+    """
     url = postgres_schemas.take()
     try:
         async with ServeCluster.open(tmp_path_factory.mktemp("pg-replicas"), database_url=url) as running:
-            await running.start_many("a", "b", "c")
+            await running.start_many("a", "b", "c", env=STEADY)
             yield running
     finally:
         postgres_schemas.release(url)
@@ -167,6 +167,8 @@ async def test_the_database_restarted_while_the_replicas_are_idle_is_used_again_
 async def test_the_database_restarted_while_a_tool_runs_loses_nothing_and_half_writes_nothing(
     restartable: ServeCluster, server: PrivatePostgres
 ) -> None:
+    # Leases far longer than the server's restart: the owner keeps its run across it (a takeover in the middle
+    # would be correct too, but would not test that the owner's own writes survive).
     a, b = await restartable.start_many("a", "b", env=STEADY)
     restartable.model.plan("run job busy", [("slow_job", {"name": "busy"})])
     thread = await restartable.mention(a, "run job busy")

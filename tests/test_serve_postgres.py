@@ -90,6 +90,9 @@ async def test_a_replica_killed_while_its_tool_runs_is_taken_over_by_another_tha
         try:
             url_a = await asyncio.wait_for(a.url, 30)
             await asyncio.wait_for(b.url, 30)
+            # B waits (SIGSTOP) until A stopped at its failpoint: a stall of A's on a loaded box would otherwise
+            # let B's sweep take the run over before A reached the point, and A would never reach it.
+            b.process.send_signal(signal.SIGSTOP)
             async with aiohttp.ClientSession() as session:
                 requests = SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id)
                 mention = requests.mention(ALICE, CHANNEL, "<@U0BOT> what is in notes.txt?")
@@ -98,10 +101,13 @@ async def test_a_replica_killed_while_its_tool_runs_is_taken_over_by_another_tha
                 except aiohttp.ClientError:
                     pass  # A may stop before its answer is sent: the event is in its inbox either way
             assert await asyncio.wait_for(a.process.wait(), 30) == FAILPOINT_EXIT_CODE, "".join(a.log)
+            b.process.send_signal(signal.SIGCONT)
 
             in_thread = lambda call: call.args.get("thread_ts") == mention["ts"]  # noqa: E731
             posts = await slack.wait_for("chat.postMessage", count=2, where=in_thread, seconds=20)
         finally:
+            if b.process.returncode is None:
+                b.process.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
             await a.stop()
             code_b = await b.stop()
 

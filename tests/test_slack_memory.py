@@ -16,7 +16,7 @@ import pytest
 from bot.llm import OpenAIChatGenerator
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
-from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, button_values
 
 ALICE = "U0ALICE"
 BOB = "U0BOB"
@@ -34,13 +34,6 @@ def recall(body: dict[str, Any]) -> str:
 async def openai() -> AsyncIterator[FakeOpenAIServer]:
     async with FakeOpenAIServer(responder=recall) as server:
         yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 @pytest.fixture

@@ -211,6 +211,10 @@ class Engine:
         if self._started:
             return
         self._started = True
+        # A model client loads lazily; loaded now, the first run does not stall this process's heartbeat.
+        warm_up = getattr(self.agent.chat_generator, "warm_up", None)
+        if warm_up is not None:
+            await warm_up()
         await self.lifecycle.listen()
         await self.recover()
         self.lifecycle.start(sweep=sweep)

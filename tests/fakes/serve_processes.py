@@ -67,11 +67,21 @@ LEASE_SECONDS = 1.0
 HEARTBEAT_SECONDS = 0.25
 SWEEP_SECONDS = 0.2
 SHUTDOWN_GRACE_SECONDS = 3.0
-START_SECONDS = 60.0
-"""How long a process may take to log that it listens (imports dominate: ~1.5 s alone on 2 cores; a deadline
-for a loaded box starting several at once, not a wait)."""
-OUTCOME_SECONDS = 10.0
-"""The default deadline for an outcome: lease expiry plus a sweep or two, with room for a loaded CI box."""
+START_SECONDS = 120.0
+"""How long a process may take to log that it listens (imports dominate: ~1.5 s alone on 2 cores, but over 60 s
+was seen with two starting at once at load 20; a deadline, not a wait: a process that exits fails at once)."""
+OUTCOME_SECONDS = 30.0
+"""The default deadline for an outcome: lease expiry plus a sweep or two, with room for a loaded CI box (a
+victim's first click, on code paths it never ran, took over 10 s at load ~16 on 2 cores). Only a failing test
+waits it out."""
+STEADY = {"COUNTERSIGN_LEASE_SECONDS": "30", "COUNTERSIGN_HEARTBEAT_SECONDS": "1"}
+"""Settings for a process no test expects to lose a run (``cluster.start(name, env=STEADY)``).
+
+The 1-second lease above is for the processes a test kills or freezes, whose runs another process must take
+over quickly. A live process on a loaded box can stall longer than that (its event loop starved of CPU, or
+busy a second or more in one step): another process then takes its run over, correctly, as from a crash —
+a notice in the thread, a second model call — which is not what a test of a live process checks.
+"""
 
 T = TypeVar("T")
 
@@ -323,14 +333,21 @@ class ServeProcess:
         deadline = time.monotonic() + seconds
         exited = asyncio.ensure_future(self.process.wait())
         while not exited.done() and time.monotonic() < deadline:
-            if passed is not None and passed():
+            went_past = passed() if passed is not None else None
+            if went_past:
                 exited.cancel()
                 raise HarnessError(
-                    f"{self.name} went past failpoint {self.failpoint!r} without stopping\n{self.log_text()}"
+                    f"{self.name} went past failpoint {self.failpoint!r} without stopping: {went_past!r}\n"
+                    f"{self.log_text()}"
                 )
             await asyncio.wait({exited}, timeout=0.05)
         exited.cancel()
-        code = await self.wait_exit(max(0.1, deadline - time.monotonic()))
+        try:
+            code = await self.wait_exit(max(0.1, deadline - time.monotonic()))
+        except HarnessError:
+            raise HarnessError(
+                f"{self.name} did not reach failpoint {self.failpoint!r} within {seconds}s\n{self.log_text()}"
+            ) from None
         if code != FAILPOINT_EXIT_CODE:
             raise HarnessError(
                 f"{self.name} exited with {code}, not at failpoint {self.failpoint!r}\n{self.log_text()}"
@@ -505,6 +522,8 @@ class ServeCluster:
         )
         log: list[str] = []
         ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # Nobody awaits it any more once a start is given up (a standby cancelled at the end of a module).
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         proc = ServeProcess(name, name, failpoint, process, log)
         proc._reader = asyncio.create_task(_read_log(process, log, ready), name=f"log-{name}")
         self.processes.append(proc)
@@ -652,7 +671,10 @@ class ServeCluster:
         def card_here(call: SlackCall) -> bool:
             return bool(call.args.get("blocks")) and call.args.get("thread_ts") == thread.ts
 
-        calls = await self.slack.wait_for("chat.postMessage", count=count, where=card_here, seconds=seconds)
+        try:
+            calls = await self.slack.wait_for("chat.postMessage", count=count, where=card_here, seconds=seconds)
+        except AssertionError as missing:
+            raise HarnessError(f"{missing}\n{self.describe(thread)}\n{self.logs()}") from None
         call = calls[count - 1]
         ids = button_values(call.args["blocks"], "cs_approve")
         assert ids, f"an approval message without Approve buttons: {call.args}"
