@@ -269,6 +269,20 @@ async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_s
     assert (await stack.engine.get_approval(approval_id)).is_pending
 
 
+async def test_a_retried_refused_click_shows_a_bystander_the_status_and_never_the_buttons(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    forged = await stack.full_card()
+
+    first = await stack.click("approve", BEN, card=forged, activity_id="invoke-ben")
+    again = await stack.click("approve", BEN, card=forged, activity_id="invoke-ben")  # Teams retries it
+
+    assert first[1]["value"] == "Only the person who asked and countersign admins can decide this call."
+    assert again[0] == 200 and texts_of(again[1]["value"])[0] == "Approval needed"
+    assert verbs(again[1]["value"]) == set()
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+
+
 async def test_a_card_click_from_another_conversation_is_refused_with_a_message_and_nothing_runs(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
