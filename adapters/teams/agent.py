@@ -4,9 +4,10 @@
   admin command in the turn, or stores the message (``engine.receive``), schedules ``engine.process``
   and returns, so Teams gets its ``202`` once the message is durable and long before the model answers.
 * An ``adaptiveCard/action`` invoke becomes ``engine.decide`` / ``engine.approve_all``; the invoke
-  response is the updated card (the engine also updates the posted card for everyone). Refusals,
-  invalid edits and retried invokes come back as the current card with a notice on top, shown only to
-  the clicker, with the buttons only if they may decide (as in their own ``refresh`` view).
+  response is the updated card (the engine also updates the posted card for everyone). Refusals and
+  retried invokes come back as the current card with a notice on top, shown only to the clicker, with
+  the buttons only if they may decide (as in their own ``refresh`` view); an invalid edit comes back
+  with its form open and the errors by the fields.
   Invokes are deduped by activity id (``engine.first_time``): a retry decides nothing.
 * Every ``adaptiveCard/action`` invoke is answered 200, whatever its ``value`` holds: a click that is
   not one of ours or carries values its card never offered decides nothing and gets a card or one
