@@ -28,7 +28,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.private_postgres import PrivatePostgres
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
-from tests.fakes.teams_stack import TeamsStack
+from tests.fakes.teams_stack import ANA, TeamsStack
 from tests.test_slack_approvals import ALICE, CHANNEL, Ops, ask
 
 TRY_AGAIN = "I can't reach my database right now; nothing was decided — please try again in a minute."
@@ -244,7 +244,7 @@ async def test_in_teams_a_message_and_a_click_while_the_database_is_down_are_ans
     )
     try:
         accepted = await stack.say("delete a.txt")
-        _request, card = stack.last_card()
+        card = await stack.view_as(ANA)  # the requester's own view, opened before the database went down
 
         server.stop()
         started = time.monotonic()

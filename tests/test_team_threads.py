@@ -197,8 +197,7 @@ async def test_teams_a_bystanders_mention_leaves_the_card_and_the_requesters_mes
     teams: TeamsStack,
 ) -> None:
     await teams.say("delete old.log")
-    _, card = teams.last_card()
-    [approval_id] = approval_ids(card)
+    [approval_id] = approval_ids(await teams.view_as(ANA))
 
     await teams.say("go ahead!", BEN)
     await teams.say("go ahead!!", BEN)
@@ -217,8 +216,7 @@ async def test_teams_channel_replies_without_a_mention_reach_the_bot_and_only_th
 ) -> None:
     # With the manifest's ChannelMessage.Read.Group consent, Teams delivers replies that do not @mention the bot.
     await teams.say("delete old.log")
-    _, card = teams.last_card()
-    [approval_id] = approval_ids(card)
+    [approval_id] = approval_ids(await teams.view_as(ANA))
 
     await teams.say("looks fine to me", BEN, mention_bot=False)
     assert (await teams.engine.get_approval(approval_id)).is_pending

@@ -13,6 +13,7 @@ import pytest
 
 from adapters.teams.cards import (
     MAX_CARD_BYTES,
+    MAX_REFRESH_USERS,
     EditForm,
     approval_card,
     card_size,
@@ -20,6 +21,7 @@ from adapters.teams.cards import (
     feedback_input_id,
     form_fields,
     param_input_id,
+    shared_card,
     text_card,
 )
 from bot.engine.model import APPROVED, MODIFIED, REJECTED, ApprovalView, ThreadRef
@@ -307,3 +309,35 @@ def test_a_huge_edited_value_is_truncated_on_the_decided_card_and_it_stays_under
     assert value.startswith("yyy") and value.endswith("(+59500 chars)") and mark == "  (edited; was web)"
     outcome = next(t for t in texts_of(card) if t.startswith("Edited and approved"))
     assert len(outcome) < 1_000
+
+
+# --- the shared card and user-specific views ------------------------------------------------------
+
+
+def test_the_shared_card_shows_the_status_and_lists_the_deciders_for_their_own_view():
+    waiting = [view("ap-1", deciders=("29:ana", "29:ada")), view("ap-2", deciders=("29:ana", "29:ben"))]
+
+    card = shared_card(waiting)
+
+    assert_valid_card(card)
+    assert execute_actions(card) == []  # no button at all: the refresh is not one people see
+    assert card["refresh"]["userIds"] == ["29:ada", "29:ana", "29:ben"]
+    assert card["refresh"]["action"]["data"] == {"approval_id": "ap-1", "verb": "refresh"}
+    assert "Approval needed" in texts_of(card)
+
+
+def test_too_many_deciders_or_none_known_keep_the_buttons_on_the_shared_card():
+    crowd = tuple(f"29:person-{n}" for n in range(MAX_REFRESH_USERS + 1))
+
+    for deciders in (crowd, ()):
+        card = shared_card([view("ap-1", deciders=deciders)])
+
+        assert_valid_card(card)
+        assert approval_ids(card) == ["ap-1"] and "refresh" not in card
+
+
+def test_once_decided_the_shared_card_is_the_status_for_everyone_without_a_refresh():
+    card = shared_card([decided(APPROVED, deciders=("29:ana",))])
+
+    assert_valid_card(card)
+    assert execute_actions(card) == [] and "refresh" not in card

@@ -63,10 +63,11 @@ async def open_stack(tmp_path, fakes):
 async def test_approving_on_the_card_runs_the_tool_once_updates_the_card_and_posts_the_answer(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     assert await stack.say("delete old.log") == 202
-    card_request, card = stack.last_card()
+    card_request, posted = stack.last_card()
     assert card_request.authorization == f"Bearer {OUTGOING_TOKEN}"
     assert stack.tools.executed == []
-    [approval_id] = approval_ids(card)
+    assert approval_ids(posted) == [] and posted["refresh"]["userIds"] == [ADA.id, ANA.id]  # the status for all
+    [approval_id] = approval_ids(await stack.view_as(ANA))  # the requester's own view has the buttons
 
     status, body = await stack.click("approve", ANA, approval_id)
 
@@ -77,17 +78,59 @@ async def test_approving_on_the_card_runs_the_tool_once_updates_the_card_and_pos
     assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
     update = stack.connector.updates()[-1]
     assert update.activity_id == card_request.answered_id
-    assert approval_ids(update.cards[0]) == []
+    assert approval_ids(update.cards[0]) == [] and "refresh" not in update.cards[0]
     assert stack.connector.texts()[-1] == "results: deleted old.log"
 
     assert [r.activity_type for r in stack.connector.requests][:2] == ["typing", "message"]
 
 
+def verbs(card) -> set[str]:
+    """The buttons a card shows (the refresh action is not one)."""
+    return {a.get("verb") for a, _ in execute_actions(card)}
+
+
+async def test_only_the_requester_and_admins_see_the_buttons_and_a_decision_updates_every_view(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    _, posted = stack.last_card()
+
+    bystander, requester, admin = [await stack.view_as(p) for p in (BEN, ANA, ADA)]
+    assert verbs(posted) == verbs(bystander) == set() and bystander == posted  # Ben is not listed: the status
+    assert "Approval needed" in texts_of(bystander) and "old.log" in texts_of(bystander)
+    assert verbs(requester) == {"approve", "reject", "edit"}
+    assert verbs(admin) == {"approve", "reject", "edit", "approve_always"}
+    assert requester["refresh"] == posted["refresh"]  # Teams keeps refreshing the deciders' views
+
+    status, body = await stack.click("reject", ADA, typed={feedback_input_id(approval_ids(admin)[0]): "keep it"})
+
+    assert status == 200 and verbs(body["value"]) == set()
+    [update] = stack.connector.updates()
+    assert verbs(update.cards[0]) == set() and "refresh" not in update.cards[0]
+    for person in (BEN, ANA, ADA):  # everyone now sees the same decided card, with no buttons
+        shown = await stack.view_as(person, update.cards[0])
+        assert verbs(shown) == set() and "delete_file: rejected by Ada Admin; not run." in texts_of(shown)
+    assert stack.tools.executed == []
+
+
+async def test_admins_named_by_a_group_are_listed_for_their_own_view_and_may_decide(open_stack):
+    replies = [asks_for("delete_file", path="old.log"), echoes_results]
+    stack = await open_stack(replies=replies, admins=frozenset({"group:sre"}))
+    await stack.engine.storage.approver_groups.set_group("sre", [BEN.id], updated_by="setup")
+    await stack.say("delete old.log")
+    _, posted = stack.last_card()
+
+    assert posted["refresh"]["userIds"] == [ANA.id, BEN.id]  # the requester and the group's members
+    assert verbs(await stack.view_as(ADA)) == set()  # Ada is no admin in this deployment
+    status, body = await stack.click("approve", BEN)
+
+    assert status == 200 and "Approved by Ben Okafor" in " ".join(texts_of(body["value"]))
+    assert stack.tools.executed == [("delete_file", {"path": "old.log"})]
+
+
 async def test_rejecting_with_feedback_never_runs_the_tool_and_tells_the_model_why(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="prod.db"), echoes_results])
     await stack.say("delete prod.db")
-    _, card = stack.last_card()
-    [approval_id] = approval_ids(card)
+    [approval_id] = approval_ids(await stack.view_as(ANA))
 
     status, body = await stack.click(
         "reject", ANA, approval_id, typed={feedback_input_id(approval_id): "that is the production database"}
@@ -105,7 +148,7 @@ async def test_rejecting_with_feedback_never_runs_the_tool_and_tells_the_model_w
 async def test_editing_runs_the_tool_with_the_changed_value_and_keeps_the_untouched_ones(open_stack):
     stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
     await stack.say("scale web to 3")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
     [approval_id] = approval_ids(card)
     inputs = {i["id"]: i for _, ins in execute_actions(card) for i in ins}
     assert inputs[param_input_id(approval_id, "replicas")]["type"] == "Input.Number"
@@ -126,7 +169,7 @@ async def test_editing_runs_the_tool_with_the_changed_value_and_keeps_the_untouc
 async def test_an_invalid_edit_shows_the_error_by_the_field_and_decides_nothing(open_stack):
     stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
     await stack.say("scale web to 3")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
     [approval_id] = approval_ids(card)
     zones = param_input_id(approval_id, "zones")
 
@@ -155,8 +198,7 @@ async def test_approve_all_runs_every_call_of_the_step_once(open_stack):
         replies=[asks(call("delete_file", path="a.log"), call("delete_file", path="b.log")), echoes_results]
     )
     await stack.say("delete a.log and b.log")
-    _, card = stack.last_card()
-    assert len(approval_ids(card)) == 2
+    assert len(approval_ids(await stack.view_as(ANA))) == 2
 
     status, body = await stack.click("approve_all", ANA)
 
@@ -184,7 +226,7 @@ async def test_approve_all_partly_refused_says_on_the_card_which_calls_still_wai
 async def test_a_retried_invoke_decides_nothing_twice_and_runs_the_tool_once(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
 
     first = await stack.click("approve", ANA, activity_id="invoke-retried")
     again = await stack.click("approve", ANA, activity_id="invoke-retried", card=card)
@@ -201,7 +243,7 @@ async def test_a_retried_invoke_decides_nothing_twice_and_runs_the_tool_once(ope
 async def test_a_second_click_after_the_decision_changes_nothing_and_says_who_decided(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
-    _, card = stack.last_card()
+    card = await stack.view_as(ADA)  # the admin's view, with the buttons
     await stack.click("approve", ANA)
 
     status, body = await stack.click("reject", ADA, card=card)
@@ -215,9 +257,10 @@ async def test_a_second_click_after_the_decision_changes_nothing_and_says_who_de
 async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
-    [approval_id] = approval_ids(stack.last_card()[1])
+    [approval_id] = approval_ids(await stack.view_as(ANA))
+    assert approval_ids(await stack.view_as(BEN)) == []  # a bystander sees the status only
 
-    status, body = await stack.click("approve", BEN, approval_id)
+    status, body = await stack.click("approve", BEN, approval_id, card=await stack.full_card())  # forged
 
     assert status == 200  # only the refusal: not the card, whose outcome this person may not learn
     assert body["type"] == "application/vnd.microsoft.activity.message"
@@ -226,10 +269,24 @@ async def test_someone_who_may_not_decide_is_told_why_and_nothing_changes(open_s
     assert (await stack.engine.get_approval(approval_id)).is_pending
 
 
+async def test_a_retried_refused_click_shows_a_bystander_the_status_and_never_the_buttons(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
+    await stack.say("delete old.log")
+    forged = await stack.full_card()
+
+    first = await stack.click("approve", BEN, card=forged, activity_id="invoke-ben")
+    again = await stack.click("approve", BEN, card=forged, activity_id="invoke-ben")  # Teams retries it
+
+    assert first[1]["value"] == "Only the person who asked and countersign admins can decide this call."
+    assert again[0] == 200 and texts_of(again[1]["value"])[0] == "Approval needed"
+    assert verbs(again[1]["value"]) == set()
+    assert stack.tools.executed == [] and stack.connector.updates() == []
+
+
 async def test_a_card_click_from_another_conversation_is_refused_with_a_message_and_nothing_runs(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
 
     forged = stack.invoke(action_value(card, "approve"), ANA, conversation="19:elsewhere@thread.tacv2")
     status, body = await stack.post(forged)
@@ -244,7 +301,8 @@ async def test_a_card_click_from_another_conversation_is_refused_with_a_message_
 async def test_a_click_after_a_restart_resumes_the_run_and_the_answer_arrives_proactively(open_stack, tmp_path):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log")])
     await stack.say("delete old.log")
-    card_request, card = stack.last_card()
+    card_request, _ = stack.last_card()
+    card = await stack.view_as(ANA)
 
     restarted = await stack.restart(replies=[echoes_results])
     status, body = await restarted.click("approve", ANA, card=card)
@@ -338,7 +396,8 @@ async def test_approvers_can_be_named_by_mentioning_them(open_stack):
     await stack.say("delete old.log")
     _, card = stack.last_card()
     assert "approvers: Ben Okafor" in " ".join(texts_of(card))  # by name, not 29:…
-    refused = await stack.click("approve", ANA)
+    assert approval_ids(await stack.view_as(ANA)) == []  # the requester is not an approver here
+    refused = await stack.click("approve", ANA, card=await stack.full_card())
     approved = await stack.click("approve", BEN)
 
     assert refused[1]["value"] == "You are not one of the approvers for this tool."
@@ -366,8 +425,7 @@ async def test_model_text_can_neither_mention_anyone_nor_forge_a_link(open_stack
 async def test_hostile_arguments_and_feedback_stay_plain_text_on_the_card(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path=HOSTILE), echoes_results])
     await stack.say("delete that")
-    _, card = stack.last_card()
-    [approval_id] = approval_ids(card)
+    [approval_id] = approval_ids(await stack.view_as(ANA))
     await stack.click("reject", ANA, approval_id, typed={feedback_input_id(approval_id): HOSTILE})
 
     for sent in stack.connector.all_cards():
@@ -406,8 +464,8 @@ async def test_explicit_anonymous_mode_works_without_tokens_and_sends_none(open_
 
     status, _ = await stack.post(stack.message("delete old.log"), token=None)
     await stack.settle()
-    request, card = stack.last_card()
-    value = action_value(card, "approve")
+    request, _ = stack.last_card()
+    value = action_value(await stack.view_as(ANA, token=None), "approve")
     status_click, _ = await stack.post(stack.invoke(value, card_activity_id=request.answered_id), token=None)
     await stack.settle()
 
@@ -422,7 +480,7 @@ async def test_explicit_anonymous_mode_works_without_tokens_and_sends_none(open_
 async def test_a_click_on_a_superseded_card_changes_nothing_and_says_so(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), says("Okay, I won't.")])
     await stack.say("delete old.log")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
     await stack.say("never mind")
 
     status, body = await stack.click("approve", ANA, card=card)
@@ -436,12 +494,14 @@ async def test_a_click_on_a_superseded_card_changes_nothing_and_says_so(open_sta
 async def test_a_click_after_expiry_changes_nothing_and_the_card_already_says_it_expired(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results])
     await stack.say("delete old.log")
+    card = await stack.view_as(ANA)
     stack.clock.advance(days=2)
     assert await stack.engine.sweep_expired() == 1
     await stack.settle()
     assert any(t.startswith("Expired without a decision") for t in texts_of(stack.connector.updates()[-1].cards[0]))
+    assert approval_ids(await stack.view_as(ANA)) == []
 
-    status, body = await stack.click("approve", ANA)
+    status, body = await stack.click("approve", ANA, card=card)  # on the card as it was before
 
     assert status == 200
     assert texts_of(body["value"])[0] == "This approval expired without a decision; the call was not run."
@@ -528,8 +588,9 @@ def rich_text_blocks(node):
 async def test_after_an_edit_every_card_keeps_the_call_as_it_ran_with_the_change_marked(open_stack):
     stack = await open_stack(replies=[asks_for("scale_service", service="web", replicas=3), echoes_results])
     await stack.say("scale web to 3")
-    card_request, card = stack.last_card()
-    [approval_id] = approval_ids(card)
+    card_request, _ = stack.last_card()
+    [approval_id] = approval_ids(await stack.view_as(ANA))
+    card = await stack.view_as(ADA)
 
     _, answered = await stack.click("edit", ANA, approval_id, typed={param_input_id(approval_id, "replicas"): "5"})
     assert stack.connector.texts()[-1] == "results: web scaled to 5", "the run has finished"
@@ -551,7 +612,7 @@ async def test_after_an_edit_every_card_keeps_the_call_as_it_ran_with_the_change
 async def test_after_a_rejection_the_card_keeps_the_call_who_rejected_it_and_why(open_stack):
     stack = await open_stack(replies=[asks_for("delete_file", path="prod.db"), echoes_results])
     await stack.say("delete prod.db")
-    [approval_id] = approval_ids(stack.last_card()[1])
+    [approval_id] = approval_ids(await stack.view_as(ANA))
 
     await stack.click("reject", ANA, approval_id, typed={feedback_input_id(approval_id): "production!"})
 

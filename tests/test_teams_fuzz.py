@@ -194,7 +194,8 @@ async def test_mutated_card_clicks_never_get_a_500_and_run_no_tool(tmp_path, fak
     try:
         await stack.engine.storage.policies.set_rule("global", "delete_file", updated_by=ADA.id, quorum=2)
         await stack.say("delete x.log")
-        request, card = stack.last_card()
+        request, _ = stack.last_card()
+        card = await stack.view_as(ANA)
         [approval_id] = approval_ids(card)
         click = stack.invoke(action_value(card, "edit"), ANA, card_activity_id=request.answered_id)
 

@@ -66,7 +66,8 @@ async def stack(tmp_path, monkeypatch):
 async def pending_card(stack: TeamsStack) -> tuple[str, dict[str, Any], str]:
     """Ask for a deploy; the card's activity id, the card, and the approval id."""
     assert await stack.say("deploy web") == 202
-    request, card = stack.last_card()
+    request, _ = stack.last_card()
+    card = await stack.view_as(ANA)  # the requester's own view, with the buttons
     [approval_id] = approval_ids(card)
     return request.answered_id, card, approval_id
 

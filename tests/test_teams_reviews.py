@@ -19,7 +19,7 @@ async def review_card(open_stack, **kwargs) -> tuple[TeamsStack, str, dict]:
     stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), echoes_results], **kwargs)
     await stack.say("policy set delete_file review", person=ADA)
     await stack.say("delete old.log")
-    _, card = stack.last_card()
+    card = await stack.view_as(ANA)
     [review_id] = approval_ids(card)
     return stack, review_id, card
 

@@ -4,9 +4,11 @@
   admin command in the turn, or stores the message (``engine.receive``), schedules ``engine.process``
   and returns, so Teams gets its ``202`` once the message is durable and long before the model answers.
 * An ``adaptiveCard/action`` invoke becomes ``engine.decide`` / ``engine.approve_all``; the invoke
-  response is the updated card (the engine also updates the posted card for everyone). Refusals,
-  invalid edits and retried invokes come back as the current card with a notice on top, shown only to
-  the clicker. Invokes are deduped by activity id (``engine.first_time``): a retry decides nothing.
+  response is the updated card (the engine also updates the posted card for everyone). Refusals and
+  retried invokes come back as the current card with a notice on top, shown only to the clicker, with
+  the buttons only if they may decide (as in their own ``refresh`` view); an invalid edit comes back
+  with its form open and the errors by the fields.
+  Invokes are deduped by activity id (``engine.first_time``): a retry decides nothing.
 * Every ``adaptiveCard/action`` invoke is answered 200, whatever its ``value`` holds: a click that is
   not one of ours or carries values its card never offered decides nothing and gets a card or one
   sentence saying so (and one log line).
@@ -184,7 +186,7 @@ class TeamsAgent(ActivityHandler):
             return await self._personal_card(activity, action.approval_id)
         if activity.id and not await engine.first_time(f"teams:invoke:{activity.id}"):
             # Teams retried an invoke we already handled: show where things stand, decide nothing.
-            return await self._current_card(action.approval_id)
+            return await self._current_card(activity, action.approval_id)
         actor, actor_name = handler.actor_of(activity), handler.actor_name_of(activity)
         await remember_name(engine, actor, actor_name)
         try:
@@ -213,9 +215,9 @@ class TeamsAgent(ActivityHandler):
             if exc.decided_by:  # "already approved by 29:1a2b…" reads better with the name
                 for person_id, name in (await display_names(engine, [exc.decided_by])).items():
                     notice = notice.replace(person_id, name)
-            return await self._current_card(action.approval_id, notice=notice)
+            return await self._current_card(activity, action.approval_id, notice=notice)
         except EngineError as exc:
-            return await self._current_card(action.approval_id, notice=str(exc))
+            return await self._current_card(activity, action.approval_id, notice=str(exc))
         notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
         return invoke_card_response(approval_card(await with_names(engine, result.step), notice=notice))
 
@@ -269,12 +271,16 @@ class TeamsAgent(ActivityHandler):
         refresh_for = sorted({p for v in views if v.is_pending for p in v.deciders})
         return invoke_card_response(approval_card(named, refresh_for=refresh_for))
 
-    async def _current_card(self, approval_id: str, notice: str | None = None) -> dict[str, Any]:
+    async def _current_card(self, activity: Activity, approval_id: str, notice: str | None = None) -> dict[str, Any]:
+        """The step's card as it stands, for the clicker alone: with the buttons only if they may decide."""
         try:
-            step = await self._engine.step_approvals(approval_id)
+            views, may_decide = await self._engine.personal_step(
+                approval_id, handler.actor_of(activity), handler.thread_of(activity).place
+            )
         except ApprovalNotFound as exc:
             return invoke_message_response(notice or str(exc))
-        return invoke_card_response(approval_card(await with_names(self._engine, step), notice=notice))
+        named = await with_names(self._engine, views)
+        return invoke_card_response(approval_card(named, notice=notice, buttons=may_decide))
 
 
 def _card_message(card: dict[str, Any]) -> Activity:

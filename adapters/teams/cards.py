@@ -643,13 +643,13 @@ def approval_card(
 
 
 def shared_card(approvals: Sequence[ApprovalView]) -> dict[str, Any]:
-    """The card everyone sees. While calls that name approvers wait and those people fit Teams' list: the
-    status only, with a refresh for them (each then gets their own card, with the buttons). Otherwise (the
-    requester and admins decide, or too many people) the buttons for all; clicks are checked either way."""
+    """The card everyone sees. While calls wait and the people who may decide them (the engine's
+    ``ApprovalView.deciders``: the requester and admins, or the named approvers, groups expanded) fit
+    Teams' list: the status only, with a refresh for them (each then gets their own card, with the
+    buttons). Otherwise (nobody known, or too many people) the buttons for all; clicks are checked either way."""
     pending = [v for v in approvals if v.is_pending]
     deciders = sorted({person for v in pending for person in v.deciders})
-    named = all(v.approvers and v.deciders for v in pending)
-    if pending and named and len(deciders) <= MAX_REFRESH_USERS:
+    if pending and 0 < len(deciders) <= MAX_REFRESH_USERS:
         return approval_card(approvals, buttons=False, refresh_for=deciders)
     return approval_card(approvals)
 

@@ -403,18 +403,29 @@ class TeamsStack:
         await self.settle()
         return status
 
-    async def view_as(self, person: Person, card: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    async def view_as(
+        self, person: Person, card: Mapping[str, Any] | None = None, token: str | None = "valid"
+    ) -> dict[str, Any]:
         """The card Teams shows ``person`` when they open ``card`` (default: the last posted one): its
-        ``refresh`` invoke's answer when they are in ``userIds``, else the card itself."""
+        ``refresh`` invoke's answer (signed with ``token``, as :meth:`post`) when they are in ``userIds``,
+        else the card itself."""
         request, posted = self.last_card()
         card = card or posted
         refresh = card.get("refresh")
         if not refresh or person.id not in refresh.get("userIds", []):
             return dict(card)
         value = {"action": dict(refresh["action"]), "trigger": "automatic"}
-        status, body = await self.post(self.invoke(value, person, card_activity_id=request.answered_id))
+        status, body = await self.post(self.invoke(value, person, card_activity_id=request.answered_id), token)
         assert status == 200 and body["type"] == "application/vnd.microsoft.card.adaptive", body
         return body["value"]
+
+    async def full_card(self) -> dict[str, Any]:
+        """The last posted card's step with every button, as someone who may decide saw it (or forged it)."""
+        _, posted = self.last_card()
+        approval_id = (posted.get("refresh") or {}).get("action", {}).get("data", {}).get("approval_id")
+        if approval_id is None:
+            return dict(posted)
+        return approval_card(await with_names(self.engine, await self.engine.step_approvals(approval_id)))
 
     def last_card(self) -> tuple[ConnectorRequest, dict[str, Any]]:
         """The most recently posted approval card and the request that posted it."""
@@ -432,19 +443,18 @@ class TeamsStack:
         card: Mapping[str, Any] | None = None,
         activity_id: str | None = None,
     ) -> tuple[int, Any]:
-        """Click ``verb`` on the last posted card (or ``card``) as ``person``; the invoke's status and body.
+        """Click ``verb`` on the card ``person`` sees (or on ``card``) as ``person``; the invoke's status and body.
 
-        As in Teams, a posted card that lists people in ``refresh.userIds`` is first refreshed for ``person``
-        (their own view, with the buttons if they may decide). Someone without the button clicks it on the
-        full card, as an old or forged card would.
+        As in Teams, the last posted card is first refreshed for ``person`` when it lists them in
+        ``refresh.userIds`` (their own view, with the buttons if they may decide); anyone else sees the
+        status only and has no button to click. To click a button one does not see (an old or forged
+        card), pass that card: e.g. :meth:`full_card`.
         """
         request, posted = self.last_card()
-        if card is None and "refresh" in posted:
+        if card is None:
             card = await self.view_as(person, posted)
-            if not _has_button(card, verb, approval_id):
-                card = approval_card(await with_names(self.engine, await self.engine.step_approvals(
-                    posted["refresh"]["action"]["data"]["approval_id"])))
-        value = action_value(card or posted, verb, approval_id, typed)
+            assert _has_button(card, verb, approval_id), f"{person.name} sees no {verb!r} button"
+        value = action_value(card, verb, approval_id, typed)
         invoke = self.invoke(value, person, card_activity_id=request.answered_id, activity_id=activity_id)
         status, body = await self.post(invoke)
         await self.settle()
