@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.canonical import args_digest as digest_of
-from storage.codec import dumps, epoch, loads, to_datetime, to_datetime_or_none
+from storage.codec import dumps, epoch, to_datetime
 from storage.connection import Connector
 from storage.errors import AlreadyExists, NotFound
 from storage.protocols import (
@@ -26,6 +26,7 @@ from storage.protocols import (
     NewApproval,
     Vote,
 )
+from storage.records import SQLITE_TIMES, approval_record
 
 SYSTEM_ACTOR = "countersign"
 """``decided_by`` of approvals closed by the bot itself (expired, superseded, cancelled)."""
@@ -35,41 +36,6 @@ _COLUMNS = (
     "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
     "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result"
 )
-
-
-def _record(row: Any) -> ApprovalRecord:
-    approval_id = row[0]
-
-    def parse(text: str | None) -> Any:
-        return loads(text, kind="approval", record_id=approval_id)
-
-    return ApprovalRecord(
-        approval_id=approval_id,
-        run_id=row[1],
-        step=row[2],
-        tool_call_id=row[3],
-        tool_name=row[4],
-        arguments=parse(row[5]),
-        args_digest=row[6],
-        requester=row[7],
-        mode=row[8],
-        approvers=tuple(parse(row[9])),
-        quorum=row[10],
-        four_eyes=bool(row[11]),
-        platform=row[12],
-        chat_history_id=row[13],
-        message_ref=parse(row[14]),
-        status=row[15],
-        decided_by=row[16],
-        decided_at=to_datetime_or_none(row[17]),
-        feedback=row[18],
-        final_arguments=parse(row[19]),
-        created_at=to_datetime(row[20]),
-        expires_at=to_datetime(row[21]),
-        kind=row[22],
-        result=row[23],
-        final_result=row[24],
-    )
 
 
 def _row_values(new: NewApproval, now: float) -> list[Any]:
@@ -168,7 +134,7 @@ class SQLiteApprovalStore:
         row = db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE approval_id = ?", [approval_id]).fetchone()
         if row is None:
             raise NotFound(f"approval {approval_id!r} not found")
-        return _record(row)
+        return approval_record(row, SQLITE_TIMES)
 
     def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]:
         """The run's approvals (of one step, if given) in the order they were created.
@@ -183,7 +149,7 @@ class SQLiteApprovalStore:
             params.append(step)
         with self.connector.reading() as db:
             rows = db.execute(sql + " ORDER BY step, rowid", params).fetchall()
-        return [_record(row) for row in rows]
+        return [approval_record(row, SQLITE_TIMES) for row in rows]
 
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered (to update that message later); returns rows changed.
@@ -331,7 +297,7 @@ class SQLiteApprovalStore:
                 f"AND status = 'pending' RETURNING {_COLUMNS}",
                 [SYSTEM_ACTOR, at, at, limit],
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [approval_record(row, SQLITE_TIMES) for row in rows]
 
     @staticmethod
     def _exists(db: Any, approval_id: str) -> None:
@@ -368,7 +334,7 @@ class SQLiteApprovalStore:
                 "WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
                 [epoch(now), limit],
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [approval_record(row, SQLITE_TIMES) for row in rows]
 
     def pending(
         self, platform: str | None = None, chat_history_id: str | None = None, approver: str | None = None
@@ -397,4 +363,4 @@ class SQLiteApprovalStore:
             params += [approver, approver]
         with self.connector.reading() as db:
             rows = db.execute(sql + " ORDER BY created_at, rowid", params).fetchall()
-        return [_record(row) for row in rows]
+        return [approval_record(row, SQLITE_TIMES) for row in rows]

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from storage.codec import loads, to_datetime, to_datetime_or_none
-from storage.protocols import InboxItem, LedgerEntry, OutboxMessage, RunRecord, ThreadAddress
+from storage.protocols import ApprovalRecord, InboxItem, LedgerEntry, OutboxMessage, RunRecord, ThreadAddress
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,44 @@ class TimeReader:
 
 SQLITE_TIMES = TimeReader(to_datetime, to_datetime_or_none)
 """SQLite keeps times as epoch seconds (PostgreSQL's reader is ``storage.postgres.database.POSTGRES_TIMES``)."""
+
+
+def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
+    """Columns: approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester,
+    mode, approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by,
+    decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result."""
+    approval_id = row[0]
+
+    def parse(text: str | None) -> Any:
+        return loads(text, kind="approval", record_id=approval_id)
+
+    return ApprovalRecord(
+        approval_id=approval_id,
+        run_id=row[1],
+        step=row[2],
+        tool_call_id=row[3],
+        tool_name=row[4],
+        arguments=parse(row[5]),
+        args_digest=row[6],
+        requester=row[7],
+        mode=row[8],
+        approvers=tuple(parse(row[9])),
+        quorum=row[10],
+        four_eyes=bool(row[11]),
+        platform=row[12],
+        chat_history_id=row[13],
+        message_ref=parse(row[14]),
+        status=row[15],
+        decided_by=row[16],
+        decided_at=times.optional(row[17]),
+        feedback=row[18],
+        final_arguments=parse(row[19]),
+        created_at=times.required(row[20]),
+        expires_at=times.required(row[21]),
+        kind=row[22],
+        result=row[23],
+        final_result=row[24],
+    )
 
 
 def run_record(row: Any, times: TimeReader) -> RunRecord:

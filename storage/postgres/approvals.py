@@ -14,55 +14,21 @@ from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
 
 from storage.approvals import SYSTEM_ACTOR, _row_values
-from storage.codec import epoch, loads
+from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
-from storage.postgres.database import PostgresDatabase, instant, utc, utc_or_none
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.protocols import CLOSING_STATUSES, DECISION_STATUSES, VOTES, ApprovalRecord, Instant, NewApproval, Vote
+from storage.records import approval_record
 
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
-    "approvers, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
+    "approvers::text, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
     "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
 )
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
 )
-
-
-def _record(row: Any) -> ApprovalRecord:
-    approval_id = row[0]
-
-    def parse(text: str | None) -> Any:
-        return loads(text, kind="approval", record_id=approval_id)
-
-    return ApprovalRecord(
-        approval_id=approval_id,
-        run_id=row[1],
-        step=row[2],
-        tool_call_id=row[3],
-        tool_name=row[4],
-        arguments=parse(row[5]),
-        args_digest=row[6],
-        requester=row[7],
-        mode=row[8],
-        approvers=tuple(row[9]),
-        quorum=row[10],
-        four_eyes=bool(row[11]),
-        platform=row[12],
-        chat_history_id=row[13],
-        message_ref=parse(row[14]),
-        status=row[15],
-        decided_by=row[16],
-        decided_at=utc_or_none(row[17]),
-        feedback=row[18],
-        final_arguments=parse(row[19]),
-        created_at=utc(row[20]),
-        expires_at=utc(row[21]),
-        kind=row[22],
-        result=row[23],
-        final_result=row[24],
-    )
 
 
 def _insert_values(new: NewApproval, now: float) -> list[Any]:
@@ -111,7 +77,8 @@ class PostgresApprovalStore:
                 raise AlreadyExists(
                     "an approval with one of these ids, or a pending approval for one of these tool calls, exists"
                 ) from exc
-            created = {record.approval_id: record for record in map(_record, await cursor.fetchall())}
+            records = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
+            created = {record.approval_id: record for record in records}
         return [created[row[0]] for row in rows]
 
     async def get(self, approval_id: str) -> ApprovalRecord:
@@ -123,7 +90,7 @@ class PostgresApprovalStore:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM approvals WHERE approval_id = %s", [approval_id])
         if row is None:
             raise NotFound(f"approval {approval_id!r} not found")
-        return _record(row)
+        return approval_record(row, POSTGRES_TIMES)
 
     async def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]:
         """The run's approvals (of one step, if given) in the order they were created.
@@ -137,7 +104,7 @@ class PostgresApprovalStore:
             sql += " AND step = %s"
             params.append(step)
         rows = await self.db.fetchall(sql + " ORDER BY step, seq", params)
-        return [_record(row) for row in rows]
+        return [approval_record(row, POSTGRES_TIMES) for row in rows]
 
     async def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered; returns rows changed.
@@ -194,7 +161,7 @@ class PostgresApprovalStore:
             "SELECT approval_id, voter, vote, voted_at FROM votes WHERE approval_id = %s ORDER BY voted_at, seq",
             [approval_id],
         )
-        return [Vote(approval_id=r[0], voter=r[1], vote=r[2], voted_at=utc(r[3])) for r in rows]
+        return [Vote(approval_id=r[0], voter=r[1], vote=r[2], voted_at=POSTGRES_TIMES.required(r[3])) for r in rows]
 
     async def decide(
         self,
@@ -292,7 +259,7 @@ class PostgresApprovalStore:
             f"AND status = 'pending' RETURNING {_COLUMNS}",
             [SYSTEM_ACTOR, at, at, limit],
         )
-        return [_record(row) for row in rows]
+        return [approval_record(row, POSTGRES_TIMES) for row in rows]
 
     async def _exists(self, approval_id: str) -> None:
         if await self.db.fetchone("SELECT 1 FROM approvals WHERE approval_id = %s", [approval_id]) is None:
@@ -324,7 +291,7 @@ class PostgresApprovalStore:
             "ORDER BY expires_at LIMIT %s",
             [instant(now), limit],
         )
-        return [_record(row) for row in rows]
+        return [approval_record(row, POSTGRES_TIMES) for row in rows]
 
     async def pending(
         self, platform: str | None = None, chat_history_id: str | None = None, approver: str | None = None
@@ -349,4 +316,4 @@ class PostgresApprovalStore:
             sql += " AND (approvers ? %s OR (approvers = '[]'::jsonb AND requester = %s))"
             params += [approver, approver]
         rows = await self.db.fetchall(sql + " ORDER BY created_at, seq", params)
-        return [_record(row) for row in rows]
+        return [approval_record(row, POSTGRES_TIMES) for row in rows]
