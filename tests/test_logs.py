@@ -79,8 +79,8 @@ def test_context_is_bound_only_inside_its_block_and_extra_fields_win(captured):
     inside, outside = (json.loads(line) for line in captured["json"].getvalue().splitlines())
     assert (inside["run_id"], inside["tool"], inside["surface"]) == ("run-outer", "delete_file", "teams")
     assert "run_id" not in outside
-    with pytest.raises(ValueError, match="user"), log_context(user="U1"):
-        pass
+    with pytest.raises(ValueError, match="user"):
+        log_context(user="U1").__enter__()  # refused on entry, before anything is bound
 
 
 def test_log_format_is_validated_at_start():
