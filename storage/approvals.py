@@ -22,11 +22,14 @@ from storage.protocols import (
     POLICY_MODES,
     VOTES,
     ApprovalRecord,
+    ApprovalStep,
+    ClickedApproval,
     Instant,
     NewApproval,
     Vote,
 )
-from storage.records import SQLITE_TIMES, approval_record
+from storage.records import SQLITE_TIMES, approval_record, qualified
+from storage.runs import RUN_COLUMNS, run_from_row
 
 SYSTEM_ACTOR = "countersign"
 """``decided_by`` of approvals closed by the bot itself (expired, superseded, cancelled)."""
@@ -36,6 +39,9 @@ _COLUMNS = (
     "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
     "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result"
 )
+_RUN_FIELDS = RUN_COLUMNS.split(",")
+_STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
+"""A run and one of its approvals per row (:meth:`SQLiteApprovalStore.step`)."""
 
 
 def _row_values(new: NewApproval, now: float) -> list[Any]:
@@ -150,6 +156,43 @@ class SQLiteApprovalStore:
         with self.connector.reading() as db:
             rows = db.execute(sql + " ORDER BY step, rowid", params).fetchall()
         return [approval_record(row, SQLITE_TIMES) for row in rows]
+
+    def get_clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval (or :class:`NotFound`) and whether it was shown in ``place``, in one statement.
+
+        >>> clicked = storage.approvals.get_clicked(approval_id, "slack:C1")
+        >>> clicked.record.tool_name, clicked.shown_here
+        ('delete_file', True)
+        """
+        with self.connector.reading() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS}, EXISTS (SELECT 1 FROM approval_places p "
+                "WHERE p.approval_id = approvals.approval_id AND p.place = ?) FROM approvals WHERE approval_id = ?",
+                [place or "", approval_id],
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return ClickedApproval(approval_record(row, SQLITE_TIMES), bool(place) and bool(row[-1]))
+
+    def step(self, run_id: str, step: int) -> ApprovalStep:
+        """The run (or :class:`NotFound`) and its approvals of ``step`` in the order they were created, in one
+        statement.
+
+        >>> paused = storage.approvals.step("run-1", 1)
+        >>> paused.run.requester, [a.tool_call_id for a in paused.approvals]
+        ('U1', ['call_1', 'call_2'])
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a "
+                              "ON a.run_id = r.run_id AND a.step = ? WHERE r.run_id = ? ORDER BY a.rowid",
+                              [step, run_id]).fetchall()
+        if not rows:
+            raise NotFound(f"run {run_id!r} not found")
+        width = len(_RUN_FIELDS)
+        return ApprovalStep(
+            run_from_row(rows[0][:width]),
+            [approval_record(row[width:], SQLITE_TIMES) for row in rows if row[width] is not None],
+        )
 
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered (to update that message later); returns rows changed.

@@ -31,18 +31,24 @@ class SQLiteRunLeases:
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
-        """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+    def claim_paused(
+        self, run_id: str, owner: str, until: Instant, step: int | None = None
+    ) -> RunRecord | None:
+        """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
+        ``None`` for the others. With ``step``, only a run paused at that step is claimed (a resume decided on
+        one step's approvals never claims the run paused again at a later step).
 
-        >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
-        True
+        >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30)).status
+        'resuming'
         """
         with self.connector.writing() as db:
-            return db.execute(
+            row = db.execute(
                 "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
-                "WHERE run_id = ? AND status = 'paused'",
-                [owner, epoch(until), epoch(None), run_id],
-            ).rowcount == 1
+                "WHERE run_id = ? AND status = 'paused' AND (? IS NULL OR step = ?) "
+                f"RETURNING {_RUN_COLUMNS}",
+                [owner, epoch(until), epoch(None), run_id, step, step],
+            ).fetchone()
+        return None if row is None else _run_record(row)
 
     def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
         """Take over a running/resuming run whose lease expired; the run as taken, or ``None``.

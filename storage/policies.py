@@ -13,7 +13,15 @@ from typing import Any
 
 from storage.codec import dumps, epoch, loads, to_datetime
 from storage.connection import Connector
-from storage.protocols import POLICY_MODES, RULE_FIELDS, EffectiveRule, Instant, PolicyRule
+from storage.protocols import (
+    POLICY_MODES,
+    RULE_FIELDS,
+    ConditionalRule,
+    EffectiveRule,
+    Instant,
+    PolicyRule,
+    PolicyView,
+)
 
 ANY_TOOL = "*"
 _SCOPE_PREFIXES = ("workspace:", "channel:")
@@ -45,6 +53,37 @@ def scope_channel(platform: str, workspace: str, channel: str) -> str:
     'channel:slack:T1:C1'
     """
     return f"channel:{platform}:{workspace}:{channel}"
+
+
+def channel_scopes(platform: str, workspace: str, channel: str) -> list[str]:
+    """The scopes whose rules apply in a channel, most specific first: the channel, its workspace, global.
+
+    >>> channel_scopes("slack", "T1", "C1")
+    ['channel:slack:T1:C1', 'workspace:slack:T1', 'global']
+    """
+    return [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+
+
+def effective_rule(tool_name: str, scopes: Sequence[str], rules: Sequence[PolicyRule]) -> EffectiveRule:
+    """Field by field, the value of the most specific rule that sets it (both backends resolve with this).
+
+    Scope first (``scopes`` lists them most specific first), then the tool key: the tool's own name, then
+    its groups by name, then ``"*"``.
+    """
+
+    def specificity(rule: PolicyRule) -> tuple[int, int, str]:
+        key_rank = 0 if rule.tool_key == tool_name else 2 if rule.tool_key == ANY_TOOL else 1
+        return scopes.index(rule.scope), key_rank, rule.tool_key
+
+    values: dict[str, Any] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    for rule in sorted(rules, key=specificity):  # most specific first: the first rule that sets a field wins it
+        for name in RULE_FIELDS:
+            value = getattr(rule, name)
+            if name not in values and value is not None:
+                values[name] = value
+                sources[name] = (rule.scope, rule.tool_key)
+    return EffectiveRule(tool_name=tool_name, sources=sources, **values)
 
 
 def _check_scope(scope: str) -> str:
@@ -204,30 +243,44 @@ class SQLitePolicyStore:
         >>> rule.mode, rule.sources["mode"]
         ('always', ('channel:slack:T1:C1', 'delete_file'))
         """
-        scopes = [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+        scopes = channel_scopes(platform, workspace, channel)
         with self.connector.reading() as db:
-            group_names = [
-                row[0]
-                for row in db.execute(
-                    "SELECT group_name FROM tool_groups WHERE tool_name = ? ORDER BY group_name", [tool_name]
-                )
-            ]
-            keys = list(dict.fromkeys([tool_name, *group_names, ANY_TOOL]))
+            return effective_rule(tool_name, scopes, self._rules(db, tool_name, scopes))
+
+    def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
+        """:meth:`resolve` and the tool's conditional rules in the channel's three scopes, in one read transaction.
+
+        >>> view = storage.policies.view("deploy", platform="slack", workspace="T1", channel="C1")
+        >>> view.rule.mode, [c.condition for c in view.conditions]
+        ('always', ['env=prod'])
+        """
+        scopes = channel_scopes(platform, workspace, channel)
+        with self.connector.reading() as db:
+            rules = self._rules(db, tool_name, scopes)
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) "
-                f"AND tool_key IN ({', '.join('?' for _ in keys)})",
-                [*scopes, *keys],
+                "SELECT scope, tool_name, condition, mode, updated_by, updated_at FROM conditional_rules "
+                "WHERE scope IN (?, ?, ?) AND tool_name = ? ORDER BY scope, condition",
+                [*scopes, tool_name],
             ).fetchall()
-        rules = sorted((_rule(row) for row in rows), key=lambda r: (scopes.index(r.scope), keys.index(r.tool_key)))
-        values: dict[str, Any] = {}
-        sources: dict[str, tuple[str, str]] = {}
-        for rule in rules:  # most specific first: the first rule that sets a field wins it
-            for name in RULE_FIELDS:
-                value = getattr(rule, name)
-                if name not in values and value is not None:
-                    values[name] = value
-                    sources[name] = (rule.scope, rule.tool_key)
-        return EffectiveRule(tool_name=tool_name, sources=sources, **values)
+        conditions = tuple(ConditionalRule(r[0], r[1], r[2], r[3], r[4], to_datetime(r[5])) for r in rows)
+        return PolicyView(effective_rule(tool_name, scopes, rules), conditions)
+
+    @staticmethod
+    def _rules(db: Any, tool_name: str, scopes: Sequence[str]) -> list[PolicyRule]:
+        """Every stored rule that could apply to ``tool_name`` in ``scopes``: its name, its groups, ``"*"``."""
+        group_names = [
+            row[0]
+            for row in db.execute(
+                "SELECT group_name FROM tool_groups WHERE tool_name = ? ORDER BY group_name", [tool_name]
+            )
+        ]
+        keys = list(dict.fromkeys([tool_name, *group_names, ANY_TOOL]))
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM policy_rules WHERE scope IN ({', '.join('?' for _ in scopes)}) "
+            f"AND tool_key IN ({', '.join('?' for _ in keys)})",
+            [*scopes, *keys],
+        ).fetchall()
+        return [_rule(row) for row in rows]
 
     def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None

@@ -29,6 +29,15 @@ SQLITE_TIMES = TimeReader(to_datetime, to_datetime_or_none)
 """SQLite keeps times as epoch seconds (PostgreSQL's reader is ``storage.postgres.database.POSTGRES_TIMES``)."""
 
 
+def qualified(columns: str, alias: str) -> str:
+    """A mapper's column list with every column taken from table ``alias`` (for a join of two tables).
+
+    >>> qualified("run_id, snapshot_json IS NOT NULL", "r")
+    'r.run_id, r.snapshot_json IS NOT NULL'
+    """
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
+
+
 def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
     """Columns: approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester,
     mode, approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by,

@@ -17,14 +17,28 @@ from storage.approvals import SYSTEM_ACTOR, _row_values
 from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
-from storage.protocols import CLOSING_STATUSES, DECISION_STATUSES, VOTES, ApprovalRecord, Instant, NewApproval, Vote
-from storage.records import approval_record
+from storage.postgres.runs import RUN_COLUMNS, run_from_row
+from storage.protocols import (
+    CLOSING_STATUSES,
+    DECISION_STATUSES,
+    VOTES,
+    ApprovalRecord,
+    ApprovalStep,
+    ClickedApproval,
+    Instant,
+    NewApproval,
+    Vote,
+)
+from storage.records import approval_record, qualified
 
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
     "approvers::text, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
     "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
 )
+_RUN_FIELDS = RUN_COLUMNS.split(",")
+_STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
+"""A run and one of its approvals per row (:meth:`PostgresApprovalStore.step`)."""
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
@@ -105,6 +119,43 @@ class PostgresApprovalStore:
             params.append(step)
         rows = await self.db.fetchall(sql + " ORDER BY step, seq", params)
         return [approval_record(row, POSTGRES_TIMES) for row in rows]
+
+    async def get_clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval (or :class:`NotFound`) and whether it was shown in ``place``, in one statement.
+
+        >>> clicked = await storage.approvals.get_clicked(approval_id, "slack:C1")
+        >>> clicked.record.tool_name, clicked.shown_here
+        ('delete_file', True)
+        """
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS}, EXISTS (SELECT 1 FROM approval_places p "
+            "WHERE p.approval_id = approvals.approval_id AND p.place = %s) FROM approvals WHERE approval_id = %s",
+            [place or "", approval_id],
+        )
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return ClickedApproval(approval_record(row, POSTGRES_TIMES), bool(place) and bool(row[-1]))
+
+    async def step(self, run_id: str, step: int) -> ApprovalStep:
+        """The run (or :class:`NotFound`) and its approvals of ``step`` in the order they were created, in one
+        statement.
+
+        >>> paused = await storage.approvals.step("run-1", 1)
+        >>> paused.run.requester, [a.tool_call_id for a in paused.approvals]
+        ('U1', ['call_1', 'call_2'])
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a ON a.run_id = r.run_id AND a.step = %s "
+            "WHERE r.run_id = %s ORDER BY a.seq",
+            [step, run_id],
+        )
+        if not rows:
+            raise NotFound(f"run {run_id!r} not found")
+        width = len(_RUN_FIELDS)
+        return ApprovalStep(
+            run_from_row(rows[0][:width]),
+            [approval_record(row[width:], POSTGRES_TIMES) for row in rows if row[width] is not None],
+        )
 
     async def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered; returns rows changed.
