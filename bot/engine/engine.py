@@ -27,6 +27,8 @@ from bot.engine.admin_commands import AdminCommands
 from bot.engine.confirmation import (
     NEVER,
     ONCE,
+    POLICIES_READ,
+    PoliciesRead,
     PolicyConfirmationStrategy,
     channel_scope,
     effective_policy,
@@ -90,7 +92,16 @@ from bot.llm import LLMError
 from bot.logs import log_context
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
+from storage import (
+    ApprovalStep,
+    ClickedApproval,
+    FencedOut,
+    NewApproval,
+    NotFound,
+    StorageError,
+    TokenUsage,
+    open_async_storage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -364,6 +375,7 @@ class Engine:
             "thread": thread.key,
             "requester": requester,
             "run_id": run_id,
+            POLICIES_READ: PoliciesRead(),  # what this step's checks read, for its pause (never a later step)
         }
         live = None
         if surface:
@@ -386,7 +398,7 @@ class Engine:
                 if live:
                     await live.end_segment()  # the text before the paused calls stays; the approval follows it
                     await live.status(WAITING_FOR_APPROVAL)
-                await self._on_pause(run_id, thread, requester, pause)
+                await self._on_pause(run_id, thread, requester, pause, context[POLICIES_READ])
             except Exception as exc:  # the run fails; the thread stays usable
                 await self.fail_run(run_id, thread, exc, live)
             else:
@@ -542,8 +554,15 @@ class Engine:
 
     # --- pausing ------------------------------------------------------------------------------------
 
-    async def _on_pause(self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException) -> None:
-        """Store the snapshot and one approval per pending call, then render them."""
+    async def _on_pause(
+        self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException,
+        policies_read: PoliciesRead | None = None,
+    ) -> None:
+        """Store the snapshot and one approval per pending call, then render them.
+
+        ``policies_read``: the policies this step's checks read moments ago; a pending call's approval is
+        stored with the policy that paused it, and only a call no check noted reads storage again.
+        """
         snapshot = pause.snapshot
         assert snapshot is not None
         run = await self.storage.runs.get(run_id)
@@ -561,9 +580,9 @@ class Engine:
         for position, call in enumerate(snapshot.step_message.tool_calls):
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
-            policy = await effective_policy(
-                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds,
-                arguments=call.arguments,
+            policy = (policies_read.take(call.tool_name, call.id, call.arguments) if policies_read else None) or (
+                await effective_policy(self.storage, self.tools.get(call.tool_name), context,
+                                       self.config.default_ttl_seconds, arguments=call.arguments)
             )
             new_approvals.append(
                 NewApproval(
@@ -585,6 +604,8 @@ class Engine:
                     result=held_result(snapshot, call) if review else None,
                 )
             )
+        if policies_read is not None:
+            policies_read.clear()  # the step ends here: nothing read for it is used again
         # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
         await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
         records = await self.storage.approvals.create_many(new_approvals)
@@ -650,9 +671,10 @@ class Engine:
     @refused_while_storage_fails
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
         except NotShownHere as refusal:
             await self._audit_refusal(actor, record, "open form", refusal, place)
             raise
@@ -660,9 +682,10 @@ class Engine:
         check_open(self.clock(), record)
         return await self._view(record)
 
-    async def _check_place(self, record: Any, place: str | None) -> None:
+    @staticmethod
+    def _check_place(clicked: ClickedApproval, place: str | None) -> None:
         """Refuse a click from a place this approval was never shown in; no place at all is refused too."""
-        if not place or not await self.storage.places.shown_in(record.approval_id, place):
+        if not place or not clicked.shown_here:
             raise NotShownHere(place)
 
     async def _audit_refusal(
@@ -687,16 +710,18 @@ class Engine:
         (a slow chat API) and the resume run as a tracked background task (:meth:`wait_idle` waits for it).
         Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
-        record = await self._record(request.approval_id)
+        clicked = await self._clicked(request.approval_id, request.place)  # the approval and its places: one read
+        record = clicked.record
         with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
                          surface=record.platform):
-            return await self._decide(record, request, render_later)
+            return await self._decide(clicked, request, render_later)
 
-    async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
+    async def _decide(self, clicked: ClickedApproval, request: DecisionRequest, render_later: bool) -> DecisionResult:
+        record = clicked.record
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
-            await self._check_place(record, request.place)
+            self._check_place(clicked, request.place)
             await authorize_now(self.roles, record, request.actor)
             check_open(self.clock(), record)
             action, final_arguments, final_result = request.action, None, None
@@ -794,10 +819,11 @@ class Engine:
         Someone who may decide none of the step's calls, or clicks from elsewhere, is refused before
         learning whether (and by whom) the step was decided.
         """
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         step = await self.storage.approvals.for_run(record.run_id, step=record.step)
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
             await self._authorize_any(step, record, actor)
             if all(other.status != PENDING for other in step):
                 check_open(self.clock(), record)
@@ -831,9 +857,10 @@ class Engine:
         The rule carries the condition of the rule that asked, when one did (``when env=prod``), so only such
         calls stop asking there. The decision and the rule change are both audited.
         """
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
             if record.kind == REVIEW:  # a rule about asking before a call: a result under review is not one
                 raise UnknownAction("approve and always allow")
             if not await self.roles.is_admin(actor, record.platform):
@@ -896,11 +923,12 @@ class Engine:
         )
 
     async def _after_decision(self, record: Any, message: str) -> DecisionResult:
-        views = await self._update_rendering(record)
+        paused, views = await self._rerender(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         complete = all(not v.is_pending for v in views)
         if complete and not self.lifecycle.stopping:  # when stopping, another process's sweep resumes it
-            self.spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
+            # The step as just read: every approval in it is decided, and decisions never change again.
+            self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
     async def _after_decision_logged(self, record: Any, message: str) -> None:
@@ -910,8 +938,15 @@ class Engine:
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
-        records = await self.storage.approvals.for_run(record.run_id, step=record.step)
-        views = await self._views(records)
+        return (await self._rerender(record))[1]
+
+    async def _rerender(self, record: Any) -> tuple[ApprovalStep | None, list[ApprovalView]]:
+        """Re-render the step of ``record`` wherever it is shown; the step as read (``None``: its run is gone)."""
+        try:
+            paused: ApprovalStep | None = await self.storage.approvals.step(record.run_id, record.step)
+        except NotFound:
+            paused = None
+        views = await self._views(paused.approvals, _thread_of_run(paused.run)) if paused is not None else []
         refs = [v.message_ref for v in views if v.message_ref]
         surface = self.surfaces.get(record.platform)
         if surface and refs:
@@ -919,7 +954,7 @@ class Engine:
             await _quietly(surface.update_approvals(thread, refs[0], views))
         await _quietly(self.notices.update_copies(record, views))
         await self.notices.refresh_homes(record, views, await self._deciders(record))
-        return views
+        return paused, views
 
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
         tool = self.tools.get(record.tool_name)
@@ -933,18 +968,31 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str) -> None:
-        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim."""
-        run = await self.storage.runs.get(run_id)
-        thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+    async def resume(self, run_id: str, paused: ApprovalStep | None = None) -> None:
+        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
+
+        ``paused``: the run and its step's approvals as the caller just read them (a decision's re-render),
+        used instead of reading them again: an approval that is decided never changes, and the claim below
+        only takes the run while it is still paused at that very step.
+        """
+        run = paused.run if paused is not None else await self.storage.runs.get(run_id)
+        thread = _thread_of_run(run)
         async with self.thread_lock(thread.key):
-            records = await self.storage.approvals.for_run(run_id, step=run.step)
+            records = paused.approvals if paused is not None else await self.storage.approvals.for_run(
+                run_id, step=run.step
+            )
             if not records or any(r.status == PENDING for r in records):
                 return
-            if not await self.storage.leases.claim_paused(run_id, self.lifecycle.owner, self.lifecycle.lease_until()):
+            claimed = await self.storage.leases.claim_paused(
+                run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=run.step
+            )
+            if claimed is None:
                 return  # another worker, replica or a supersede got there first
             failpoints.failpoint("after_claim")
-            async with self.lifecycle.holding(await self.storage.runs.get(run_id)) as fence:
+            # The fence is taken from the row the claim wrote (no read after it). A takeover after the claim
+            # is refused by the fenced writes themselves: each checks owner and generation in its transaction
+            # (runs.transition, messages.write_messages and the ledger: FENCE_CONDITION), before any tool runs.
+            async with self.lifecycle.holding(claimed) as fence:
                 if fence is not None:
                     await self._resume_claimed(run_id, thread, run.requester, records)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
@@ -1092,17 +1140,23 @@ class Engine:
         return await self.storage.conversations.load(key)
 
     async def _record(self, approval_id: str) -> Any:
-        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
-            raise ApprovalNotFound(str(approval_id)[:40])
+        _check_approval_id(approval_id)
         try:
             return await self.storage.approvals.get(approval_id)
         except NotFound:
             raise ApprovalNotFound(approval_id) from None
 
+    async def _clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval a click names and whether it was shown where the click came from (one read)."""
+        _check_approval_id(approval_id)
+        try:
+            return await self.storage.approvals.get_clicked(approval_id, place)
+        except NotFound:
+            raise ApprovalNotFound(approval_id) from None
+
     async def _thread_of(self, record: Any) -> ThreadRef:
         """The thread of an approval, from its run (ids like Teams channels contain ':', so never split keys)."""
-        run = await self.storage.runs.get(record.run_id)
-        return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        return _thread_of_run(await self.storage.runs.get(record.run_id))
 
     async def _views(self, records: list[Any], thread: ThreadRef | None = None) -> list[ApprovalView]:
         """Views of approvals of one step (one run, so its thread is read once, unless the caller knows it)."""
@@ -1165,6 +1219,17 @@ class Engine:
                     continue
         admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
         return offered(views, admin), may
+
+
+def _thread_of_run(run: Any) -> ThreadRef:
+    """The thread a run works in."""
+    return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+
+
+def _check_approval_id(approval_id: Any) -> None:
+    """:class:`ApprovalNotFound` for what cannot be an approval id (clicks are untrusted), before any read."""
+    if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
+        raise ApprovalNotFound(str(approval_id)[:40])
 
 
 def _action_label(action: Any) -> str:
