@@ -40,6 +40,14 @@ _COLUMNS = (
     "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
+
+
+def _in_order(ids: Sequence[str], records: Sequence[ApprovalRecord]) -> list[ApprovalRecord]:
+    """``records`` in the order of ``ids`` (``RETURNING`` has no order of its own)."""
+    position = {approval_id: n for n, approval_id in enumerate(ids)}
+    return sorted(records, key=lambda record: position[record.approval_id])
+
+
 _STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
 """A run and one of its approvals per row (:meth:`SQLiteApprovalStore.step`)."""
 
@@ -200,15 +208,26 @@ class SQLiteApprovalStore:
         >>> storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
         1
         """
+        return len(self.mark_rendered(approval_ids, message_ref))
+
+    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> list[ApprovalRecord]:
+        """:meth:`set_message_ref`, returning the approvals as they are once it is recorded, in the given order.
+
+        One statement: a decision committed before it shows in their status; any later one finds the reference.
+
+        >>> [a.status for a in storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1.2"})]
+        ['pending']
+        """
         ids = list(approval_ids)
         if not ids:
-            return 0
+            return []
         placeholders = ", ".join("?" for _ in ids)
         with self.connector.writing() as db:
-            return db.execute(
-                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders})",
+            rows = db.execute(
+                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders}) RETURNING {_COLUMNS}",
                 [dumps(message_ref), *ids],
-            ).rowcount
+            ).fetchall()
+        return _in_order(ids, [approval_record(row, SQLITE_TIMES) for row in rows])
 
     def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.

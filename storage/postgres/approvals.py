@@ -13,7 +13,7 @@ from typing import Any
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
 
-from storage.approvals import SYSTEM_ACTOR, _row_values
+from storage.approvals import SYSTEM_ACTOR, _in_order, _row_values
 from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
@@ -163,12 +163,22 @@ class PostgresApprovalStore:
         >>> await storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
         1
         """
+        return len(await self.mark_rendered(approval_ids, message_ref))
+
+    async def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> list[ApprovalRecord]:
+        """:meth:`set_message_ref`, returning the approvals as they are once it is recorded, in the given order.
+
+        >>> [a.status for a in await storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1.2"})]
+        ['pending']
+        """
         ids = list(approval_ids)
         if not ids:
-            return 0
-        return await self.db.execute(
-            "UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s)", [Json(message_ref), ids]
+            return []
+        rows = await self.db.fetchall(
+            f"UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s) RETURNING {_COLUMNS}",
+            [Json(message_ref), ids],
         )
+        return _in_order(ids, [approval_record(row, POSTGRES_TIMES) for row in rows])
 
     async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.
