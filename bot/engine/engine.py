@@ -662,8 +662,15 @@ class Engine:
 
     async def step_approvals(self, approval_id: str) -> list[ApprovalView]:
         """Every approval of the paused step that ``approval_id`` belongs to."""
-        record = await self._record(approval_id)
-        return await self._views(await self.storage.approvals.for_run(record.run_id, step=record.step))
+        return (await self._step_views(await self._record(approval_id)))[1]
+
+    async def _step_views(self, record: Any) -> tuple[list[Any], list[ApprovalView]]:
+        """The step of ``record``: its approvals and their views (the run's thread comes in the same read)."""
+        try:
+            paused = await self.storage.approvals.step(record.run_id, record.step)
+        except NotFound:  # the run is gone (pruned): nothing of its step to show
+            return [], []
+        return paused.approvals, await self._views(paused.approvals, _thread_of_run(paused.run))
 
     async def note_shown(self, place: str, approval_ids: Sequence[str]) -> None:
         """Record that these approvals are shown in ``place``, so clicks from there may decide them."""
@@ -1208,11 +1215,12 @@ class Engine:
     async def personal_step(self, approval_id: str, actor: str, place: str | None) -> tuple[list[ApprovalView], bool]:
         """The step of ``approval_id`` as ``actor`` alone sees it (a Teams user-specific view), and whether they
         may decide any of its pending calls there; admins are offered "Approve and always allow here"."""
-        record = await self._record(approval_id)
-        views = await self.step_approvals(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
+        step, views = await self._step_views(record)
         may = False
-        if place and await self.storage.places.shown_in(record.approval_id, place):
-            for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+        if place and clicked.shown_here:
+            for other in step:
                 try:
                     check_open(self.clock(), other)
                     await authorize_now(self.roles, other, actor, fresh=False)
