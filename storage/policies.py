@@ -26,6 +26,11 @@ from storage.protocols import (
 ANY_TOOL = "*"
 _SCOPE_PREFIXES = ("workspace:", "channel:")
 _COLUMNS = "scope, tool_key, mode, approvers_json, quorum, four_eyes, ttl_seconds, updated_by, updated_at"
+_APPLIES = (
+    "scope IN (?, ?, ?) AND (tool_key = ? OR tool_key = ? "
+    "OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = ?))"
+)
+"""The rules that could apply to a tool in a channel's three scopes: its name, ``"*"``, and its groups."""
 
 
 def scope_global() -> str:
@@ -239,48 +244,41 @@ class SQLitePolicyStore:
     def resolve(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> EffectiveRule:
         """The effective rule for ``tool_name`` in a channel, field by field, with where each came from.
 
+        One statement reads every rule that could apply: the three scopes, and the tool's name, its groups
+        and ``"*"``.
+
         >>> rule = storage.policies.resolve("delete_file", platform="slack", workspace="T1", channel="C1")
         >>> rule.mode, rule.sources["mode"]
         ('always', ('channel:slack:T1:C1', 'delete_file'))
         """
         scopes = channel_scopes(platform, workspace, channel)
         with self.connector.reading() as db:
-            return effective_rule(tool_name, scopes, self._rules(db, tool_name, scopes))
+            rows = db.execute(f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}",
+                              [*scopes, tool_name, ANY_TOOL, tool_name]).fetchall()
+        return effective_rule(tool_name, scopes, [_rule(row) for row in rows])
 
     def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
-        """:meth:`resolve` and the tool's conditional rules in the channel's three scopes, in one read transaction.
+        """:meth:`resolve` and the tool's conditional rules in the channel's three scopes, in one statement.
 
         >>> view = storage.policies.view("deploy", platform="slack", workspace="T1", channel="C1")
         >>> view.rule.mode, [c.condition for c in view.conditions]
         ('always', ['env=prod'])
         """
         scopes = channel_scopes(platform, workspace, channel)
+        # The plain rules, then the conditional ones with the columns a plain rule lacks as NULL.
         with self.connector.reading() as db:
-            rules = self._rules(db, tool_name, scopes)
             rows = db.execute(
-                "SELECT scope, tool_name, condition, mode, updated_by, updated_at FROM conditional_rules "
-                "WHERE scope IN (?, ?, ?) AND tool_name = ? ORDER BY scope, condition",
-                [*scopes, tool_name],
+                f"SELECT NULL, {_COLUMNS} FROM policy_rules WHERE {_APPLIES} UNION ALL "
+                "SELECT condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+                "FROM conditional_rules WHERE scope IN (?, ?, ?) AND tool_name = ?",
+                [*scopes, tool_name, ANY_TOOL, tool_name, *scopes, tool_name],
             ).fetchall()
-        conditions = tuple(ConditionalRule(r[0], r[1], r[2], r[3], r[4], to_datetime(r[5])) for r in rows)
-        return PolicyView(effective_rule(tool_name, scopes, rules), conditions)
-
-    @staticmethod
-    def _rules(db: Any, tool_name: str, scopes: Sequence[str]) -> list[PolicyRule]:
-        """Every stored rule that could apply to ``tool_name`` in ``scopes``: its name, its groups, ``"*"``."""
-        group_names = [
-            row[0]
-            for row in db.execute(
-                "SELECT group_name FROM tool_groups WHERE tool_name = ? ORDER BY group_name", [tool_name]
-            )
-        ]
-        keys = list(dict.fromkeys([tool_name, *group_names, ANY_TOOL]))
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM policy_rules WHERE scope IN ({', '.join('?' for _ in scopes)}) "
-            f"AND tool_key IN ({', '.join('?' for _ in keys)})",
-            [*scopes, *keys],
-        ).fetchall()
-        return [_rule(row) for row in rows]
+        rules = [_rule(row[1:]) for row in rows if row[0] is None]
+        conditions = sorted(
+            (ConditionalRule(r[1], r[2], r[0], r[3], r[8], to_datetime(r[9])) for r in rows if r[0] is not None),
+            key=lambda c: (c.scope, c.condition),
+        )
+        return PolicyView(effective_rule(tool_name, scopes, rules), tuple(conditions))
 
     def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None
