@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from bot.engine.errors import NotShownHere
 from bot.tools import tool
 from storage import scope_channel
 from tests.fakes.engine_kit import (
     ADMIN,
     CHANNEL,
     PLATFORM,
+    REQUESTER,
     WORKSPACE,
     Harnesses,
     asks,
@@ -28,6 +31,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
+from tests.fakes.storage_data import new_approval
 from tests.test_engine_decisions import admin, decision
 
 
@@ -138,3 +142,38 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     # The pause's fence check and the stop check after the tool; the resume's fence comes from its claim.
     assert reads("SQLiteRunStore.get") == 2
     assert figures["round_trips_per_conversation"] <= 35
+
+
+async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_of_the_run(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    # Meanwhile the run paused again at a later step (as a recovered run does), with a call still to decide.
+    storage = h.engine.storage
+    assert await storage.runs.transition(approval.run_id, "paused", "paused", step=approval_step(approval) + 1)
+    [later] = await storage.approvals.create_many([new_approval(
+        approval.run_id, "call_later", step=approval_step(approval) + 1, chat_history_id=h.thread().key,
+        requester=REQUESTER, created_at=h.clock(), expires_at=h.clock() + timedelta(hours=1),
+    )])
+
+    await h.engine.decide(decision(approval))
+    await h.engine.wait_idle()
+
+    run = await h.run_of(approval.run_id)
+    assert (run.status, run.step) == ("paused", approval_step(approval) + 1)
+    assert (await storage.approvals.get(later.approval_id)).status == "pending"
+    assert h.tools.executed == [] and len(h.generator.calls) == 1
+
+
+def approval_step(approval) -> int:
+    return 1  # the first pause of a run is its step 1
+
+
+async def test_a_click_whose_place_is_not_a_place_key_is_refused_as_shown_elsewhere(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+
+    with pytest.raises(NotShownHere):
+        await h.engine.decide(decision(approval, place=[approval.thread.place]))
+
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert h.tools.executed == []

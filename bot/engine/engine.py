@@ -992,8 +992,10 @@ class Engine:
             )
             if not records or any(r.status == PENDING for r in records):
                 return
+            # Pinned to the step these decisions belong to: a run that paused again meanwhile (at a later step)
+            # is never resumed with them.
             claimed = await self.storage.leases.claim_paused(
-                run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=run.step
+                run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=records[0].step
             )
             if claimed is None:
                 return  # another worker, replica or a supersede got there first
@@ -1158,8 +1160,8 @@ class Engine:
     async def _clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
         """The approval a click names and whether it was shown where the click came from (one read)."""
         _check_approval_id(approval_id)
-        try:
-            return await self.storage.approvals.get_clicked(approval_id, place)
+        try:  # a place that is not a place key (clicks are untrusted) was shown nothing
+            return await self.storage.approvals.get_clicked(approval_id, place if isinstance(place, str) else None)
         except NotFound:
             raise ApprovalNotFound(approval_id) from None
 
