@@ -34,6 +34,9 @@ from tests.fakes.engine_kit import (
 from tests.fakes.storage_data import new_approval
 from tests.test_engine_decisions import admin, decision
 
+FIRST_STEP = 1
+"""The step number of a run's first pause."""
+
 
 @pytest.fixture
 async def harnesses(tmp_path):
@@ -149,9 +152,9 @@ async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_o
     [approval] = await h.paused_approvals("delete a.txt")
     # Meanwhile the run paused again at a later step (as a recovered run does), with a call still to decide.
     storage = h.engine.storage
-    assert await storage.runs.transition(approval.run_id, "paused", "paused", step=approval_step(approval) + 1)
+    assert await storage.runs.transition(approval.run_id, "paused", "paused", step=FIRST_STEP + 1)
     [later] = await storage.approvals.create_many([new_approval(
-        approval.run_id, "call_later", step=approval_step(approval) + 1, chat_history_id=h.thread().key,
+        approval.run_id, "call_later", step=FIRST_STEP + 1, chat_history_id=h.thread().key,
         requester=REQUESTER, created_at=h.clock(), expires_at=h.clock() + timedelta(hours=1),
     )])
 
@@ -159,13 +162,9 @@ async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_o
     await h.engine.wait_idle()
 
     run = await h.run_of(approval.run_id)
-    assert (run.status, run.step) == ("paused", approval_step(approval) + 1)
+    assert (run.status, run.step) == ("paused", FIRST_STEP + 1)
     assert (await storage.approvals.get(later.approval_id)).status == "pending"
     assert h.tools.executed == [] and len(h.generator.calls) == 1
-
-
-def approval_step(approval) -> int:
-    return 1  # the first pause of a run is its step 1
 
 
 async def test_a_click_whose_place_is_not_a_place_key_is_refused_as_shown_elsewhere(harnesses):
