@@ -949,12 +949,18 @@ class Engine:
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         return (await self._rerender(record))[1]
 
-    async def _rerender(self, record: Any) -> tuple[ApprovalStep | None, list[ApprovalView]]:
-        """Re-render the step of ``record`` wherever it is shown; the step as read (``None``: its run is gone)."""
-        try:
-            paused: ApprovalStep | None = await self.storage.approvals.step(record.run_id, record.step)
-        except NotFound:
-            paused = None
+    async def _rerender(
+        self, record: Any, paused: ApprovalStep | None = None
+    ) -> tuple[ApprovalStep | None, list[ApprovalView]]:
+        """Re-render the step of ``record`` wherever it is shown; the step as read (``None``: its run is gone).
+
+        ``paused``: the step as the caller just read it after its change (else it is read here).
+        """
+        if paused is None:
+            try:
+                paused = await self.storage.approvals.step(record.run_id, record.step)
+            except NotFound:
+                paused = None
         views = await self._views(paused.approvals, _thread_of_run(paused.run)) if paused is not None else []
         refs = [v.message_ref for v in views if v.message_ref]
         surface = self.surfaces.get(record.platform)
@@ -1055,9 +1061,12 @@ class Engine:
         await self.storage.audit.append(
             "countersign", "superseded", run.run_id, {"approvals": closed}, now=self.clock()
         )
-        records = await self.storage.approvals.for_run(run.run_id, step=run.step)
-        if records:
-            await self._update_rendering(records[0])
+        try:
+            paused = await self.storage.approvals.step(run.run_id, run.step)
+        except NotFound:
+            return
+        if paused.approvals:
+            await self._rerender(paused.approvals[0], paused)  # the step as just read: no second read
 
     # --- expiry -------------------------------------------------------------------------------------
 
