@@ -714,7 +714,9 @@ class RunLeases(Protocol):
     owner: it waits for people, not for a process. Every method is one statement.
     """
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant, step: int | None = None) -> RunRecord | None:
+    def claim_paused(
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None
+    ) -> RunRecord | None:
         """``paused → resuming`` with ``owner`` and a lease until ``until``; the run as claimed for exactly one
         caller (``UPDATE … WHERE status = 'paused' [AND step = ?] RETURNING …``), ``None`` for everyone else.
         With ``step``, only a run paused at that step is claimed.

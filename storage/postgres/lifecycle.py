@@ -36,7 +36,7 @@ class PostgresRunLeases:
         self.db = db
 
     async def claim_paused(
-        self, run_id: str, owner: str, until: Instant, step: int | None = None
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
         ``None`` for the others. With ``step``, only a run paused at that step is claimed (a resume decided on
