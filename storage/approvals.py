@@ -42,12 +42,6 @@ _COLUMNS = (
 _RUN_FIELDS = RUN_COLUMNS.split(",")
 
 
-def _in_order(ids: Sequence[str], records: Sequence[ApprovalRecord]) -> list[ApprovalRecord]:
-    """``records`` in the order of ``ids`` (``RETURNING`` has no order of its own)."""
-    position = {approval_id: n for n, approval_id in enumerate(ids)}
-    return sorted(records, key=lambda record: position[record.approval_id])
-
-
 _STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
 """A run and one of its approvals per row (:meth:`SQLiteApprovalStore.step`)."""
 
@@ -210,24 +204,25 @@ class SQLiteApprovalStore:
         """
         return len(self.mark_rendered(approval_ids, message_ref))
 
-    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> list[ApprovalRecord]:
-        """:meth:`set_message_ref`, returning the approvals as they are once it is recorded, in the given order.
+    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref`, returning each approval's status once it is recorded (by approval id).
 
-        One statement: a decision committed before it shows in their status; any later one finds the reference.
+        One statement: a decision committed before it shows in the statuses; any later one finds the reference.
 
-        >>> [a.status for a in storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1.2"})]
-        ['pending']
+        >>> storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        {'a1b2c3': 'pending'}
         """
         ids = list(approval_ids)
         if not ids:
-            return []
+            return {}
         placeholders = ", ".join("?" for _ in ids)
         with self.connector.writing() as db:
             rows = db.execute(
-                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders}) RETURNING {_COLUMNS}",
+                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders}) "
+                "RETURNING approval_id, status",
                 [dumps(message_ref), *ids],
             ).fetchall()
-        return _in_order(ids, [approval_record(row, SQLITE_TIMES) for row in rows])
+        return dict(rows)
 
     def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.

@@ -491,9 +491,9 @@ class ApprovalStore(Protocol):
 
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int: ...
 
-    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> list[ApprovalRecord]:
-        """:meth:`set_message_ref` (one ``UPDATE … RETURNING``), returning the approvals as they are once it is
-        recorded, in the order of ``approval_ids``: a decision that landed before shows in their status."""
+    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref` (one ``UPDATE … RETURNING``), returning each approval's status once it is
+        recorded, by approval id: a decision that landed before shows in it, a later one finds the reference."""
         ...
 
     def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None: ...

@@ -31,6 +31,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
+from tests.fakes.recording_surface import RecordingSurface, Rendering, Update
 from tests.fakes.storage_data import new_approval
 from tests.test_engine_decisions import admin, decision
 
@@ -176,3 +177,34 @@ async def test_a_click_whose_place_is_not_a_place_key_is_refused_as_shown_elsewh
 
     assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
     assert h.tools.executed == []
+
+
+class ClickWhileRendering(RecordingSurface):
+    """A surface whose approval message is clicked (approved) while it is still being posted."""
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+        self.clicked: list = []
+
+    async def render_approvals(self, thread, approvals):
+        ref = await super().render_approvals(thread, approvals)
+        if not self.clicked:
+            self.clicked.append(await self.engine.decide(decision(approvals[0])))
+        return ref
+
+
+async def test_a_click_that_lands_while_the_approval_is_posted_is_shown_on_the_posted_message(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    surface = ClickWhileRendering(h.engine)
+    h.engine.register_surface(PLATFORM, surface)
+
+    await h.say("delete a.txt")
+    await h.engine.wait_idle()
+
+    [rendering] = [c for c in surface.calls if isinstance(c, Rendering)]
+    # The click found no message to update yet; the pause caught up once the message's reference was stored.
+    [update] = [c for c in surface.calls if isinstance(c, Update)]
+    assert update.message_ref == rendering.message_ref
+    assert [a.status for a in update.approvals] == ["approved"]
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]

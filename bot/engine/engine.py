@@ -645,14 +645,14 @@ class Engine:
                 )
             )
             return
-        # The step's approvals as they are once the reference is stored (the same statement, no read after).
-        current = await self.storage.approvals.mark_rendered([r.approval_id for r in records], message_ref)
+        # The step's statuses once the reference is stored (the same statement, no read after).
+        statuses = await self.storage.approvals.mark_rendered([r.approval_id for r in records], message_ref)
         await _quietly(self.notices.send_direct(thread, records))
         if any(r.approvers for r in records):  # copies went to named approvers: a click meanwhile missed them
-            current = await self.storage.approvals.for_run(run_id, step=step)
+            statuses = {r.approval_id: r.status for r in await self.storage.approvals.for_run(run_id, step=step)}
         # A click that landed while the message was being posted found no reference to update: catch up.
-        if any(not r.is_pending for r in current):
-            await self._update_rendering(current[0])
+        if any(status != PENDING for status in statuses.values()):
+            await self._update_rendering(records[0])
 
     # --- decisions ----------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
 
-from storage.approvals import SYSTEM_ACTOR, _in_order, _row_values
+from storage.approvals import SYSTEM_ACTOR, _row_values
 from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
@@ -165,20 +165,20 @@ class PostgresApprovalStore:
         """
         return len(await self.mark_rendered(approval_ids, message_ref))
 
-    async def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> list[ApprovalRecord]:
-        """:meth:`set_message_ref`, returning the approvals as they are once it is recorded, in the given order.
+    async def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref`, returning each approval's status once it is recorded (by approval id).
 
-        >>> [a.status for a in await storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1.2"})]
-        ['pending']
+        >>> await storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        {'a1b2c3': 'pending'}
         """
         ids = list(approval_ids)
         if not ids:
-            return []
+            return {}
         rows = await self.db.fetchall(
-            f"UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s) RETURNING {_COLUMNS}",
+            "UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s) RETURNING approval_id, status",
             [Json(message_ref), ids],
         )
-        return _in_order(ids, [approval_record(row, POSTGRES_TIMES) for row in rows])
+        return {approval_id: status for approval_id, status in rows}
 
     async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.

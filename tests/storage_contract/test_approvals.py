@@ -243,14 +243,13 @@ async def test_a_step_is_read_with_its_run_in_call_order_and_only_that_step(stor
         await approvals.step("no-such-run", 1)
 
 
-async def test_marking_approvals_rendered_returns_them_as_they_are_now_in_the_given_order(approvals):
+async def test_marking_approvals_rendered_returns_their_statuses_as_they_are_now(approvals):
     a, b = await approvals.create_many([new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b")])
     await approvals.decide(b.approval_id, status="rejected", decided_by="U_BOB", now=LATER)  # a click before
     ref = {"channel": "C1", "ts": "1700000000.000300"}
-    marked = await approvals.mark_rendered([b.approval_id, a.approval_id], ref)
-    assert [(x.approval_id, x.status, x.message_ref) for x in marked] == [
-        (b.approval_id, "rejected", ref), (a.approval_id, "pending", ref),
-    ]
-    assert marked == [await approvals.get(b.approval_id), await approvals.get(a.approval_id)]
-    assert await approvals.mark_rendered([], ref) == []
-    assert await approvals.mark_rendered(["nope"], ref) == []
+    assert await approvals.mark_rendered([b.approval_id, a.approval_id], ref) == {
+        b.approval_id: "rejected", a.approval_id: "pending",
+    }
+    assert [(await approvals.get(x.approval_id)).message_ref for x in (a, b)] == [ref, ref]
+    assert await approvals.mark_rendered([], ref) == {}
+    assert await approvals.mark_rendered(["nope"], ref) == {}
