@@ -304,3 +304,33 @@ async def test_an_old_self_contained_snapshot_loads_without_reading_any_history(
         expected.run_id, expected.pending_tool_calls, expected.decisions,
     )
     assert stored_step(json.loads(OLD_SNAPSHOT.read_text(encoding="utf-8"))).step_message == expected.step_message
+
+
+async def test_a_run_pausing_twice_with_memories_resumes_each_time_with_exactly_its_transcript(backend):
+    before = await backend.open_on_backend(replies=[asks_for("delete_file", path="a.txt")])
+    await before.engine.storage.memories.add_memories(
+        ["delete requests for scratch files are routine"], user_id=f"slack:T1:{REQUESTER}"
+    )
+    first = await pause_in(before, 5)
+    paused_with = sent_to_llm(before.generator, 0)
+    assert any((m.text or "").startswith("Relevant memories:") for m in paused_with)  # inline, never stored
+    data = await stored(before, first.run_id)
+    assert data["schema_version"] == REFERENCED_SCHEMA_VERSION and len(data["messages"]) == 3
+
+    middle = await backend.reopen(before, generator=ScriptedChatGenerator([asks_for("delete_file", path="b.txt")]))
+    await middle.engine.decide(confirm(first))
+    await middle.engine.wait_idle()
+    [second] = middle.surface.renders[-1].approvals
+    assert second.run_id == first.run_id and second.approval_id != first.approval_id
+    resumed_with = sent_to_llm(middle.generator, 0)
+    assert as_data(resumed_with[: len(paused_with)]) == as_data(paused_with)
+
+    after = await backend.reopen(middle, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.decide(confirm(second))
+    await after.engine.wait_idle()
+
+    sent = sent_to_llm(after.generator)
+    assert as_data(sent[: len(resumed_with)]) == as_data(resumed_with)
+    assert len(sent) == len(resumed_with) + 2  # the second step's reply and its result
+    assert after.tools.executed == [("delete_file", {"path": "a.txt"}), ("delete_file", {"path": "b.txt"})]
+    assert after.surface.replies[-1].text.startswith("results: deleted b.txt")
