@@ -10,6 +10,7 @@ self-contained snapshots (stored by earlier versions, or ``AgentSnapshot.to_dict
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,19 @@ async def test_a_run_pausing_twice_with_memories_resumes_each_time_with_exactly_
     assert len(sent) == len(resumed_with) + 2  # the second step's reply and its result
     assert after.tools.executed == [("delete_file", {"path": "a.txt"}), ("delete_file", {"path": "b.txt"})]
     assert after.surface.replies[-1].text.startswith("results: deleted b.txt")
+
+
+async def test_retention_keeps_the_history_a_paused_run_refers_to(backend):
+    h, approval = await paused_after(backend, 6)
+    h.generator.replies.append(echoes_results)
+    first_call = sent_to_llm(h.generator, 0)
+    idle = await h.engine.storage.messages.write_messages(h.thread("1600000000.000001").key, earlier_conversation(3))
+
+    # Everything is older than the cutoff; only the idle thread goes (the paused run's thread is in use).
+    pruned = await h.engine.storage.ops.prune(older_than=datetime.now(UTC) + timedelta(days=1))
+    assert pruned.messages == idle
+
+    assert (await h.engine.decide(confirm(approval))).resumed
+    await h.engine.wait_idle()
+    assert as_data(sent_to_llm(h.generator)[: len(first_call)]) == as_data(first_call)
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
