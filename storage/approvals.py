@@ -28,7 +28,7 @@ from storage.protocols import (
     NewApproval,
     Vote,
 )
-from storage.records import SQLITE_TIMES, approval_record, qualified
+from storage.records import SQLITE_TIMES, approval_record, decided_snapshot, qualified
 from storage.runs import RUN_COLUMNS, run_from_row
 
 SYSTEM_ACTOR = "countersign"
@@ -42,8 +42,13 @@ _COLUMNS = (
 _RUN_FIELDS = RUN_COLUMNS.split(",")
 
 
-_STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
-"""A run and one of its approvals per row (:meth:`SQLiteApprovalStore.step`)."""
+_STEP_COLUMNS = (
+    f"{qualified(RUN_COLUMNS, 'r')}, CASE WHEN r.step = ? AND NOT EXISTS (SELECT 1 FROM approvals p "
+    f"WHERE p.run_id = r.run_id AND p.step = ? AND p.status = 'pending') THEN r.snapshot_json END, "
+    f"{qualified(_COLUMNS, 'a')}"
+)
+"""A run, its snapshot when it is that of a fully decided step, and one of its approvals per row
+(:meth:`SQLiteApprovalStore.step`)."""
 
 
 def _row_values(new: NewApproval, now: float) -> list[Any]:
@@ -187,14 +192,13 @@ class SQLiteApprovalStore:
         with self.connector.reading() as db:
             rows = db.execute(f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a "
                               "ON a.run_id = r.run_id AND a.step = ? WHERE r.run_id = ? ORDER BY a.rowid",
-                              [step, run_id]).fetchall()
+                              [step, step, step, run_id]).fetchall()
         if not rows:
             raise NotFound(f"run {run_id!r} not found")
         width = len(_RUN_FIELDS)
-        return ApprovalStep(
-            run_from_row(rows[0][:width]),
-            [approval_record(row[width:], SQLITE_TIMES) for row in rows if row[width] is not None],
-        )
+        approvals = [approval_record(row[width + 1:], SQLITE_TIMES) for row in rows if row[width + 1] is not None]
+        snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
+        return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
 
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered (to update that message later); returns rows changed.

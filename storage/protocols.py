@@ -211,6 +211,11 @@ class ApprovalStep:
 
     run: RunRecord
     approvals: list[ApprovalRecord]
+    snapshot: dict[str, Any] | None = None
+    """Once every approval of the step is decided and the run's stored snapshot is this step's: that snapshot,
+    parsed (what resuming the step needs; a pause writes a snapshot and a new step number together, so the
+    snapshot of a step never changes). ``None`` otherwise, and when the stored snapshot does not parse
+    (``RunStore.snapshot`` says why)."""
 
 
 @dataclass(frozen=True)
@@ -494,7 +499,8 @@ class ApprovalStore(Protocol):
 
     def step(self, run_id: str, step: int) -> ApprovalStep:
         """The run (or :class:`NotFound`) and the approvals of one of its steps, read together: re-rendering
-        a step and resuming it need both. SQL: ``runs LEFT JOIN approvals ON run_id AND step``."""
+        a step and resuming it need both; with the step's snapshot once it is fully decided (see
+        :class:`ApprovalStep`). SQL: ``runs LEFT JOIN approvals ON run_id AND step``."""
         ...
 
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int: ...

@@ -1012,13 +1012,21 @@ class Engine:
             # (runs.transition, messages.write_messages and the ledger: FENCE_CONDITION), before any tool runs.
             async with self.lifecycle.holding(claimed) as fence:
                 if fence is not None:
-                    await self._resume_claimed(run_id, thread, run.requester, records)
+                    # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
+                    # that step, took the run still paused there, so it is the snapshot of the run we hold.
+                    await self._resume_claimed(run_id, thread, run.requester, records,
+                                               paused.snapshot if paused is not None else None)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
-    async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
+    async def _resume_claimed(
+        self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
+        snapshot_data: dict[str, Any] | None = None,
+    ) -> None:
+        """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step)."""
         try:
+            stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
             # The history it paused with is read back here, once (the stored snapshot refers to it).
-            snapshot = await load_snapshot(await self.storage.runs.snapshot(run_id), self.storage.messages)
+            snapshot = await load_snapshot(stored, self.storage.messages)
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot (or a lost history) fails this run only
             await self.fail_run(run_id, thread, exc)
             return

@@ -29,7 +29,7 @@ from storage.protocols import (
     NewApproval,
     Vote,
 )
-from storage.records import approval_record, qualified
+from storage.records import approval_record, decided_snapshot, qualified
 
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
@@ -37,8 +37,13 @@ _COLUMNS = (
     "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
-_STEP_COLUMNS = f"{qualified(RUN_COLUMNS, 'r')}, {qualified(_COLUMNS, 'a')}"
-"""A run and one of its approvals per row (:meth:`PostgresApprovalStore.step`)."""
+_STEP_COLUMNS = (
+    f"{qualified(RUN_COLUMNS, 'r')}, CASE WHEN r.step = %s AND NOT EXISTS (SELECT 1 FROM approvals p "
+    f"WHERE p.run_id = r.run_id AND p.step = %s AND p.status = 'pending') THEN r.snapshot_json::text END, "
+    f"{qualified(_COLUMNS, 'a')}"
+)
+"""A run, its snapshot when it is that of a fully decided step, and one of its approvals per row
+(:meth:`PostgresApprovalStore.step`)."""
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
@@ -147,15 +152,14 @@ class PostgresApprovalStore:
         rows = await self.db.fetchall(
             f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a ON a.run_id = r.run_id AND a.step = %s "
             "WHERE r.run_id = %s ORDER BY a.seq",
-            [step, run_id],
+            [step, step, step, run_id],
         )
         if not rows:
             raise NotFound(f"run {run_id!r} not found")
         width = len(_RUN_FIELDS)
-        return ApprovalStep(
-            run_from_row(rows[0][:width]),
-            [approval_record(row[width:], POSTGRES_TIMES) for row in rows if row[width] is not None],
-        )
+        approvals = [approval_record(row[width + 1:], POSTGRES_TIMES) for row in rows if row[width + 1] is not None]
+        snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
+        return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
 
     async def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered; returns rows changed.

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from bot.canonical import args_digest
-from storage import AlreadyExists, NotFound
+from storage import AlreadyExists, CorruptRecord, NotFound
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD, new_approval
 
@@ -253,3 +253,30 @@ async def test_marking_approvals_rendered_returns_their_statuses_as_they_are_now
     assert [(await approvals.get(x.approval_id)).message_ref for x in (a, b)] == [ref, ref]
     assert await approvals.mark_rendered([], ref) == {}
     assert await approvals.mark_rendered(["nope"], ref) == {}
+
+
+async def test_a_fully_decided_step_is_read_with_its_snapshot_and_only_then(backend):
+    storage = backend.storage
+    await create_run(storage)
+    await storage.runs.transition("run-1", "running", "paused", snapshot_json={"stage": "decide", "n": 1}, step=1)
+    a, b = await storage.approvals.create_many(
+        [new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b")]
+    )
+    await storage.approvals.create_many([new_approval(tool_call_id="call_old", step=0)])
+
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None  # two calls still to decide
+    await storage.approvals.decide(a.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None  # one still to decide
+    await storage.approvals.decide(b.approval_id, status="rejected", decided_by="U_BOB", now=LATER)
+    decided = await storage.approvals.step("run-1", 1)
+    assert decided.snapshot == await storage.runs.snapshot("run-1") == {"stage": "decide", "n": 1}
+    # An older step's snapshot was replaced by this one: an older step never comes with a snapshot.
+    await storage.approvals.decide((await storage.approvals.step("run-1", 0)).approvals[0].approval_id,
+                                   status="approved", decided_by="U_BOB", now=LATER)
+    assert (await storage.approvals.step("run-1", 0)).snapshot is None
+    assert (await storage.approvals.step("run-1", 2)).snapshot is None  # a step without approvals
+    # A damaged snapshot (not a JSON object) is not handed over: reading it alone says why.
+    await backend.execute("UPDATE runs SET snapshot_json = '[1, 2]' WHERE run_id = 'run-1'")
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None
+    with pytest.raises(CorruptRecord):
+        await storage.runs.snapshot("run-1")
