@@ -13,7 +13,9 @@ The points (each is reached by every process, in this order through one approved
 - ``before_ledger``: right before the ledger ``begin`` of a call that is about to run.
 - ``after_ledger``: the ledger entry is ``executing``, before the tool function runs.
 - ``after_tool``: the tool returned, before its ledger entry is finished.
-- ``while_pausing``: a step's approvals are stored, before the run is marked paused and rendered.
+- ``while_pausing``: a step's pause is worked out (its approvals, its snapshot), right before it is stored in
+  one write (approvals, the run marked paused, the audit entry: all or nothing). Databases of older
+  versions, which stored the approvals first, may hold a half-done pause; recovery still closes those.
 - ``before_llm``: inside a run, before each call to the model.
 - ``before_reply``: a run's answer is durable in the outbox (and the run finished), before it is posted.
 

@@ -90,7 +90,8 @@ from bot.llm import LLMError
 from bot.logs import log_context
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
+from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, Write, open_async_storage
+from storage.approvals import new_approval_id
 
 logger = logging.getLogger(__name__)
 
@@ -583,33 +584,41 @@ class Engine:
                     created_at=now,
                     kind=REVIEW if review else "approval",
                     result=held_result(snapshot, call) if review else None,
+                    approval_id=new_approval_id(),
                 )
             )
-        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-        await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
-        records = await self.storage.approvals.create_many(new_approvals)
+        surface = self._surface(thread.platform)
+        approval_ids = [a.approval_id for a in new_approvals]
+        # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
+        writes = [
+            # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+            Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
+            Write("approvals", "create_many", (new_approvals,)),
+            Write("runs", "transition", (run_id, "running", "paused"),
+                  {"fence": fence, "snapshot_json": snapshot_data(snapshot), "step": step}, required=True),
+        ]
+        if surface is not None and approval_ids:
+            # Recorded before the message exists: a click can land while it is being posted.
+            writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
+        writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
+                            {"now": now}))
         failpoints.failpoint("while_pausing")
-        paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=snapshot_data(snapshot), step=step
-        )
-        if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
+        outcome = await self.storage.batches.apply(writes)
+        if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
-            # the new owner's, so these are left to expire (they cannot resume a run that is not paused on them).
+            # the new owner's, so nothing more is written here.
             self.lifecycle.dropped(run_id)
             return
-        if not paused:
+        if not outcome.applied:
+            # Closed meanwhile (stopped, failed): nothing of this pause was stored; approvals an older, half-done
+            # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
-        await self.storage.audit.append(
-            requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
-        )
+        records = outcome.results[1]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
-        surface = self._surface(thread.platform)
         if surface is None:
             return
-        # Recorded before the message exists: a click can land while it is being posted.
-        await self.note_shown(thread.place, [r.approval_id for r in records])
         views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
