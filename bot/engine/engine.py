@@ -429,30 +429,32 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
-                await self._record_end(run_id, "finished", result)
+            finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
+                             required=True)
+            if (await self.storage.batches.apply([finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
-        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
-            await self._record_end(run_id, "finished", result)
+        # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
+        owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
+        if (await self.storage.batches.apply([owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def _record_end(
+    def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
-    ) -> None:
-        """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
+    ) -> list[Write]:
+        """The run's token usage and the audit entry of its end, written with the end itself (before anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
-            return
+            return []
         usage = TokenUsage.of(result.get("token_usage"))
-        await self.storage.runs.record_usage(run_id, usage)
-        await self.storage.audit.append(
-            actor, status, run_id,
-            {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
-            now=self.clock(),
-        )
+        details = {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"),
+                   "usage": usage.as_dict()}
+        return [
+            Write("runs", "record_usage", (run_id, usage)),
+            Write("audit", "append", (actor, status, run_id, details), {"now": self.clock()}),
+        ]
 
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
@@ -477,13 +479,13 @@ class Engine:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
         actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.lifecycle.fence(run_id)
-        if not await self.storage.runs.transition(
-            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {actor}"
-        ):
+        stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
+                        {"fence": fence, "error": f"stopped by {actor}"}, required=True)
+        outcome = await self.storage.batches.apply([stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
             return
-        await self._record_end(run_id, "stopped", result, actor=actor)
         self.observer.run_ended("stopped")
         await self.lifecycle.deliveries.say(
             thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
@@ -728,16 +730,18 @@ class Engine:
                 counted = await self._vote(record, request)
                 if counted is not None:
                     return counted
-            won = await self.storage.approvals.decide(
-                record.approval_id,
-                status=STATUS_OF_ACTION[action],
-                decided_by=request.actor,
-                feedback=request.feedback,
-                final_arguments=final_arguments,
-                now=self.clock(),
-                final_result=final_result,
-            )
-            if not won:
+            # The decision (exactly one wins) and its audit entry: one write, durable before anyone is told.
+            decision = Write("approvals", "decide", (record.approval_id,), {
+                "status": STATUS_OF_ACTION[action],
+                "decided_by": request.actor,
+                "feedback": request.feedback,
+                "final_arguments": final_arguments,
+                "now": self.clock(),
+                "final_result": final_result,
+            }, required=True)
+            won = await self.storage.batches.apply([decision, self._decision_audit(record, request, action,
+                                                                                   final_arguments)])
+            if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
             failpoints.failpoint("after_decide")
@@ -761,23 +765,11 @@ class Engine:
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
     ) -> DecisionResult:
-        """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
+        """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval."""
         self.observer.decision(
             action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
         )
         logger.info("decision recorded", extra={"action": action})
-        details = {
-            "tool": record.tool_name,
-            "run_id": record.run_id,
-            "kind": record.kind,
-            "feedback": request.feedback,
-            "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
-        }
-        if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
-            details["edited"] = action == MODIFY
-        await self.storage.audit.append(
-            request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
-        )
         if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
             thread = await self._thread_of(record)
             scope = channel_scope(
@@ -793,6 +785,20 @@ class Engine:
         views = await self.step_approvals(record.approval_id)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         return DecisionResult(approval=clicked, step=tuple(views), message=message)
+
+    def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
+        """The audit entry of a decision, written in the same batch as the decision itself."""
+        details = {
+            "tool": record.tool_name,
+            "run_id": record.run_id,
+            "kind": record.kind,
+            "feedback": request.feedback,
+            "changed": sorted(k for k in (final_arguments or {}) if final_arguments[k] != record.arguments.get(k)),
+        }
+        if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
+            details["edited"] = action == MODIFY
+        return Write("audit", "append", (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
+                     {"now": self.clock()})
 
     @refused_while_storage_fails
     async def approve_all(
