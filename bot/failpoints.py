@@ -7,9 +7,12 @@ at that line. Unarmed, a failpoint is one set lookup and does nothing.
 
 The points (each is reached by every process, in this order through one approved call):
 
-- ``after_decide``: a decision won its compare-and-set (``approvals.decide``), before the resume starts.
-- ``after_claim``: the resume claimed the run (``paused → resuming``, with owner and lease), before the
-  agent runs.
+- ``after_decide``: a decision won its compare-and-set (``approvals.decide``) and is stored with its audit
+  entry, before the resume starts. A decision that completes its step claims the run in the same write, so
+  this process then dies holding the claim (recovered when its lease expires); a step decided without a
+  claim (decided while stopping, or a concurrent decision of the same step) is resumed by any process.
+- ``after_claim``: the run is claimed for its resume (``paused → resuming``, with owner and lease: by the
+  decision that completed the step, or by a resume), before the agent runs.
 - ``before_ledger``: right before the ledger ``begin`` of a call that is about to run.
 - ``after_ledger``: the ledger entry is ``executing``, before the tool function runs.
 - ``after_tool``: the tool returned, before its ledger entry is finished.

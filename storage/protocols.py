@@ -667,8 +667,11 @@ class RunLeases(Protocol):
     owner: it waits for people, not for a process. Every method is one statement.
     """
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
-        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller."""
+    def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
+        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller.
+
+        ``decided``: only if the run's paused step has approvals and none of them is pending.
+        """
         ...
 
     def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:

@@ -593,11 +593,14 @@ async def test_a_decision_whose_follow_up_fails_in_the_database_is_not_reported_
     assert "recorded" in str(told.value) and "nothing was decided" not in str(told.value)
     assert (await h.engine.get_approval(approval.approval_id)).status == "approved"
     assert [e.action for e in await h.audit() if e.subject == approval.approval_id] == ["approved"]
+    # The decision claimed the run for its resume in the same write: the resume is not left behind.
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert h.surface.replies_in(h.thread())[-1] == "results: deleted a.txt"
     with pytest.raises(AlreadyDecided):  # deciding again changes nothing
         await h.engine.decide(decision(approval))
     with sqlite3.connect(h.db_path) as raw:
         raw.execute("DROP TRIGGER confirmations_down")
-    await h.engine.lifecycle.recover()  # once the database is back, the decided step is resumed
+    await h.engine.lifecycle.recover()  # nothing is left to resume: the call ran once
     await h.engine.wait_idle()
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
 

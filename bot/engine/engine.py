@@ -704,6 +704,7 @@ class Engine:
             return await self._decide(record, request, render_later)
 
     async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
+        claimed = False
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -739,12 +740,21 @@ class Engine:
                 "now": self.clock(),
                 "final_result": final_result,
             }, required=True)
-            won = await self.storage.batches.apply([decision, self._decision_audit(record, request, action,
-                                                                                   final_arguments)])
+            writes = [decision]
+            if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
+                # If this decision completes the step, the run is claimed for its resume in the same write.
+                writes.append(Write("leases", "claim_paused",
+                                    (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
+                                    {"decided": True}))
+            writes.append(self._decision_audit(record, request, action, final_arguments))
+            won = await self.storage.batches.apply(writes)
             if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
+            claimed = len(writes) == 3 and bool(won.results[1])
             failpoints.failpoint("after_decide")
+            if claimed:
+                failpoints.failpoint("after_claim")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
             self.observer.decision(_action_label(request.action), type(refusal).__name__)
@@ -753,7 +763,7 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -763,28 +773,39 @@ class Engine:
             raise DecidedButUnfinished() from exc
 
     async def _after_won_decision(
-        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
+        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
+        claimed: bool,
     ) -> DecisionResult:
-        """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval."""
-        self.observer.decision(
-            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
-        )
-        logger.info("decision recorded", extra={"action": action})
-        if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
-            thread = await self._thread_of(record)
-            scope = channel_scope(
-                {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+        """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
+
+        ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
+        (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        """
+        resumes_later = False
+        try:
+            self.observer.decision(
+                action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
             )
-            await self.storage.policies.remember_confirmation(
-                scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
-            )
-        message = f"{STATUS_OF_ACTION[action].capitalize()}."
-        if not render_later:
-            return await self._after_decision(record, message)
-        self.spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
-        views = await self.step_approvals(record.approval_id)
-        clicked = next(v for v in views if v.approval_id == record.approval_id)
-        return DecisionResult(approval=clicked, step=tuple(views), message=message)
+            logger.info("decision recorded", extra={"action": action})
+            if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
+                thread = await self._thread_of(record)
+                scope = channel_scope(
+                    {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+                )
+                await self.storage.policies.remember_confirmation(
+                    scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
+                )
+            message = f"{STATUS_OF_ACTION[action].capitalize()}."
+            if not render_later:
+                return await self._after_decision(record, message, claimed)
+            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
+            resumes_later = True
+            views = await self.step_approvals(record.approval_id)
+            clicked = next(v for v in views if v.approval_id == record.approval_id)
+            return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        finally:
+            if claimed and not resumes_later:
+                self._resume_claimed_run(record.run_id)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -910,19 +931,29 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(self, record: Any, message: str) -> DecisionResult:
+    async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
+        """Re-render the step; resume the run when the step is decided (``claimed``: the caller resumes it)."""
         views = await self._update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
-        complete = all(not v.is_pending for v in views)
-        if complete and not self.lifecycle.stopping:  # when stopping, another process's sweep resumes it
+        complete = claimed or all(not v.is_pending for v in views)
+        # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
+        # whoever claims it first resumes it. When stopping, another process's sweep resumes it.
+        if complete and not claimed and not self.lifecycle.stopping:
             self.spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(self, record: Any, message: str) -> None:
+    async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
         try:
-            await self._after_decision(record, message)
+            await self._after_decision(record, message, claimed)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
+        finally:
+            if claimed:
+                self._resume_claimed_run(record.run_id)
+
+    def _resume_claimed_run(self, run_id: str) -> None:
+        """Resume a run this process claimed with a decision (in the background, as every resume)."""
+        self.spawn(self.resume(run_id, claimed=True), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         records = await self.storage.approvals.for_run(record.run_id, step=record.step)
@@ -948,18 +979,27 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str) -> None:
-        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim."""
+    async def resume(self, run_id: str, *, claimed: bool = False) -> None:
+        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
+
+        ``claimed``: this process claimed the run already (with the decision that completed the step).
+        """
         run = await self.storage.runs.get(run_id)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         async with self.thread_lock(thread.key):
             records = await self.storage.approvals.for_run(run_id, step=run.step)
-            if not records or any(r.status == PENDING for r in records):
-                return
-            if not await self.storage.leases.claim_paused(run_id, self.lifecycle.owner, self.lifecycle.lease_until()):
-                return  # another worker, replica or a supersede got there first
-            failpoints.failpoint("after_claim")
-            async with self.lifecycle.holding(await self.storage.runs.get(run_id)) as fence:
+            if not claimed:
+                if not records or any(r.status == PENDING for r in records):
+                    return
+                if not await self.storage.leases.claim_paused(
+                    run_id, self.lifecycle.owner, self.lifecycle.lease_until()
+                ):
+                    return  # another worker, replica or a supersede got there first
+                failpoints.failpoint("after_claim")
+            current = await self.storage.runs.get(run_id)
+            if claimed and current.status != "resuming":
+                return  # resumed already (a resume is started once more after a failed follow-up)
+            async with self.lifecycle.holding(current) as fence:
                 if fence is not None:
                     await self._resume_claimed(run_id, thread, run.requester, records)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile

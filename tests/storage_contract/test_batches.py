@@ -139,3 +139,29 @@ async def test_a_batch_is_checked_before_anything_is_written(storage):
             await storage.batches.apply(writes)
     await _nothing_of_the_pause(storage)
     assert (await storage.batches.apply([])).applied
+
+
+async def test_a_decision_batch_claims_the_run_only_with_the_decision_that_completes_the_step(storage):
+    await create_run(storage)
+    await storage.approvals.create_many([new_approval(approval_id="a-1"), new_approval("run-1", "call_2",
+                                                                                       approval_id="a-2")])
+    assert await storage.runs.transition("run-1", "running", "paused", step=1)
+
+    def decision(approval_id: str, voter: str) -> list[Write]:
+        return [
+            Write("approvals", "decide", (approval_id,), {"status": "approved", "decided_by": voter, "now": NOW},
+                  required=True),
+            Write("leases", "claim_paused", ("run-1", "host-a", NOW + LEASE), {"decided": True}),
+            Write("audit", "append", (voter, "approved", approval_id, {}), {"now": NOW}),
+        ]
+
+    first = await storage.batches.apply(decision("a-1", "U_BOB"))
+    assert first.applied and first.results[1] is False  # a-2 still waits: the run stays paused
+    assert (await storage.runs.get("run-1")).status == "paused"
+    again = await storage.batches.apply(decision("a-1", "U_CAROL"))  # a second click on a-1 changes nothing
+    assert (again.applied, again.refused) == (False, 0)
+    last = await storage.batches.apply(decision("a-2", "U_CAROL"))
+    assert last.applied and last.results[1] is True
+    run = await storage.runs.get("run-1")
+    assert (run.status, run.owner) == ("resuming", "host-a")
+    assert [e.subject for e in await storage.audit.since(None)] == ["a-1", "a-2"]
