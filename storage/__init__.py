@@ -15,6 +15,7 @@ from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
+from storage.batches import SQLiteWriteBatches
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
 from storage.errors import (
@@ -43,6 +44,7 @@ from storage.protocols import (
     ApprovalStore,
     AuditEntry,
     AuditLog,
+    BatchOutcome,
     ChatMessageStore,
     ClickedApproval,
     ConversationStore,
@@ -69,6 +71,8 @@ from storage.protocols import (
     TokenUsage,
     ToolLedger,
     Vote,
+    Write,
+    WriteBatches,
 )
 
 __all__ = [
@@ -98,6 +102,10 @@ __all__ = [
     "SQLiteOperations",
     "AuditLog",
     "ApprovalStep",
+    "BatchOutcome",
+    "Write",
+    "WriteBatches",
+    "SQLiteWriteBatches",
     "ChatMessageStore",
     "ClickedApproval",
     "ConversationStore",

@@ -25,6 +25,13 @@ _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
 
 
+STEP_DECIDED = (
+    " AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step)"
+    " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step"
+    " AND a.status = 'pending')"
+)
+"""The ``runs`` condition (both backends) of a paused step that has approvals, none of them pending."""
+
 class SQLiteRunLeases:
     """Owners and leases of runs (see :class:`~storage.protocols.RunLeases`)."""
 
@@ -32,11 +39,14 @@ class SQLiteRunLeases:
         self.connector = connector
 
     def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
-        ``None`` for the others. With ``step``, only a run paused at that step is claimed (a resume decided on
-        one step's approvals never claims the run paused again at a later step).
+        ``None`` for the others.
+
+        ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
+        paused again at a later step). ``decided``: only if the paused step has approvals and none is pending (a
+        decision's batch claims the run with it when that decision completes the step).
 
         >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30)).status
         'resuming'
@@ -44,7 +54,7 @@ class SQLiteRunLeases:
         with self.connector.writing() as db:
             row = db.execute(
                 "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
-                "WHERE run_id = ? AND status = 'paused' AND (? IS NULL OR step = ?) "
+                f"WHERE run_id = ? AND status = 'paused' AND (? IS NULL OR step = ?){STEP_DECIDED if decided else ''} "
                 f"RETURNING {_RUN_COLUMNS}",
                 [owner, epoch(until), epoch(None), run_id, step, step],
             ).fetchone()
@@ -113,10 +123,7 @@ class SQLiteRunLeases:
         """
         with self.connector.reading() as db:
             rows = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'paused' "
-                "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
-                "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
-                "AND a.status = 'pending') ORDER BY updated_at LIMIT ?",
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'paused'{STEP_DECIDED} ORDER BY updated_at LIMIT ?",
                 [limit],
             ).fetchall()
         return [_run_record(row) for row in rows]

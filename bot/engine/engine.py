@@ -101,8 +101,10 @@ from storage import (
     NotFound,
     StorageError,
     TokenUsage,
+    Write,
     open_async_storage,
 )
+from storage.approvals import new_approval_id
 
 logger = logging.getLogger(__name__)
 
@@ -441,30 +443,32 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
-                await self._record_end(run_id, "finished", result)
+            finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
+                             required=True)
+            if (await self.storage.batches.apply([finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
-        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
-            await self._record_end(run_id, "finished", result)
+        # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
+        owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
+        if (await self.storage.batches.apply([owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def _record_end(
+    def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
-    ) -> None:
-        """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
+    ) -> list[Write]:
+        """The run's token usage and the audit entry of its end, written with the end itself (before anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
-            return
+            return []
         usage = TokenUsage.of(result.get("token_usage"))
-        await self.storage.runs.record_usage(run_id, usage)
-        await self.storage.audit.append(
-            actor, status, run_id,
-            {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
-            now=self.clock(),
-        )
+        details = {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"),
+                   "usage": usage.as_dict()}
+        return [
+            Write("runs", "record_usage", (run_id, usage)),
+            Write("audit", "append", (actor, status, run_id, details), {"now": self.clock()}),
+        ]
 
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
@@ -489,13 +493,13 @@ class Engine:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
         actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.lifecycle.fence(run_id)
-        if not await self.storage.runs.transition(
-            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {actor}"
-        ):
+        stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
+                        {"fence": fence, "error": f"stopped by {actor}"}, required=True)
+        outcome = await self.storage.batches.apply([stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
             return
-        await self._record_end(run_id, "stopped", result, actor=actor)
         self.observer.run_ended("stopped")
         await self.lifecycle.deliveries.say(
             thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
@@ -566,11 +570,13 @@ class Engine:
         """
         snapshot = pause.snapshot
         assert snapshot is not None
-        run = await self.storage.runs.get(run_id)
         fence = self.lifecycle.fence(run_id)
-        if fence is not None and not fence.holds_for(run):
-            self.lifecycle.dropped(run_id)  # taken over while asking the model: no approvals for a run not ours
-            return
+        # The run as this process claimed it: its step is still the run's (only this pause moves it). A run taken
+        # over while the model answered is refused by the pause's one write below (its fenced transition is
+        # required: nothing of the pause is stored), so no read is needed to check the fence first.
+        run = self.lifecycle.held(run_id)
+        if run is None:  # not worked on under a fence (no claim to go by): read it
+            run = await self.storage.runs.get(run_id)
         step = run.step + 1
         if run.recoveries:  # a pause that died half-way left (cancelled) approvals under the next step number
             step = max([step, *(a.step + 1 for a in await self.storage.approvals.for_run(run_id))])
@@ -603,35 +609,43 @@ class Engine:
                     created_at=now,
                     kind=REVIEW if review else "approval",
                     result=held_result(snapshot, call) if review else None,
+                    approval_id=new_approval_id(),
                 )
             )
         if policies_read is not None:
             policies_read.clear()  # the step ends here: nothing read for it is used again
-        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-        await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
-        records = await self.storage.approvals.create_many(new_approvals)
+        surface = self._surface(thread.platform)
+        approval_ids = [a.approval_id for a in new_approvals]
+        # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
+        writes = [
+            # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+            Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
+            Write("approvals", "create_many", (new_approvals,)),
+            Write("runs", "transition", (run_id, "running", "paused"),
+                  {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step}, required=True),
+        ]
+        if surface is not None and approval_ids:
+            # Recorded before the message exists: a click can land while it is being posted.
+            writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
+        writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
+                            {"now": now}))
         failpoints.failpoint("while_pausing")
-        paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=stored_snapshot_data(snapshot), step=step
-        )
-        if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
+        outcome = await self.storage.batches.apply(writes)
+        if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
-            # the new owner's, so these are left to expire (they cannot resume a run that is not paused on them).
+            # the new owner's, so nothing more is written here.
             self.lifecycle.dropped(run_id)
             return
-        if not paused:
+        if not outcome.applied:
+            # Closed meanwhile (stopped, failed): nothing of this pause was stored; approvals an older, half-done
+            # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
-        await self.storage.audit.append(
-            requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
-        )
+        records = outcome.results[1]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
-        surface = self._surface(thread.platform)
         if surface is None:
             return
-        # Recorded before the message exists: a click can land while it is being posted.
-        await self.note_shown(thread.place, [r.approval_id for r in records])
         views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
@@ -728,6 +742,7 @@ class Engine:
 
     async def _decide(self, clicked: ClickedApproval, request: DecisionRequest, render_later: bool) -> DecisionResult:
         record = clicked.record
+        claimed = False
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -754,19 +769,31 @@ class Engine:
                 counted = await self._vote(record, request)
                 if counted is not None:
                     return counted
-            won = await self.storage.approvals.decide(
-                record.approval_id,
-                status=STATUS_OF_ACTION[action],
-                decided_by=request.actor,
-                feedback=request.feedback,
-                final_arguments=final_arguments,
-                now=self.clock(),
-                final_result=final_result,
-            )
-            if not won:
+            # The decision (exactly one wins) and its audit entry: one write, durable before anyone is told.
+            decision = Write("approvals", "decide", (record.approval_id,), {
+                "status": STATUS_OF_ACTION[action],
+                "decided_by": request.actor,
+                "feedback": request.feedback,
+                "final_arguments": final_arguments,
+                "now": self.clock(),
+                "final_result": final_result,
+            }, required=True)
+            writes = [decision]
+            if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
+                # If this decision completes the step, the run is claimed for its resume in the same write.
+                # Pinned to this decision's step: a run paused again since is never resumed with it.
+                writes.append(Write("leases", "claim_paused",
+                                    (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
+                                    {"decided": True, "step": record.step}))
+            writes.append(self._decision_audit(record, request, action, final_arguments))
+            won = await self.storage.batches.apply(writes)
+            if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
+            claimed = len(writes) == 3 and bool(won.results[1])
             failpoints.failpoint("after_decide")
+            if claimed:
+                failpoints.failpoint("after_claim")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
             self.observer.decision(_action_label(request.action), type(refusal).__name__)
@@ -775,7 +802,7 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -785,13 +812,43 @@ class Engine:
             raise DecidedButUnfinished() from exc
 
     async def _after_won_decision(
-        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
+        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
+        claimed: bool,
     ) -> DecisionResult:
-        """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
-        self.observer.decision(
-            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
-        )
-        logger.info("decision recorded", extra={"action": action})
+        """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
+
+        ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
+        (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        """
+        resumes_later = False
+        try:
+            self.observer.decision(
+                action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
+            )
+            logger.info("decision recorded", extra={"action": action})
+            if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
+                thread = await self._thread_of(record)
+                scope = channel_scope(
+                    {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+                )
+                await self.storage.policies.remember_confirmation(
+                    scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
+                )
+            message = f"{STATUS_OF_ACTION[action].capitalize()}."
+            if not render_later:
+                resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
+                return await self._after_decision(record, message, claimed)
+            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
+            resumes_later = True
+            views = await self.step_approvals(record.approval_id)
+            clicked = next(v for v in views if v.approval_id == record.approval_id)
+            return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        finally:
+            if claimed and not resumes_later:
+                self._resume_claimed_run(record.run_id)
+
+    def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
+        """The audit entry of a decision, written in the same batch as the decision itself."""
         details = {
             "tool": record.tool_name,
             "run_id": record.run_id,
@@ -801,24 +858,8 @@ class Engine:
         }
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
-        await self.storage.audit.append(
-            request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
-        )
-        if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
-            thread = await self._thread_of(record)
-            scope = channel_scope(
-                {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
-            )
-            await self.storage.policies.remember_confirmation(
-                scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
-            )
-        message = f"{STATUS_OF_ACTION[action].capitalize()}."
-        if not render_later:
-            return await self._after_decision(record, message)
-        self.spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
-        views = await self.step_approvals(record.approval_id)
-        clicked = next(v for v in views if v.approval_id == record.approval_id)
-        return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        return Write("audit", "append", (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
+                     {"now": self.clock()})
 
     @refused_while_storage_fails
     async def approve_all(
@@ -932,20 +973,33 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(self, record: Any, message: str) -> DecisionResult:
-        paused, views = await self._rerender(record)
+    async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
+        """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
+        with the decision, so it resumes it whatever the re-render does)."""
+        paused: ApprovalStep | None = None
+        try:
+            paused, views = await self._rerender(record)
+        finally:
+            if claimed:  # the step as read after the claim: the resume reads none of it again
+                self._resume_claimed_run(record.run_id, paused)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
-        complete = all(not v.is_pending for v in views)
-        if complete and not self.lifecycle.stopping:  # when stopping, another process's sweep resumes it
+        complete = claimed or all(not v.is_pending for v in views)
+        # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
+        # whoever claims it first resumes it. When stopping, another process's sweep resumes it.
+        if complete and not claimed and not self.lifecycle.stopping:
             # The step as just read: every approval in it is decided, and decisions never change again.
             self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(self, record: Any, message: str) -> None:
+    async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
         try:
-            await self._after_decision(record, message)
+            await self._after_decision(record, message, claimed)  # a claimed run's resume starts in there, always
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
+
+    def _resume_claimed_run(self, run_id: str, paused: ApprovalStep | None = None) -> None:
+        """Resume a run this process claimed with a decision (in the background, as every resume)."""
+        self.spawn(self.resume(run_id, paused, claimed=True), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         return (await self._rerender(record))[1]
@@ -984,12 +1038,14 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str, paused: ApprovalStep | None = None) -> None:
+    async def resume(self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False) -> None:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
 
-        ``paused``: the run and its step's approvals as the caller just read them (a decision's re-render),
-        used instead of reading them again: an approval that is decided never changes, and the claim below
-        only takes the run while it is still paused at that very step.
+        ``paused``: the run, its step's approvals and (fully decided) its snapshot as the caller read them after
+        the decision, used instead of reading them again: a decided approval never changes, neither does a
+        step's snapshot, and the run is only claimed while it is still paused at that very step.
+        ``claimed``: this process claimed the run already, with the decision that completed the step (``paused``
+        was read after that claim, so its run is the run as claimed).
         """
         run = paused.run if paused is not None else await self.storage.runs.get(run_id)
         thread = _thread_of_run(run)
@@ -997,20 +1053,25 @@ class Engine:
             records = paused.approvals if paused is not None else await self.storage.approvals.for_run(
                 run_id, step=run.step
             )
-            if not records or any(r.status == PENDING for r in records):
-                return
-            # Pinned to the step these decisions belong to: a run that paused again meanwhile (at a later step)
-            # is never resumed with them.
-            claimed = await self.storage.leases.claim_paused(
-                run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=records[0].step
-            )
-            if claimed is None:
-                return  # another worker, replica or a supersede got there first
-            failpoints.failpoint("after_claim")
-            # The fence is taken from the row the claim wrote (no read after it). A takeover after the claim
-            # is refused by the fenced writes themselves: each checks owner and generation in its transaction
-            # (runs.transition, messages.write_messages and the ledger: FENCE_CONDITION), before any tool runs.
-            async with self.lifecycle.holding(claimed) as fence:
+            if claimed:
+                current: Any = run  # read after the claim (by the caller, or just above)
+                if current.status != "resuming":
+                    return  # resumed already, or closed meanwhile
+            else:
+                if not records or any(r.status == PENDING for r in records):
+                    return
+                # Pinned to the step these decisions belong to: a run that paused again meanwhile (at a later
+                # step) is never resumed with them.
+                current = await self.storage.leases.claim_paused(
+                    run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=records[0].step
+                )
+                if current is None:
+                    return  # another worker, replica or a supersede got there first
+                failpoints.failpoint("after_claim")
+            # The fence is taken from the run as claimed (the row the claim wrote, or a read after it), with no
+            # read of its own. A takeover since is refused by the fenced writes themselves (each checks owner and
+            # generation in its transaction: FENCE_CONDITION), starting with resuming -> running below.
+            async with self.lifecycle.holding(current) as fence:
                 if fence is not None:
                     # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
@@ -1036,7 +1097,10 @@ class Engine:
             if snapshot.stage == REVIEW_STAGE
             else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
         )
-        await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id))
+        # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
+        # start of the same claim, or an owner whose run was taken over, gets False and does nothing).
+        if not await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id)):
+            return
         await self.run_agent(
             run_id,
             thread,

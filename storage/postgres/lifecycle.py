@@ -16,6 +16,7 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
+from storage.lifecycle import STEP_DECIDED
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
@@ -36,19 +37,21 @@ class PostgresRunLeases:
         self.db = db
 
     async def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
-        ``None`` for the others. With ``step``, only a run paused at that step is claimed (a resume decided on
-        one step's approvals never claims the run paused again at a later step).
+        ``None`` for the others.
+
+        ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
+        paused again at a later step). ``decided``: only if the paused step has approvals and none is pending.
 
         >>> (await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))).status
         'resuming'
         """
         row = await self.db.fetchone(
             "UPDATE runs SET status = 'resuming', owner = %s, lease_expires_at = %s, updated_at = now() "
-            "WHERE run_id = %s AND status = 'paused' AND (%s::integer IS NULL OR step = %s) "
-            f"RETURNING {RUN_COLUMNS}",
+            "WHERE run_id = %s AND status = 'paused' AND (%s::integer IS NULL OR step = %s)"
+            f"{STEP_DECIDED if decided else ''} RETURNING {RUN_COLUMNS}",
             [owner, instant(until), run_id, step, step],
         )
         return None if row is None else run_from_row(row)
@@ -112,10 +115,7 @@ class PostgresRunLeases:
         ['run-1']
         """
         rows = await self.db.fetchall(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'paused' "
-            "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
-            "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
-            "AND a.status = 'pending') ORDER BY updated_at, seq LIMIT %s",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'paused'{STEP_DECIDED} ORDER BY updated_at, seq LIMIT %s",
             [limit],
         )
         return [run_from_row(row) for row in rows]
