@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -210,3 +211,22 @@ async def test_a_click_that_lands_while_the_approval_is_posted_is_shown_on_the_p
     assert update.message_ref == rendering.message_ref
     assert [a.status for a in update.approvals] == ["approved"]
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+
+
+async def test_a_claimed_resume_started_again_with_the_step_read_after_its_claim_does_nothing(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    await h.engine.decide(decision(approval))
+    await h.engine.wait_idle()
+    assert h.surface.replies_in(h.thread()) == ["results: deleted a.txt"]
+
+    # The same claim started once more, with the step as it was read right after the claim.
+    step = await h.engine.storage.approvals.step(approval.run_id, FIRST_STEP)
+    as_claimed = replace(step, run=replace(step.run, status="resuming", owner=h.engine.lifecycle.owner))
+    await h.engine.resume(approval.run_id, as_claimed, claimed=True)
+    await h.engine.wait_idle()
+
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert len(h.generator.calls) == 2
+    assert h.surface.replies_in(h.thread()) == ["results: deleted a.txt"]
+    assert (await h.run_of(approval.run_id)).status == "finished"
