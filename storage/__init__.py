@@ -71,6 +71,7 @@ from storage.protocols import (
     TokenUsage,
     ToolLedger,
     Vote,
+    Read,
     Write,
     WriteBatches,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "AuditLog",
     "ApprovalStep",
     "BatchOutcome",
+    "Read",
     "Write",
     "WriteBatches",
     "SQLiteWriteBatches",

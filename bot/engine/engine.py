@@ -95,10 +95,12 @@ from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import (
     ApprovalStep,
+    BatchOutcome,
     ClickedApproval,
     FencedOut,
     NewApproval,
     NotFound,
+    Read,
     StorageError,
     TokenUsage,
     Write,
@@ -149,15 +151,15 @@ class Engine:
         self.observer: Observer = observer if observer is not None else PrometheusObserver()
         if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
             generator = generator.inner
+        self.ledger = StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run), observer=self.observer)
+        """The tool-execution ledger of the agent's runs (it also notes stop requests read with each outcome)."""
         self.agent = Agent(
             ObservedChatGenerator(generator, self.observer),
             tools=list(tools),
             system_prompt=config.system_prompt,
             max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(
-                storage, lambda run: self.lifecycle.fence(run), observer=self.observer
-            )},
+            tool_invoker_kwargs={"ledger": self.ledger},
             chat_message_store=storage.messages,
             memory_store=storage.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
@@ -371,6 +373,7 @@ class Engine:
         decided_calls: frozenset[str],
     ) -> None:
         surface = self._surface(thread.platform)
+        self.lifecycle.forget_waiting(thread)
         context = {
             "platform": thread.platform,
             "workspace": thread.workspace,
@@ -425,6 +428,7 @@ class Engine:
                 via=live.deliver if live else None,
             ))
         finally:
+            self.ledger.stop_seen(run_id)  # a step with no stop check leaves nothing for a later run
             if live:
                 self._live.pop(run_id, None)
                 await _quietly(live.close(keep_status=paused))
@@ -445,16 +449,24 @@ class Engine:
         if not text:
             finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
                              required=True)
-            if (await self.storage.batches.apply([finished, *self._end_writes(run_id, "finished", result)])).applied:
+            if (await self._end(thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
         # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
         owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
-        if (await self.storage.batches.apply([owed, *self._end_writes(run_id, "finished", result)])).applied:
+        if (await self._end(thread, [owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
+
+    async def _end(self, thread: ThreadRef, writes: list[Write]) -> BatchOutcome:
+        """Apply a run's end (``writes``) with the read of what waits for its thread, in one round trip."""
+        outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *writes])
+        if not outcome.applied:
+            return outcome
+        self.lifecycle.saw_waiting(thread, outcome.results[0])
+        return BatchOutcome(applied=True, results=outcome.results[1:])
 
     def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
@@ -495,7 +507,7 @@ class Engine:
         fence = self.lifecycle.fence(run_id)
         stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
                         {"fence": fence, "error": f"stopped by {actor}"}, required=True)
-        outcome = await self.storage.batches.apply([stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        outcome = await self._end(thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
         if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
@@ -546,6 +558,9 @@ class Engine:
 
     async def _stop_requested(self, run_id: str) -> str | None:
         """Who asked (in any process) that the run stop, or ``None``; a storage hiccup is not a stop."""
+        seen, asked_by = self.ledger.stop_seen(run_id)
+        if seen:  # read with the step's last tool outcome, in its transaction: no read of its own
+            return asked_by
         try:
             return (await self.storage.runs.get(run_id)).stop_requested_by
         except StorageError:
@@ -617,7 +632,9 @@ class Engine:
         surface = self._surface(thread.platform)
         approval_ids = [a.approval_id for a in new_approvals]
         # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
-        writes = [
+        writes: list[Write | Read] = [
+            # Whether messages wait for the thread, as of this pause (read first: see the drain's wait_after).
+            self.lifecycle.waiting_read(thread),
             # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
             Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
             Write("approvals", "create_many", (new_approvals,)),
@@ -641,7 +658,8 @@ class Engine:
             # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
-        records = outcome.results[1]
+        self.lifecycle.saw_waiting(thread, outcome.results[0])
+        records = outcome.results[2]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
         if surface is None:
@@ -778,19 +796,26 @@ class Engine:
                 "now": self.clock(),
                 "final_result": final_result,
             }, required=True)
-            writes = [decision]
-            if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
+            writes: list[Write | Read] = [decision]
+            claiming = not self.lifecycle.stopping  # when stopping, another process's sweep resumes the run
+            if claiming:
                 # If this decision completes the step, the run is claimed for its resume in the same write.
                 # Pinned to this decision's step: a run paused again since is never resumed with it.
                 writes.append(Write("leases", "claim_paused",
                                     (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
                                     {"decided": True, "step": record.step}))
+            # The step as of this decision (and its claim), read in the same transaction: the re-render and the
+            # resume use it, with no read of their own.
+            writes.append(Read("approvals", "step", (record.run_id, record.step)))
             writes.append(self._decision_audit(record, request, action, final_arguments))
             won = await self.storage.batches.apply(writes)
             if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
-            claimed = len(writes) == 3 and bool(won.results[1])
+            claimed = claiming and bool(won.results[1])
+            # Only a claimed step is taken as read in the transaction: without the claim, a concurrent decision
+            # of the same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
+            decided_step = won.results[-2] if claimed else None
             failpoints.failpoint("after_decide")
             if claimed:
                 failpoints.failpoint("after_claim")
@@ -802,7 +827,8 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed,
+                                                  decided_step)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -813,12 +839,13 @@ class Engine:
 
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
-        claimed: bool,
+        claimed: bool, decided_step: ApprovalStep | None = None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
 
         ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
         (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        ``decided_step``: the step as read in the decision's transaction (after its claim).
         """
         resumes_later = False
         try:
@@ -837,15 +864,16 @@ class Engine:
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
-                return await self._after_decision(record, message, claimed)
-            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
+                return await self._after_decision(record, message, claimed, decided_step)
+            self.spawn(self._after_decision_logged(record, message, claimed, decided_step),
+                       name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
             clicked = next(v for v in views if v.approval_id == record.approval_id)
             return DecisionResult(approval=clicked, step=tuple(views), message=message)
         finally:
             if claimed and not resumes_later:
-                self._resume_claimed_run(record.run_id)
+                self._resume_claimed_run(record.run_id, decided_step)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -973,12 +1001,15 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
+    async def _after_decision(
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+    ) -> DecisionResult:
         """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
-        with the decision, so it resumes it whatever the re-render does)."""
-        paused: ApprovalStep | None = None
+        with the decision, so it resumes it whatever the re-render does; ``decided_step``: the step as the
+        decision's transaction read it, else it is read here)."""
+        paused: ApprovalStep | None = decided_step
         try:
-            paused, views = await self._rerender(record)
+            paused, views = await self._rerender(record, decided_step)
         finally:
             if claimed:  # the step as read after the claim: the resume reads none of it again
                 self._resume_claimed_run(record.run_id, paused)
@@ -991,9 +1022,11 @@ class Engine:
             self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
+    async def _after_decision_logged(
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+    ) -> None:
         try:
-            await self._after_decision(record, message, claimed)  # a claimed run's resume starts in there, always
+            await self._after_decision(record, message, claimed, decided_step)  # a claimed run's resume starts in there, always
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 

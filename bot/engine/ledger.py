@@ -12,7 +12,7 @@ from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
 from bot.messages import ToolCall
 from bot.metrics import NullObserver, Observer
-from storage.protocols import RunFence
+from storage.protocols import Read, RunFence, Write
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,9 @@ class StorageExecutionLedger:
         self.observer: Observer = observer or NullObserver()
         # When each granted call began (begin and finish bracket the tool's execution): its duration.
         self._started: dict[str, tuple[str, float]] = {}
+        self.stops_seen: dict[str, str | None] = {}
+        """Per run, who had asked it to stop (``None``: nobody) as read with its last tool outcome, in the same
+        transaction: the step's stop check takes it (:meth:`stop_seen`) instead of reading the run again."""
 
     async def begin(self, run_id: str, call_key: str, call: ToolCall) -> LedgerClaim:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
@@ -59,6 +62,17 @@ class StorageExecutionLedger:
             return LedgerClaim(granted=False, prior_result=OUTCOME_UNKNOWN, prior_error=True)
         return LedgerClaim(granted=False, prior_result=entry.result, prior_error=entry.status != "done")
 
+    def stop_seen(self, run_id: str) -> tuple[bool, str | None]:
+        """Whether a tool outcome of ``run_id`` was recorded since the last call, and who had then asked the
+        run to stop (``None``: nobody); forgets it, so every stop check after a step sees a fresh value.
+
+        >>> ledger.stop_seen("run-1")
+        (True, None)
+        """
+        if run_id not in self.stops_seen:
+            return False, None
+        return True, self.stops_seen.pop(run_id)
+
     async def finish(self, run_id: str, call_key: str, ok: bool, result: str) -> None:
         """Record the outcome; one that comes after a takeover goes to the audit log, not the ledger."""
         failpoints.failpoint("after_tool")
@@ -67,7 +81,15 @@ class StorageExecutionLedger:
         if started is not None:
             self.observer.tool_executed(started[0], time.perf_counter() - started[1], ok=ok)
         fence = self.fences(run_id)
-        if await self.storage.ledger.finish(key, ok, result, fence=fence):
+        # The outcome and the run (for the step's stop check) in one round trip: the run is read after the
+        # outcome is recorded, so a stop asked before then is seen.
+        outcome = await self.storage.batches.apply([
+            Write("ledger", "finish", (key, ok, result), {"fence": fence}),
+            Read("runs", "get", (run_id,)),
+        ])
+        finished, run = outcome.results
+        self.stops_seen[run_id] = run.stop_requested_by
+        if finished:
             return
         # The run was taken over (or the call closed) meanwhile: the ledger keeps what the thread was told.
         logger.warning("a tool result came after the run was taken over; kept in the audit log only",

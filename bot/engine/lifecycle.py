@@ -51,7 +51,16 @@ from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
-from storage.protocols import TERMINAL_RUN_STATUSES, InboxItem, RunFence, RunRecord, ThreadAddress, Wakeup, Write
+from storage.protocols import (
+    TERMINAL_RUN_STATUSES,
+    InboxItem,
+    Read,
+    RunFence,
+    RunRecord,
+    ThreadAddress,
+    Wakeup,
+    Write,
+)
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -139,6 +148,8 @@ class RunLifecycle:
         self._lost: set[str] = set()
         self._fences: dict[str, RunFence] = {}
         self._held: dict[str, RunRecord] = {}
+        # Per thread: whether messages waited as of the last run's pause or end write (its drain goes by it).
+        self._waiting_seen: dict[str, bool] = {}
 
     # --- fences -------------------------------------------------------------------------------------
 
@@ -335,6 +346,24 @@ class RunLifecycle:
             return None
         return Received(thread, item_id, inbound.message_id, started)
 
+    def waiting_read(self, thread: ThreadRef) -> Read:
+        """The read of the thread's waiting messages that a run's pause or end makes in its own write (first).
+
+        The drain after the run goes by it (:meth:`saw_waiting`) instead of reading again. It is as of that
+        write: a message stored after it was stored by a writer that saw the run paused or ended, and that
+        writer starts it or leaves it for the run's end. On PostgreSQL the read takes the thread's inbox lock
+        (as ``enqueue`` does), so an enqueue in flight commits before it or waits for the run's write.
+        """
+        return Read("inbox", "waiting", (thread.key,))
+
+    def saw_waiting(self, thread: ThreadRef, items: Any) -> None:
+        """Note what :meth:`waiting_read` found, for the thread's next drain."""
+        self._waiting_seen[thread.key] = bool(items)
+
+    def forget_waiting(self, thread: ThreadRef) -> None:
+        """A run starts on the thread: what an earlier run's write found no longer holds."""
+        self._waiting_seen.pop(thread.key, None)
+
     async def process(self, received: Received) -> None:
         """Process the thread of a received message (or leave the message queued behind its active run)."""
         if self.stopping:
@@ -363,8 +392,10 @@ class RunLifecycle:
                 if started is None:
                     # After a run, one read tells whether anything waits (a writer that saw the run active has
                     # committed its message before looking, so this read sees it).
-                    if not fresh and not await self.storage.inbox.waiting(thread.key):
-                        return
+                    if not fresh:
+                        seen = self._waiting_seen.pop(thread.key, None)  # read by the run's pause or end write
+                        if not (seen if seen is not None else await self.storage.inbox.waiting(thread.key)):
+                            return
                     started = await self.storage.inbox.start_next(
                         thread.key, new_id(), self.owner, self.lease_until(), now=self.clock()
                     )

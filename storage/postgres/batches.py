@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from storage.protocols import BatchOutcome, Write, checked_writes
+from storage.protocols import BatchOutcome, Read, Write, checked_writes
 
 
 class _Refused(Exception):
@@ -28,7 +28,7 @@ class PostgresWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    async def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+    async def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
         """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
 
         >>> (await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))])).applied
