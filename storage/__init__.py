@@ -62,6 +62,7 @@ from storage.protocols import (
     PolicyStore,
     PolicyView,
     PruneCounts,
+    Read,
     RunFence,
     RunLeases,
     RunRecord,
@@ -71,7 +72,6 @@ from storage.protocols import (
     TokenUsage,
     ToolLedger,
     Vote,
-    Read,
     Write,
     WriteBatches,
 )

@@ -1026,7 +1026,8 @@ class Engine:
         self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
     ) -> None:
         try:
-            await self._after_decision(record, message, claimed, decided_step)  # a claimed run's resume starts in there, always
+            # A claimed run's resume starts in there, always.
+            await self._after_decision(record, message, claimed, decided_step)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
