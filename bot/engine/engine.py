@@ -56,6 +56,7 @@ from bot.engine.errors import (
     UnknownAction,
     refused_while_storage_fails,
 )
+from bot.engine.history import StepHistory
 from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
@@ -151,7 +152,10 @@ class Engine:
         self.observer: Observer = observer if observer is not None else PrometheusObserver()
         if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
             generator = generator.inner
-        self.ledger = StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run), observer=self.observer)
+        self.history = StepHistory(storage)
+        """The agent's chat store: a run's history writes join its step's next batch (:mod:`bot.engine.history`)."""
+        self.ledger = StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run), observer=self.observer,
+                                             history=self.history)
         """The tool-execution ledger of the agent's runs (it also notes stop requests read with each outcome)."""
         self.agent = Agent(
             ObservedChatGenerator(generator, self.observer),
@@ -160,7 +164,7 @@ class Engine:
             max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
             tool_invoker_kwargs={"ledger": self.ledger},
-            chat_message_store=storage.messages,
+            chat_message_store=self.history,
             memory_store=storage.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
@@ -374,6 +378,7 @@ class Engine:
     ) -> None:
         surface = self._surface(thread.platform)
         self.lifecycle.forget_waiting(thread)
+        self.history.open(run_id, thread.key)
         context = {
             "platform": thread.platform,
             "workspace": thread.workspace,
@@ -416,6 +421,7 @@ class Engine:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
             logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
+            await self._write_history(run_id)
             fence = self.lifecycle.fence(run_id)
             await _quietly(
                 self.storage.runs.transition(
@@ -429,6 +435,7 @@ class Engine:
             ))
         finally:
             self.ledger.stop_seen(run_id)  # a step with no stop check leaves nothing for a later run
+            self.history.close(run_id)  # written with the run's last batch, or not at all (taken over)
             if live:
                 self._live.pop(run_id, None)
                 await _quietly(live.close(keep_status=paused))
@@ -449,24 +456,32 @@ class Engine:
         if not text:
             finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
                              required=True)
-            if (await self._end(thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
+            if (await self._end(run_id, thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
         # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
         owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
-        if (await self._end(thread, [owed, *self._end_writes(run_id, "finished", result)])).applied:
+        if (await self._end(run_id, thread, [owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def _end(self, thread: ThreadRef, writes: list[Write]) -> BatchOutcome:
-        """Apply a run's end (``writes``) with the read of what waits for its thread, in one round trip."""
-        outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *writes])
+    async def _end(self, run_id: str, thread: ThreadRef, writes: list[Write]) -> BatchOutcome:
+        """Apply a run's end (``writes``) with its history still to write and the read of what waits for its
+        thread, in one round trip (the results are those of ``writes``)."""
+        history = self.history.take(run_id)
+        outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *history, *writes])
         if not outcome.applied:
             return outcome
         self.lifecycle.saw_waiting(thread, outcome.results[0])
-        return BatchOutcome(applied=True, results=outcome.results[1:])
+        return BatchOutcome(applied=True, results=outcome.results[1 + len(history):])
+
+    async def _write_history(self, run_id: str) -> None:
+        """Write what waits of the run's history now (a run failing): best effort, the failure is told anyway."""
+        waiting = self.history.take(run_id)
+        if waiting:
+            await _quietly(self.storage.batches.apply(waiting))
 
     def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
@@ -485,6 +500,7 @@ class Engine:
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
         fence = self.lifecycle.fence(run_id)
+        await self._write_history(run_id)  # what the run said and got so far stays in the thread
         if not await self.storage.runs.transition(
             run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
         ) and fence is not None:
@@ -507,7 +523,7 @@ class Engine:
         fence = self.lifecycle.fence(run_id)
         stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
                         {"fence": fence, "error": f"stopped by {actor}"}, required=True)
-        outcome = await self._end(thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        outcome = await self._end(run_id, thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
         if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
@@ -632,9 +648,12 @@ class Engine:
         surface = self._surface(thread.platform)
         approval_ids = [a.approval_id for a in new_approvals]
         # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
+        history = self.history.take(run_id)
         writes: list[Write | Read] = [
-            # Whether messages wait for the thread, as of this pause (read first: see the drain's wait_after).
+            # Whether messages wait for the thread, as of this pause (read first: see RunLifecycle.waiting_read).
             self.lifecycle.waiting_read(thread),
+            # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
+            *history,
             # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
             Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
             Write("approvals", "create_many", (new_approvals,)),
@@ -659,7 +678,7 @@ class Engine:
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
         self.lifecycle.saw_waiting(thread, outcome.results[0])
-        records = outcome.results[2]
+        records = outcome.results[2 + len(history)]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
         if surface is None:

@@ -10,8 +10,10 @@ from typing import Any
 from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
+from bot.engine.history import StepHistory
 from bot.messages import ToolCall
 from bot.metrics import NullObserver, Observer
+from storage.errors import FencedOut
 from storage.protocols import Read, RunFence, Write
 
 logger = logging.getLogger(__name__)
@@ -38,9 +40,12 @@ class StorageExecutionLedger:
     """
 
     def __init__(
-        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None
+        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None,
+        history: StepHistory | None = None,
     ) -> None:
         self.storage = storage
+        self.history = history
+        """The engine's chat store: a run's history still to write goes with the call's ``begin`` (or ``finish``)."""
         self.fences = fences
         self.observer: Observer = observer or NullObserver()
         # When each granted call began (begin and finish bracket the tool's execution): its duration.
@@ -53,7 +58,12 @@ class StorageExecutionLedger:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
         key = ledger_key(run_id, call_key)
         failpoints.failpoint("before_ledger")
-        if await self.storage.ledger.begin(key, args_digest(call.arguments), run_id=run_id, tool_name=call.tool_name):
+        begin = Write("ledger", "begin", (key, args_digest(call.arguments)),
+                      {"run_id": run_id, "tool_name": call.tool_name})
+        waiting = self.history.take(run_id) if self.history is not None else []
+        # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
+        # entry: both durable, in one transaction, before the tool runs.
+        if (await self.storage.batches.apply([*waiting, begin])).results[-1]:
             failpoints.failpoint("after_ledger")
             self._started[key] = (call.tool_name, time.perf_counter())
             return LedgerClaim(granted=True)
@@ -87,7 +97,7 @@ class StorageExecutionLedger:
             Write("ledger", "finish", (key, ok, result), {"fence": fence}),
             Read("runs", "get", (run_id,)),
         ])
-        finished, run = outcome.results
+        finished, run = outcome.results[-2:]
         self.stops_seen[run_id] = run.stop_requested_by
         if finished:
             return
@@ -98,3 +108,7 @@ class StorageExecutionLedger:
             fence.owner if fence is not None else "countersign", "late_result", key,
             {"run_id": run_id, "ok": ok, "result": result[:LATE_RESULT_LIMIT]},
         )
+        if fence is not None and not fence.holds_for(run):
+            # Taken over: this process's run ends here (its history writes wait for a batch, so nothing else would
+            # stop it before it asked the model about a result the new owner already settled).
+            raise FencedOut(run_id)

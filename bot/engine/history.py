@@ -1,0 +1,79 @@
+"""The agent's chat store in the engine: a run's history writes join the step's next storage write.
+
+The agent writes a step's messages as it goes (the model's reply before its calls run, their results after,
+the final answer). Written alone, each is one storage round trip. In the engine, a run's writes instead wait
+here and go with the next write the step makes anyway, in its batch (:mod:`storage.batches`), so in the same
+transaction:
+
+- the reply whose calls are about to run: with the ledger's ``begin`` of the first call (the reply and its
+  ``executing`` entry are durable together, before the tool runs);
+- the results and the final answer: with the run's end (the answer owed, the run finished), or with the next
+  step's ``begin`` or pause. A pause's snapshot refers to its history (:mod:`bot.agent.stored_snapshot`):
+  the history is then written in the pause's own transaction, before the snapshot that refers to it.
+
+Between those writes the run's newest messages are in memory only, as the model's reply always was while
+the model answered. A crash there loses nothing durable: the ledger knows what ran, and recovery gives
+every call the ledger's result before the run continues (:meth:`RunLifecycle._close_dangling`). A run that
+fails writes what waits first; one taken over writes nothing (its writes are fenced anyway).
+
+Only runs the engine works on defer (:meth:`open` … :meth:`close`); any other write goes through at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bot.messages import ChatMessage
+from storage.protocols import Write
+
+
+class StepHistory:
+    """A chat-message store (``retrieve_messages`` / ``write_messages``) over ``storage.messages`` whose writes for
+    an open run wait for that run's next batch (:meth:`take`).
+
+    >>> history.open("run-1", "slack:T1:C1:170.1")
+    >>> await history.write_messages("slack:T1:C1:170.1", [reply])  # waits
+    >>> [w.method for w in history.take("run-1")]
+    ['write_messages']
+    """
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+        self._threads: dict[str, str] = {}  # run id -> its thread's chat_history_id, while the engine works on it
+        self._runs: dict[str, str] = {}  # the reverse
+        self._pending: dict[str, list[Write]] = {}  # run id -> its history writes not yet made
+
+    def open(self, run_id: str, chat_history_id: str) -> None:
+        """The engine works on ``run_id`` in its thread: its history writes wait for its batches from now on."""
+        self._threads[run_id] = chat_history_id
+        self._runs[chat_history_id] = run_id
+        self._pending.pop(run_id, None)
+
+    def close(self, run_id: str) -> list[Write]:
+        """The engine is done with ``run_id``: writes go through at once again; what still waited (dropped)."""
+        thread = self._threads.pop(run_id, None)
+        if thread is not None and self._runs.get(thread) == run_id:
+            del self._runs[thread]
+        return self._pending.pop(run_id, [])
+
+    def take(self, run_id: str) -> list[Write]:
+        """The run's waiting history writes, in order, for the batch about to be applied (forgets them)."""
+        return self._pending.pop(run_id, [])
+
+    async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None, **kwargs: Any) -> list[Any]:
+        """The thread's stored history (as ``storage.messages`` reads it)."""
+        return await self.storage.messages.retrieve_messages(chat_history_id, last_k, **kwargs)
+
+    async def write_messages(
+        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: Any = None
+    ) -> int | None:
+        """Append ``messages``: for an open run, with its next batch (``None``); else at once (rows written)."""
+        kwargs = {} if fence is None else {"fence": fence}
+        run_id = self._runs.get(chat_history_id)
+        if run_id is None:
+            return await self.storage.messages.write_messages(chat_history_id, list(messages), **kwargs)
+        self._pending.setdefault(run_id, []).append(
+            Write("messages", "write_messages", (chat_history_id, list(messages)), kwargs)
+        )
+        return None
