@@ -20,7 +20,13 @@ from typing import Any
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE
-from bot.agent.stored_snapshot import HistoryUnavailable, load_snapshot, stored_snapshot_data, stored_step
+from bot.agent.stored_snapshot import (
+    HistoryUnavailable,
+    parse_stored,
+    stored_snapshot_data,
+    stored_step,
+    with_history,
+)
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
@@ -1139,9 +1145,8 @@ class Engine:
         """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step)."""
         try:
             stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
-            # The history it paused with is read back here, once (the stored snapshot refers to it).
-            snapshot = await load_snapshot(stored, self.storage.messages)
-        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot (or a lost history) fails this run only
+            snapshot, ref = parse_stored(stored)
+        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
         # A step held for review resumes with the reviews; a step paused before acting, with the decisions.
@@ -1151,8 +1156,23 @@ class Engine:
             else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
         )
         # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
-        # start of the same claim, or an owner whose run was taken over, gets False and does nothing).
-        if not await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id)):
+        # start of the same claim, or an owner whose run was taken over, gets False and does nothing). The history
+        # the snapshot refers to is read back in the same round trip, once.
+        writes: list[Write | Read] = [Write("runs", "transition", (run_id, "resuming", "running"),
+                                            {"fence": self.lifecycle.fence(run_id)}, required=True)]
+        if ref is not None:
+            writes.append(Read("messages", "retrieve_messages", (snapshot.history_id,),
+                               {"last_k": ref.count, "up_to": ref.up_to}))
+        try:
+            started = await self.storage.batches.apply(writes)
+            if not started.applied:
+                return
+            if ref is not None:
+                snapshot = with_history(snapshot, ref, started.results[1])
+        except FencedOut:
+            raise
+        except (SnapshotError, StorageError) as exc:  # a lost history (or storage failing) fails this run only
+            await self.fail_run(run_id, thread, exc)
             return
         await self.run_agent(
             run_id,
