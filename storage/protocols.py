@@ -951,6 +951,18 @@ class WriteBatches(Protocol):
     locks in the same order (rows first, the chain's head last), never deadlocking against another.
     """
 
+    def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+        """Make ``reads`` (read methods only) in order, in one round trip and one read transaction: SQLite on one
+        reader thread (``BEGIN`` … ``COMMIT``: one snapshot of the database), PostgreSQL on one connection. Each
+        result is what the store method returns alone; an error in any read raises.
+
+        >>> latest, rules = storage.batches.read([
+        ...     Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",)),
+        ...     Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
+        ... ])
+        """
+        ...
+
     def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
         """Apply ``writes`` in order, all or nothing (a :class:`Read` among them reads in the same transaction).
 
@@ -961,6 +973,19 @@ class WriteBatches(Protocol):
         True
         """
         ...
+
+
+def checked_reads(reads: Sequence[Read]) -> list[Read]:
+    """A read batch's reads, checked before any is made: only :class:`Read` values, of known stores, public methods."""
+    checked = list(reads)
+    for read in checked:
+        if not isinstance(read, Read):
+            raise ValueError(f"a read batch takes only reads, not {read!r}")
+        if read.store not in STORE_NAMES or read.store == "batches":
+            raise ValueError(f"a batch cannot read from {read.store!r}")
+        if read.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {read.store}.{read.method}")
+    return checked
 
 
 def checked_writes(writes: Sequence[Write | Read]) -> list[Write | Read]:

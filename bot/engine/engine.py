@@ -81,6 +81,7 @@ from bot.engine.model import (
     CONFIRM,
     MODIFY,
     PENDING,
+    UNREAD,
     AdminRequest,
     ApprovalView,
     DecisionRequest,
@@ -309,12 +310,18 @@ class Engine:
         A message the bot does not act on (:mod:`bot.engine.listening`) is not stored (``None``); its
         author may get a private note about an approval waiting in the thread.
         """
-        hearing = await self.listening.hear(inbound)
+        listening = self.listening.read(inbound)
+        if listening is None:
+            hearing = await self.listening.hear(inbound)
+            rules: Any = UNREAD
+        else:  # the thread's latest run and the access rules: one round trip
+            latest, rules = await self.storage.batches.read([listening, self.access.read(inbound)])
+            hearing = await self.listening.hear(inbound, latest)
         if hearing.waiting is not None:
             self.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
         if not hearing.act:
             return None
-        refusal = await self.access.refusal(inbound)
+        refusal = await self.access.refusal(inbound, rules)
         if refusal is not None:
             await self.storage.audit.append(
                 inbound.user, "ask refused", inbound.thread_ref.key, {"direct": inbound.is_direct}, now=self.clock()
