@@ -65,7 +65,7 @@ from bot.engine.errors import (
 from bot.engine.history import StepHistory
 from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
-from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
+from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle, user_message
 from bot.engine.listening import Listening, pending_note
 from bot.engine.memory import (
     MEMORY_SCOPE,
@@ -99,6 +99,7 @@ from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.logs import log_context
+from bot.memory.context import DEFAULT_TOP_K
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import (
@@ -172,7 +173,7 @@ class Engine:
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
             tool_invoker_kwargs={"ledger": self.ledger},
             chat_message_store=self.history,
-            memory_store=storage.memories,
+            memory_store=self.history.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
             hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds),
@@ -332,6 +333,22 @@ class Engine:
                            name=f"refuse-{inbound.event_id}")
             return None
         return await self.lifecycle.receive(inbound)
+
+    def reads_ahead(self, inbound: Inbound) -> list[Read]:
+        """What a run started for ``inbound`` reads first (its history, then its memories), exactly as the agent
+        will ask: read in the write that starts the run, and handed to it (:meth:`StepHistory.prefetched`)."""
+        thread = inbound.thread_ref
+        reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k})]
+        query = user_message(inbound).text
+        if query:
+            context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
+                       "requester": inbound.user}
+            criteria = run_memory_kwargs(context)["search_criteria"]
+            reads.append(Read("memories", "search_memories", (query,), {
+                "filters": criteria.get("filters"), "top_k": criteria.get("top_k", DEFAULT_TOP_K),
+                "user_id": None, "run_id": None, "agent_id": None,
+            }))
+        return reads
 
     async def _note_pending(self, inbound: Inbound, record: Any) -> None:
         """Tell someone privately, once per approval, that it waits and who can decide it."""

@@ -17,6 +17,12 @@ every call the ledger's result before the run continues (:meth:`RunLifecycle._cl
 fails writes what waits first; one taken over writes nothing (its writes are fenced anyway).
 
 Only runs the engine works on defer (:meth:`open` … :meth:`close`); any other write goes through at once.
+
+Reads go the other way: what a run reads first (its history, its memories) is read in the write that starts
+the run, when it starts on a message's arrival (:meth:`RunLifecycle.receive`), and handed to the run here
+(:meth:`prefetched`). It is read in that transaction, after the run and its message were stored, so it is
+what the run would read itself (the run is its thread's only writer from then on). A read the run makes
+with other arguments goes to storage as before.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bot.engine.model import UNREAD
 from bot.messages import ChatMessage
 from storage.protocols import Write
 
@@ -43,6 +50,9 @@ class StepHistory:
         self._threads: dict[str, str] = {}  # run id -> its thread's chat_history_id, while the engine works on it
         self._runs: dict[str, str] = {}  # the reverse
         self._pending: dict[str, list[Write]] = {}  # run id -> its history writes not yet made
+        self._reads: dict[str, list[tuple[str, tuple[Any, ...], dict[str, Any], Any]]] = {}  # run id -> read ahead
+        self.memories = StepMemories(storage, self)
+        """The agent's memory store: a search the run's start read ahead is answered from it."""
 
     def open(self, run_id: str, chat_history_id: str) -> None:
         """The engine works on ``run_id`` in its thread: its history writes wait for its batches from now on."""
@@ -55,14 +65,36 @@ class StepHistory:
         thread = self._threads.pop(run_id, None)
         if thread is not None and self._runs.get(thread) == run_id:
             del self._runs[thread]
+        self._reads.pop(run_id, None)
         return self._pending.pop(run_id, [])
+
+    def prefetched(self, run_id: str, reads: Sequence[tuple[Any, Any]]) -> None:
+        """What ``run_id`` will read first, read already (``(Read, result)`` pairs): each answers one equal call."""
+        self._reads[run_id] = [(read.method, read.args, read.kwargs, result) for read, result in reads]
+
+    def _ahead(self, run_id: str | None, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The result read ahead for this very call of ``run_id`` (forgotten once used), or :data:`UNREAD`."""
+        reads = self._reads.get(run_id) if run_id is not None else None
+        for index, (name, read_args, read_kwargs, result) in enumerate(reads or ()):
+            if name == method and read_args == args and read_kwargs == kwargs:
+                del reads[index]
+                return result
+        return UNREAD
+
+    def run_of(self, chat_history_id: str) -> str | None:
+        """The run the engine works on in that thread, if any."""
+        return self._runs.get(chat_history_id)
 
     def take(self, run_id: str) -> list[Write]:
         """The run's waiting history writes, in order, for the batch about to be applied (forgets them)."""
         return self._pending.pop(run_id, [])
 
     async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None, **kwargs: Any) -> list[Any]:
-        """The thread's stored history (as ``storage.messages`` reads it)."""
+        """The thread's stored history (as ``storage.messages`` reads it; read ahead at the run's start)."""
+        ahead = self._ahead(self._runs.get(chat_history_id), "retrieve_messages", (chat_history_id,),
+                            {"last_k": last_k, **kwargs})
+        if ahead is not UNREAD:
+            return list(ahead)
         return await self.storage.messages.retrieve_messages(chat_history_id, last_k, **kwargs)
 
     async def write_messages(
@@ -77,3 +109,23 @@ class StepHistory:
             Write("messages", "write_messages", (chat_history_id, list(messages)), kwargs)
         )
         return None
+
+
+class StepMemories:
+    """The agent's memory store in the engine: ``search_memories`` answered from what a run's start read ahead
+    (:meth:`StepHistory.prefetched`) when the search is the very one read; anything else is ``storage.memories``."""
+
+    def __init__(self, storage: Any, history: StepHistory) -> None:
+        self.storage = storage
+        self.history = history
+
+    async def search_memories(self, query: str, **kwargs: Any) -> Any:
+        """As ``storage.memories.search_memories``; the run is the one working on ``kwargs``' thread, if any."""
+        for run_id in list(self.history._reads):
+            ahead = self.history._ahead(run_id, "search_memories", (query,), kwargs)
+            if ahead is not UNREAD:
+                return ahead
+        return await self.storage.memories.search_memories(query, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.storage.memories, name)
