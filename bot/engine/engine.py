@@ -176,7 +176,7 @@ class Engine:
             memory_store=self.history.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
-            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds),
+            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds, self.ledger),
                                   StopFromChat(self._live)]},
         )
         self.surfaces: dict[str, Surface] = {}
@@ -409,6 +409,8 @@ class Engine:
         surface = self._surface(thread.platform)
         self.lifecycle.forget_waiting(thread)
         self.history.open(run_id, thread.key)
+        self.ledger.channels[run_id] = {"platform": thread.platform, "workspace": thread.workspace,
+                                        "channel": thread.channel}
         context = {
             "platform": thread.platform,
             "workspace": thread.workspace,
@@ -464,7 +466,7 @@ class Engine:
                 via=live.deliver if live else None,
             ))
         finally:
-            self.ledger.stop_seen(run_id)  # a step with no stop check leaves nothing for a later run
+            self.ledger.forget(run_id)  # a step with no stop or review check leaves nothing for a later run
             self.history.close(run_id)  # written with the run's last batch, or not at all (taken over)
             if live:
                 self._live.pop(run_id, None)

@@ -50,6 +50,10 @@ class StorageExecutionLedger:
         self.observer: Observer = observer or NullObserver()
         # When each granted call began (begin and finish bracket the tool's execution): its duration.
         self._started: dict[str, tuple[str, float]] = {}
+        self.channels: dict[str, dict[str, str]] = {}
+        """Per run the engine works on, its channel (platform, workspace, channel): a call's outcome is recorded with
+        a read of the tool's policy there, for the review check after it (:meth:`policy_seen`)."""
+        self._policies_seen: dict[tuple[str, str, str], Any] = {}
         self.stops_seen: dict[str, str | None] = {}
         """Per run, who had asked it to stop (``None``: nobody) as read with its last tool outcome, in the same
         transaction: the step's stop check takes it (:meth:`stop_seen`) instead of reading the run again."""
@@ -83,6 +87,23 @@ class StorageExecutionLedger:
             return False, None
         return True, self.stops_seen.pop(run_id)
 
+    def policy_seen(self, run_id: str, tool_name: str, call_key: str | None) -> Any:
+        """The policy view of ``tool_name`` read with this call's outcome (forgotten once taken), or ``None``.
+
+        >>> ledger.policy_seen("run-1", "delete_file", "call_1").rule.mode
+        'always'
+        """
+        if call_key is None:
+            return None
+        return self._policies_seen.pop((run_id, tool_name, call_key), None)
+
+    def forget(self, run_id: str) -> None:
+        """The engine is done with ``run_id``: drop what was read for its checks and not used."""
+        self.channels.pop(run_id, None)
+        self.stops_seen.pop(run_id, None)
+        for key in [k for k in self._policies_seen if k[0] == run_id]:
+            del self._policies_seen[key]
+
     async def finish(self, run_id: str, call_key: str, ok: bool, result: str) -> None:
         """Record the outcome; one that comes after a takeover goes to the audit log, not the ledger."""
         failpoints.failpoint("after_tool")
@@ -93,11 +114,17 @@ class StorageExecutionLedger:
         fence = self.fences(run_id)
         # The outcome and the run (for the step's stop check) in one round trip: the run is read after the
         # outcome is recorded, so a stop asked before then is seen.
-        outcome = await self.storage.batches.apply([
+        writes: list[Write | Read] = [
             Write("ledger", "finish", (key, ok, result), {"fence": fence}),
             Read("runs", "get", (run_id,)),
-        ])
-        finished, run = outcome.results[-2:]
+        ]
+        channel = self.channels.get(run_id)
+        if channel is not None and started is not None:  # the tool's policy, read after it ran (time of use)
+            writes.append(Read("policies", "view", (started[0],), channel))
+        outcome = await self.storage.batches.apply(writes)
+        finished, run = outcome.results[:2]
+        if len(outcome.results) > 2:
+            self._policies_seen[(run_id, started[0], call_key)] = outcome.results[2]
         self.stops_seen[run_id] = run.stop_requested_by
         if finished:
             return
