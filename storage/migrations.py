@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 
 from sqlite_utils import Database
 
+from bot import jsonio
 from storage.audit_chain import GENESIS, entry_hash
 from storage.errors import StorageError, UnknownSchemaVersion
+from storage.message_rows import compact, id_key
 
 Migration = Callable[[Database], None]
 
@@ -420,6 +422,49 @@ def _messages_in_thread_order(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (chat_history_id, message_id)")
 
 
+def _compact_message_row(row: tuple[int, int, str, str, str, float]) -> tuple[int, int, str | bytes, str, str, float]:
+    """A schema-12 row as schema 13 stores it; JSON that is not a message object is kept as it was."""
+    thread, seq, message_id, role, data, created_at = row
+    try:
+        parsed = jsonio.loads(data)
+    except (TypeError, ValueError):
+        parsed = None  # still refused as corrupt when read, as before
+    if isinstance(parsed, dict):
+        data = jsonio.dumps(compact(parsed, role, message_id))
+    return thread, seq, id_key(message_id), role, data, created_at
+
+
+def _messages_by_thread_number(db: Database) -> None:
+    """Version 13: threads get an integer id (table ``threads``), and a message row keeps only what it must.
+
+    The text key was stored in every message row and again in every entry of the ``(thread, message id)``
+    index; an integer takes one to three bytes. The body drops what the row already holds (role, id) and
+    fields at their defaults, and new-style ids are stored as 16 bytes (see :mod:`storage.message_rows`).
+    At 1M messages in 10k threads the file shrinks from 445 MB to about 200 MB (bench/storage.py).
+    """
+    # No AUTOINCREMENT: a deleted thread's id may be given again; writers check the key with the id.
+    db.execute("CREATE TABLE threads (id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
+    db.execute(
+        "CREATE TABLE messages_v13 (thread_id INTEGER NOT NULL, seq INTEGER NOT NULL, message_id BLOB NOT NULL, "
+        "role TEXT NOT NULL, data TEXT NOT NULL, created_at FLOAT NOT NULL, PRIMARY KEY (thread_id, seq)) "
+        "WITHOUT ROWID"
+    )
+    # In key order, so that the ids and the rows below come in the new table's order.
+    db.execute("INSERT INTO threads (key) SELECT DISTINCT chat_history_id FROM messages ORDER BY chat_history_id")
+    rows = db.conn.execute(
+        "SELECT t.id, m.seq, m.message_id, m.role, m.data, m.created_at FROM messages m "
+        "JOIN threads t ON t.key = m.chat_history_id ORDER BY m.chat_history_id, m.seq"
+    )
+    while batch := rows.fetchmany(10_000):
+        db.conn.executemany(
+            "INSERT INTO messages_v13 (thread_id, seq, message_id, role, data, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            map(_compact_message_row, batch),
+        )
+    db.execute("DROP TABLE messages")
+    db.execute("ALTER TABLE messages_v13 RENAME TO messages")
+    db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (thread_id, message_id)")
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -433,6 +478,7 @@ MIGRATIONS: list[Migration] = [
     _audit_chain,
     _approval_reminders,
     _messages_in_thread_order,
+    _messages_by_thread_number,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -86,7 +86,8 @@ class PostgresChatMessageStore:
         for message in messages:
             if self.skip_system_messages and message.is_from(ChatRole.SYSTEM):
                 continue
-            rows.setdefault(message.id, (message.role.value, dumps(message_data(message))))
+            # str(): an id that is not a string is stored as its text, as SQLite stores it.
+            rows.setdefault(str(message.id), (message.role.value, dumps(message_data(message))))
         return rows
 
     @staticmethod
