@@ -45,6 +45,12 @@ _STALE_THREAD = "messages.thread_id"
 """What SQLite's NOT NULL error names when a cached thread id no longer belongs to its key."""
 _THREAD = "(SELECT id FROM threads WHERE key = ?)"
 _NEWEST = f"SELECT seq, role, message_id, data FROM messages WHERE thread_id = {_THREAD} ORDER BY seq DESC LIMIT ?"
+# The same window as the thread was when one message (by id) was its newest.
+_NEWEST_UP_TO = (
+    "SELECT seq, role, message_id, data FROM messages WHERE thread_id = (SELECT id FROM threads WHERE key = ?1) "
+    "AND seq <= (SELECT seq FROM messages WHERE thread_id = (SELECT id FROM threads WHERE key = ?1) "
+    "AND message_id = ?2) ORDER BY seq DESC LIMIT ?3"
+)
 
 
 def _check_k(k: Any) -> int:
@@ -131,19 +137,30 @@ class SQLiteChatMessageStore:
         self._thread_ids[chat_history_id] = thread
         return thread
 
-    def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]:
+    def retrieve_messages(
+        self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None
+    ) -> list[ChatMessage]:
         """The last ``last_k`` messages of the thread (default: the store's ``last_k``), oldest first.
 
         The window never starts on a tool result: it reaches back to the assistant message that made
         the call, so every call in it has its results. Tool results with no call before them at all
         are left out (an LLM would refuse them).
 
+        ``up_to`` (a message id) reads the thread as it was when that message was its newest: messages
+        written after it are not read, and none at all if the thread has no such message. A paused run
+        reads the history it paused with this way.
+
         >>> [m.role for m in store.retrieve_messages("t1", last_k=2)]
         [<ChatRole.ASSISTANT: 'assistant'>, <ChatRole.TOOL: 'tool'>]
+        >>> [m.text for m in store.retrieve_messages("t1", up_to=question.id)]  # the answer came later
+        ['hi']
         """
         k = self.last_k if last_k is None else _check_k(last_k)
         with self.connector.reading() as db:
-            rows = db.execute(_NEWEST, [chat_history_id, k]).fetchall()
+            if up_to is None:
+                rows = db.execute(_NEWEST, [chat_history_id, k]).fetchall()
+            else:
+                rows = db.execute(_NEWEST_UP_TO, [chat_history_id, id_key(up_to), k]).fetchall()
             if rows and rows[-1][1] == _TOOL:
                 rows = self._reach_back(db, chat_history_id, rows)
         rows.reverse()

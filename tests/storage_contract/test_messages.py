@@ -189,6 +189,10 @@ async def test_every_kind_of_message_reads_back_exactly_as_it_was_written(storag
     # ids of every shape still make writes idempotent
     assert await storage.messages.write_messages(THREAD, messages) == 0
     assert await storage.messages.write_messages(THREAD, [ChatMessage.from_dict(m.to_dict()) for m in read]) == 0
+    # and find a message for up_to, whatever its id's shape
+    for position in (0, 1, 4):
+        window = await storage.messages.retrieve_messages(THREAD, last_k=50, up_to=messages[position].id)
+        assert [m.id for m in window] == [m.id for m in messages[: position + 1]]
 
 
 async def test_a_writer_that_saw_a_thread_before_it_was_deleted_writes_into_the_thread_as_it_is_now(backend):
@@ -201,3 +205,30 @@ async def test_a_writer_that_saw_a_thread_before_it_was_deleted_writes_into_the_
 
     assert texts(await other.messages.retrieve_messages(THREAD)) == ["after the delete"]
     assert texts(await other.messages.retrieve_messages(OTHER_THREAD)) == ["meanwhile, elsewhere"]
+
+
+async def test_up_to_reads_the_window_as_it_was_when_that_message_was_the_newest(storage):
+    earlier = conversation(6)
+    await storage.messages.write_messages(THREAD, earlier)
+    await storage.messages.write_messages(THREAD, [ChatMessage.from_user("written later")])
+    await storage.messages.write_messages(OTHER_THREAD, conversation(2))
+    window = await storage.messages.retrieve_messages(THREAD, last_k=3, up_to=earlier[4].id)
+    assert [m.id for m in window] == [m.id for m in earlier[2:5]]
+    assert [m.to_dict() for m in window] == [m.to_dict() for m in earlier[2:5]]
+    assert texts(await storage.messages.retrieve_messages(THREAD, last_k=50, up_to=earlier[-1].id)) == texts(earlier)
+
+
+async def test_up_to_a_message_the_thread_does_not_have_reads_nothing(storage):
+    await storage.messages.write_messages(THREAD, conversation(4))
+    elsewhere = conversation(1)
+    await storage.messages.write_messages(OTHER_THREAD, elsewhere)
+    assert await storage.messages.retrieve_messages(THREAD, last_k=5, up_to=elsewhere[0].id) == []
+    assert await storage.messages.retrieve_messages(THREAD, last_k=5, up_to="no-such-message") == []
+
+
+async def test_up_to_keeps_a_tool_call_with_its_results(storage):
+    await storage.messages.write_messages(THREAD, [ChatMessage.from_user("check both")])
+    exchange = tool_exchange(("disk_usage", {"host": "a"}), ("uptime", {}))
+    await storage.messages.write_messages(THREAD, [*exchange, ChatMessage.from_user("later")])
+    window = await storage.messages.retrieve_messages(THREAD, last_k=1, up_to=exchange[-1].id)
+    assert [m.id for m in window] == [m.id for m in exchange]
