@@ -451,14 +451,21 @@ def _messages_by_thread_number(db: Database) -> None:
     )
     # In key order, so that the ids and the rows below come in the new table's order.
     db.execute("INSERT INTO threads (key) SELECT DISTINCT chat_history_id FROM messages ORDER BY chat_history_id")
-    rows = db.conn.execute(
-        "SELECT t.id, m.seq, m.message_id, m.role, m.data, m.created_at FROM messages m "
-        "JOIN threads t ON t.key = m.chat_history_id ORDER BY m.chat_history_id, m.seq"
-    )
-    while batch := rows.fetchmany(10_000):
+    # Moved in batches, each deleted from the old table as it is copied: the pages it frees take the new
+    # rows, so the file does not grow by the new table's size on the way (``countersign db vacuum`` then
+    # gives the freed half back to the disk).
+    while batch := db.execute(
+        "SELECT t.id, m.seq, m.message_id, m.role, m.data, m.created_at, m.chat_history_id FROM messages m "
+        "JOIN threads t ON t.key = m.chat_history_id ORDER BY m.chat_history_id, m.seq LIMIT 10000"
+    ).fetchall():
         db.conn.executemany(
             "INSERT INTO messages_v13 (thread_id, seq, message_id, role, data, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            map(_compact_message_row, batch),
+            [_compact_message_row(row[:6]) for row in batch],
+        )
+        last_key, last_seq = batch[-1][6], batch[-1][1]
+        db.execute(
+            "DELETE FROM messages WHERE chat_history_id < ? OR (chat_history_id = ? AND seq <= ?)",
+            [last_key, last_key, last_seq],
         )
     db.execute("DROP TABLE messages")
     db.execute("ALTER TABLE messages_v13 RENAME TO messages")
