@@ -762,12 +762,14 @@ class ServeCluster:
 
     def history(self, thread: Thread) -> list[dict[str, Any]]:
         """The stored messages of ``thread`` in order (``ChatMessage.to_dict()`` shapes)."""
+        # Rows hold a compact body (storage.message_rows); on SQLite under the thread's integer id.
         if self.database_url:
-            rows = self.query("SELECT data FROM messages WHERE chat_history_id = ? ORDER BY seq", [thread.key])
-            return [_json(row["data"]) for row in rows]
-        # SQLite rows hold a compact body under the thread's integer id (storage.message_rows).
-        rows = self.query("SELECT m.role, m.message_id, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
-                          "WHERE t.key = ? ORDER BY m.seq", [thread.key])
+            sql = ("SELECT role, message_id, data::text AS data FROM messages WHERE chat_history_id = ? "
+                   "ORDER BY seq")
+        else:
+            sql = ("SELECT m.role, m.message_id, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
+                   "WHERE t.key = ? ORDER BY m.seq")
+        rows = self.query(sql, [thread.key])
         return [message_from_row(thread.key, row["role"], row["message_id"], row["data"]).to_dict() for row in rows]
 
     def queued(self, thread: Thread) -> list[str]:
