@@ -151,12 +151,12 @@ def time_decide(storage: Storage, n: int) -> list[float]:
 
 
 def sizes(storage: Storage) -> dict[str, float] | None:
-    """Megabytes per table and index (SQLite's dbstat, when this SQLite has it)."""
+    """Megabytes per table and index of 0.1 MB or more (SQLite's dbstat, when this SQLite has it)."""
     try:
         rows = storage.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
     except sqlite3.Error:
         return None
-    return {name: round(size / 1e6, 1) for name, size in sorted(rows, key=lambda r: -r[1]) if size >= 1e6}
+    return {name: round(size / 1e6, 1) for name, size in sorted(rows, key=lambda r: -r[1]) if size >= 1e5}
 
 
 def percentile(values: list[float], q: float) -> float:
