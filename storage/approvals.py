@@ -22,11 +22,14 @@ from storage.protocols import (
     POLICY_MODES,
     VOTES,
     ApprovalRecord,
+    ApprovalStep,
+    ClickedApproval,
     Instant,
     NewApproval,
     Vote,
 )
-from storage.records import SQLITE_TIMES, approval_record
+from storage.records import SQLITE_TIMES, approval_record, decided_snapshot, qualified
+from storage.runs import RUN_COLUMNS, run_from_row
 
 SYSTEM_ACTOR = "countersign"
 """``decided_by`` of approvals closed by the bot itself (expired, superseded, cancelled)."""
@@ -36,6 +39,16 @@ _COLUMNS = (
     "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
     "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result"
 )
+_RUN_FIELDS = RUN_COLUMNS.split(",")
+
+
+_STEP_COLUMNS = (
+    f"{qualified(RUN_COLUMNS, 'r')}, CASE WHEN r.step = ? AND NOT EXISTS (SELECT 1 FROM approvals p "
+    f"WHERE p.run_id = r.run_id AND p.step = ? AND p.status = 'pending') THEN r.snapshot_json END, "
+    f"{qualified(_COLUMNS, 'a')}"
+)
+"""A run, its snapshot when it is that of a fully decided step, and one of its approvals per row
+(:meth:`SQLiteApprovalStore.step`)."""
 
 
 
@@ -160,21 +173,69 @@ class SQLiteApprovalStore:
             rows = db.execute(sql + " ORDER BY step, rowid", params).fetchall()
         return [approval_record(row, SQLITE_TIMES) for row in rows]
 
+    def get_clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval (or :class:`NotFound`) and whether it was shown in ``place``, in one statement.
+
+        >>> clicked = storage.approvals.get_clicked(approval_id, "slack:C1")
+        >>> clicked.record.tool_name, clicked.shown_here
+        ('delete_file', True)
+        """
+        with self.connector.reading() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS}, EXISTS (SELECT 1 FROM approval_places p "
+                "WHERE p.approval_id = approvals.approval_id AND p.place = ?) FROM approvals WHERE approval_id = ?",
+                [place or "", approval_id],
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return ClickedApproval(approval_record(row, SQLITE_TIMES), bool(place) and bool(row[-1]))
+
+    def step(self, run_id: str, step: int) -> ApprovalStep:
+        """The run (or :class:`NotFound`) and its approvals of ``step`` in the order they were created, in one
+        statement.
+
+        >>> paused = storage.approvals.step("run-1", 1)
+        >>> paused.run.requester, [a.tool_call_id for a in paused.approvals]
+        ('U1', ['call_1', 'call_2'])
+        """
+        with self.connector.reading() as db:
+            rows = db.execute(f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a "
+                              "ON a.run_id = r.run_id AND a.step = ? WHERE r.run_id = ? ORDER BY a.rowid",
+                              [step, step, step, run_id]).fetchall()
+        if not rows:
+            raise NotFound(f"run {run_id!r} not found")
+        width = len(_RUN_FIELDS)
+        approvals = [approval_record(row[width + 1:], SQLITE_TIMES) for row in rows if row[width + 1] is not None]
+        snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
+        return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
+
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered (to update that message later); returns rows changed.
 
         >>> storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
         1
         """
+        return len(self.mark_rendered(approval_ids, message_ref))
+
+    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref`, returning each approval's status once it is recorded (by approval id).
+
+        One statement: a decision committed before it shows in the statuses; any later one finds the reference.
+
+        >>> storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        {'a1b2c3': 'pending'}
+        """
         ids = list(approval_ids)
         if not ids:
-            return 0
+            return {}
         placeholders = ", ".join("?" for _ in ids)
         with self.connector.writing() as db:
-            return db.execute(
-                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders})",
+            rows = db.execute(
+                f"UPDATE approvals SET message_ref_json = ? WHERE approval_id IN ({placeholders}) "
+                "RETURNING approval_id, status",
                 [dumps(message_ref), *ids],
-            ).rowcount
+            ).fetchall()
+        return dict(rows)
 
     def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.

@@ -38,21 +38,27 @@ class SQLiteRunLeases:
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
-        """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+    def claim_paused(
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+    ) -> RunRecord | None:
+        """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
+        ``None`` for the others.
 
-        ``decided``: only if the paused step has approvals and none is pending (a decision's batch claims the
-        run with it when that decision completes the step).
+        ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
+        paused again at a later step). ``decided``: only if the paused step has approvals and none is pending (a
+        decision's batch claims the run with it when that decision completes the step).
 
-        >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
-        True
+        >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30)).status
+        'resuming'
         """
         with self.connector.writing() as db:
-            return db.execute(
+            row = db.execute(
                 "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
-                f"WHERE run_id = ? AND status = 'paused'{STEP_DECIDED if decided else ''}",
-                [owner, epoch(until), epoch(None), run_id],
-            ).rowcount == 1
+                f"WHERE run_id = ? AND status = 'paused' AND (? IS NULL OR step = ?){STEP_DECIDED if decided else ''} "
+                f"RETURNING {_RUN_COLUMNS}",
+                [owner, epoch(until), epoch(None), run_id, step, step],
+            ).fetchone()
+        return None if row is None else _run_record(row)
 
     def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
         """Take over a running/resuming run whose lease expired; the run as taken, or ``None``.

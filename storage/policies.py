@@ -13,11 +13,24 @@ from typing import Any
 
 from storage.codec import dumps, epoch, loads, to_datetime
 from storage.connection import Connector
-from storage.protocols import POLICY_MODES, RULE_FIELDS, EffectiveRule, Instant, PolicyRule
+from storage.protocols import (
+    POLICY_MODES,
+    RULE_FIELDS,
+    ConditionalRule,
+    EffectiveRule,
+    Instant,
+    PolicyRule,
+    PolicyView,
+)
 
 ANY_TOOL = "*"
 _SCOPE_PREFIXES = ("workspace:", "channel:")
 _COLUMNS = "scope, tool_key, mode, approvers_json, quorum, four_eyes, ttl_seconds, updated_by, updated_at"
+_APPLIES = (
+    "scope IN (?, ?, ?) AND (tool_key = ? OR tool_key = ? "
+    "OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = ?))"
+)
+"""The rules that could apply to a tool in a channel's three scopes: its name, ``"*"``, and its groups."""
 
 
 def scope_global() -> str:
@@ -45,6 +58,37 @@ def scope_channel(platform: str, workspace: str, channel: str) -> str:
     'channel:slack:T1:C1'
     """
     return f"channel:{platform}:{workspace}:{channel}"
+
+
+def channel_scopes(platform: str, workspace: str, channel: str) -> list[str]:
+    """The scopes whose rules apply in a channel, most specific first: the channel, its workspace, global.
+
+    >>> channel_scopes("slack", "T1", "C1")
+    ['channel:slack:T1:C1', 'workspace:slack:T1', 'global']
+    """
+    return [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+
+
+def effective_rule(tool_name: str, scopes: Sequence[str], rules: Sequence[PolicyRule]) -> EffectiveRule:
+    """Field by field, the value of the most specific rule that sets it (both backends resolve with this).
+
+    Scope first (``scopes`` lists them most specific first), then the tool key: the tool's own name, then
+    its groups by name, then ``"*"``.
+    """
+
+    def specificity(rule: PolicyRule) -> tuple[int, int, str]:
+        key_rank = 0 if rule.tool_key == tool_name else 2 if rule.tool_key == ANY_TOOL else 1
+        return scopes.index(rule.scope), key_rank, rule.tool_key
+
+    values: dict[str, Any] = {}
+    sources: dict[str, tuple[str, str]] = {}
+    for rule in sorted(rules, key=specificity):  # most specific first: the first rule that sets a field wins it
+        for name in RULE_FIELDS:
+            value = getattr(rule, name)
+            if name not in values and value is not None:
+                values[name] = value
+                sources[name] = (rule.scope, rule.tool_key)
+    return EffectiveRule(tool_name=tool_name, sources=sources, **values)
 
 
 def _check_scope(scope: str) -> str:
@@ -200,34 +244,41 @@ class SQLitePolicyStore:
     def resolve(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> EffectiveRule:
         """The effective rule for ``tool_name`` in a channel, field by field, with where each came from.
 
+        One statement reads every rule that could apply: the three scopes, and the tool's name, its groups
+        and ``"*"``.
+
         >>> rule = storage.policies.resolve("delete_file", platform="slack", workspace="T1", channel="C1")
         >>> rule.mode, rule.sources["mode"]
         ('always', ('channel:slack:T1:C1', 'delete_file'))
         """
-        scopes = [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+        scopes = channel_scopes(platform, workspace, channel)
         with self.connector.reading() as db:
-            group_names = [
-                row[0]
-                for row in db.execute(
-                    "SELECT group_name FROM tool_groups WHERE tool_name = ? ORDER BY group_name", [tool_name]
-                )
-            ]
-            keys = list(dict.fromkeys([tool_name, *group_names, ANY_TOOL]))
+            rows = db.execute(f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}",
+                              [*scopes, tool_name, ANY_TOOL, tool_name]).fetchall()
+        return effective_rule(tool_name, scopes, [_rule(row) for row in rows])
+
+    def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
+        """:meth:`resolve` and the tool's conditional rules in the channel's three scopes, in one statement.
+
+        >>> view = storage.policies.view("deploy", platform="slack", workspace="T1", channel="C1")
+        >>> view.rule.mode, [c.condition for c in view.conditions]
+        ('always', ['env=prod'])
+        """
+        scopes = channel_scopes(platform, workspace, channel)
+        # The plain rules, then the conditional ones with the columns a plain rule lacks as NULL.
+        with self.connector.reading() as db:
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) "
-                f"AND tool_key IN ({', '.join('?' for _ in keys)})",
-                [*scopes, *keys],
+                f"SELECT NULL, {_COLUMNS} FROM policy_rules WHERE {_APPLIES} UNION ALL "
+                "SELECT condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+                "FROM conditional_rules WHERE scope IN (?, ?, ?) AND tool_name = ?",
+                [*scopes, tool_name, ANY_TOOL, tool_name, *scopes, tool_name],
             ).fetchall()
-        rules = sorted((_rule(row) for row in rows), key=lambda r: (scopes.index(r.scope), keys.index(r.tool_key)))
-        values: dict[str, Any] = {}
-        sources: dict[str, tuple[str, str]] = {}
-        for rule in rules:  # most specific first: the first rule that sets a field wins it
-            for name in RULE_FIELDS:
-                value = getattr(rule, name)
-                if name not in values and value is not None:
-                    values[name] = value
-                    sources[name] = (rule.scope, rule.tool_key)
-        return EffectiveRule(tool_name=tool_name, sources=sources, **values)
+        rules = [_rule(row[1:]) for row in rows if row[0] is None]
+        conditions = sorted(
+            (ConditionalRule(r[1], r[2], r[0], r[3], r[8], to_datetime(r[9])) for r in rows if r[0] is not None),
+            key=lambda c: (c.scope, c.condition),
+        )
+        return PolicyView(effective_rule(tool_name, scopes, rules), tuple(conditions))
 
     def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None

@@ -205,6 +205,28 @@ class ApprovalRecord:
 
 
 @dataclass(frozen=True)
+class ApprovalStep:
+    """One paused step as a click's follow-up needs it: the run (its thread, requester and step) and the
+    step's approvals in the order they were created (read together by :meth:`ApprovalStore.step`)."""
+
+    run: RunRecord
+    approvals: list[ApprovalRecord]
+    snapshot: dict[str, Any] | None = None
+    """Once every approval of the step is decided and the run's stored snapshot is this step's: that snapshot,
+    parsed (what resuming the step needs; a pause writes a snapshot and a new step number together, so the
+    snapshot of a step never changes). ``None`` otherwise, and when the stored snapshot does not parse
+    (``RunStore.snapshot`` says why)."""
+
+
+@dataclass(frozen=True)
+class ClickedApproval:
+    """An approval and whether it was shown in the place a click came from (:meth:`ApprovalStore.get_clicked`)."""
+
+    record: ApprovalRecord
+    shown_here: bool
+
+
+@dataclass(frozen=True)
 class Vote:
     """One approver's vote on an approval (quorum counts the ``confirm`` votes)."""
 
@@ -258,6 +280,16 @@ class EffectiveRule:
     four_eyes: bool | None = None
     ttl_seconds: int | None = None
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """Everything stored that decides one tool's policy in one channel, read at once
+    (:meth:`PolicyStore.view`): the plain rule, resolved field by field, and the conditional rules of the
+    tool in the channel's three scopes (the engine evaluates their conditions on a call's arguments)."""
+
+    rule: EffectiveRule
+    conditions: tuple[ConditionalRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -460,7 +492,23 @@ class ApprovalStore(Protocol):
 
     def for_run(self, run_id: str, step: int | None = None) -> list[ApprovalRecord]: ...
 
+    def get_clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval (or :class:`NotFound`) and whether it was shown in ``place`` (never for no place),
+        read together: a click needs both before anything else."""
+        ...
+
+    def step(self, run_id: str, step: int) -> ApprovalStep:
+        """The run (or :class:`NotFound`) and the approvals of one of its steps, read together: re-rendering
+        a step and resuming it need both; with the step's snapshot once it is fully decided (see
+        :class:`ApprovalStep`). SQL: ``runs LEFT JOIN approvals ON run_id AND step``."""
+        ...
+
     def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int: ...
+
+    def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref` (one ``UPDATE … RETURNING``), returning each approval's status once it is
+        recorded, by approval id: a decision that landed before shows in it, a later one finds the reference."""
+        ...
 
     def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None: ...
 
@@ -546,6 +594,11 @@ class PolicyStore(Protocol):
     def list_rules(self, scope: str | None = None) -> list[PolicyRule]: ...
 
     def resolve(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> EffectiveRule: ...
+
+    def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
+        """:meth:`resolve` and the tool's conditional rules of the channel, workspace and global scopes
+        (``ConditionalRuleStore.rules``) in one read: one consistent answer per policy decision, never cached."""
+        ...
 
     def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None
@@ -675,10 +728,15 @@ class RunLeases(Protocol):
     owner: it waits for people, not for a process. Every method is one statement.
     """
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
-        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller.
+    def claim_paused(
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+    ) -> RunRecord | None:
+        """``paused → resuming`` with ``owner`` and a lease until ``until``; the run as claimed for exactly one
+        caller (``UPDATE … WHERE status = 'paused' [AND step = ?] RETURNING …``), ``None`` for everyone else.
 
-        ``decided``: only if the run's paused step has approvals and none of them is pending.
+        ``step``: only a run paused at that step. ``decided``: only if the run's paused step has approvals and
+        none of them is pending. The returned run is the row the claim wrote, so its owner can fence with it at
+        once (no read after).
         """
         ...
 

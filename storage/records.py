@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from storage.codec import loads, to_datetime, to_datetime_or_none
+from storage.errors import StorageError
 from storage.protocols import ApprovalRecord, InboxItem, LedgerEntry, OutboxMessage, RunRecord, ThreadAddress
 
 
@@ -27,6 +28,27 @@ class TimeReader:
 
 SQLITE_TIMES = TimeReader(to_datetime, to_datetime_or_none)
 """SQLite keeps times as epoch seconds (PostgreSQL's reader is ``storage.postgres.database.POSTGRES_TIMES``)."""
+
+
+def decided_snapshot(text: str | None, run_id: str) -> dict[str, Any] | None:
+    """A step's stored snapshot read along with the step (:class:`ApprovalStep`), parsed; ``None`` when there
+    is none or it does not parse: the resume then reads it through ``RunStore.snapshot``, which says why."""
+    if text is None:
+        return None
+    try:
+        value = loads(text, kind="run", record_id=run_id)
+    except StorageError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def qualified(columns: str, alias: str) -> str:
+    """A mapper's column list with every column taken from table ``alias`` (for a join of two tables).
+
+    >>> qualified("run_id, snapshot_json IS NOT NULL", "r")
+    'r.run_id, r.snapshot_json IS NOT NULL'
+    """
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
 
 
 def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:

@@ -123,3 +123,45 @@ async def test_a_recovery_cut_short_after_marking_a_call_unknown_still_tells_the
     notices = [r.text for r in b.surface.replies if r.text.startswith("I was restarted")]
     assert len(notices) == 1 and "The outcome of slow_job is unknown" in notices[0], notices
     assert tool_results(await b.history()) == [("slow_job", OUTCOME_UNKNOWN, True)]
+
+
+class StallingGenerator:
+    """A model that asks for ``delete_file`` once ``release`` is set (the process "stalls" while it thinks)."""
+
+    def __init__(self) -> None:
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+        self.calls = 0
+
+    async def run_async(self, messages, tools=None, generation_kwargs=None, streaming_callback=None):
+        self.calls += 1
+        self.started.set()
+        await self.release.wait()
+        return {"replies": [asks_for("delete_file", path="a.txt")]}
+
+    def run(self, messages, **kwargs):
+        raise NotImplementedError("async only")
+
+
+async def test_an_owner_taken_over_while_the_model_answered_stores_no_approval_and_renders_nothing(
+    harnesses, database_url
+):
+    stalling = StallingGenerator()
+    a = await harnesses.open(generator=stalling, heartbeat_seconds=3600.0, database_url=database_url)
+    working = asyncio.create_task(a.engine.handle_message(a.inbound("delete a.txt")))
+    await bounded(stalling.started.wait())
+    [run] = await a.engine.storage.runs.list_by_status("running")
+
+    a.clock.advance(seconds=a.engine.config.lease_seconds + 1)
+    b = await harnesses.reopen(a, generator=ScriptedChatGenerator([asks_for("delete_file", path="a.txt")]))
+    await b.engine.lifecycle.recover()
+    await b.engine.wait_idle()
+    [b_approval] = await b.engine.storage.approvals.for_run(run.run_id)  # B paused the run it took over
+
+    stalling.release.set()  # A's model answers: A pauses a run that is no longer its own
+    await bounded(working)
+
+    assert await a.engine.storage.approvals.for_run(run.run_id) == [b_approval], "A stored no approval"
+    assert a.surface.renders == [], "A renders nothing for a run it lost"
+    assert len(b.surface.renders) == 1
+    paused = await b.run_of(run.run_id)
+    assert (paused.status, paused.step, paused.recoveries) == ("paused", b_approval.step, 1)

@@ -39,8 +39,9 @@ class AccessControl:
         scopes = [workspace] if inbound.is_direct else [
             scope_channel(inbound.platform, inbound.workspace, inbound.channel), workspace
         ]
+        rules = await self.storage.access.rules(scopes)  # every scope's rules in one read
         for scope in scopes:  # the most specific scope that has rules decides
-            principals = [r.principal for r in await self.storage.access.rules([scope])]
+            principals = [r.principal for r in rules if r.scope == scope]
             if principals:
                 allowed = EVERYONE in principals or await self.roles.includes(
                     principals, inbound.user, inbound.platform

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,8 @@ from bot.engine.errors import CommandError
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
-from storage.policies import scope_channel, scope_global, scope_workspace
+from storage.policies import channel_scopes, scope_channel
+from storage.protocols import ConditionalRule, PolicyView
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,46 @@ class EffectivePolicy:
     ttl_seconds: int
 
 
+POLICIES_READ = "countersign.policies_read"
+"""The key, in a run's confirmation context, of its :class:`PoliciesRead`."""
+
+
+class PoliciesRead:
+    """The policy each call of the current step was decided with, for the pause that ends the same step.
+
+    The confirmation strategy (before a call) and the review hook (after it) note the policy they read; the
+    engine's pause then stores each pending call's approval (approvers, quorum, TTL) from that same read
+    instead of reading storage again a few milliseconds later. An entry is taken once, only for the same call
+    with the same arguments, and the pause drops the rest: no policy outlives the step it was read in, and the
+    next decision (the next call, a resumed step's review) reads storage afresh.
+    """
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[str, str | None], tuple[dict[str, Any], EffectivePolicy]] = {}
+
+    def note(self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any],
+             policy: EffectivePolicy) -> None:
+        """Remember the policy a call was just decided with (a later read of the same call replaces it)."""
+        self._read[(tool_name, tool_call_id)] = (dict(arguments), policy)
+
+    def take(self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any]) -> EffectivePolicy | None:
+        """The policy noted for this call with exactly these arguments, once; ``None`` when there is none."""
+        entry = self._read.pop((tool_name, tool_call_id), None)
+        return entry[1] if entry is not None and entry[0] == arguments else None
+
+    def clear(self) -> None:
+        """Forget everything noted (the step ended)."""
+        self._read.clear()
+
+
+def note_policy(context: Mapping[str, Any] | None, tool_name: str, tool_call_id: str | None,
+                arguments: Mapping[str, Any], policy: EffectivePolicy) -> None:
+    """Note ``policy`` in the run's :class:`PoliciesRead`, when its context carries one (the engine's runs do)."""
+    read = context.get(POLICIES_READ) if context else None
+    if isinstance(read, PoliciesRead):
+        read.note(tool_name, tool_call_id, arguments, policy)
+
+
 def channel_scope(context: Mapping[str, Any]) -> str:
     """The ask-once memory scope of a run's channel."""
     return scope_channel(context["platform"], context["workspace"], context["channel"])
@@ -57,17 +98,30 @@ async def effective_policy(
 
     With ``arguments`` (a call being decided), the mode may come from a rule with a condition on them
     (:func:`conditional_mode`), and a tool's ``needs_approval`` is consulted when no admin rule sets the mode.
+    One storage read: the plain rule and the conditional rules together (``policies.view``), read afresh at
+    every decision, so a policy an admin tightened applies to the next call it decides.
     """
-    rule = await storage.policies.resolve(
-        tool.name if tool else "*",
-        platform=context["platform"],
-        workspace=context["workspace"],
-        channel=context["channel"],
-    )
+    where = {"platform": context["platform"], "workspace": context["workspace"], "channel": context["channel"]}
+    if arguments is not None and tool is not None:
+        view = await storage.policies.view(tool.name, **where)
+    else:  # a listing: no call, so no condition can match
+        view = PolicyView(await storage.policies.resolve(tool.name if tool else "*", **where))
+    return await policy_of(view, tool, context, default_ttl, arguments)
+
+
+async def policy_of(
+    view: PolicyView,
+    tool: Tool | None,
+    context: Mapping[str, Any],
+    default_ttl: int,
+    arguments: Mapping[str, Any] | None = None,
+) -> EffectivePolicy:
+    """:func:`effective_policy` of what storage holds for the tool in the channel (``view``), read by the caller."""
+    rule = view.rule
     mode = rule.mode
     if arguments is not None and tool is not None:
         mode_scope = rule.sources["mode"][0] if "mode" in rule.sources else None
-        mode = await conditional_mode(storage, tool.name, context, arguments, mode, mode_scope)
+        mode = conditional_mode(view.conditions, context, arguments, mode, mode_scope)
         if mode is None and tool.needs_approval is not None:
             mode = await _tool_decides(tool, arguments)
     mode = mode or (tool.confirmation_default if tool else None) or GLOBAL_DEFAULT_MODE
@@ -85,17 +139,17 @@ async def effective_policy(
     )
 
 
-async def conditional_mode(
-    storage: Any,
-    tool_name: str,
+def conditional_mode(
+    conditions: Sequence[ConditionalRule],
     context: Mapping[str, Any],
     arguments: Mapping[str, Any],
     mode: str | None,
     mode_scope: str | None,
 ) -> str | None:
     """The mode of the most specific rule that matches: a narrower scope wins, then more clauses, and a matching
-    conditional rule beats the plain rule of its own or a wider scope. ``mode``/``mode_scope``: the plain rule's."""
-    matched = await matching_condition(storage, tool_name, context, arguments)
+    conditional rule beats the plain rule of its own or a wider scope. ``mode``/``mode_scope``: the plain rule's;
+    ``conditions``: the tool's conditional rules in the channel's scopes."""
+    matched = best_condition(conditions, context, arguments)
     if matched is None:
         return mode
     (scope_rank, _clauses), best_mode, _text = matched
@@ -110,22 +164,32 @@ def _kind(scope: str) -> str:
     return scope.split(":", 1)[0]
 
 
+def _scopes(context: Mapping[str, Any]) -> list[str]:
+    return channel_scopes(context["platform"], context["workspace"], context["channel"])
+
+
 async def matching_condition(
     storage: Any, tool_name: str, context: Mapping[str, Any], arguments: Mapping[str, Any]
 ) -> tuple[tuple[int, int], str, str] | None:
     """The most specific conditional rule matching ``arguments`` here: ``((scope rank, clauses), mode,
-    condition text)``, or ``None``."""
-    scopes = [
-        scope_channel(context["platform"], context["workspace"], context["channel"]),
-        scope_workspace(context["platform"], context["workspace"]),
-        scope_global(),
-    ]
+    condition text)``, or ``None`` (read from storage; see :func:`best_condition`)."""
+    return best_condition(await storage.conditions.rules(_scopes(context), tool_name), context, arguments)
+
+
+def best_condition(
+    conditions: Sequence[ConditionalRule], context: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> tuple[tuple[int, int], str, str] | None:
+    """Of one tool's conditional rules in the channel's scopes, the most specific matching ``arguments``:
+    ``((scope rank, clauses), mode, condition text)``, or ``None``."""
+    scopes = _scopes(context)
     best: tuple[tuple[int, int], str, str] | None = None
-    for rule in await storage.conditions.rules(scopes, tool_name):
+    for rule in conditions:
+        if rule.scope not in scopes:
+            continue
         try:
             condition = parse_condition(rule.condition)
         except CommandError:  # damaged outside countersign: it cannot match, the plain rule applies
-            logger.warning("unreadable condition ignored", extra={"tool": tool_name, "scope": rule.scope})
+            logger.warning("unreadable condition ignored", extra={"tool": rule.tool_name, "scope": rule.scope})
             continue
         if condition.matches(arguments):
             rank = (len(scopes) - scopes.index(rule.scope), len(condition.clauses))
@@ -172,6 +236,7 @@ class PolicyConfirmationStrategy:
         policy = await effective_policy(
             self.storage, self.tools.get(tool_name), context, self.default_ttl, arguments=tool_params
         )
+        note_policy(context, tool_name, tool_call_id, tool_params, policy)  # a pause in this step stores it
         if policy.mode in (NEVER, REVIEW):  # a review holds the result after the call, at after_tool
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
         if policy.mode == DENY:

@@ -28,6 +28,8 @@ from bot.engine.admin_commands import AdminCommands
 from bot.engine.confirmation import (
     NEVER,
     ONCE,
+    POLICIES_READ,
+    PoliciesRead,
     PolicyConfirmationStrategy,
     channel_scope,
     effective_policy,
@@ -91,7 +93,17 @@ from bot.llm import LLMError
 from bot.logs import log_context
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, Write, open_async_storage
+from storage import (
+    ApprovalStep,
+    ClickedApproval,
+    FencedOut,
+    NewApproval,
+    NotFound,
+    StorageError,
+    TokenUsage,
+    Write,
+    open_async_storage,
+)
 from storage.approvals import new_approval_id
 
 logger = logging.getLogger(__name__)
@@ -366,6 +378,7 @@ class Engine:
             "thread": thread.key,
             "requester": requester,
             "run_id": run_id,
+            POLICIES_READ: PoliciesRead(),  # what this step's checks read, for its pause (never a later step)
         }
         live = None
         if surface:
@@ -388,7 +401,7 @@ class Engine:
                 if live:
                     await live.end_segment()  # the text before the paused calls stays; the approval follows it
                     await live.status(WAITING_FOR_APPROVAL)
-                await self._on_pause(run_id, thread, requester, pause)
+                await self._on_pause(run_id, thread, requester, pause, context[POLICIES_READ])
             except Exception as exc:  # the run fails; the thread stays usable
                 await self.fail_run(run_id, thread, exc, live)
             else:
@@ -546,15 +559,24 @@ class Engine:
 
     # --- pausing ------------------------------------------------------------------------------------
 
-    async def _on_pause(self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException) -> None:
-        """Store the snapshot and one approval per pending call, then render them."""
+    async def _on_pause(
+        self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException,
+        policies_read: PoliciesRead | None = None,
+    ) -> None:
+        """Store the snapshot and one approval per pending call, then render them.
+
+        ``policies_read``: the policies this step's checks read moments ago; a pending call's approval is
+        stored with the policy that paused it, and only a call no check noted reads storage again.
+        """
         snapshot = pause.snapshot
         assert snapshot is not None
-        run = await self.storage.runs.get(run_id)
         fence = self.lifecycle.fence(run_id)
-        if fence is not None and not fence.holds_for(run):
-            self.lifecycle.dropped(run_id)  # taken over while asking the model: no approvals for a run not ours
-            return
+        # The run as this process claimed it: its step is still the run's (only this pause moves it). A run taken
+        # over while the model answered is refused by the pause's one write below (its fenced transition is
+        # required: nothing of the pause is stored), so no read is needed to check the fence first.
+        run = self.lifecycle.held(run_id)
+        if run is None:  # not worked on under a fence (no claim to go by): read it
+            run = await self.storage.runs.get(run_id)
         step = run.step + 1
         if run.recoveries:  # a pause that died half-way left (cancelled) approvals under the next step number
             step = max([step, *(a.step + 1 for a in await self.storage.approvals.for_run(run_id))])
@@ -565,9 +587,9 @@ class Engine:
         for position, call in enumerate(snapshot.step_message.tool_calls):
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
-            policy = await effective_policy(
-                self.storage, self.tools.get(call.tool_name), context, self.config.default_ttl_seconds,
-                arguments=call.arguments,
+            policy = (policies_read.take(call.tool_name, call.id, call.arguments) if policies_read else None) or (
+                await effective_policy(self.storage, self.tools.get(call.tool_name), context,
+                                       self.config.default_ttl_seconds, arguments=call.arguments)
             )
             new_approvals.append(
                 NewApproval(
@@ -590,6 +612,8 @@ class Engine:
                     approval_id=new_approval_id(),
                 )
             )
+        if policies_read is not None:
+            policies_read.clear()  # the step ends here: nothing read for it is used again
         surface = self._surface(thread.platform)
         approval_ids = [a.approval_id for a in new_approvals]
         # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
@@ -636,12 +660,14 @@ class Engine:
                 )
             )
             return
-        await self.storage.approvals.set_message_ref([r.approval_id for r in records], message_ref)
+        # The step's statuses once the reference is stored (the same statement, no read after).
+        statuses = await self.storage.approvals.mark_rendered([r.approval_id for r in records], message_ref)
         await _quietly(self.notices.send_direct(thread, records))
+        if any(r.approvers for r in records):  # copies went to named approvers: a click meanwhile missed them
+            statuses = {r.approval_id: r.status for r in await self.storage.approvals.for_run(run_id, step=step)}
         # A click that landed while the message was being posted found no reference to update: catch up.
-        current = await self.storage.approvals.for_run(run_id, step=step)
-        if any(not r.is_pending for r in current):
-            await self._update_rendering(current[0])
+        if any(status != PENDING for status in statuses.values()):
+            await self._update_rendering(records[0])
 
     # --- decisions ----------------------------------------------------------------------------------
 
@@ -651,8 +677,15 @@ class Engine:
 
     async def step_approvals(self, approval_id: str) -> list[ApprovalView]:
         """Every approval of the paused step that ``approval_id`` belongs to."""
-        record = await self._record(approval_id)
-        return await self._views(await self.storage.approvals.for_run(record.run_id, step=record.step))
+        return (await self._step_views(await self._record(approval_id)))[1]
+
+    async def _step_views(self, record: Any) -> tuple[list[Any], list[ApprovalView]]:
+        """The step of ``record``: its approvals and their views (the run's thread comes in the same read)."""
+        try:
+            paused = await self.storage.approvals.step(record.run_id, record.step)
+        except NotFound:  # the run is gone (pruned): nothing of its step to show
+            return [], []
+        return paused.approvals, await self._views(paused.approvals, _thread_of_run(paused.run))
 
     async def note_shown(self, place: str, approval_ids: Sequence[str]) -> None:
         """Record that these approvals are shown in ``place``, so clicks from there may decide them."""
@@ -662,9 +695,10 @@ class Engine:
     @refused_while_storage_fails
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
         except NotShownHere as refusal:
             await self._audit_refusal(actor, record, "open form", refusal, place)
             raise
@@ -672,9 +706,10 @@ class Engine:
         check_open(self.clock(), record)
         return await self._view(record)
 
-    async def _check_place(self, record: Any, place: str | None) -> None:
+    @staticmethod
+    def _check_place(clicked: ClickedApproval, place: str | None) -> None:
         """Refuse a click from a place this approval was never shown in; no place at all is refused too."""
-        if not place or not await self.storage.places.shown_in(record.approval_id, place):
+        if not place or not clicked.shown_here:
             raise NotShownHere(place)
 
     async def _audit_refusal(
@@ -699,17 +734,19 @@ class Engine:
         (a slow chat API) and the resume run as a tracked background task (:meth:`wait_idle` waits for it).
         Adapters that must answer within a deadline use it, e.g. a Slack modal decided before its ack.
         """
-        record = await self._record(request.approval_id)
+        clicked = await self._clicked(request.approval_id, request.place)  # the approval and its places: one read
+        record = clicked.record
         with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
                          surface=record.platform):
-            return await self._decide(record, request, render_later)
+            return await self._decide(clicked, request, render_later)
 
-    async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
+    async def _decide(self, clicked: ClickedApproval, request: DecisionRequest, render_later: bool) -> DecisionResult:
+        record = clicked.record
         claimed = False
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
-            await self._check_place(record, request.place)
+            self._check_place(clicked, request.place)
             await authorize_now(self.roles, record, request.actor)
             check_open(self.clock(), record)
             action, final_arguments, final_result = request.action, None, None
@@ -744,9 +781,10 @@ class Engine:
             writes = [decision]
             if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
                 # If this decision completes the step, the run is claimed for its resume in the same write.
+                # Pinned to this decision's step: a run paused again since is never resumed with it.
                 writes.append(Write("leases", "claim_paused",
                                     (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
-                                    {"decided": True}))
+                                    {"decided": True, "step": record.step}))
             writes.append(self._decision_audit(record, request, action, final_arguments))
             won = await self.storage.batches.apply(writes)
             if not won.applied:
@@ -798,6 +836,7 @@ class Engine:
                 )
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
+                resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
                 return await self._after_decision(record, message, claimed)
             self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
             resumes_later = True
@@ -831,10 +870,11 @@ class Engine:
         Someone who may decide none of the step's calls, or clicks from elsewhere, is refused before
         learning whether (and by whom) the step was decided.
         """
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         step = await self.storage.approvals.for_run(record.run_id, step=record.step)
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
             await self._authorize_any(step, record, actor)
             if all(other.status != PENDING for other in step):
                 check_open(self.clock(), record)
@@ -868,9 +908,10 @@ class Engine:
         The rule carries the condition of the rule that asked, when one did (``when env=prod``), so only such
         calls stop asking there. The decision and the rule change are both audited.
         """
-        record = await self._record(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
         try:
-            await self._check_place(record, place)
+            self._check_place(clicked, place)
             if record.kind == REVIEW:  # a rule about asking before a call: a result under review is not one
                 raise UnknownAction("approve and always allow")
             if not await self.roles.is_admin(actor, record.platform):
@@ -933,32 +974,49 @@ class Engine:
         )
 
     async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
-        """Re-render the step; resume the run when the step is decided (``claimed``: the caller resumes it)."""
-        views = await self._update_rendering(record)
+        """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
+        with the decision, so it resumes it whatever the re-render does)."""
+        paused: ApprovalStep | None = None
+        try:
+            paused, views = await self._rerender(record)
+        finally:
+            if claimed:  # the step as read after the claim: the resume reads none of it again
+                self._resume_claimed_run(record.run_id, paused)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         complete = claimed or all(not v.is_pending for v in views)
         # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
         # whoever claims it first resumes it. When stopping, another process's sweep resumes it.
         if complete and not claimed and not self.lifecycle.stopping:
-            self.spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
+            # The step as just read: every approval in it is decided, and decisions never change again.
+            self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
     async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
         try:
-            await self._after_decision(record, message, claimed)
+            await self._after_decision(record, message, claimed)  # a claimed run's resume starts in there, always
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
-        finally:
-            if claimed:
-                self._resume_claimed_run(record.run_id)
 
-    def _resume_claimed_run(self, run_id: str) -> None:
+    def _resume_claimed_run(self, run_id: str, paused: ApprovalStep | None = None) -> None:
         """Resume a run this process claimed with a decision (in the background, as every resume)."""
-        self.spawn(self.resume(run_id, claimed=True), name=f"resume-{run_id}")
+        self.spawn(self.resume(run_id, paused, claimed=True), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
-        records = await self.storage.approvals.for_run(record.run_id, step=record.step)
-        views = await self._views(records)
+        return (await self._rerender(record))[1]
+
+    async def _rerender(
+        self, record: Any, paused: ApprovalStep | None = None
+    ) -> tuple[ApprovalStep | None, list[ApprovalView]]:
+        """Re-render the step of ``record`` wherever it is shown; the step as read (``None``: its run is gone).
+
+        ``paused``: the step as the caller just read it after its change (else it is read here).
+        """
+        if paused is None:
+            try:
+                paused = await self.storage.approvals.step(record.run_id, record.step)
+            except NotFound:
+                paused = None
+        views = await self._views(paused.approvals, _thread_of_run(paused.run)) if paused is not None else []
         refs = [v.message_ref for v in views if v.message_ref]
         surface = self.surfaces.get(record.platform)
         if surface and refs:
@@ -966,7 +1024,7 @@ class Engine:
             await _quietly(surface.update_approvals(thread, refs[0], views))
         await _quietly(self.notices.update_copies(record, views))
         await self.notices.refresh_homes(record, views, await self._deciders(record))
-        return views
+        return paused, views
 
     def _merged_edit(self, record: Any, edited: dict[str, Any]) -> dict[str, Any]:
         tool = self.tools.get(record.tool_name)
@@ -980,35 +1038,56 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str, *, claimed: bool = False) -> None:
+    async def resume(self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False) -> None:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
 
-        ``claimed``: this process claimed the run already (with the decision that completed the step).
+        ``paused``: the run, its step's approvals and (fully decided) its snapshot as the caller read them after
+        the decision, used instead of reading them again: a decided approval never changes, neither does a
+        step's snapshot, and the run is only claimed while it is still paused at that very step.
+        ``claimed``: this process claimed the run already, with the decision that completed the step (``paused``
+        was read after that claim, so its run is the run as claimed).
         """
-        run = await self.storage.runs.get(run_id)
-        thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        run = paused.run if paused is not None else await self.storage.runs.get(run_id)
+        thread = _thread_of_run(run)
         async with self.thread_lock(thread.key):
-            records = await self.storage.approvals.for_run(run_id, step=run.step)
-            if not claimed:
+            records = paused.approvals if paused is not None else await self.storage.approvals.for_run(
+                run_id, step=run.step
+            )
+            if claimed:
+                current: Any = run  # read after the claim (by the caller, or just above)
+                if current.status != "resuming":
+                    return  # resumed already, or closed meanwhile
+            else:
                 if not records or any(r.status == PENDING for r in records):
                     return
-                if not await self.storage.leases.claim_paused(
-                    run_id, self.lifecycle.owner, self.lifecycle.lease_until()
-                ):
+                # Pinned to the step these decisions belong to: a run that paused again meanwhile (at a later
+                # step) is never resumed with them.
+                current = await self.storage.leases.claim_paused(
+                    run_id, self.lifecycle.owner, self.lifecycle.lease_until(), step=records[0].step
+                )
+                if current is None:
                     return  # another worker, replica or a supersede got there first
                 failpoints.failpoint("after_claim")
-            current = await self.storage.runs.get(run_id)
-            if claimed and current.status != "resuming":
-                return  # resumed already (a resume is started once more after a failed follow-up)
+            # The fence is taken from the run as claimed (the row the claim wrote, or a read after it), with no
+            # read of its own. A takeover since is refused by the fenced writes themselves (each checks owner and
+            # generation in its transaction: FENCE_CONDITION), starting with resuming -> running below.
             async with self.lifecycle.holding(current) as fence:
                 if fence is not None:
-                    await self._resume_claimed(run_id, thread, run.requester, records)
+                    # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
+                    # that step, took the run still paused there, so it is the snapshot of the run we hold.
+                    await self._resume_claimed(run_id, thread, run.requester, records,
+                                               paused.snapshot if paused is not None else None)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
-    async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
+    async def _resume_claimed(
+        self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
+        snapshot_data: dict[str, Any] | None = None,
+    ) -> None:
+        """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step)."""
         try:
+            stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
             # The history it paused with is read back here, once (the stored snapshot refers to it).
-            snapshot = await load_snapshot(await self.storage.runs.snapshot(run_id), self.storage.messages)
+            snapshot = await load_snapshot(stored, self.storage.messages)
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot (or a lost history) fails this run only
             await self.fail_run(run_id, thread, exc)
             return
@@ -1018,7 +1097,10 @@ class Engine:
             if snapshot.stage == REVIEW_STAGE
             else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
         )
-        await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id))
+        # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
+        # start of the same claim, or an owner whose run was taken over, gets False and does nothing).
+        if not await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id)):
+            return
         await self.run_agent(
             run_id,
             thread,
@@ -1053,9 +1135,12 @@ class Engine:
         await self.storage.audit.append(
             "countersign", "superseded", run.run_id, {"approvals": closed}, now=self.clock()
         )
-        records = await self.storage.approvals.for_run(run.run_id, step=run.step)
-        if records:
-            await self._update_rendering(records[0])
+        try:
+            paused = await self.storage.approvals.step(run.run_id, run.step)
+        except NotFound:
+            return
+        if paused.approvals:
+            await self._rerender(paused.approvals[0], paused)  # the step as just read: no second read
 
     # --- expiry -------------------------------------------------------------------------------------
 
@@ -1149,17 +1234,23 @@ class Engine:
         return await self.storage.conversations.load(key)
 
     async def _record(self, approval_id: str) -> Any:
-        if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
-            raise ApprovalNotFound(str(approval_id)[:40])
+        _check_approval_id(approval_id)
         try:
             return await self.storage.approvals.get(approval_id)
         except NotFound:
             raise ApprovalNotFound(approval_id) from None
 
+    async def _clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval a click names and whether it was shown where the click came from (one read)."""
+        _check_approval_id(approval_id)
+        try:  # a place that is not a place key (clicks are untrusted) was shown nothing
+            return await self.storage.approvals.get_clicked(approval_id, place if isinstance(place, str) else None)
+        except NotFound:
+            raise ApprovalNotFound(approval_id) from None
+
     async def _thread_of(self, record: Any) -> ThreadRef:
         """The thread of an approval, from its run (ids like Teams channels contain ':', so never split keys)."""
-        run = await self.storage.runs.get(record.run_id)
-        return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+        return _thread_of_run(await self.storage.runs.get(record.run_id))
 
     async def _views(self, records: list[Any], thread: ThreadRef | None = None) -> list[ApprovalView]:
         """Views of approvals of one step (one run, so its thread is read once, unless the caller knows it)."""
@@ -1209,11 +1300,12 @@ class Engine:
     async def personal_step(self, approval_id: str, actor: str, place: str | None) -> tuple[list[ApprovalView], bool]:
         """The step of ``approval_id`` as ``actor`` alone sees it (a Teams user-specific view), and whether they
         may decide any of its pending calls there; admins are offered "Approve and always allow here"."""
-        record = await self._record(approval_id)
-        views = await self.step_approvals(approval_id)
+        clicked = await self._clicked(approval_id, place)
+        record = clicked.record
+        step, views = await self._step_views(record)
         may = False
-        if place and await self.storage.places.shown_in(record.approval_id, place):
-            for other in await self.storage.approvals.for_run(record.run_id, step=record.step):
+        if place and clicked.shown_here:
+            for other in step:
                 try:
                     check_open(self.clock(), other)
                     await authorize_now(self.roles, other, actor, fresh=False)
@@ -1222,6 +1314,17 @@ class Engine:
                     continue
         admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
         return offered(views, admin), may
+
+
+def _thread_of_run(run: Any) -> ThreadRef:
+    """The thread a run works in."""
+    return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+
+
+def _check_approval_id(approval_id: Any) -> None:
+    """:class:`ApprovalNotFound` for what cannot be an approval id (clicks are untrusted), before any read."""
+    if not isinstance(approval_id, str) or not approval_id or len(approval_id) > 200:
+        raise ApprovalNotFound(str(approval_id)[:40])
 
 
 def _action_label(action: Any) -> str:

@@ -138,12 +138,21 @@ class RunLifecycle:
         self._working: dict[str, asyncio.Task[Any]] = {}
         self._lost: set[str] = set()
         self._fences: dict[str, RunFence] = {}
+        self._held: dict[str, RunRecord] = {}
 
     # --- fences -------------------------------------------------------------------------------------
 
     def fence(self, run_id: str) -> RunFence | None:
         """The fence this process holds on the run while it works on it, else ``None``."""
         return self._fences.get(run_id)
+
+    def held(self, run_id: str) -> RunRecord | None:
+        """The run as this process claimed it, while it works on it under :meth:`fence`, else ``None``.
+
+        Its step and generation are still the run's: only the owner's pause moves the step (and ends the work),
+        and a takeover, which moves the generation, fences out every write this process would make.
+        """
+        return self._held.get(run_id)
 
     @asynccontextmanager
     async def holding(self, run: RunRecord) -> AsyncIterator[RunFence | None]:
@@ -158,11 +167,13 @@ class RunLifecycle:
             return
         fence = RunFence.of(run)
         self._fences[run.run_id] = fence
+        self._held[run.run_id] = run
         try:
             yield fence
         finally:
             if self._fences.get(run.run_id) == fence:
                 del self._fences[run.run_id]
+                del self._held[run.run_id]
 
     def dropped(self, run_id: str) -> None:
         """Log, once, that this process's write for a run was fenced out and its work on the run dropped."""

@@ -80,9 +80,13 @@ class ApproverNotices:
 
     async def update_copies(self, record: Any, views: Sequence[Any]) -> None:
         """Re-render every direct-message copy of the step of ``record``."""
-        saved = await self.storage.conversations.load(renderings_key(record.run_id, record.step))
         surface = self.engine.surfaces.get(record.platform)
-        if not saved or surface is None:
+        # Copies go only to approvers named on the step's calls (send_direct), and a call's approvers never
+        # change: a step that names none has no copies, so there is nothing to read.
+        if surface is None or not any(view.approvers for view in views):
+            return
+        saved = await self.storage.conversations.load(renderings_key(record.run_id, record.step))
+        if not saved:
             return
         for copy in saved.get("copies") or []:
             try:

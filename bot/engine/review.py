@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.snapshot import AgentSnapshot
-from bot.engine.confirmation import REVIEW_MODES, effective_policy
+from bot.engine.confirmation import REVIEW_MODES, effective_policy, note_policy
 from bot.engine.decisions import ID_LESS_PREFIX
 from bot.engine.errors import InvalidEdit
 from bot.engine.model import EXPIRED
@@ -34,11 +34,16 @@ class PolicyReviewHook:
         self.default_ttl = default_ttl
 
     async def __call__(self, event: HookEvent) -> None:
-        """Ask for a review when the tool's effective policy says so."""
-        assert event.tool_call is not None
-        if await needs_review(self.storage, self.tools, event.tool_call.tool_name, event.confirmation_strategy_context,
-                              self.default_ttl, arguments=event.tool_call.arguments):
-            event.request_review(f"policy of {event.tool_call.tool_name} asks for review")
+        """Ask for a review when the tool's effective policy, read now (time of use), says so."""
+        call, context = event.tool_call, event.confirmation_strategy_context
+        assert call is not None
+        tool = self.tools.get(call.tool_name)
+        if tool is None or not context:  # as in needs_review: nothing to review, or no channel to have a policy
+            return
+        policy = await effective_policy(self.storage, tool, context, self.default_ttl, arguments=call.arguments)
+        note_policy(context, call.tool_name, call.id, call.arguments, policy)  # the review's pause stores it
+        if policy.mode in REVIEW_MODES:
+            event.request_review(f"policy of {call.tool_name} asks for review")
 
     def to_dict(self) -> dict[str, Any]:
         """Not serialisable: it is bound to a live storage."""

@@ -17,14 +17,33 @@ from storage.approvals import SYSTEM_ACTOR, _row_values
 from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
-from storage.protocols import CLOSING_STATUSES, DECISION_STATUSES, VOTES, ApprovalRecord, Instant, NewApproval, Vote
-from storage.records import approval_record
+from storage.postgres.runs import RUN_COLUMNS, run_from_row
+from storage.protocols import (
+    CLOSING_STATUSES,
+    DECISION_STATUSES,
+    VOTES,
+    ApprovalRecord,
+    ApprovalStep,
+    ClickedApproval,
+    Instant,
+    NewApproval,
+    Vote,
+)
+from storage.records import approval_record, decided_snapshot, qualified
 
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
     "approvers::text, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
     "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
 )
+_RUN_FIELDS = RUN_COLUMNS.split(",")
+_STEP_COLUMNS = (
+    f"{qualified(RUN_COLUMNS, 'r')}, CASE WHEN r.step = %s AND NOT EXISTS (SELECT 1 FROM approvals p "
+    f"WHERE p.run_id = r.run_id AND p.step = %s AND p.status = 'pending') THEN r.snapshot_json::text END, "
+    f"{qualified(_COLUMNS, 'a')}"
+)
+"""A run, its snapshot when it is that of a fully decided step, and one of its approvals per row
+(:meth:`PostgresApprovalStore.step`)."""
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
@@ -106,18 +125,64 @@ class PostgresApprovalStore:
         rows = await self.db.fetchall(sql + " ORDER BY step, seq", params)
         return [approval_record(row, POSTGRES_TIMES) for row in rows]
 
+    async def get_clicked(self, approval_id: str, place: str | None) -> ClickedApproval:
+        """The approval (or :class:`NotFound`) and whether it was shown in ``place``, in one statement.
+
+        >>> clicked = await storage.approvals.get_clicked(approval_id, "slack:C1")
+        >>> clicked.record.tool_name, clicked.shown_here
+        ('delete_file', True)
+        """
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS}, EXISTS (SELECT 1 FROM approval_places p "
+            "WHERE p.approval_id = approvals.approval_id AND p.place = %s) FROM approvals WHERE approval_id = %s",
+            [place or "", approval_id],
+        )
+        if row is None:
+            raise NotFound(f"approval {approval_id!r} not found")
+        return ClickedApproval(approval_record(row, POSTGRES_TIMES), bool(place) and bool(row[-1]))
+
+    async def step(self, run_id: str, step: int) -> ApprovalStep:
+        """The run (or :class:`NotFound`) and its approvals of ``step`` in the order they were created, in one
+        statement.
+
+        >>> paused = await storage.approvals.step("run-1", 1)
+        >>> paused.run.requester, [a.tool_call_id for a in paused.approvals]
+        ('U1', ['call_1', 'call_2'])
+        """
+        rows = await self.db.fetchall(
+            f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a ON a.run_id = r.run_id AND a.step = %s "
+            "WHERE r.run_id = %s ORDER BY a.seq",
+            [step, step, step, run_id],
+        )
+        if not rows:
+            raise NotFound(f"run {run_id!r} not found")
+        width = len(_RUN_FIELDS)
+        approvals = [approval_record(row[width + 1:], POSTGRES_TIMES) for row in rows if row[width + 1] is not None]
+        snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
+        return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
+
     async def set_message_ref(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> int:
         """Record where the approvals were rendered; returns rows changed.
 
         >>> await storage.approvals.set_message_ref([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
         1
         """
+        return len(await self.mark_rendered(approval_ids, message_ref))
+
+    async def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]:
+        """:meth:`set_message_ref`, returning each approval's status once it is recorded (by approval id).
+
+        >>> await storage.approvals.mark_rendered([approval_id], {"channel": "C1", "ts": "1700000000.000200"})
+        {'a1b2c3': 'pending'}
+        """
         ids = list(approval_ids)
         if not ids:
-            return 0
-        return await self.db.execute(
-            "UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s)", [Json(message_ref), ids]
+            return {}
+        rows = await self.db.fetchall(
+            "UPDATE approvals SET message_ref_json = %s WHERE approval_id = ANY(%s) RETURNING approval_id, status",
+            [Json(message_ref), ids],
         )
+        return {approval_id: status for approval_id, status in rows}
 
     async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
         """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.

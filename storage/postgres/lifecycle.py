@@ -36,20 +36,25 @@ class PostgresRunLeases:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
 
-    async def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
-        """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+    async def claim_paused(
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+    ) -> RunRecord | None:
+        """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
+        ``None`` for the others.
 
-        ``decided``: only if the paused step has approvals and none is pending.
+        ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
+        paused again at a later step). ``decided``: only if the paused step has approvals and none is pending.
 
-        >>> await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
-        True
+        >>> (await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))).status
+        'resuming'
         """
         row = await self.db.fetchone(
             "UPDATE runs SET status = 'resuming', owner = %s, lease_expires_at = %s, updated_at = now() "
-            f"WHERE run_id = %s AND status = 'paused'{STEP_DECIDED if decided else ''} RETURNING true",
-            [owner, instant(until), run_id],
+            "WHERE run_id = %s AND status = 'paused' AND (%s::integer IS NULL OR step = %s)"
+            f"{STEP_DECIDED if decided else ''} RETURNING {RUN_COLUMNS}",
+            [owner, instant(until), run_id, step, step],
         )
-        return row is not None
+        return None if row is None else run_from_row(row)
 
     async def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
         """Take over a running/resuming run whose lease expired by ``now``; the run as taken, or ``None``.

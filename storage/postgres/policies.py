@@ -12,11 +12,16 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from storage.policies import ANY_TOOL, _check_fields, _check_scope, scope_channel, scope_global, scope_workspace
+from storage.policies import ANY_TOOL, _check_fields, _check_scope, channel_scopes, effective_rule
 from storage.postgres.database import PostgresDatabase, instant, utc
-from storage.protocols import RULE_FIELDS, EffectiveRule, Instant, PolicyRule
+from storage.protocols import RULE_FIELDS, ConditionalRule, EffectiveRule, Instant, PolicyRule, PolicyView
 
 _COLUMNS = "scope, tool_key, mode, approvers, quorum, four_eyes, ttl_seconds, updated_by, updated_at"
+_APPLIES = (
+    "scope = ANY(%s) AND (tool_key = %s OR tool_key = %s "
+    "OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = %s))"
+)
+"""The rules that could apply to a tool in a channel's scopes: its name, ``"*"``, and its groups."""
 GROUP_LOCK = "countersign.tool_groups"
 """With the group's name, the key of the advisory lock that serialises redefinitions of one group."""
 
@@ -155,27 +160,32 @@ class PostgresPolicyStore:
         >>> rule.mode, rule.sources["mode"]
         ('always', ('channel:slack:T1:C1', 'delete_file'))
         """
-        scopes = [scope_channel(platform, workspace, channel), scope_workspace(platform, workspace), scope_global()]
+        scopes = channel_scopes(platform, workspace, channel)
+        rows = await self.db.fetchall(f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}",
+                                      [scopes, tool_name, ANY_TOOL, tool_name])
+        return effective_rule(tool_name, scopes, [_rule(row) for row in rows])
+
+    async def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
+        """:meth:`resolve` and the tool's conditional rules in the channel's three scopes, in one query.
+
+        >>> view = await storage.policies.view("deploy", platform="slack", workspace="T1", channel="C1")
+        >>> view.rule.mode, [c.condition for c in view.conditions]
+        ('always', ['env=prod'])
+        """
+        scopes = channel_scopes(platform, workspace, channel)
+        # One statement: the plain rules, then the conditional ones with the columns a plain rule lacks as NULL.
         rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM policy_rules WHERE scope = ANY(%s) AND (tool_key = %s OR tool_key = %s "
-            "OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = %s))",
-            [scopes, tool_name, ANY_TOOL, tool_name],
+            f"SELECT NULL::text, {_COLUMNS} FROM policy_rules WHERE {_APPLIES} UNION ALL "
+            "SELECT condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+            "FROM conditional_rules WHERE scope = ANY(%s) AND tool_name = %s",
+            [scopes, tool_name, ANY_TOOL, tool_name, scopes, tool_name],
         )
-
-        def specificity(rule: PolicyRule) -> tuple[int, int, str]:
-            # The tool's own name, then its groups (by name, as SQLite's resolver orders them), then "*".
-            key_rank = 0 if rule.tool_key == tool_name else 2 if rule.tool_key == ANY_TOOL else 1
-            return scopes.index(rule.scope), key_rank, rule.tool_key
-
-        values: dict[str, Any] = {}
-        sources: dict[str, tuple[str, str]] = {}
-        for rule in sorted(map(_rule, rows), key=specificity):  # most specific first: it wins each field it sets
-            for name in RULE_FIELDS:
-                value = getattr(rule, name)
-                if name not in values and value is not None:
-                    values[name] = value
-                    sources[name] = (rule.scope, rule.tool_key)
-        return EffectiveRule(tool_name=tool_name, sources=sources, **values)
+        rules = [_rule(row[1:]) for row in rows if row[0] is None]
+        conditions = sorted(
+            (ConditionalRule(r[1], r[2], r[0], r[3], r[8], utc(r[9])) for r in rows if r[0] is not None),
+            key=lambda c: (c.scope, c.condition),
+        )
+        return PolicyView(effective_rule(tool_name, scopes, rules), tuple(conditions))
 
     async def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from bot.canonical import args_digest
-from storage import AlreadyExists, NotFound
+from storage import AlreadyExists, CorruptRecord, NotFound
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD, new_approval
 
@@ -213,3 +213,70 @@ async def test_an_approval_is_marked_reminded_once_and_only_while_pending(approv
     assert not await approvals.mark_reminded(second.approval_id, now=LATER)  # decided: nobody to remind
     with pytest.raises(NotFound):
         await approvals.mark_reminded("forged-id", now=LATER)
+
+
+async def test_a_click_reads_the_approval_and_whether_it_was_shown_in_the_clicks_place_together(storage, approvals):
+    a, b = await approvals.create_many([new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b")])
+    await storage.places.record([a.approval_id], "slack:C1", now=NOW)
+    clicked = await approvals.get_clicked(a.approval_id, "slack:C1")
+    assert (clicked.record, clicked.shown_here) == (await approvals.get(a.approval_id), True)
+    assert not (await approvals.get_clicked(a.approval_id, "slack:C2")).shown_here  # shown elsewhere only
+    assert not (await approvals.get_clicked(b.approval_id, "slack:C1")).shown_here  # the other call, never shown
+    assert not (await approvals.get_clicked(a.approval_id, None)).shown_here  # no place: never shown "there"
+    assert not (await approvals.get_clicked(a.approval_id, "")).shown_here
+    with pytest.raises(NotFound):
+        await approvals.get_clicked("nope", "slack:C1")
+
+
+async def test_a_step_is_read_with_its_run_in_call_order_and_only_that_step(storage, approvals):
+    a, b = await approvals.create_many([new_approval(tool_call_id="call_z"), new_approval(tool_call_id="call_a")])
+    await approvals.create_many([new_approval(tool_call_id="call_m", step=2)])
+    await approvals.decide(a.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    paused = await approvals.step("run-1", 1)
+    assert paused.run == await storage.runs.get("run-1")
+    assert paused.approvals == await approvals.for_run("run-1", step=1)
+    assert [(x.tool_call_id, x.status) for x in paused.approvals] == [("call_z", "approved"), ("call_a", "pending")]
+    assert [x.tool_call_id for x in (await approvals.step("run-1", 2)).approvals] == ["call_m"]
+    empty = await approvals.step("run-1", 3)  # a step without approvals: the run, and nothing else
+    assert (empty.run.run_id, empty.approvals) == ("run-1", [])
+    with pytest.raises(NotFound):
+        await approvals.step("no-such-run", 1)
+
+
+async def test_marking_approvals_rendered_returns_their_statuses_as_they_are_now(approvals):
+    a, b = await approvals.create_many([new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b")])
+    await approvals.decide(b.approval_id, status="rejected", decided_by="U_BOB", now=LATER)  # a click before
+    ref = {"channel": "C1", "ts": "1700000000.000300"}
+    assert await approvals.mark_rendered([b.approval_id, a.approval_id], ref) == {
+        b.approval_id: "rejected", a.approval_id: "pending",
+    }
+    assert [(await approvals.get(x.approval_id)).message_ref for x in (a, b)] == [ref, ref]
+    assert await approvals.mark_rendered([], ref) == {}
+    assert await approvals.mark_rendered(["nope"], ref) == {}
+
+
+async def test_a_fully_decided_step_is_read_with_its_snapshot_and_only_then(backend):
+    storage = backend.storage
+    await create_run(storage)
+    await storage.runs.transition("run-1", "running", "paused", snapshot_json={"stage": "decide", "n": 1}, step=1)
+    a, b = await storage.approvals.create_many(
+        [new_approval(tool_call_id="call_a"), new_approval(tool_call_id="call_b")]
+    )
+    await storage.approvals.create_many([new_approval(tool_call_id="call_old", step=0)])
+
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None  # two calls still to decide
+    await storage.approvals.decide(a.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None  # one still to decide
+    await storage.approvals.decide(b.approval_id, status="rejected", decided_by="U_BOB", now=LATER)
+    decided = await storage.approvals.step("run-1", 1)
+    assert decided.snapshot == await storage.runs.snapshot("run-1") == {"stage": "decide", "n": 1}
+    # An older step's snapshot was replaced by this one: an older step never comes with a snapshot.
+    await storage.approvals.decide((await storage.approvals.step("run-1", 0)).approvals[0].approval_id,
+                                   status="approved", decided_by="U_BOB", now=LATER)
+    assert (await storage.approvals.step("run-1", 0)).snapshot is None
+    assert (await storage.approvals.step("run-1", 2)).snapshot is None  # a step without approvals
+    # A damaged snapshot (not a JSON object) is not handed over: reading it alone says why.
+    await backend.execute("UPDATE runs SET snapshot_json = '[1, 2]' WHERE run_id = 'run-1'")
+    assert (await storage.approvals.step("run-1", 1)).snapshot is None
+    with pytest.raises(CorruptRecord):
+        await storage.runs.snapshot("run-1")

@@ -156,12 +156,12 @@ async def test_a_decision_batch_claims_the_run_only_with_the_decision_that_compl
         ]
 
     first = await storage.batches.apply(decision("a-1", "U_BOB"))
-    assert first.applied and first.results[1] is False  # a-2 still waits: the run stays paused
+    assert first.applied and first.results[1] is None  # a-2 still waits: the run stays paused
     assert (await storage.runs.get("run-1")).status == "paused"
     again = await storage.batches.apply(decision("a-1", "U_CAROL"))  # a second click on a-1 changes nothing
     assert (again.applied, again.refused) == (False, 0)
     last = await storage.batches.apply(decision("a-2", "U_CAROL"))
-    assert last.applied and last.results[1] is True
     run = await storage.runs.get("run-1")
+    assert last.applied and last.results[1] == run  # the run as the claim wrote it
     assert (run.status, run.owner) == ("resuming", "host-a")
     assert [e.subject for e in await storage.audit.since(None)] == ["a-1", "a-2"]

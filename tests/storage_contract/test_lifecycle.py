@@ -125,8 +125,21 @@ async def test_two_processes_resuming_one_paused_run_at_once_have_one_winner(bac
         *((backend.storage, other)[n % 2].leases.claim_paused("run-1", f"host-{n}", NOW + LEASE)
           for n in range(CONTENDERS))
     )
-    assert won.count(True) == 1
-    assert (await other.runs.get("run-1")).owner == f"host-{won.index(True)}"
+    winners = [run for run in won if run is not None]
+    assert len(winners) == 1
+    assert (await other.runs.get("run-1")).owner == winners[0].owner == f"host-{won.index(winners[0])}"
+
+
+async def test_a_claim_returns_the_run_as_claimed_and_with_a_step_only_takes_the_run_paused_at_that_step(storage):
+    await create_run(storage, "run-1", status="paused")
+    await storage.runs.transition("run-1", "paused", "paused", step=2)
+    assert await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, step=1) is None, "paused again since"
+    assert (await storage.runs.get("run-1")).status == "paused"
+    claimed = await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, step=2)
+    assert claimed == await storage.runs.get("run-1")  # exactly the row the claim wrote: its owner can fence with it
+    assert (claimed.status, claimed.owner, claimed.lease_expires_at, claimed.step) == (
+        "resuming", "host-c", NOW + LEASE, 2)
+    assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE, step=2) is None
 
 
 async def test_claiming_a_paused_run_when_decided_waits_for_every_approval_of_its_step(storage):

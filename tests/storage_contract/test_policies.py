@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage import scope_channel, scope_global, scope_workspace
+from tests.fakes.storage_data import NOW
 
 CHANNEL = scope_channel("slack", "T1", "C1")
 WORKSPACE = scope_workspace("slack", "T1")
@@ -142,3 +143,32 @@ async def test_ask_once_remembers_exact_arguments_per_scope_until_revoked(polici
     assert not await policies.is_confirmed(CHANNEL, "deploy", "digest-prod")
     assert await policies.is_confirmed(CHANNEL, "backup", "d3")
     assert await policies.revoke_confirmations(CHANNEL) == 1
+
+
+async def test_a_policy_view_is_the_resolved_rule_and_the_tools_conditional_rules_of_the_channels_scopes(
+    storage, policies
+):
+    await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", mode="always", ttl_seconds=3600)
+    await policies.set_rule(WORKSPACE, "destructive", updated_by="U_ADMIN", approvers=["U_BOB"], quorum=2)
+    for scope, condition in [(GLOBAL, "env=prod"), (CHANNEL, "replicas>10"), (WORKSPACE, "env in dev,qa")]:
+        await storage.conditions.set_rule(scope, "delete_file", condition, "never", updated_by="U_ADMIN", now=NOW)
+    await storage.conditions.set_rule(CHANNEL, "drop_table", "env=prod", "deny", updated_by="U_ADMIN", now=NOW)
+    await storage.conditions.set_rule(
+        scope_channel("slack", "T1", "C2"), "delete_file", "env=qa", "deny", updated_by="U_ADMIN", now=NOW
+    )
+    view = await policies.view("delete_file", **WHERE)
+    assert view.rule == await policies.resolve("delete_file", **WHERE)
+    assert (view.rule.mode, view.rule.approvers, view.rule.quorum) == ("always", ("U_BOB",), 2)
+    # Only this tool, only this channel's three scopes; in the order conditions.rules lists them.
+    assert view.conditions == tuple(await storage.conditions.rules([CHANNEL, WORKSPACE, GLOBAL], "delete_file"))
+    assert [(c.scope, c.condition, c.mode) for c in view.conditions] == [
+        (CHANNEL, "replicas>10", "never"), (GLOBAL, "env=prod", "never"), (WORKSPACE, "env in dev,qa", "never"),
+    ]
+    assert view.conditions[0].updated_by == "U_ADMIN" and view.conditions[0].updated_at == NOW
+    # Read afresh each time: a rule changed since the last view is in the next one.
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
+    await storage.conditions.reset_rule(GLOBAL, "delete_file", "env=prod")
+    again = await policies.view("delete_file", **WHERE)
+    assert again.rule.mode == "deny" and "env=prod" not in [c.condition for c in again.conditions]
+    nothing = await policies.view("list_files", **WHERE)
+    assert (nothing.rule.mode, nothing.rule.quorum, nothing.conditions) == ("always", None, ())
