@@ -63,27 +63,31 @@ def bm25_scores(terms: Sequence[str], texts: Sequence[str], n_docs: int) -> list
 def bm25_scores_of_stems(terms: Sequence[str], stemmed: Sequence[str], n_docs: int) -> list[float]:
     """:func:`bm25_scores` over texts already passed through :func:`stems` (as ``memories.terms`` holds them).
 
+    Each memory's score sums its words' parts in the order of the query, so memories that match equally well
+    score exactly the same.
+
     >>> [round(s, 2) for s in bm25_scores_of_stems(["staging"], ["stag is eu 2", "bill is ana s"], 2)]
     [0.69, 0.0]
     """
     if not stemmed:
         return []
-    # Each word between two spaces and two spaces between words: counting " word " then counts every
-    # occurrence, and no word inside another. A search does this for tens of candidates, so it stays in C.
-    padded = [f" {text.replace(' ', '  ')} " for text in stemmed]
-    lengths = [text.count(" ") + 1 if text else 0 for text in stemmed]
+    wanted = dict.fromkeys(stem(term) for term in terms)
+    # Per query word: (candidate, occurrences) of the candidates that have it. A set intersection per candidate
+    # keeps the work per candidate in C; a candidate has one or two of the words.
+    found: dict[str, list[tuple[int, int]]] = {word: [] for word in wanted}
+    lengths = []
+    for i, text in enumerate(stemmed):
+        words = text.split()
+        lengths.append(len(words))
+        for word in wanted.keys() & words:
+            found[word].append((i, words.count(word)))
     average = sum(lengths) / len(lengths) or 1.0
     total = max(n_docs, len(stemmed))
-    norms = [K1 * (1.0 - B + B * length / average) for length in lengths]
     scores = [0.0] * len(stemmed)
-    for word in dict.fromkeys(stem(term) for term in terms):
-        needle = f" {word} "
-        tfs = [text.count(needle) for text in padded]
-        df = len(tfs) - tfs.count(0)
-        if not df:
-            continue
-        idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
-        for i, tf in enumerate(tfs):
-            if tf:
-                scores[i] += idf * tf * (K1 + 1.0) / (tf + norms[i])
+    for hits in found.values():
+        if hits:
+            df = len(hits)
+            idf = math.log((total - df + 0.5) / (df + 0.5) + 1.0)
+            for i, tf in hits:
+                scores[i] += idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths[i] / average))
     return scores

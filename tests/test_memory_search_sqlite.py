@@ -49,7 +49,7 @@ def test_bm25_over_stored_stems_scores_as_bm25_over_the_texts():
 
 
 def test_a_word_repeated_next_to_itself_counts_every_time():
-    # " eu " is counted in each padded text, so "eu eu" must count two, and "eu" must not count inside "eur".
+    # Whole words are counted: "eu eu" twice, and "eu" never inside "eur" or "eu2".
     once, twice, inside = bm25_scores_of_stems(["eu"], ["eu 2 eur", "eu eu eur", "eur eu2"], 3)
     assert twice > once > 0.0 == inside
 
