@@ -13,6 +13,9 @@
    times: every approval expired (claimed and audited: durable, and no click can approve it any more);
    every rendering updated and every resume started; every resumed run answered (10,000 agent runs).
    Each approval must be expired exactly once (counted in the audit log).
+3. **The stored snapshot's size** of one paused run after 0, 100 and 1,000 earlier messages in its thread
+   (``--snapshot-history``), with the default ``history_last_k`` and with the whole thread as the run's
+   history; ``--only-snapshots`` measures only this.
 
 The figures are printed as one JSON object on the last line.
 """
@@ -94,9 +97,9 @@ class BenchSurface:
         return None
 
 
-async def open_engine(db_path: Path, replies: int) -> tuple[Engine, BenchSurface]:
+async def open_engine(db_path: Path, replies: int, **config: Any) -> tuple[Engine, BenchSurface]:
     engine = await Engine.create(
-        Config(db_path=db_path), generator=ScriptedChatGenerator([model] * replies), tools=[delete_file]
+        Config(db_path=db_path, **config), generator=ScriptedChatGenerator([model] * replies), tools=[delete_file]
     )
     surface = BenchSurface()
     engine.register_surface("slack", surface)
@@ -126,6 +129,37 @@ async def conversations(db_path: Path, n: int) -> dict[str, Any]:
         "median_ms": round(statistics.median(durations), 2),
         "p90_ms": round(durations[int(len(durations) * 0.9) - 1], 2),
     }
+
+
+async def snapshot_bytes(folder: Path, histories: Sequence[int]) -> dict[str, Any]:
+    """The stored snapshot of one paused run, in bytes, after ``h`` earlier messages in its thread.
+
+    Once with the default ``history_last_k`` (the run sees the newest 30 messages) and once with the whole
+    thread as the run's history (``history_last_k`` larger than the thread), for each ``h`` of ``histories``.
+    """
+    figures: dict[str, dict[str, int]] = {"default_last_k": {}, "whole_thread": {}}
+    for label in figures:
+        for h in histories:
+            db_path = folder / f"snapshot-{label}-{h}.db"
+            config = {"history_last_k": h + 10} if label == "whole_thread" else {}
+            engine, surface = await open_engine(db_path, 2, **config)
+            thread = ThreadRef("slack", "T1", "C1", "1700000000.000001")
+            earlier = [
+                ChatMessage.from_user(f"question {i}: how is the deployment of service {i % 7} going?")
+                if i % 2 == 0
+                else ChatMessage.from_assistant(f"answer {i}: service {i % 7} rolled out to 3 of 4 regions.")
+                for i in range(h)
+            ]
+            if earlier:
+                await engine.storage.messages.write_messages(thread.key, earlier)
+            await engine.handle_message(Inbound("slack", "T1", "C1", thread.thread, "U1", "delete old.log", "EvS"))
+            approval = await surface._future(surface.rendered, thread.key)
+            await engine.stop()
+            db = sqlite3.connect(db_path)
+            size = db.execute("SELECT length(snapshot_json) FROM runs WHERE run_id = ?", [approval.run_id]).fetchone()
+            db.close()
+            figures[label][str(h)] = int(size[0])
+    return figures
 
 
 async def template_pause(db_path: Path) -> str:
@@ -240,9 +274,13 @@ def compare(ref: str, n: int, rounds: int) -> dict[str, Any]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="countersign-bench-") as folder:
         figures: dict[str, Any] = {"bench": "lifecycle"}
+        if args.only_snapshots:
+            figures["snapshot_bytes"] = await snapshot_bytes(Path(folder), args.snapshot_history)
+            return figures
         figures["conversation"] = await conversations(Path(folder) / "conversations.db", args.conversations)
         if args.only_conversations:
             return figures
+        figures["snapshot_bytes"] = await snapshot_bytes(Path(folder), args.snapshot_history)
         figures["expiry_one_engine"] = await expiry(Path(folder), args.approvals, 1)
         figures["expiry_two_engines"] = await expiry(Path(folder), args.approvals, 2)
     if args.baseline_ref:
@@ -264,9 +302,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--baseline-ref", help="a git commit to compare the conversation figure with")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the comparison (default: 3)")
     parser.add_argument("--only-conversations", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--snapshot-history", type=lambda text: [int(n) for n in text.split(",")], default=[0, 100, 1000],
+        help="earlier messages in the thread when the stored snapshot is measured (default: 0,100,1000)",
+    )
+    parser.add_argument("--only-snapshots", action="store_true", help="measure only the stored snapshot's size")
     args = parser.parse_args(argv)
     figures = asyncio.run(main_async(args))
-    if not args.only_conversations:
+    for label, sizes in figures.get("snapshot_bytes", {}).items():
+        print(f"stored snapshot bytes ({label}) by earlier messages in the thread: {sizes}")
+    if not (args.only_conversations or args.only_snapshots):
         conversation = figures["conversation"]
         print(f"one conversation: median {conversation['median_ms']} ms, p90 {conversation['p90_ms']} ms")
         if "conversation_overhead_ms" in figures:

@@ -94,23 +94,39 @@ class SQLiteChatMessageStore:
                     written += 1
         return written
 
-    def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]:
+    def retrieve_messages(
+        self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None
+    ) -> list[ChatMessage]:
         """The last ``last_k`` messages of the thread (default: the store's ``last_k``), oldest first.
 
         The window never starts on a tool result: it reaches back to the assistant message that made
         the call, so every call in it has its results. Tool results with no call before them at all
         are left out (an LLM would refuse them).
 
+        ``up_to`` (a message id) reads the thread as it was when that message was its newest: messages
+        written after it are not read, and none at all if the thread has no such message. A paused run
+        reads the history it paused with this way.
+
         >>> [m.role for m in store.retrieve_messages("t1", last_k=2)]
         [<ChatRole.ASSISTANT: 'assistant'>, <ChatRole.TOOL: 'tool'>]
+        >>> [m.text for m in store.retrieve_messages("t1", up_to=question.id)]  # the answer came later
+        ['hi']
         """
         k = self.last_k if last_k is None else _check_k(last_k)
         with self.connector.reading() as db:
-            rows = db.execute(
-                "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? "
-                "ORDER BY seq DESC LIMIT ?",
-                [chat_history_id, k],
-            ).fetchall()
+            if up_to is None:
+                rows = db.execute(
+                    "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? "
+                    "ORDER BY seq DESC LIMIT ?",
+                    [chat_history_id, k],
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? AND seq <= "
+                    "(SELECT seq FROM messages WHERE chat_history_id = ? AND message_id = ?) "
+                    "ORDER BY seq DESC LIMIT ?",
+                    [chat_history_id, chat_history_id, up_to, k],
+                ).fetchall()
             if rows and rows[-1][1] == _TOOL:
                 rows = self._reach_back(db, chat_history_id, rows)
         rows.reverse()

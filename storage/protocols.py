@@ -377,7 +377,15 @@ class ChatMessageStore(Protocol):
         """
         ...
 
-    def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]: ...
+    def retrieve_messages(
+        self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None
+    ) -> list[ChatMessage]:
+        """The last ``last_k`` messages, oldest first, never starting on a tool result.
+
+        ``up_to`` (a message id): the window as it was when that message was the thread's newest, so
+        messages written after it are never read; no messages when the thread has no such message.
+        """
+        ...
 
     def count_messages(self, chat_history_id: str) -> int: ...
 

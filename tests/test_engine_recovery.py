@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.agent import AgentSnapshot
+from bot.agent.stored_snapshot import load_snapshot
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.engine.errors import AlreadyDecided, ApprovalClosed
 from bot.engine.lifecycle import MAX_RECOVERIES
@@ -61,7 +61,7 @@ async def approved_and_claimed_by_a_dead_process(h: Harness, *, write_step: bool
     assert await storage.approvals.decide(approval.approval_id, status="approved", decided_by=REQUESTER, now=h.clock())
     assert await storage.leases.claim_paused(approval.run_id, DEAD, h.clock() + timedelta(seconds=30))
     if write_step:
-        snapshot = AgentSnapshot.from_dict(await storage.runs.snapshot(approval.run_id))
+        snapshot = await load_snapshot(await storage.runs.snapshot(approval.run_id), storage.messages)
         await storage.runs.transition(approval.run_id, "resuming", "running")
         await storage.messages.write_messages(h.thread().key, [snapshot.step_message])
     return approval

@@ -12,6 +12,8 @@ from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ChatMessage, ToolCall, message_data, message_from_data, new_id
 
 SNAPSHOT_SCHEMA_VERSION = 1
+REFERENCED_SCHEMA_VERSION = 2
+"""The engine's stored form, which keeps the thread's stored history by reference (:mod:`bot.agent.stored_snapshot`)."""
 DECIDE_STAGE = "decide"
 """A step paused before its calls run: the pending calls await approval (the human-in-the-loop pause)."""
 REVIEW_STAGE = "review"
@@ -101,6 +103,11 @@ class AgentSnapshot:
     @classmethod
     def _from_data(cls, data: Any, message_from: Callable[[dict[str, Any]], ChatMessage]) -> AgentSnapshot:
         version = data.get("schema_version") if isinstance(data, dict) else None
+        if version == REFERENCED_SCHEMA_VERSION:
+            raise SnapshotError(
+                f"Snapshot of run {data.get('run_id')!r} refers to its thread's stored history (the engine's stored "
+                "form); load it with bot.agent.stored_snapshot.load_snapshot(data, chat_message_store)."
+            )
         if version != SNAPSHOT_SCHEMA_VERSION:
             raise SnapshotError(
                 f"Unsupported snapshot schema version {version!r} (this countersign reads {SNAPSHOT_SCHEMA_VERSION})."

@@ -19,7 +19,8 @@ from typing import Any
 
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
-from bot.agent.snapshot import REVIEW_STAGE, snapshot_data, snapshot_from_data
+from bot.agent.snapshot import REVIEW_STAGE
+from bot.agent.stored_snapshot import HistoryUnavailable, load_snapshot, stored_snapshot_data, stored_step
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
@@ -590,7 +591,7 @@ class Engine:
         records = await self.storage.approvals.create_many(new_approvals)
         failpoints.failpoint("while_pausing")
         paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=snapshot_data(snapshot), step=step
+            run_id, "running", "paused", fence=fence, snapshot_json=stored_snapshot_data(snapshot), step=step
         )
         if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
@@ -951,8 +952,9 @@ class Engine:
 
     async def _resume_claimed(self, run_id: str, thread: ThreadRef, requester: str, records: list[Any]) -> None:
         try:
-            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run_id))
-        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
+            # The history it paused with is read back here, once (the stored snapshot refers to it).
+            snapshot = await load_snapshot(await self.storage.runs.snapshot(run_id), self.storage.messages)
+        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot (or a lost history) fails this run only
             await self.fail_run(run_id, thread, exc)
             return
         # A step held for review resumes with the reviews; a step paused before acting, with the decisions.
@@ -985,7 +987,7 @@ class Engine:
         closed = await self.storage.approvals.close_pending_for_run(run.run_id, "superseded", SUPERSEDED_RESULT)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         try:
-            snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
+            snapshot = stored_step(await self.storage.runs.snapshot(run.run_id))
             step_messages = [snapshot.step_message]
             # Results held for review ran, but are never released without a decision.
             reason = f"result withheld: {SUPERSEDED_RESULT}" if snapshot.stage == REVIEW_STAGE else SUPERSEDED_RESULT
@@ -1188,6 +1190,11 @@ def _answer_text(result: dict[str, Any]) -> str:
 
 
 def _failure_sentence(exc: Exception) -> str:
+    if isinstance(exc, HistoryUnavailable):
+        return (
+            "Sorry, this request cannot continue: the conversation history it paused with is no longer stored. "
+            "Please ask again."
+        )
     if isinstance(exc, LLMError):
         return (
             "Sorry, the language model could not answer (it timed out or failed). Nothing was lost; please try again."

@@ -37,7 +37,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from bot.agent import AgentSnapshot
-from bot.agent.snapshot import REVIEW_STAGE, snapshot_from_data
+from bot.agent.snapshot import REVIEW_STAGE
+from bot.agent.stored_snapshot import stored_step
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
 from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
 from bot.engine.errors import AlreadyDecided, EngineError
@@ -441,7 +442,7 @@ class RunLifecycle:
 
     async def _finish_decided_step(self, run: Any, thread: ThreadRef, report: RecoveryReport) -> None:
         """Write the resumed step as the agent would have, and run its approved calls that never started."""
-        snapshot = snapshot_from_data(await self.storage.runs.snapshot(run.run_id))
+        snapshot = stored_step(await self.storage.runs.snapshot(run.run_id))  # the step alone: no history read
         records = await self.storage.approvals.for_run(run.run_id, step=run.step)
         if snapshot.stage == REVIEW_STAGE:
             await self._release_reviewed(run, thread, snapshot, records)

@@ -27,6 +27,11 @@ THREAD_LOCK = "countersign.messages"
 _NEWEST = (
     "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s ORDER BY seq DESC LIMIT %s"
 )
+# The same window as the thread was when one message (by id) was its newest.
+_NEWEST_UP_TO = (
+    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s AND seq <= "
+    "(SELECT seq FROM messages WHERE chat_history_id = %s AND message_id = %s) ORDER BY seq DESC LIMIT %s"
+)
 # From the newest message before ``seq`` that is not a tool result (the assistant message that made the
 # call) up to ``seq``: what a window starting on a tool result must reach back to include.
 _REACH_BACK = (
@@ -118,11 +123,14 @@ class PostgresChatMessageStore:
         )
         return len(fresh)
 
-    async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None) -> list[ChatMessage]:
+    async def retrieve_messages(
+        self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None
+    ) -> list[ChatMessage]:
         """The last ``last_k`` messages (default: the store's), oldest first; never starts on a tool result.
 
         A window that would start on a tool result reaches back to the assistant message that made the
-        call; tool results with no call before them at all are left out.
+        call; tool results with no call before them at all are left out. ``up_to`` (a message id) reads
+        the thread as it was when that message was its newest (none at all if the thread has no such message).
 
         >>> [m.role for m in await store.retrieve_messages("t1", last_k=2)]
         [<ChatRole.ASSISTANT: 'assistant'>, <ChatRole.TOOL: 'tool'>]
@@ -130,7 +138,10 @@ class PostgresChatMessageStore:
         k = self.last_k if last_k is None else _check_k(last_k)
         # Two short statements, as in SQLite: each plans in microseconds, and the second is rarely needed.
         async with self.db.connection() as conn:
-            cursor = await conn.execute(_NEWEST, [chat_history_id, k])
+            if up_to is None:
+                cursor = await conn.execute(_NEWEST, [chat_history_id, k])
+            else:
+                cursor = await conn.execute(_NEWEST_UP_TO, [chat_history_id, chat_history_id, up_to, k])
             rows = await cursor.fetchall()  # newest first
             if rows and rows[-1][1] == _TOOL:
                 oldest = rows[-1][0]

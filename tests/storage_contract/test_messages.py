@@ -162,3 +162,30 @@ async def test_changing_a_read_or_written_message_never_changes_the_stored_histo
 
     [again] = await storage.messages.retrieve_messages(THREAD)
     assert (again.text, again.meta["labels"]) == ("restart api", ["prod"])
+
+
+async def test_up_to_reads_the_window_as_it_was_when_that_message_was_the_newest(storage):
+    earlier = conversation(6)
+    await storage.messages.write_messages(THREAD, earlier)
+    await storage.messages.write_messages(THREAD, [ChatMessage.from_user("written later")])
+    await storage.messages.write_messages(OTHER_THREAD, conversation(2))
+    window = await storage.messages.retrieve_messages(THREAD, last_k=3, up_to=earlier[4].id)
+    assert [m.id for m in window] == [m.id for m in earlier[2:5]]
+    assert [m.to_dict() for m in window] == [m.to_dict() for m in earlier[2:5]]
+    assert texts(await storage.messages.retrieve_messages(THREAD, last_k=50, up_to=earlier[-1].id)) == texts(earlier)
+
+
+async def test_up_to_a_message_the_thread_does_not_have_reads_nothing(storage):
+    await storage.messages.write_messages(THREAD, conversation(4))
+    elsewhere = conversation(1)
+    await storage.messages.write_messages(OTHER_THREAD, elsewhere)
+    assert await storage.messages.retrieve_messages(THREAD, last_k=5, up_to=elsewhere[0].id) == []
+    assert await storage.messages.retrieve_messages(THREAD, last_k=5, up_to="no-such-message") == []
+
+
+async def test_up_to_keeps_a_tool_call_with_its_results(storage):
+    await storage.messages.write_messages(THREAD, [ChatMessage.from_user("check both")])
+    exchange = tool_exchange(("disk_usage", {"host": "a"}), ("uptime", {}))
+    await storage.messages.write_messages(THREAD, [*exchange, ChatMessage.from_user("later")])
+    window = await storage.messages.retrieve_messages(THREAD, last_k=1, up_to=exchange[-1].id)
+    assert [m.id for m in window] == [m.id for m in exchange]

@@ -10,6 +10,7 @@ import pytest
 
 from bot.agent import AgentSnapshot
 from bot.agent.snapshot import snapshot_data, snapshot_from_data
+from bot.agent.stored_snapshot import load_snapshot
 from storage import AlreadyExists, CorruptRecord, NotFound
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD
@@ -131,8 +132,10 @@ async def test_a_snapshot_stored_by_the_standard_library_encoder_still_resumes(b
     await backend.execute(f"UPDATE runs SET snapshot_json = '{old_text}' WHERE run_id = 'run-1'")
 
     snapshot = snapshot_from_data(await backend.storage.runs.snapshot("run-1"))
+    # The engine's loader takes it as it is: self-contained, no history to read (the thread has none).
+    loaded = await load_snapshot(await backend.storage.runs.snapshot("run-1"), backend.storage.messages)
 
-    assert snapshot == AgentSnapshot.from_dict(data)
+    assert snapshot == loaded == AgentSnapshot.from_dict(data)
     assert snapshot.messages[1].text == "nettoie «prod» ✓"
 
 
