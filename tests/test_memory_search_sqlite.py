@@ -80,13 +80,14 @@ def write_memories_as_the_previous_schema(path, texts: list[str]) -> None:
     """A database as countersign left it before memories kept their stems: the rows its add wrote."""
     db = Database(path)
     migrate(db, target=MIGRATIONS.index(_memory_stems))  # the version just before it
-    for row in memory_rows(texts, user_id="U_ANA", run_id=None, agent_id=None, metadata=None):
-        db.execute(
-            "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [row.id, row.text, row.user_id, row.run_id, row.agent_id, dumps(row.metadata), 1.0, row.scope_tokens],
-        )
-    db.conn.commit()
+    db.execute("BEGIN")
+    db.conn.executemany(
+        "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(row.id, row.text, row.user_id, row.run_id, row.agent_id, dumps(row.metadata), 1.0, row.scope_tokens)
+         for row in memory_rows(texts, user_id="U_ANA", run_id=None, agent_id=None, metadata=None)],
+    )
+    db.execute("COMMIT")
     db.conn.close()
 
 
@@ -124,4 +125,15 @@ def test_a_new_database_merges_its_text_index_two_segments_at_a_time(tmp_path):
     store = SQLiteMemoryStore(tmp_path / "m.db")
     with store.connector.reading() as db:
         assert db.execute("SELECT v FROM memories_fts_config WHERE k = 'automerge'").fetchone()[0] == 2
+    store.close()
+
+
+def test_the_upgrade_fills_the_stems_of_more_memories_than_one_batch_holds(tmp_path):
+    path = tmp_path / "m.db"
+    write_memories_as_the_previous_schema(path, [f"note {i} about deploys" for i in range(10_001)])
+    store = SQLiteMemoryStore(path)
+    with store.connector.reading() as db:
+        assert db.execute("SELECT COUNT(*) FROM memories WHERE terms = ''").fetchone()[0] == 0
+        last = db.execute("SELECT terms FROM memories ORDER BY seq DESC LIMIT 1").fetchone()[0]
+    assert last == stems("note 10000 about deploys")
     store.close()
