@@ -7,13 +7,18 @@ at that line. Unarmed, a failpoint is one set lookup and does nothing.
 
 The points (each is reached by every process, in this order through one approved call):
 
-- ``after_decide``: a decision won its compare-and-set (``approvals.decide``), before the resume starts.
-- ``after_claim``: the resume claimed the run (``paused → resuming``, with owner and lease), before the
-  agent runs.
+- ``after_decide``: a decision won its compare-and-set (``approvals.decide``) and is stored with its audit
+  entry, before the resume starts. A decision that completes its step claims the run in the same write, so
+  this process then dies holding the claim (recovered when its lease expires); a step decided without a
+  claim (decided while stopping, or a concurrent decision of the same step) is resumed by any process.
+- ``after_claim``: the run is claimed for its resume (``paused → resuming``, with owner and lease: by the
+  decision that completed the step, or by a resume), before the agent runs.
 - ``before_ledger``: right before the ledger ``begin`` of a call that is about to run.
 - ``after_ledger``: the ledger entry is ``executing``, before the tool function runs.
 - ``after_tool``: the tool returned, before its ledger entry is finished.
-- ``while_pausing``: a step's approvals are stored, before the run is marked paused and rendered.
+- ``while_pausing``: a step's pause is worked out (its approvals, its snapshot), right before it is stored in
+  one write (approvals, the run marked paused, the audit entry: all or nothing). Databases of older
+  versions, which stored the approvals first, may hold a half-done pause; recovery still closes those.
 - ``before_llm``: inside a run, before each call to the model.
 - ``before_reply``: a run's answer is durable in the outbox (and the run finished), before it is posted.
 

@@ -15,6 +15,7 @@ from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
+from storage.batches import SQLiteWriteBatches
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
 from storage.errors import (
@@ -42,6 +43,7 @@ from storage.protocols import (
     ApprovalStore,
     AuditEntry,
     AuditLog,
+    BatchOutcome,
     ChatMessageStore,
     ConversationStore,
     EffectiveRule,
@@ -66,6 +68,8 @@ from storage.protocols import (
     TokenUsage,
     ToolLedger,
     Vote,
+    Write,
+    WriteBatches,
 )
 
 __all__ = [
@@ -94,6 +98,10 @@ __all__ = [
     "PruneCounts",
     "SQLiteOperations",
     "AuditLog",
+    "BatchOutcome",
+    "Write",
+    "WriteBatches",
+    "SQLiteWriteBatches",
     "ChatMessageStore",
     "ConversationStore",
     "CorruptRecord",

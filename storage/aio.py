@@ -1,8 +1,10 @@
 """``AsyncStorage``: the stores for asyncio code, never blocking the event loop.
 
-Every public method of every store becomes awaitable and runs on one dedicated, small
-``ThreadPoolExecutor`` (threads named ``countersign-db``); each of its threads keeps its own SQLite
-connection.
+Every public method of every store becomes awaitable. On a database file of its own, writes go to the
+group-commit writer thread (:mod:`storage.group_commit`) and reads to the reader threads
+(:mod:`storage.readers`); otherwise every call runs on one small ``ThreadPoolExecutor`` (threads named
+``countersign-db``). Either way one call is one hop off the event loop, so several writes of one step
+go together through ``batches.apply`` (:mod:`storage.batches`): one hop, one transaction.
 """
 
 from __future__ import annotations
@@ -16,15 +18,12 @@ from typing import Any
 from storage.connection import ThreadLocalConnector
 from storage.database import Storage
 from storage.group_commit import GroupCommitWriter
+from storage.protocols import STORE_NAMES
 from storage.readers import ReadWorkers
 from storage.wakeups import LocalWakeups
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
-STORE_NAMES = (
-    "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories", "ops",
-)
 READ_METHODS = frozenset(
     {
         "get",
@@ -136,6 +135,7 @@ class AsyncStorage:
     outbox: Any
     memories: Any
     ops: Any
+    batches: Any
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

@@ -38,6 +38,15 @@ _COLUMNS = (
 )
 
 
+
+def new_approval_id() -> str:
+    """A fresh approval id: an unguessable token (it travels in button values).
+
+    >>> len(new_approval_id())
+    22
+    """
+    return secrets.token_urlsafe(16)
+
 def _row_values(new: NewApproval, now: float) -> list[Any]:
     """Validate one :class:`NewApproval` and return its column values (in ``_INSERT`` order)."""
     digest = digest_of(new.arguments)
@@ -58,7 +67,7 @@ def _row_values(new: NewApproval, now: float) -> list[Any]:
     if expires <= created:
         raise ValueError(f"approval for tool call {new.tool_call_id!r} would expire before it is created")
     return [
-        new.approval_id or secrets.token_urlsafe(16),
+        new.approval_id or new_approval_id(),
         new.run_id,
         new.step,
         new.tool_call_id,

@@ -9,6 +9,7 @@ from sqlite_utils import Database
 
 from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
+from storage.batches import SQLiteWriteBatches
 from storage.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
 from storage.conversations import SQLiteConversationStore
 from storage.events import SQLiteEventDedupe
@@ -53,6 +54,7 @@ class Storage:
         self.access = SQLiteAccessStore(connector)
         self.conditions = SQLiteConditionalRules(connector)
         self.ops = SQLiteOperations(connector)
+        self.batches = SQLiteWriteBatches(self)
 
     @property
     def path(self) -> str:

@@ -25,14 +25,24 @@ _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
 
 
+STEP_DECIDED = (
+    " AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step)"
+    " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step"
+    " AND a.status = 'pending')"
+)
+"""The ``runs`` condition (both backends) of a paused step that has approvals, none of them pending."""
+
 class SQLiteRunLeases:
     """Owners and leases of runs (see :class:`~storage.protocols.RunLeases`)."""
 
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
+    def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
         """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+
+        ``decided``: only if the paused step has approvals and none is pending (a decision's batch claims the
+        run with it when that decision completes the step).
 
         >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
         True
@@ -40,7 +50,7 @@ class SQLiteRunLeases:
         with self.connector.writing() as db:
             return db.execute(
                 "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
-                "WHERE run_id = ? AND status = 'paused'",
+                f"WHERE run_id = ? AND status = 'paused'{STEP_DECIDED if decided else ''}",
                 [owner, epoch(until), epoch(None), run_id],
             ).rowcount == 1
 
@@ -107,10 +117,7 @@ class SQLiteRunLeases:
         """
         with self.connector.reading() as db:
             rows = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'paused' "
-                "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
-                "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
-                "AND a.status = 'pending') ORDER BY updated_at LIMIT ?",
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'paused'{STEP_DECIDED} ORDER BY updated_at LIMIT ?",
                 [limit],
             ).fetchall()
         return [_run_record(row) for row in rows]

@@ -675,8 +675,11 @@ class RunLeases(Protocol):
     owner: it waits for people, not for a process. Every method is one statement.
     """
 
-    def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
-        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller."""
+    def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
+        """``paused → resuming`` with ``owner`` and a lease until ``until``; ``True`` for one caller.
+
+        ``decided``: only if the run's paused step has approvals and none of them is pending.
+        """
         ...
 
     def claim_expired(self, run_id: str, owner: str, until: Instant, now: Instant = None) -> RunRecord | None:
@@ -820,6 +823,83 @@ class Operations(Protocol):
     def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
         """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
         outbox rows older than ``older_than``; with ``dry_run`` only count them."""
+STORE_NAMES: tuple[str, ...] = (
+    "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
+    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories", "ops",
+    "batches",
+)
+"""The stores every backend has, by attribute (the same on SQLite's facade and on PostgreSQL)."""
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write of a batch: ``<store>.<method>(*args, **kwargs)``, as the engine would call it alone.
+
+    ``required``: the write is a compare-and-set; a falsy result (``False``, ``None``, ``0``) rolls the
+    whole batch back, so nothing of it is written.
+
+    >>> Write("runs", "transition", ("run-1", "running", "paused"), {"step": 1}, required=True)
+    """
+
+    store: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused``: which one said no)."""
+
+    applied: bool
+    results: tuple[Any, ...] = ()
+    """Each write's result, in order (empty when nothing was applied)."""
+    refused: int | None = None
+    """The index of the required write whose compare-and-set failed."""
+
+
+class WriteBatches(Protocol):
+    """Several writes of one step in one transaction, and in one storage round trip.
+
+    The engine describes a step's writes as :class:`Write` values (store, method, arguments) and hands
+    them over together; the backend applies them in order, atomically: SQLite in one ``SAVEPOINT`` on its
+    writer thread (one hop, one group commit), PostgreSQL on one connection in one transaction. Each
+    write means exactly what the store method means alone (fences, compare-and-sets, the audit chain).
+    If a ``required`` write returns a falsy result, or any write raises, nothing of the batch is written.
+
+    Audit appends come last in a batch (:class:`ValueError` otherwise): on PostgreSQL an append locks the
+    chain's head until the commit, so taking it last keeps that lock short and every batch takes its
+    locks in the same order (rows first, the chain's head last), never deadlocking against another.
+    """
+
+    def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+        """Apply ``writes`` in order, all or nothing.
+
+        >>> storage.batches.apply([
+        ...     Write("runs", "transition", ("run-1", "running", "paused"), required=True),
+        ...     Write("audit", "append", ("U1", "paused", "run-1", {})),
+        ... ]).applied
+        True
+        """
+        ...
+
+
+def checked_writes(writes: Sequence[Write]) -> list[Write]:
+    """The batch's writes, checked before anything is written: known stores, public methods, audit last."""
+    checked = list(writes)
+    auditing = False
+    for write in checked:
+        if write.store not in STORE_NAMES or write.store == "batches":
+            raise ValueError(f"a batch cannot write to {write.store!r}")
+        if write.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {write.store}.{write.method}")
+        if auditing and write.store != "audit":
+            raise ValueError("audit appends come last in a batch (see WriteBatches)")
+        auditing = auditing or write.store == "audit"
+    return checked
+
+
 @dataclass(frozen=True)
 class Memory:
     """One long-term memory as a search returns it: higher ``score`` is more relevant.

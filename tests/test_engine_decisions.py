@@ -13,6 +13,7 @@ import pytest
 from bot.engine.errors import (
     AlreadyDecided,
     ApprovalClosed,
+    DatabaseUnavailable,
     DecidedButUnfinished,
     InvalidEdit,
     NotAnApprover,
@@ -575,11 +576,13 @@ async def test_a_call_id_shaped_like_name_colon_number_is_still_bound_to_its_dec
 
 async def test_a_decision_whose_follow_up_fails_in_the_database_is_not_reported_as_nothing_decided(harnesses):
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    await admin(h, "policy set delete_file once")
     [approval] = await h.paused_approvals("delete a.txt")
-    # The database fails right after the compare-and-set: the audit write of the decision is refused.
+    # The database fails right after the decision (and its audit entry) is stored: the ask-once confirmation it
+    # remembers next is refused.
     with sqlite3.connect(h.db_path) as raw:
         raw.execute(
-            "CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'approved' "
+            "CREATE TRIGGER confirmations_down BEFORE INSERT ON confirmations "
             "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
         )
 
@@ -589,10 +592,37 @@ async def test_a_decision_whose_follow_up_fails_in_the_database_is_not_reported_
 
     assert "recorded" in str(told.value) and "nothing was decided" not in str(told.value)
     assert (await h.engine.get_approval(approval.approval_id)).status == "approved"
+    assert [e.action for e in await h.audit() if e.subject == approval.approval_id] == ["approved"]
+    # The decision claimed the run for its resume in the same write: the resume is not left behind.
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert h.surface.replies_in(h.thread())[-1] == "results: deleted a.txt"
     with pytest.raises(AlreadyDecided):  # deciding again changes nothing
         await h.engine.decide(decision(approval))
     with sqlite3.connect(h.db_path) as raw:
-        raw.execute("DROP TRIGGER audit_down")
-    await h.engine.lifecycle.recover()  # once the database is back, the decided step is resumed
+        raw.execute("DROP TRIGGER confirmations_down")
+    await h.engine.lifecycle.recover()  # nothing is left to resume: the call ran once
     await h.engine.wait_idle()
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+
+
+async def test_a_decision_whose_audit_entry_cannot_be_written_is_not_decided_and_can_be_made_again(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    # The decision and its audit entry are one write: a refused audit entry leaves the approval undecided.
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute(
+            "CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'approved' "
+            "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
+
+    with pytest.raises(DatabaseUnavailable, match="nothing was decided"):
+        await h.engine.decide(decision(approval))
+
+    assert (await h.engine.get_approval(approval.approval_id)).status == "pending"
+    assert h.tools.runs_of("delete_file") == []
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute("DROP TRIGGER audit_down")
+    await h.engine.decide(decision(approval))
+    await h.engine.wait_idle()
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert [e.action for e in await h.audit() if e.subject == approval.approval_id] == ["approved"]

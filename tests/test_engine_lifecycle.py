@@ -258,6 +258,32 @@ async def test_supersede_sends_the_real_model_api_a_history_without_dangling_cal
         assert h.surface.replies_in(h.thread()) == ["Fine, nothing deleted."]
 
 
+# --- pausing ----------------------------------------------------------------------------------------------
+
+
+async def test_a_pause_whose_write_fails_stores_no_approval_and_the_run_fails_with_a_message(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("ok")])
+    # The pause's audit entry is refused: its approvals, the paused run and the shown place go with it.
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute(
+            "CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'paused' "
+            "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
+
+    await h.say("delete a.txt")
+
+    assert h.surface.renders == []
+    assert await h.engine.storage.approvals.pending() == []
+    [run] = await h.engine.storage.runs.list_by_status("failed")
+    assert run.step == 0 and not run.has_snapshot
+    assert len(h.surface.replies_in(h.thread())) == 1  # the person is told
+    assert h.tools.executed == []
+    with sqlite3.connect(h.db_path) as raw:
+        raw.execute("DROP TRIGGER audit_down")
+    await h.say("hello")
+    assert h.surface.replies_in(h.thread())[-1] == "ok"  # the thread stays usable
+
+
 # --- model failures ---------------------------------------------------------------------------------------
 
 

@@ -66,6 +66,37 @@ async def test_a_second_message_in_a_thread_waits_for_the_first_run_to_finish(tm
         await harness.close()
 
 
+async def test_a_message_to_a_free_thread_starts_its_run_as_it_is_stored_and_a_busy_threads_message_only_waits(
+    tmp_path,
+):
+    generator = GatedGenerator()
+    harness = await Harness.open(tmp_path, generator=generator)
+    storage = harness.engine.storage
+    thread = harness.thread()
+    try:
+        # Stored and started in one write, before the adapter acknowledges the event: the run is this process's.
+        received = await harness.engine.receive(harness.inbound("one"))
+        run, item = received.started
+        assert (run.status, run.owner, run.requester) == ("running", harness.engine.lifecycle.owner, REQUESTER)
+        assert item.id == received.item_id and await storage.inbox.waiting(thread.key) == []
+        assert generator.waiting == []  # the model is asked only once the message is processed
+        first = asyncio.create_task(harness.engine.process(received))
+        await bounded(generator.wait_for_waiting(1))
+
+        # The thread is busy here: the next message is stored only, and runs when the first run ends.
+        queued = await harness.engine.receive(harness.inbound("two"))
+        assert queued.started is None
+        assert [w.id for w in await storage.inbox.waiting(thread.key)] == [queued.item_id]
+        second = asyncio.create_task(harness.engine.process(queued))
+        generator.gate.set()
+        await bounded(asyncio.gather(first, second))
+        assert generator.waiting == ["one", "two"]
+        assert [r.text for r in harness.surface.replies] == ["answer to one", "answer to two"]
+        assert (await storage.runs.get(run.run_id)).status == "finished"
+    finally:
+        await harness.close()
+
+
 async def test_ask_once_is_remembered_for_a_channel_whose_id_contains_colons(tmp_path):
     channel = "19:abc@thread.tacv2"
     replies = [

@@ -91,7 +91,8 @@ from bot.llm import LLMError
 from bot.logs import log_context
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
-from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, open_async_storage
+from storage import FencedOut, NewApproval, NotFound, StorageError, TokenUsage, Write, open_async_storage
+from storage.approvals import new_approval_id
 
 logger = logging.getLogger(__name__)
 
@@ -429,30 +430,32 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            if await self.storage.runs.transition(run_id, ("running", "resuming"), "finished", fence=fence):
-                await self._record_end(run_id, "finished", result)
+            finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
+                             required=True)
+            if (await self.storage.batches.apply([finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
-        if await self.lifecycle.deliveries.owe(thread, text, key, finishes_run=run_id, fence=fence):
-            await self._record_end(run_id, "finished", result)
+        # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
+        owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
+        if (await self.storage.batches.apply([owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
 
-    async def _record_end(
+    def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
-    ) -> None:
-        """Store the run's token usage and write the audit entry of its end (before anyone is told)."""
+    ) -> list[Write]:
+        """The run's token usage and the audit entry of its end, written with the end itself (before anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
-            return
+            return []
         usage = TokenUsage.of(result.get("token_usage"))
-        await self.storage.runs.record_usage(run_id, usage)
-        await self.storage.audit.append(
-            actor, status, run_id,
-            {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"), "usage": usage.as_dict()},
-            now=self.clock(),
-        )
+        details = {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"),
+                   "usage": usage.as_dict()}
+        return [
+            Write("runs", "record_usage", (run_id, usage)),
+            Write("audit", "append", (actor, status, run_id, details), {"now": self.clock()}),
+        ]
 
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
@@ -477,13 +480,13 @@ class Engine:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
         actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.lifecycle.fence(run_id)
-        if not await self.storage.runs.transition(
-            run_id, ("running", "resuming"), "stopped", fence=fence, error=f"stopped by {actor}"
-        ):
+        stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
+                        {"fence": fence, "error": f"stopped by {actor}"}, required=True)
+        outcome = await self.storage.batches.apply([stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
             return
-        await self._record_end(run_id, "stopped", result, actor=actor)
         self.observer.run_ended("stopped")
         await self.lifecycle.deliveries.say(
             thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
@@ -584,33 +587,41 @@ class Engine:
                     created_at=now,
                     kind=REVIEW if review else "approval",
                     result=held_result(snapshot, call) if review else None,
+                    approval_id=new_approval_id(),
                 )
             )
-        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-        await self.storage.runs.record_usage(run_id, TokenUsage.of(snapshot.token_usage))
-        records = await self.storage.approvals.create_many(new_approvals)
+        surface = self._surface(thread.platform)
+        approval_ids = [a.approval_id for a in new_approvals]
+        # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
+        writes = [
+            # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+            Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
+            Write("approvals", "create_many", (new_approvals,)),
+            Write("runs", "transition", (run_id, "running", "paused"),
+                  {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step}, required=True),
+        ]
+        if surface is not None and approval_ids:
+            # Recorded before the message exists: a click can land while it is being posted.
+            writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
+        writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
+                            {"now": now}))
         failpoints.failpoint("while_pausing")
-        paused = await self.storage.runs.transition(
-            run_id, "running", "paused", fence=fence, snapshot_json=stored_snapshot_data(snapshot), step=step
-        )
-        if not paused and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
+        outcome = await self.storage.batches.apply(writes)
+        if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
-            # the new owner's, so these are left to expire (they cannot resume a run that is not paused on them).
+            # the new owner's, so nothing more is written here.
             self.lifecycle.dropped(run_id)
             return
-        if not paused:
+        if not outcome.applied:
+            # Closed meanwhile (stopped, failed): nothing of this pause was stored; approvals an older, half-done
+            # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
-        await self.storage.audit.append(
-            requester, "paused", run_id, {"approvals": [r.approval_id for r in records], "step": step}, now=now
-        )
+        records = outcome.results[1]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
-        surface = self._surface(thread.platform)
         if surface is None:
             return
-        # Recorded before the message exists: a click can land while it is being posted.
-        await self.note_shown(thread.place, [r.approval_id for r in records])
         views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
             message_ref = await surface.render_approvals(thread, views)
@@ -694,6 +705,7 @@ class Engine:
             return await self._decide(record, request, render_later)
 
     async def _decide(self, record: Any, request: DecisionRequest, render_later: bool) -> DecisionResult:
+        claimed = False
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -720,19 +732,30 @@ class Engine:
                 counted = await self._vote(record, request)
                 if counted is not None:
                     return counted
-            won = await self.storage.approvals.decide(
-                record.approval_id,
-                status=STATUS_OF_ACTION[action],
-                decided_by=request.actor,
-                feedback=request.feedback,
-                final_arguments=final_arguments,
-                now=self.clock(),
-                final_result=final_result,
-            )
-            if not won:
+            # The decision (exactly one wins) and its audit entry: one write, durable before anyone is told.
+            decision = Write("approvals", "decide", (record.approval_id,), {
+                "status": STATUS_OF_ACTION[action],
+                "decided_by": request.actor,
+                "feedback": request.feedback,
+                "final_arguments": final_arguments,
+                "now": self.clock(),
+                "final_result": final_result,
+            }, required=True)
+            writes = [decision]
+            if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
+                # If this decision completes the step, the run is claimed for its resume in the same write.
+                writes.append(Write("leases", "claim_paused",
+                                    (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
+                                    {"decided": True}))
+            writes.append(self._decision_audit(record, request, action, final_arguments))
+            won = await self.storage.batches.apply(writes)
+            if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
+            claimed = len(writes) == 3 and bool(won.results[1])
             failpoints.failpoint("after_decide")
+            if claimed:
+                failpoints.failpoint("after_claim")
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
             self.observer.decision(_action_label(request.action), type(refusal).__name__)
@@ -741,7 +764,7 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -751,13 +774,42 @@ class Engine:
             raise DecidedButUnfinished() from exc
 
     async def _after_won_decision(
-        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool
+        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
+        claimed: bool,
     ) -> DecisionResult:
-        """Audit, remember an ask-once confirmation, re-render and resume, once ``decide`` won the approval."""
-        self.observer.decision(
-            action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
-        )
-        logger.info("decision recorded", extra={"action": action})
+        """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
+
+        ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
+        (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        """
+        resumes_later = False
+        try:
+            self.observer.decision(
+                action, "recorded", waited_seconds=(self.clock() - record.created_at).total_seconds()
+            )
+            logger.info("decision recorded", extra={"action": action})
+            if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
+                thread = await self._thread_of(record)
+                scope = channel_scope(
+                    {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
+                )
+                await self.storage.policies.remember_confirmation(
+                    scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
+                )
+            message = f"{STATUS_OF_ACTION[action].capitalize()}."
+            if not render_later:
+                return await self._after_decision(record, message, claimed)
+            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
+            resumes_later = True
+            views = await self.step_approvals(record.approval_id)
+            clicked = next(v for v in views if v.approval_id == record.approval_id)
+            return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        finally:
+            if claimed and not resumes_later:
+                self._resume_claimed_run(record.run_id)
+
+    def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
+        """The audit entry of a decision, written in the same batch as the decision itself."""
         details = {
             "tool": record.tool_name,
             "run_id": record.run_id,
@@ -767,24 +819,8 @@ class Engine:
         }
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
-        await self.storage.audit.append(
-            request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
-        )
-        if action == CONFIRM and record.mode == ONCE and record.kind != REVIEW:
-            thread = await self._thread_of(record)
-            scope = channel_scope(
-                {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
-            )
-            await self.storage.policies.remember_confirmation(
-                scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
-            )
-        message = f"{STATUS_OF_ACTION[action].capitalize()}."
-        if not render_later:
-            return await self._after_decision(record, message)
-        self.spawn(self._after_decision_logged(record, message), name=f"decided-{record.approval_id}")
-        views = await self.step_approvals(record.approval_id)
-        clicked = next(v for v in views if v.approval_id == record.approval_id)
-        return DecisionResult(approval=clicked, step=tuple(views), message=message)
+        return Write("audit", "append", (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
+                     {"now": self.clock()})
 
     @refused_while_storage_fails
     async def approve_all(
@@ -896,19 +932,29 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(self, record: Any, message: str) -> DecisionResult:
+    async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
+        """Re-render the step; resume the run when the step is decided (``claimed``: the caller resumes it)."""
         views = await self._update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
-        complete = all(not v.is_pending for v in views)
-        if complete and not self.lifecycle.stopping:  # when stopping, another process's sweep resumes it
+        complete = claimed or all(not v.is_pending for v in views)
+        # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
+        # whoever claims it first resumes it. When stopping, another process's sweep resumes it.
+        if complete and not claimed and not self.lifecycle.stopping:
             self.spawn(self.resume(record.run_id), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(self, record: Any, message: str) -> None:
+    async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
         try:
-            await self._after_decision(record, message)
+            await self._after_decision(record, message, claimed)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
+        finally:
+            if claimed:
+                self._resume_claimed_run(record.run_id)
+
+    def _resume_claimed_run(self, run_id: str) -> None:
+        """Resume a run this process claimed with a decision (in the background, as every resume)."""
+        self.spawn(self.resume(run_id, claimed=True), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         records = await self.storage.approvals.for_run(record.run_id, step=record.step)
@@ -934,18 +980,27 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str) -> None:
-        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim."""
+    async def resume(self, run_id: str, *, claimed: bool = False) -> None:
+        """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
+
+        ``claimed``: this process claimed the run already (with the decision that completed the step).
+        """
         run = await self.storage.runs.get(run_id)
         thread = ThreadRef(run.platform, run.workspace, run.channel, run.thread)
         async with self.thread_lock(thread.key):
             records = await self.storage.approvals.for_run(run_id, step=run.step)
-            if not records or any(r.status == PENDING for r in records):
-                return
-            if not await self.storage.leases.claim_paused(run_id, self.lifecycle.owner, self.lifecycle.lease_until()):
-                return  # another worker, replica or a supersede got there first
-            failpoints.failpoint("after_claim")
-            async with self.lifecycle.holding(await self.storage.runs.get(run_id)) as fence:
+            if not claimed:
+                if not records or any(r.status == PENDING for r in records):
+                    return
+                if not await self.storage.leases.claim_paused(
+                    run_id, self.lifecycle.owner, self.lifecycle.lease_until()
+                ):
+                    return  # another worker, replica or a supersede got there first
+                failpoints.failpoint("after_claim")
+            current = await self.storage.runs.get(run_id)
+            if claimed and current.status != "resuming":
+                return  # resumed already (a resume is started once more after a failed follow-up)
+            async with self.lifecycle.holding(current) as fence:
                 if fence is not None:
                     await self._resume_claimed(run_id, thread, run.requester, records)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile

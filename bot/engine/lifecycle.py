@@ -51,7 +51,7 @@ from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
-from storage.protocols import TERMINAL_RUN_STATUSES, RunFence, RunRecord, ThreadAddress, Wakeup
+from storage.protocols import TERMINAL_RUN_STATUSES, InboxItem, RunFence, RunRecord, ThreadAddress, Wakeup, Write
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -85,6 +85,8 @@ class Received:
     thread: ThreadRef
     item_id: int
     message_id: str | None
+    started: tuple[RunRecord, InboxItem] | None = None
+    """The run started for the thread's oldest waiting message in the same write (this process owns it)."""
 
 
 @dataclass
@@ -303,14 +305,24 @@ class RunLifecycle:
         adapter awaits this before it acknowledges the event: what the platform saw acknowledged is stored.
         """
         thread = inbound.thread_ref
-        item_id = await self.storage.inbox.enqueue(
-            address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id,
-            now=self.clock(), event_key=f"{inbound.platform}:event:{inbound.event_id}",
+        now = self.clock()
+        enqueue = Write(
+            "inbox", "enqueue", (address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id),
+            {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"}, required=True,
         )
+        started = None
+        if self.stopping or self.engine.thread_lock(thread.key).locked():
+            item_id = await self.storage.inbox.enqueue(*enqueue.args, **enqueue.kwargs)
+        else:
+            # The thread is free here: the run for its oldest waiting message starts in the same write (one round
+            # trip; the database still allows one active run per thread), and :meth:`process` runs it.
+            start = Write("inbox", "start_next", (thread.key, new_id(), self.owner, self.lease_until()), {"now": now})
+            outcome = await self.storage.batches.apply([enqueue, start])
+            item_id, started = outcome.results if outcome.applied else (None, None)
         if item_id is None:
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
             return None
-        return Received(thread, item_id, inbound.message_id)
+        return Received(thread, item_id, inbound.message_id, started)
 
     async def process(self, received: Received) -> None:
         """Process the thread of a received message (or leave the message queued behind its active run)."""
@@ -318,29 +330,34 @@ class RunLifecycle:
             await self.hand_over(address_of(received.thread))  # stored: another process starts it
             return
         self.track(asyncio.current_task())
-        await self.drain(received.thread, waiting=(received.item_id, received.message_id))
+        await self.drain(received.thread, waiting=(received.item_id, received.message_id), started=received.started)
 
-    async def drain(self, thread: ThreadRef, waiting: tuple[int, str | None] | None = None) -> None:
+    async def drain(
+        self, thread: ThreadRef, waiting: tuple[int, str | None] | None = None,
+        started: tuple[RunRecord, InboxItem] | None = None,
+    ) -> None:
         """Start runs for the thread's waiting messages, oldest first, while the thread is free.
 
         ``waiting`` names a message just stored: if it cannot start now, the person is shown that it is queued.
+        ``started``: the run :meth:`receive` started already (with its inbox item); it runs first.
         """
         lock = self.engine.thread_lock(thread.key)
         shown = False
-        if waiting is not None and lock.locked():  # this process is busy with the thread: the holder will start it
+        if waiting is not None and started is None and lock.locked():
+            # This process is busy with the thread: the holder starts the message.
             shown = await self._show_queued(thread, waiting)
         async with lock:
             fresh = waiting is not None  # a message was just stored: try to start at once
             while not self.stopping:
-                # After a run, one read tells whether anything waits (a writer that saw the run active has
-                # committed its message before looking, so this read sees it).
-                if not fresh and not await self.storage.inbox.waiting(thread.key):
-                    return
+                if started is None:
+                    # After a run, one read tells whether anything waits (a writer that saw the run active has
+                    # committed its message before looking, so this read sees it).
+                    if not fresh and not await self.storage.inbox.waiting(thread.key):
+                        return
+                    started = await self.storage.inbox.start_next(
+                        thread.key, new_id(), self.owner, self.lease_until(), now=self.clock()
+                    )
                 fresh = False
-                run_id = new_id()
-                started = await self.storage.inbox.start_next(
-                    thread.key, run_id, self.owner, self.lease_until(), now=self.clock()
-                )
                 if started is None:
                     active = await self.storage.runs.active_for_thread(thread.key)
                     if active is None:
@@ -355,7 +372,7 @@ class RunLifecycle:
                     if waiting is not None and not shown:  # another process runs this thread
                         shown = await self._show_queued(thread, waiting)
                     return
-                run, item = started
+                (run, item), started = started, None
                 async with self.holding(run) as fence:
                     if fence is not None:
                         await self.engine.run_agent(

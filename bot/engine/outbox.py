@@ -20,7 +20,7 @@ from typing import Any
 
 from bot.engine.model import Note, ThreadRef
 from bot.engine.surface import Surface
-from storage import RunFence, ThreadAddress
+from storage import RunFence, ThreadAddress, Write
 
 logger = logging.getLogger(__name__)
 
@@ -75,20 +75,28 @@ class Deliveries:
         ``finishes_run``: the message is that run's answer, and the run is marked finished in the same write.
         ``fence``: only while this process still owns the run (else ``False``, nothing stored, nothing posted).
         """
+        write = self.owing(thread, text, key, finishes_run, fence)
+        return bool(await self.storage.outbox.add(*write.args, **write.kwargs))
+
+    def owing(
+        self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
+        fence: RunFence | None = None,
+    ) -> Write:
+        """:meth:`owe` as a write for a batch (``storage.batches.apply``): required, so a message owed already
+        (or a fence that no longer holds) writes nothing of the batch."""
         now = self.clock()
         can_post = thread.platform in self.surfaces
         key, stored = _stored(key, text)
-        return bool(
-            await self.storage.outbox.add(
-                key,
-                address_of(thread),
-                stored,
-                claimed_by=self.owner if can_post else None,
-                claim_until=now + timedelta(seconds=self.claim_seconds) if can_post else None,
-                now=now,
-                finishes_run=finishes_run,
-                fence=fence,
-            )
+        return Write(
+            "outbox", "add", (key, address_of(thread), stored),
+            {
+                "claimed_by": self.owner if can_post else None,
+                "claim_until": now + timedelta(seconds=self.claim_seconds) if can_post else None,
+                "now": now,
+                "finishes_run": finishes_run,
+                "fence": fence,
+            },
+            required=True,
         )
 
     async def post(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:

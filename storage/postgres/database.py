@@ -7,6 +7,7 @@ needs several statements opens :meth:`PostgresDatabase.transaction` explicitly.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -137,7 +138,17 @@ class PostgresDatabase:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection (autocommit); any driver error leaves as :class:`StorageError`."""
+        """A pooled connection (autocommit); any driver error leaves as :class:`StorageError`.
+
+        Inside :meth:`bound` it is the bound transaction's connection instead: the statement joins it.
+        """
+        bound = _BOUND.get()
+        if bound is not None and bound[0] is self:
+            try:
+                yield bound[1]
+            except psycopg.Error as exc:
+                raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
+            return
         try:
             async with self.pool.connection(timeout=self._wait_for_connection()) as conn:
                 yield conn
@@ -153,9 +164,27 @@ class PostgresDatabase:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection inside ``BEGIN … COMMIT`` (rolled back if the block raises)."""
+        """A pooled connection inside ``BEGIN … COMMIT`` (rolled back if the block raises).
+
+        Inside :meth:`bound` it is a ``SAVEPOINT`` of the bound transaction (psycopg nests them).
+        """
         async with self.connection() as conn, conn.transaction():
             yield conn
+
+    @asynccontextmanager
+    async def bound(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """One transaction that every statement of this database made inside the block joins.
+
+        The stores' own ``connection()``, ``transaction()``, ``fetchone()``… calls made by the current task
+        (and only by it: the binding is a context variable) run on this transaction's connection, so a
+        sequence of store methods commits, or rolls back, as one (:mod:`storage.postgres.batches`).
+        """
+        async with self.transaction() as conn:
+            token = _BOUND.set((self, conn))
+            try:
+                yield conn
+            finally:
+                _BOUND.reset(token)
 
     async def fetchone(self, sql: str, params: Any = None) -> Any:
         """The first row of one statement, or ``None``."""
@@ -178,6 +207,12 @@ class PostgresDatabase:
     async def close(self) -> None:
         """Close every connection of the pool; later use raises :class:`StorageError`."""
         await self.pool.close()
+
+
+_BOUND: contextvars.ContextVar[tuple[PostgresDatabase, psycopg.AsyncConnection[Any]] | None] = contextvars.ContextVar(
+    "countersign_postgres_bound", default=None
+)
+"""The transaction :meth:`PostgresDatabase.bound` opened in this task, with its database."""
 
 
 def _first_line(exc: BaseException) -> str:

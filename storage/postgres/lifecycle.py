@@ -16,6 +16,7 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
+from storage.lifecycle import STEP_DECIDED
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
@@ -35,15 +36,17 @@ class PostgresRunLeases:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
 
-    async def claim_paused(self, run_id: str, owner: str, until: Instant) -> bool:
+    async def claim_paused(self, run_id: str, owner: str, until: Instant, *, decided: bool = False) -> bool:
         """``paused → resuming``, owned by ``owner`` until ``until``; ``True`` for exactly one caller.
+
+        ``decided``: only if the paused step has approvals and none is pending.
 
         >>> await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))
         True
         """
         row = await self.db.fetchone(
             "UPDATE runs SET status = 'resuming', owner = %s, lease_expires_at = %s, updated_at = now() "
-            "WHERE run_id = %s AND status = 'paused' RETURNING true",
+            f"WHERE run_id = %s AND status = 'paused'{STEP_DECIDED if decided else ''} RETURNING true",
             [owner, instant(until), run_id],
         )
         return row is not None
@@ -107,10 +110,7 @@ class PostgresRunLeases:
         ['run-1']
         """
         rows = await self.db.fetchall(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'paused' "
-            "AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step) "
-            "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step "
-            "AND a.status = 'pending') ORDER BY updated_at, seq LIMIT %s",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'paused'{STEP_DECIDED} ORDER BY updated_at, seq LIMIT %s",
             [limit],
         )
         return [run_from_row(row) for row in rows]

@@ -10,6 +10,7 @@ from typing import Any
 
 from storage.postgres.approvals import PostgresApprovalStore
 from storage.postgres.audit import PostgresAuditLog
+from storage.postgres.batches import PostgresWriteBatches
 from storage.postgres.conversations import PostgresConversationStore
 from storage.postgres.database import (
     DEFAULT_ACQUIRE_TIMEOUT,
@@ -60,6 +61,7 @@ class PostgresStorage:
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)
         self.ops = PostgresOperations(db)
+        self.batches = PostgresWriteBatches(self)
         self.wakeups = PostgresWakeups(db)
 
     async def schema_version(self) -> int:

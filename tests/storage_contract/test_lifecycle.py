@@ -129,6 +129,26 @@ async def test_two_processes_resuming_one_paused_run_at_once_have_one_winner(bac
     assert (await other.runs.get("run-1")).owner == f"host-{won.index(True)}"
 
 
+async def test_claiming_a_paused_run_when_decided_waits_for_every_approval_of_its_step(storage):
+    await create_run(storage, "run-1")
+    await storage.approvals.create_many([new_approval(approval_id="a-old", step=1)])
+    await storage.approvals.decide("a-old", status="approved", decided_by="U_BOB", now=NOW)
+    await storage.approvals.create_many([new_approval(approval_id="a-1", step=2), new_approval(
+        "run-1", "call_2", approval_id="a-2", step=2)])
+    await storage.runs.transition("run-1", "running", "paused", step=2)
+
+    assert not await storage.leases.claim_paused("run-1", "host-a", NOW + LEASE, decided=True)
+    await storage.approvals.decide("a-1", status="approved", decided_by="U_BOB", now=NOW)
+    assert not await storage.leases.claim_paused("run-1", "host-a", NOW + LEASE, decided=True)  # a-2 waits
+    await storage.approvals.decide("a-2", status="rejected", decided_by="U_BOB", now=NOW)
+    assert await storage.leases.claim_paused("run-1", "host-a", NOW + LEASE, decided=True)
+    assert not await storage.leases.claim_paused("run-1", "host-b", NOW + LEASE, decided=True)
+    assert (await storage.runs.get("run-1")).owner == "host-a"
+
+    await create_run(storage, "run-never-paused", thread=OTHER_THREAD, status="paused")  # no approvals at all
+    assert not await storage.leases.claim_paused("run-never-paused", "host-a", NOW + LEASE, decided=True)
+
+
 async def test_a_paused_run_is_due_a_resume_only_once_its_step_is_fully_decided(storage):
     await create_run(storage, "run-1", status="paused")
     await storage.runs.transition("run-1", "paused", "paused", step=1)

@@ -1,0 +1,78 @@
+"""Write batches on SQLite: :class:`SQLiteWriteBatches`, several writes of one step in one transaction.
+
+Design. The engine's steps each make a few writes (a pause: the run's usage, its approvals, the run's
+status and snapshot, the audit entry). One call per write costs one round trip to a storage thread each,
+and on PostgreSQL one network round trip and one commit each. A batch describes the step's writes as
+plain :class:`~storage.protocols.Write` values (store, method, arguments) and applies them with one call:
+
+- **One mechanism, no new SQL.** Each write is the store method the engine would call alone, so it keeps
+  its meaning exactly (fences, compare-and-sets, validation, the audit chain); the batch adds only
+  atomicity. Both backends run the same list the same way; the engine never learns which it has.
+- **SQLite: one hop.** ``batches.apply`` is a write like any other, so the async facade sends it to the
+  group-commit writer thread as one operation: the writes run one after another inside the writer's
+  transaction, each store joining it (``Connector.writing`` nests), under a ``SAVEPOINT`` of the batch's own.
+  A write that raises, or a ``required`` one (a compare-and-set) that answers no, rolls back to that
+  savepoint: nothing of the batch is written, the rest of the group commit is untouched.
+- **PostgreSQL: one connection, one transaction** (:mod:`storage.postgres.batches`): the batch binds the
+  transaction's connection for the stores' statements, which then run on it instead of the pool.
+- **Audit last.** Appends to the hash chain come after every other write of a batch (checked): PostgreSQL
+  locks the chain's head from an append to the commit, so batches take their locks in one order.
+
+>>> outcome = storage.batches.apply([
+...     Write("runs", "transition", ("run-1", "running", "paused"), required=True),
+...     Write("audit", "append", ("U1", "paused", "run-1", {"step": 1})),
+... ])
+>>> outcome.applied, outcome.results
+(True, (True, 1))
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from storage.protocols import BatchOutcome, Write, checked_writes
+
+SAVEPOINT = "countersign_batch"
+
+
+class SQLiteWriteBatches:
+    """Applies several writes through the stores of one :class:`storage.Storage` in one transaction."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+
+    def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+        """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
+
+        >>> storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))]).applied
+        True
+        """
+        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(writes)]
+        with self.storage.connector.writing() as db:
+            db.execute(f"SAVEPOINT {SAVEPOINT}")
+            results: list[Any] = []
+            try:
+                for index, (write, method) in enumerate(calls):
+                    value = method(*write.args, **write.kwargs)
+                    if write.required and not value:
+                        _undo(db)
+                        return BatchOutcome(applied=False, refused=index)
+                    results.append(value)
+            except BaseException:
+                _undo(db)
+                raise
+            db.execute(f"RELEASE {SAVEPOINT}")
+        return BatchOutcome(applied=True, results=tuple(results))
+
+
+def _undo(db: Any) -> None:
+    """Roll back to the batch's savepoint (unless SQLite already abandoned the whole transaction)."""
+    if not db.conn.in_transaction:
+        return
+    try:
+        db.execute(f"ROLLBACK TO {SAVEPOINT}")
+        db.execute(f"RELEASE {SAVEPOINT}")
+    except sqlite3.Error:  # the transaction is gone: the caller's writing() (or the group commit) rolls back
+        pass

@@ -1,0 +1,48 @@
+"""Write batches on PostgreSQL: :class:`PostgresWriteBatches`, several store writes in one transaction.
+
+The design is :mod:`storage.batches`'s. Here the batch opens one transaction
+(:meth:`PostgresDatabase.bound`) and awaits each write's store method in order; every statement those
+methods make joins that transaction on its connection (their own ``transaction()`` blocks become
+savepoints). A ``required`` write that answers no, or any error, rolls the whole transaction back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from storage.protocols import BatchOutcome, Write, checked_writes
+
+
+class _Refused(Exception):
+    """Raised inside the transaction to roll it back when a required write answered no."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+class PostgresWriteBatches:
+    """Applies several writes through the stores of one :class:`PostgresStorage` in one transaction."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+
+    async def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+        """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
+
+        >>> (await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))])).applied
+        True
+        """
+        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(writes)]
+        results: list[Any] = []
+        try:
+            async with self.storage.db.bound():
+                for index, (write, method) in enumerate(calls):
+                    value = await method(*write.args, **write.kwargs)
+                    if write.required and not value:
+                        raise _Refused(index)
+                    results.append(value)
+        except _Refused as refused:
+            return BatchOutcome(applied=False, refused=refused.index)
+        return BatchOutcome(applied=True, results=tuple(results))
