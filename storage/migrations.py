@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from sqlite_utils import Database
 
 from storage.audit_chain import GENESIS, entry_hash
+from storage.bm25 import stems
 from storage.errors import StorageError, UnknownSchemaVersion
 
 Migration = Callable[[Database], None]
@@ -420,6 +421,25 @@ def _messages_in_thread_order(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (chat_history_id, message_id)")
 
 
+def _memory_stems(db: Database) -> None:
+    """Version 13: each memory's stemmed words, and an FTS5 index kept in fewer segments, for a fast scoped search.
+
+    ``terms`` holds :func:`storage.bm25.stems` of the text, computed once when a memory is written, so a
+    search counts the query's stems in its candidates instead of tokenising and stemming every candidate.
+    FTS5 appends a segment per write and merges them ``automerge`` at a time (4 by default): at 100,000
+    memories that left 8-10 segments, and a search's text match seeks every word in every segment (0.4-0.6
+    ms of a search). Merging two at a time keeps about 5 (0.15-0.2 ms); ``optimize`` merges what is there now.
+    """
+    db["memories"].add_column("terms", str, not_null_default="")
+    last = 0  # in batches, so a large table is never held in memory at once
+    batch = "SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq LIMIT 10000"
+    while rows := db.execute(batch, [last]).fetchall():
+        db.conn.executemany("UPDATE memories SET terms = ? WHERE seq = ?", [(stems(text), seq) for seq, text in rows])
+        last = rows[-1][0]
+    db.execute("INSERT INTO memories_fts (memories_fts, rank) VALUES ('automerge', 2)")
+    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -433,6 +453,7 @@ MIGRATIONS: list[Migration] = [
     _audit_chain,
     _approval_reminders,
     _messages_in_thread_order,
+    _memory_stems,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
