@@ -35,7 +35,7 @@ def id_key(message_id: Any) -> str | bytes:
     'call-7'
     """
     if type(message_id) is not str:
-        return str(message_id)  # as the TEXT column of schema 12 converted it
+        return str(message_id)  # as the TEXT column of earlier schemas converted it
     if len(message_id) == 32:
         try:
             key = bytes.fromhex(message_id)
