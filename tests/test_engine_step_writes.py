@@ -8,6 +8,8 @@ waiting messages with the pause or the end, the history and memories with the wr
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from bot.engine.ledger import ledger_key
@@ -145,3 +147,24 @@ async def test_a_message_that_arrives_while_a_run_works_starts_after_it_ends(har
 
     assert h.surface.replies_in(h.thread()) == ["first", "second"]
     assert await h.engine.storage.inbox.waiting(h.thread().key) == []
+
+
+async def test_a_run_whose_end_cannot_be_written_keeps_its_results_in_its_history(tmp_path):
+    seen: dict = {}
+    opened = Harnesses(tmp_path)
+    try:
+        h = await opened.open(replies=[asks_for("peek", name="db"), says("all fine")],
+                              extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)])
+        # The run's end (its answer owed, its audit entry) is refused: the history it carried is written on failing.
+        with sqlite3.connect(h.db_path) as raw:
+            raw.execute("CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'finished' "
+                        "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+
+        await h.say("peek at the db")
+
+        [failed] = await h.engine.storage.runs.list_by_status("failed")
+        history = await h.history()
+        assert dangling_calls(history) == [] and tool_results(history) == [("peek", "saw db", False)]
+        assert len(h.surface.replies_in(h.thread())) == 1  # the person is told
+    finally:
+        await opened.aclose()

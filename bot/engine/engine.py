@@ -100,6 +100,7 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.logs import log_context
 from bot.memory.context import DEFAULT_TOP_K
+from bot.messages import ChatMessage
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import (
@@ -334,12 +335,12 @@ class Engine:
             return None
         return await self.lifecycle.receive(inbound)
 
-    def reads_ahead(self, inbound: Inbound) -> list[Read]:
-        """What a run started for ``inbound`` reads first (its history, then its memories), exactly as the agent
-        will ask: read in the write that starts the run, and handed to it (:meth:`StepHistory.prefetched`)."""
+    def reads_ahead(self, inbound: Inbound, message: ChatMessage | None = None) -> list[Read]:
+        """What a run started for ``inbound`` (``message``: as stored) reads first (its history, then its memories),
+        exactly as the agent will ask: read in the write that starts the run, handed to it (StepHistory.prefetched)."""
         thread = inbound.thread_ref
         reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k})]
-        query = user_message(inbound).text
+        query = (message or user_message(inbound)).text
         if query:
             context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
                        "requester": inbound.user}
@@ -503,7 +504,11 @@ class Engine:
         """Apply a run's end (``writes``) with its history still to write and the read of what waits for its
         thread, in one round trip (the results are those of ``writes``)."""
         history = self.history.take(run_id)
-        outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *history, *writes])
+        try:
+            outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *history, *writes])
+        except Exception:
+            self.history.give_back(run_id, history)
+            raise
         if not outcome.applied:
             return outcome
         self.lifecycle.saw_waiting(thread, outcome.results[0])
@@ -698,7 +703,11 @@ class Engine:
         writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
                             {"now": now}))
         failpoints.failpoint("while_pausing")
-        outcome = await self.storage.batches.apply(writes)
+        try:
+            outcome = await self.storage.batches.apply(writes)
+        except Exception:
+            self.history.give_back(run_id, history)
+            raise
         if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
             # the new owner's, so nothing more is written here.

@@ -89,6 +89,12 @@ class StepHistory:
         """The run's waiting history writes, in order, for the batch about to be applied (forgets them)."""
         return self._pending.pop(run_id, [])
 
+    def give_back(self, run_id: str, writes: list[Write]) -> None:
+        """Writes :meth:`take` gave out whose batch raised: they wait again (before any newer ones), for the run's
+        failure to write them (a batch refused by its compare-and-set is not given back: the run is not ours)."""
+        if writes and run_id in self._threads:
+            self._pending[run_id] = [*writes, *self._pending.get(run_id, [])]
+
     async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None, **kwargs: Any) -> list[Any]:
         """The thread's stored history (as ``storage.messages`` reads it; read ahead at the run's start)."""
         ahead = self._ahead(self._runs.get(chat_history_id), "retrieve_messages", (chat_history_id,),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ class StorageExecutionLedger:
         """Per run the engine works on, its channel (platform, workspace, channel): a call's outcome is recorded with
         a read of the tool's policy there, for the review check after it (:meth:`policy_seen`)."""
         self._policies_seen: dict[tuple[str, str, str], Any] = {}
+        self._beginning: dict[str, asyncio.Lock] = {}  # per run: its calls' begins, one at a time
         self.stops_seen: dict[str, str | None] = {}
         """Per run, who had asked it to stop (``None``: nobody) as read with its last tool outcome, in the same
         transaction: the step's stop check takes it (:meth:`stop_seen`) instead of reading the run again."""
@@ -64,10 +66,18 @@ class StorageExecutionLedger:
         failpoints.failpoint("before_ledger")
         begin = Write("ledger", "begin", (key, args_digest(call.arguments)),
                       {"run_id": run_id, "tool_name": call.tool_name})
-        waiting = self.history.take(run_id) if self.history is not None else []
         # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
-        # entry: both durable, in one transaction, before the tool runs.
-        if (await self.storage.batches.apply([*waiting, begin])).results[-1]:
+        # entry: both durable, in one transaction, before the tool runs. The step's calls begin one after another,
+        # so none of them runs before the batch carrying the reply has committed.
+        async with self._beginning.setdefault(run_id, asyncio.Lock()):
+            waiting = self.history.take(run_id) if self.history is not None else []
+            try:
+                granted = (await self.storage.batches.apply([*waiting, begin])).results[-1]
+            except Exception:
+                if self.history is not None:
+                    self.history.give_back(run_id, waiting)
+                raise
+        if granted:
             failpoints.failpoint("after_ledger")
             self._started[key] = (call.tool_name, time.perf_counter())
             return LedgerClaim(granted=True)
@@ -101,6 +111,7 @@ class StorageExecutionLedger:
         """The engine is done with ``run_id``: drop what was read for its checks and not used."""
         self.channels.pop(run_id, None)
         self.stops_seen.pop(run_id, None)
+        self._beginning.pop(run_id, None)
         for key in [k for k in self._policies_seen if k[0] == run_id]:
             del self._policies_seen[key]
 

@@ -328,8 +328,9 @@ class RunLifecycle:
         """
         thread = inbound.thread_ref
         now = self.clock()
+        message = user_message(inbound)
         enqueue = Write(
-            "inbox", "enqueue", (address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id),
+            "inbox", "enqueue", (address_of(thread), inbound.user, message.to_dict(), inbound.message_id),
             {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"}, required=True,
         )
         started = None
@@ -341,7 +342,7 @@ class RunLifecycle:
             start = Write("inbox", "start_next", (thread.key, new_id(), self.owner, self.lease_until()), {"now": now})
             # What the run reads first (its history, with this message, and its memories) is read in the same write,
             # after the run and its message are stored: what the run would read itself, one round trip less each.
-            ahead = self.engine.reads_ahead(inbound)
+            ahead = self.engine.reads_ahead(inbound, message)
             outcome = await self.storage.batches.apply([enqueue, start, *ahead])
             item_id, started = outcome.results[:2] if outcome.applied else (None, None)
             if started is not None:
