@@ -12,8 +12,11 @@ import sqlite3
 
 import pytest
 
+from bot.engine.history import StepHistory
 from bot.engine.ledger import ledger_key
+from bot.messages import ChatMessage
 from bot.tools import tool
+from storage import open_async_storage
 from tests.fakes.engine_kit import (
     REQUESTER,
     Harnesses,
@@ -168,3 +171,32 @@ async def test_a_run_whose_end_cannot_be_written_keeps_its_results_in_its_histor
         assert len(h.surface.replies_in(h.thread())) == 1  # the person is told
     finally:
         await opened.aclose()
+
+
+async def test_step_history_holds_an_open_runs_writes_in_order_and_writes_any_other_at_once(tmp_path):
+    storage = await open_async_storage(tmp_path / "cs.db")
+    try:
+        history = StepHistory(storage)
+        history.open("run-1", "thread-a")
+        first, second = ChatMessage.from_user("one"), ChatMessage.from_assistant("two")
+
+        assert await history.write_messages("thread-a", [first]) is None
+        assert await history.write_messages("thread-a", [second]) is None
+        assert await history.write_messages("thread-b", [ChatMessage.from_user("elsewhere")]) == 1
+        assert await storage.messages.retrieve_messages("thread-a") == []
+
+        [write] = history.take("run-1")  # consecutive writes of the thread: one write, in order
+        assert (write.store, write.method) == ("messages", "write_messages")
+        assert [m.text for m in write.args[1]] == ["one", "two"]
+        assert history.take("run-1") == []
+        assert (await storage.batches.apply([write])).applied
+        assert [m.text for m in await storage.messages.retrieve_messages("thread-a")] == ["one", "two"]
+
+        await history.write_messages("thread-a", [ChatMessage.from_user("three")])
+        history.give_back("run-1", [write])
+        assert [len(w.args[1]) for w in history.take("run-1")] == [2, 1]  # given back first, before newer ones
+        await history.write_messages("thread-a", [ChatMessage.from_user("four")])
+        assert len(history.close("run-1")) == 1  # dropped: a run closed writes nothing more
+        assert await history.write_messages("thread-a", [ChatMessage.from_user("five")]) == 1  # not open: at once
+    finally:
+        await storage.aclose()

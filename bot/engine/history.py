@@ -111,9 +111,13 @@ class StepHistory:
         run_id = self._runs.get(chat_history_id)
         if run_id is None:
             return await self.storage.messages.write_messages(chat_history_id, list(messages), **kwargs)
-        self._pending.setdefault(run_id, []).append(
-            Write("messages", "write_messages", (chat_history_id, list(messages)), kwargs)
-        )
+        pending = self._pending.setdefault(run_id, [])
+        if pending and pending[-1].args[0] == chat_history_id and pending[-1].kwargs == kwargs:
+            # One write for the step's messages in order (e.g. its results and the answer): the same rows.
+            last = pending[-1]
+            pending[-1] = Write("messages", "write_messages", (chat_history_id, [*last.args[1], *messages]), kwargs)
+        else:
+            pending.append(Write("messages", "write_messages", (chat_history_id, list(messages)), kwargs))
         return None
 
 
