@@ -151,12 +151,24 @@ def time_decide(storage: Storage, n: int) -> list[float]:
 
 
 def sizes(storage: Storage) -> dict[str, float] | None:
-    """Megabytes per table and index (SQLite's dbstat, when this SQLite has it)."""
+    """Megabytes per table and index of 0.1 MB or more (SQLite's dbstat, when this SQLite has it)."""
     try:
         rows = storage.db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
     except sqlite3.Error:
         return None
-    return {name: round(size / 1e6, 1) for name, size in sorted(rows, key=lambda r: -r[1]) if size >= 1e6}
+    return {name: round(size / 1e6, 1) for name, size in sorted(rows, key=lambda r: -r[1]) if size >= 1e5}
+
+
+def bytes_written() -> int | None:
+    """Bytes this process has handed to write() so far (Linux's /proc/self/io), or ``None`` elsewhere.
+
+    With CPU time, a count that does not depend on what else the machine is doing, unlike messages/s.
+    """
+    try:
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -182,10 +194,11 @@ def main() -> None:
     storage = open_storage(path, synchronous=args.synchronous)
     try:
         print(f"building {args.messages:,} messages across {args.threads:,} threads in {path}", file=sys.stderr)
-        started = time.perf_counter()
+        started, cpu_started, written_before = time.perf_counter(), time.process_time(), bytes_written()
         build = build_interleaved if args.layout == "interleaved" else build_history
         append_rate = build(storage, args.messages, args.threads, args.batch)
         build_seconds = time.perf_counter() - started
+        build_cpu, written_after = time.process_time() - cpu_started, bytes_written()
         last_k = time_last_k(storage, args.threads, args.samples)
         decide = time_decide(storage, args.decides)
         figures = {
@@ -196,6 +209,11 @@ def main() -> None:
             "synchronous": args.synchronous,
             "append_msgs_per_s": round(append_rate),
             "build_seconds": round(build_seconds, 1),
+            # Per message, building the messages included: counts that load on the machine does not change.
+            "build_cpu_us_per_msg": round(build_cpu / args.messages * 1e6, 1),
+            "build_bytes_written_per_msg": (
+                None if written_after is None else round((written_after - written_before) / args.messages)
+            ),
             "last_k20_median_ms": round(statistics.median(last_k) * 1e3, 4),
             "last_k20_p99_ms": round(percentile(last_k, 0.99) * 1e3, 4),
             "decide_median_ms": round(statistics.median(decide) * 1e3, 4),

@@ -1,8 +1,11 @@
 """Long-term memories in SQLite: :class:`SQLiteMemoryStore`, FTS5 with BM25 ranking, in the same file.
 
 Each memory is a row of ``memories``; ``memories_fts`` (external content, porter stemming) indexes its
-text and is kept in step by triggers. A search ORs the words of the query in one ``MATCH`` and orders by
-``bm25()``; scope and filters are plain conditions on the joined row.
+text and scope tokens and is kept in step by triggers. A search ORs the words of the query in one ``MATCH``,
+with the scope's tokens, and applies scope and filters as plain conditions on the joined row. A scoped search
+ranks its candidates with BM25 over the scope (:mod:`storage.bm25`) from the stems each memory keeps in
+``terms``, and reads the full rows of the best ``top_k`` alone; a search without a scope, or whose scope has
+more than :data:`MAX_CANDIDATES` candidates, is ordered by FTS5's ``bm25()``.
 """
 
 from __future__ import annotations
@@ -10,13 +13,12 @@ from __future__ import annotations
 import pathlib
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlite_utils import Database
 
 from bot.messages import ChatMessage
-from storage.bm25 import bm25_scores
+from storage.bm25 import bm25_scores_of_stems, stems
 from storage.codec import dumps, loads
 from storage.connection import connector_for
 from storage.memory_filters import SQLITE_DIALECT, scope_token, token_prefilter
@@ -70,10 +72,10 @@ class SQLiteMemoryStore:
             now = time.time()
             with self.connector.writing() as db:
                 db.conn.executemany(
-                    "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now, r.scope_tokens)
-                     for r in rows],
+                    "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens, "
+                    "terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now, r.scope_tokens,
+                      stems(r.text)) for r in rows],
                 )
         return [r.id for r in rows]
 
@@ -124,20 +126,32 @@ class SQLiteMemoryStore:
     def _rank_in_scope(
         self, terms: list[str], scope: str, match: str, where: str, params: list[Any], k: int
     ) -> list[Memory] | None:
-        """BM25 over the scope's memories (see :mod:`storage.bm25`); ``None`` when the scope has too many."""
+        """BM25 over the scope's memories (see :mod:`storage.bm25`); ``None`` when the scope has too many.
+
+        The candidates bring only their stored stems; the full rows are read for the ``k`` best alone.
+        """
         with self.connector.reading() as db:
-            rows = db.execute(
-                f"SELECT {_COLUMNS}, 0.0 FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
+            candidates = db.execute(
+                "SELECT m.seq, m.terms FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid "
                 f"WHERE {where} LIMIT ?",
                 [match, *params, MAX_CANDIDATES + 1],
             ).fetchall()
-            if len(rows) > MAX_CANDIDATES:
+            if len(candidates) > MAX_CANDIDATES:
                 return None
+            if not candidates:
+                return []
             in_scope = db.execute("SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH ?", [scope]).fetchone()[0]
-        scores = bm25_scores(terms, [row[1] for row in rows], in_scope)
-        # Best first; among equal scores the newest (the highest rowid came last from the index).
-        order = sorted(range(len(rows)), key=lambda i: (-scores[i], -i))[:k]
-        return [replace(_memory(rows[i]), score=scores[i]) for i in order]
+            scores = bm25_scores_of_stems(terms, [row[1] for row in candidates], in_scope)
+            # Best first; among equal scores the newest (the highest rowid came last from the index, and the sort
+            # is stable).
+            order = sorted(range(len(candidates) - 1, -1, -1), key=scores.__getitem__, reverse=True)[:k]
+            seqs = [candidates[i][0] for i in order]
+            rows = db.execute(
+                f"SELECT m.seq, {_COLUMNS} FROM memories m WHERE m.seq IN ({', '.join('?' * len(seqs))})", seqs
+            ).fetchall()
+        by_seq = {row[0]: row[1:] for row in rows}
+        # A memory deleted between the two reads is left out, never shown after its delete.
+        return [_memory((*by_seq[seq], scores[i])) for seq, i in zip(seqs, order, strict=True) if seq in by_seq]
 
     def delete_memories(
         self,

@@ -9,6 +9,7 @@ built; values only ever travel as parameters, and field names are checked agains
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -164,6 +165,8 @@ def _compile_comparison(node: dict[str, Any], dialect: Dialect) -> tuple[str, li
     return f"{column} {sql_operator} {bind}", [*params, to_param(value)]
 
 
+# Every search hashes the requester's and the channel's tokens again: the same few values, over and over.
+@functools.lru_cache(maxsize=4096)
 def scope_token(field: str, value: str) -> str:
     """The full-text token standing for "``field`` is ``value``" (a scope field, or ``meta.<key>`` with a string).
 

@@ -1,27 +1,56 @@
 """Thread history: :class:`SQLiteChatMessageStore`.
 
-Each message is stored as its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number;
-``(chat_history_id, seq)`` is the key of a ``WITHOUT ROWID`` table (schema 11), so a thread's messages sit
-together and the last k messages are one short descending range scan of adjacent rows.
+Each thread gets a small integer id on its first write (the ``threads`` table maps the text key to it);
+``(thread_id, seq)`` is the key of a ``WITHOUT ROWID`` table, so a thread's messages sit together and the
+last k messages are one short descending range scan of adjacent rows. A row holds the message as a
+compact JSON body (:mod:`storage.message_rows`).
 """
 
 from __future__ import annotations
 
 import pathlib
+import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from sqlite_utils import Database
 
-from bot.messages import ChatMessage, ChatRole, message_data, message_from_data
-from storage.codec import dumps, loads
+from bot.messages import ChatMessage, ChatRole
 from storage.connection import connector_for
-from storage.errors import CorruptRecord, FencedOut
+from storage.errors import FencedOut
+from storage.message_rows import id_key, message_body, message_from_row
 from storage.protocols import RunFence
 from storage.runs import fence_holds
 
 _TOOL = ChatRole.TOOL.value
+_SYSTEM = ChatRole.SYSTEM
+
+THREAD_IDS_CACHED = 100_000
+"""Thread ids a store remembers before it starts over (a few MB at most)."""
+
+# One statement allocates the sequence number and inserts: the number is the thread's newest plus one,
+# read in the same write transaction, so writers in other processes (serialised by SQLite's write lock)
+# can never take the same one. The thread id is checked against the key in the same statement: a cached
+# id whose thread was deleted meanwhile (its number perhaps given to another thread) makes it NULL, and
+# the insert fails (NOT NULL) instead of writing into the wrong thread. (A single-row VALUES: an INSERT
+# ... SELECT reading its own table goes through a temporary table, which costs twice as much.)
+_APPEND = (
+    "INSERT INTO messages (thread_id, seq, message_id, role, data, created_at) VALUES ("
+    "(SELECT id FROM threads WHERE id = ?5 AND key = ?6), "
+    "COALESCE((SELECT seq FROM messages WHERE thread_id = ?5 ORDER BY seq DESC LIMIT 1), 0) + 1, ?1, ?2, ?3, ?4) "
+    "ON CONFLICT (thread_id, message_id) DO NOTHING"
+)
+_STALE_THREAD = "messages.thread_id"
+"""What SQLite's NOT NULL error names when a cached thread id no longer belongs to its key."""
+_THREAD = "(SELECT id FROM threads WHERE key = ?)"
+_NEWEST = f"SELECT seq, role, message_id, data FROM messages WHERE thread_id = {_THREAD} ORDER BY seq DESC LIMIT ?"
+# The same window as the thread was when one message (by id) was its newest.
+_NEWEST_UP_TO = (
+    "SELECT seq, role, message_id, data FROM messages WHERE thread_id = (SELECT id FROM threads WHERE key = ?1) "
+    "AND seq <= (SELECT seq FROM messages WHERE thread_id = (SELECT id FROM threads WHERE key = ?1) "
+    "AND message_id = ?2) ORDER BY seq DESC LIMIT ?3"
+)
 
 
 def _check_k(k: Any) -> int:
@@ -53,6 +82,8 @@ class SQLiteChatMessageStore:
         self.last_k = _check_k(last_k)
         self.skip_system_messages = skip_system_messages
         self.connector, self._owned = connector_for(path_or_db)
+        # Thread key -> id, as last seen. Only a hint: every append checks it (see _APPEND).
+        self._thread_ids: dict[str, int] = {}
 
     def write_messages(
         self, chat_history_id: str, messages: Sequence[ChatMessage], fence: RunFence | None = None
@@ -68,31 +99,43 @@ class SQLiteChatMessageStore:
         >>> store.write_messages("t1", [question, answer])
         0
         """
+        skip = self.skip_system_messages
         rows = [
-            (message.id, message.role.value, dumps(message_data(message)))
+            [id_key(message.id), message.role.value, message_body(message)]
             for message in messages
-            if not (self.skip_system_messages and message.is_from(ChatRole.SYSTEM))
+            if not (skip and message.role == _SYSTEM)
         ]
         if not rows:
             return 0
         now = time.time()
-        written = 0
         with self.connector.writing() as db:
             if fence is not None and not fence_holds(db, fence):
                 raise FencedOut(fence.run_id)
-            seq = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE chat_history_id = ?", [chat_history_id]
-            ).fetchone()[0]
-            for message_id, role, data in rows:
-                cursor = db.execute(
-                    "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (chat_history_id, message_id) DO NOTHING",
-                    [chat_history_id, seq + 1, message_id, role, data, now],
-                )
-                if cursor.rowcount == 1:
-                    seq += 1
-                    written += 1
-        return written
+            thread = self._thread_ids.get(chat_history_id)
+            if thread is None:
+                thread = self._thread_id(db, chat_history_id)
+            for row in rows:
+                row += (now, thread, chat_history_id)
+            try:
+                return db.conn.executemany(_APPEND, rows).rowcount
+            except sqlite3.IntegrityError as exc:
+                if _STALE_THREAD not in str(exc):
+                    raise
+            # The thread was deleted since its id was cached (all rows name it: the first one failed, none
+            # was written). Its current id, a new one if need be:
+            thread = self._thread_id(db, chat_history_id)
+            for row in rows:
+                row[-2] = thread
+            return db.conn.executemany(_APPEND, rows).rowcount
+
+    def _thread_id(self, db: Database, chat_history_id: str) -> int:
+        """The thread's id, given to it now if it has none (inside the caller's write transaction)."""
+        row = db.execute("SELECT id FROM threads WHERE key = ?", [chat_history_id]).fetchone()
+        thread = row[0] if row else db.execute("INSERT INTO threads (key) VALUES (?)", [chat_history_id]).lastrowid
+        if len(self._thread_ids) >= THREAD_IDS_CACHED:
+            self._thread_ids.clear()
+        self._thread_ids[chat_history_id] = thread
+        return thread
 
     def retrieve_messages(
         self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None
@@ -115,28 +158,19 @@ class SQLiteChatMessageStore:
         k = self.last_k if last_k is None else _check_k(last_k)
         with self.connector.reading() as db:
             if up_to is None:
-                rows = db.execute(
-                    "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? "
-                    "ORDER BY seq DESC LIMIT ?",
-                    [chat_history_id, k],
-                ).fetchall()
+                rows = db.execute(_NEWEST, [chat_history_id, k]).fetchall()
             else:
-                rows = db.execute(
-                    "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? AND seq <= "
-                    "(SELECT seq FROM messages WHERE chat_history_id = ? AND message_id = ?) "
-                    "ORDER BY seq DESC LIMIT ?",
-                    [chat_history_id, chat_history_id, up_to, k],
-                ).fetchall()
+                rows = db.execute(_NEWEST_UP_TO, [chat_history_id, id_key(up_to), k]).fetchall()
             if rows and rows[-1][1] == _TOOL:
                 rows = self._reach_back(db, chat_history_id, rows)
         rows.reverse()
-        return [self._decode(chat_history_id, message_id, data) for _, _, message_id, data in rows]
+        return [message_from_row(chat_history_id, role, key, data) for _, role, key, data in rows]
 
     def _reach_back(self, db: Database, chat_history_id: str, rows: list[Any]) -> list[Any]:
         """Extend a newest-first window that ends on a tool result back to the call's message."""
         oldest = rows[-1][0]
         start = db.execute(
-            "SELECT seq FROM messages WHERE chat_history_id = ? AND seq < ? AND role != ? "
+            f"SELECT seq FROM messages WHERE thread_id = {_THREAD} AND seq < ? AND role != ? "
             "ORDER BY seq DESC LIMIT 1",
             [chat_history_id, oldest, _TOOL],
         ).fetchone()
@@ -146,21 +180,11 @@ class SQLiteChatMessageStore:
                 rows.pop()
             return rows
         earlier = db.execute(
-            "SELECT seq, role, message_id, data FROM messages WHERE chat_history_id = ? "
+            f"SELECT seq, role, message_id, data FROM messages WHERE thread_id = {_THREAD} "
             "AND seq >= ? AND seq < ? ORDER BY seq DESC",
             [chat_history_id, start[0], oldest],
         ).fetchall()
         return rows + earlier
-
-    @staticmethod
-    def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
-        record_id = f"{chat_history_id}/{message_id}"
-        try:
-            return message_from_data(loads(data, kind="message", record_id=record_id))
-        except CorruptRecord:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord("message", record_id, f"not a chat message ({exc!r})") from exc
 
     def count_messages(self, chat_history_id: str) -> int:
         """How many messages the thread has stored.
@@ -170,17 +194,22 @@ class SQLiteChatMessageStore:
         """
         with self.connector.reading() as db:
             return db.execute(
-                "SELECT COUNT(*) FROM messages WHERE chat_history_id = ?", [chat_history_id]
+                f"SELECT COUNT(*) FROM messages WHERE thread_id = {_THREAD}", [chat_history_id]
             ).fetchone()[0]
 
     def delete_messages(self, chat_history_id: str) -> int:
-        """Delete the thread's history and return how many messages were removed.
+        """Delete the thread's history (and its id) and return how many messages were removed.
 
         >>> store.delete_messages("t1")
         2
         """
         with self.connector.writing() as db:
-            return db.execute("DELETE FROM messages WHERE chat_history_id = ?", [chat_history_id]).rowcount
+            deleted = db.execute(
+                f"DELETE FROM messages WHERE thread_id = {_THREAD}", [chat_history_id]
+            ).rowcount
+            db.execute("DELETE FROM threads WHERE key = ?", [chat_history_id])
+        self._thread_ids.pop(chat_history_id, None)
+        return deleted
 
     def close(self) -> None:
         """Close the connections if this store opened the file itself.

@@ -23,10 +23,12 @@ _OLD_RUNS = (
 )
 _OLD_APPROVALS = f"SELECT approval_id FROM approvals WHERE run_id IN ({_OLD_RUNS})"
 _OLD_THREADS = (
-    "SELECT chat_history_id FROM messages GROUP BY chat_history_id HAVING MAX(created_at) < :cutoff "
+    "SELECT t.key FROM (SELECT thread_id, MAX(created_at) AS newest FROM messages GROUP BY thread_id) m "
+    "JOIN threads t ON t.id = m.thread_id WHERE m.newest < :cutoff "
     "EXCEPT SELECT chat_history_id FROM runs WHERE status IN ('running', 'paused', 'resuming') "
     "EXCEPT SELECT chat_history_id FROM inbox"
 )
+_OLD_THREAD_IDS = f"SELECT id FROM threads WHERE key IN ({_OLD_THREADS})"
 _OLD_LEDGER = (
     f"SELECT tool_call_id FROM ledger WHERE status <> 'executing' AND (run_id IN ({_OLD_RUNS}) "
     "OR (COALESCE(finished_at, started_at) < :cutoff AND NOT EXISTS "
@@ -124,7 +126,7 @@ class SQLiteOperations:
                 runs=count(_OLD_RUNS),
                 approvals=count(_OLD_APPROVALS),
                 ledger=count(_OLD_LEDGER),
-                messages=count(f"SELECT seq FROM messages WHERE chat_history_id IN ({_OLD_THREADS})"),
+                messages=count(f"SELECT seq FROM messages WHERE thread_id IN ({_OLD_THREAD_IDS})"),
                 outbox=count(_OLD_OUTBOX),
             )
             if dry_run:
@@ -134,7 +136,9 @@ class SQLiteOperations:
             db.execute(f"DELETE FROM approval_places WHERE approval_id IN ({_OLD_APPROVALS})", params)
             db.execute(f"DELETE FROM ledger WHERE tool_call_id IN ({_OLD_LEDGER})", params)
             db.execute(f"DELETE FROM approvals WHERE approval_id IN ({_OLD_APPROVALS})", params)
-            db.execute(f"DELETE FROM messages WHERE chat_history_id IN ({_OLD_THREADS})", params)
+            db.execute(f"DELETE FROM messages WHERE thread_id IN ({_OLD_THREAD_IDS})", params)
+            # Thread ids whose messages are all gone (writers that still hold one find out; see storage.messages).
+            db.execute("DELETE FROM threads WHERE NOT EXISTS (SELECT 1 FROM messages WHERE thread_id = threads.id)")
             db.execute(f"DELETE FROM outbox WHERE key IN ({_OLD_OUTBOX})", params)
             db.execute(f"DELETE FROM runs WHERE run_id IN ({_OLD_RUNS})", params)
         return counts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from sqlite_utils import Database
 
@@ -175,3 +177,45 @@ def test_a_corrupt_stored_message_names_its_thread(store):
     with pytest.raises(CorruptRecord, match=THREAD) as caught:
         store.retrieve_messages(THREAD)
     assert caught.value.kind == "message"
+
+
+OTHER_THREAD = "slack:T1:C2:1700000001.000200"
+
+
+def test_a_row_holds_its_thread_as_a_number_and_only_what_the_message_needs(store):
+    question = ChatMessage.from_user("how full is /var/log?")
+    answer = ChatMessage.from_assistant("90%", meta={"model": "m1"})
+    store.write_messages(THREAD, [question, answer])
+    db = store.connector.database()
+
+    assert db.execute("SELECT id, key FROM threads").fetchall() == [(1, THREAD)]  # the key, once
+    assert db.execute("SELECT thread_id, seq, message_id, role, data FROM messages ORDER BY seq").fetchall() == [
+        (1, 1, bytes.fromhex(question.id), "user", '{"text":"how full is /var/log?"}'),
+        (1, 2, bytes.fromhex(answer.id), "assistant", '{"text":"90%","meta":{"model":"m1"}}'),
+    ]
+
+
+def test_a_thread_id_given_in_a_write_that_rolled_back_is_never_used_for_that_thread(tmp_path):
+    path = tmp_path / "c.db"
+    with open_storage(path) as first, open_storage(path) as second:  # two processes on one file
+        with pytest.raises(RuntimeError, match="step failed"), first.connector.writing():
+            first.messages.write_messages(THREAD, [ChatMessage.from_user("gone with the rollback")])
+            raise RuntimeError("the step failed")
+        second.messages.write_messages(OTHER_THREAD, [ChatMessage.from_user("elsewhere")])  # takes that id
+
+        assert first.messages.write_messages(THREAD, [ChatMessage.from_user("kept")]) == 1
+
+        assert texts(second.messages.retrieve_messages(THREAD)) == ["kept"]
+        assert texts(second.messages.retrieve_messages(OTHER_THREAD)) == ["elsewhere"]
+
+
+def test_deleting_or_pruning_a_threads_history_forgets_its_key(tmp_path):
+    with open_storage(tmp_path / "c.db") as storage:
+        storage.messages.write_messages(THREAD, conversation(2))
+        storage.messages.write_messages(OTHER_THREAD, conversation(1))
+        storage.messages.delete_messages(THREAD)
+        keys = storage.db.execute("SELECT key FROM threads").fetchall()
+        assert keys == [(OTHER_THREAD,)]
+        storage.ops.prune(older_than=time.time() + 60)
+        assert storage.db.execute("SELECT COUNT(*) FROM threads").fetchone()[0] == 0
+        assert storage.messages.write_messages(OTHER_THREAD, conversation(1)) == 1  # and takes it back after

@@ -8,17 +8,19 @@ import threading
 import pytest
 from sqlite_utils import Database
 
+from bot import jsonio
 from bot.canonical import args_digest
-from bot.messages import ChatMessage
+from bot.messages import ChatMessage, ToolCall, message_data
 from storage import (
     LATEST_VERSION,
     MIGRATIONS,
+    CorruptRecord,
     StorageError,
     UnknownSchemaVersion,
     migrate,
     open_storage,
 )
-from storage.migrations import _messages_in_thread_order
+from storage.migrations import _messages_by_thread_number, _messages_in_thread_order
 from tests.fakes.storage_data import NOW, THREAD
 
 ARGS = {"path": "/srv/app/a.txt"}
@@ -205,16 +207,53 @@ def test_the_thread_order_upgrade_keeps_messages_without_a_rowid_and_loses_none(
     other = ChatMessage.from_user("another thread, written in between")
     db["messages"].insert({"chat_history_id": "slack:T1:C9:1.0", "seq": 1, "message_id": other.id, "role": "user",
                            "data": json.dumps(other.to_dict()), "created_at": NOW.timestamp()})
+    migrate(db, target=MIGRATIONS.index(_messages_in_thread_order) + 1)  # its own version: the schema it made
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' "
+                                        "AND type = 'index' AND sql IS NOT NULL")}
+    assert "WITHOUT ROWID" in sql and "PRIMARY KEY (chat_history_id, seq)" in sql
+    assert indexes == {"messages_thread_id"}
     db.conn.close()
 
     with open_storage(path) as storage:
-        sql = storage.db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
-        indexes = {r[0] for r in storage.db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' "
-                                                    "AND type = 'index' AND sql IS NOT NULL")}
-        assert "WITHOUT ROWID" in sql and "PRIMARY KEY (chat_history_id, seq)" in sql
-        assert indexes == {"messages_thread_id"}
         assert storage.messages.retrieve_messages(THREAD) == history
         assert storage.messages.retrieve_messages("slack:T1:C9:1.0") == [other]
         # ids stay unique per thread and appends continue the sequence
         assert storage.messages.write_messages(THREAD, [history[0], ChatMessage.from_user("more")]) == 1
         assert [m.text for m in storage.messages.retrieve_messages(THREAD)] == ["delete a.txt", "on it", "more"]
+
+
+def test_the_thread_number_upgrade_keeps_every_message_exactly_and_shrinks_the_rows(tmp_path):
+    path = tmp_path / "c.db"
+    db = Database(path)
+    migrate(db, target=MIGRATIONS.index(_messages_by_thread_number))  # the version just before it
+    call = ToolCall(tool_name="restart", arguments={"service": "api"}, id="call_1")
+    history = [
+        ChatMessage.from_user("restart api", meta={"id": "HAND-MADE id", "channel": "C1"}),
+        ChatMessage.from_assistant(tool_calls=[call], meta={"usage": {"total_tokens": 9}}),
+        ChatMessage.from_tool("restarted", origin=call, meta={"a": 1, "id": "0" * 32, "z": 2}),
+    ]
+    other = ChatMessage.from_assistant("another thread")
+    rows = [(THREAD, seq, m.id, m.role.value, jsonio.dumps(message_data(m))) for seq, m in enumerate(history, 1)]
+    rows.append(("slack:T1:C9:1.0", 1, other.id, "assistant", json.dumps(other.to_dict())))  # the stdlib's spacing
+    rows.append(("slack:T1:C9:2.0", 1, "broken", "user", "{not json"))
+    db.conn.executemany("INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
+                        "VALUES (?, ?, ?, ?, ?, 0)", rows)
+    db.conn.commit()
+    db.conn.close()
+
+    with open_storage(path) as storage:
+        read = storage.messages.retrieve_messages(THREAD)
+        assert [m.to_dict() for m in read] == [m.to_dict() for m in history]
+        assert [list(m.meta) for m in read] == [list(m.meta) for m in history]
+        assert [m.to_dict() for m in storage.messages.retrieve_messages("slack:T1:C9:1.0")] == [other.to_dict()]
+        with pytest.raises(CorruptRecord, match="slack:T1:C9:2.0/broken"):
+            storage.messages.retrieve_messages("slack:T1:C9:2.0")  # kept, and still refused as before
+        bodies = dict(storage.db.execute("SELECT t.key, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
+                                         "WHERE t.key LIKE 'slack:T1:C9:%'").fetchall())
+        assert bodies == {"slack:T1:C9:1.0": '{"text":"another thread"}', "slack:T1:C9:2.0": "{not json"}
+        # ids stay unique per thread and appends continue each thread's sequence
+        assert storage.messages.write_messages(THREAD, [history[0], ChatMessage.from_user("more")]) == 1
+        assert storage.messages.write_messages("slack:T1:C9:1.0", [other]) == 0
+        assert [m.text for m in storage.messages.retrieve_messages(THREAD)][-1] == "more"
+        assert storage.db.execute("SELECT MAX(seq) FROM messages").fetchone()[0] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import psycopg
@@ -212,3 +213,20 @@ async def test_an_upgrade_from_the_first_schema_keeps_pending_buttons_and_one_ac
         with pytest.raises(ActiveRunExists):
             await storage.runs.create("run-4", chat_history_id="slack:T1:C1:1.1", platform="slack", workspace="T1",
                                       channel="C1", thread="1.1", requester="U_ANA")
+
+
+async def test_a_message_row_holds_a_compact_body_and_rows_written_whole_still_read(postgres_url):
+    storage = await open_postgres_storage(postgres_url)
+    try:
+        old, new = ChatMessage.from_user("written before"), ChatMessage.from_assistant("90%", meta={"model": "m1"})
+        await storage.messages.write_messages("slack:T1:C1:1.0", [old])
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+            await conn.execute("UPDATE messages SET data = %s::json", [json.dumps(old.to_dict())])  # the old layout
+            await storage.messages.write_messages("slack:T1:C1:1.0", [new])
+            cursor = await conn.execute("SELECT data::text FROM messages ORDER BY seq")
+            bodies = [row[0] for row in await cursor.fetchall()]
+        assert bodies[1] == '{"text":"90%","meta":{"model":"m1"}}'  # no role, id or defaults: the row has them
+        read = await storage.messages.retrieve_messages("slack:T1:C1:1.0")
+        assert [m.to_dict() for m in read] == [old.to_dict(), new.to_dict()]
+    finally:
+        await storage.aclose()

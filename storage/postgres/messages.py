@@ -1,6 +1,7 @@
 """Thread history on PostgreSQL: :class:`PostgresChatMessageStore`.
 
-Each message is its ``ChatMessage.to_dict()`` JSON with a per-thread sequence number; the primary key
+Each message is a compact JSON body (:mod:`storage.message_rows`; rows holding a whole ``to_dict()``, as
+written before, read the same) with a per-thread sequence number; the primary key
 ``(chat_history_id, seq)`` makes the last k messages one short backward index scan. Writers to one
 thread take a transaction-scoped advisory lock on it, so sequence numbers never collide across replicas.
 """
@@ -12,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from bot.messages import ChatMessage, ChatRole, message_data, message_from_data
-from storage.codec import dumps, loads
-from storage.errors import CorruptRecord, FencedOut
+from bot.messages import ChatMessage, ChatRole
+from storage.errors import FencedOut
+from storage.message_rows import message_body, message_from_row
 from storage.messages import _check_k
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.runs import fence_holds
@@ -91,7 +92,8 @@ class PostgresChatMessageStore:
         for message in messages:
             if self.skip_system_messages and message.is_from(ChatRole.SYSTEM):
                 continue
-            rows.setdefault(message.id, (message.role.value, dumps(message_data(message))))
+            # str(): an id that is not a string is stored as its text, as SQLite stores it.
+            rows.setdefault(str(message.id), (message.role.value, message_body(message)))
         return rows
 
     @staticmethod
@@ -151,17 +153,7 @@ class PostgresChatMessageStore:
         while rows and rows[-1][1] == _TOOL:
             rows.pop()
         rows.reverse()
-        return [self._decode(chat_history_id, message_id, data) for _, _, message_id, data in rows]
-
-    @staticmethod
-    def _decode(chat_history_id: str, message_id: str, data: str) -> ChatMessage:
-        record_id = f"{chat_history_id}/{message_id}"
-        try:
-            return message_from_data(loads(data, kind="message", record_id=record_id))
-        except CorruptRecord:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord("message", record_id, f"not a chat message ({exc!r})") from exc
+        return [message_from_row(chat_history_id, role, message_id, data) for _, role, message_id, data in rows]
 
     async def count_messages(self, chat_history_id: str) -> int:
         """How many messages the thread has stored.

@@ -46,6 +46,7 @@ from aiohttp import web
 from psycopg.rows import dict_row
 
 from bot.failpoints import FAILPOINT_EXIT_CODE
+from storage.message_rows import message_from_row
 from tests.fakes.crash_tools import CONTROL_URL_VARIABLE
 from tests.fakes.local_server import serve_locally
 from tests.fakes.openai_server import FakeOpenAIServer, ResponseSpec, TextResponse, ToolCallsResponse
@@ -761,8 +762,15 @@ class ServeCluster:
 
     def history(self, thread: Thread) -> list[dict[str, Any]]:
         """The stored messages of ``thread`` in order (``ChatMessage.to_dict()`` shapes)."""
-        rows = self.query("SELECT data FROM messages WHERE chat_history_id = ? ORDER BY seq", [thread.key])
-        return [_json(row["data"]) for row in rows]
+        # Rows hold a compact body (storage.message_rows); on SQLite under the thread's integer id.
+        if self.database_url:
+            sql = ("SELECT role, message_id, data::text AS data FROM messages WHERE chat_history_id = ? "
+                   "ORDER BY seq")
+        else:
+            sql = ("SELECT m.role, m.message_id, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
+                   "WHERE t.key = ? ORDER BY m.seq")
+        rows = self.query(sql, [thread.key])
+        return [message_from_row(thread.key, row["role"], row["message_id"], row["data"]).to_dict() for row in rows]
 
     def queued(self, thread: Thread) -> list[str]:
         """The texts of the messages waiting in ``thread``'s inbox, in the order they will run."""

@@ -215,3 +215,11 @@ async def test_ranking_holds_in_a_scope_with_hundreds_of_matching_memories(stora
     found = await storage.memories.search_memories("checkout deploy approvers", user_id="U_ANA", top_k=3)
     assert found[0].text == "checkout deploy needs two approvers"
     assert [m.user_id for m in found] == ["U_ANA"] * 3
+
+
+async def test_memories_that_match_equally_well_come_newest_first(storage):
+    for text in ["deploy alpha", "deploy bravo", "deploy charlie"]:
+        await storage.memories.add_memories([text], user_id="U_ANA")
+    found = await storage.memories.search_memories("deploy", user_id="U_ANA")
+    assert await texts(found) == ["deploy charlie", "deploy bravo", "deploy alpha"]
+    assert len({m.score for m in found}) == 1

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bot.agent.agent import _call_store
-from bot.messages import ChatMessage, ChatRole
+from bot.messages import ChatMessage, ChatRole, ToolCall, new_id
 from storage import CorruptRecord
 from tests.fakes.storage_data import THREAD, tool_exchange
 
@@ -162,6 +162,49 @@ async def test_changing_a_read_or_written_message_never_changes_the_stored_histo
 
     [again] = await storage.messages.retrieve_messages(THREAD)
     assert (again.text, again.meta["labels"]) == ("restart api", ["prod"])
+
+
+def unusual_messages() -> list[ChatMessage]:
+    """Messages whose every field is away from its default somewhere: ids of every shape, meta in every order."""
+    call = ToolCall(tool_name="restart", arguments={"service": "api", "grace": [1, 2.5, None]}, id=None)
+    return [
+        ChatMessage.from_user("", meta={"id": "CALLER-CHOSEN id", "channel": "C1"}),  # id first, not hex
+        ChatMessage.from_user("upper", meta={"id": "0123456789ABCDEF0123456789ABCDEF"}),  # hex, not lowercase
+        ChatMessage.from_user("spaced", meta={"id": "01234567 89abcdef 01234567 89abcd"}),
+        ChatMessage.from_assistant("both", tool_calls=[call], meta={"usage": {"total_tokens": 7}}),  # id last
+        ChatMessage.from_tool("boom", origin=call, error=True, meta={"a": 1, "id": new_id(), "z": 2}),  # id between
+        ChatMessage(role=ChatRole.ASSISTANT, text=None, meta={"id": 42}),  # not a string
+    ]
+
+
+async def test_every_kind_of_message_reads_back_exactly_as_it_was_written(storage):
+    messages = unusual_messages()
+    assert await storage.messages.write_messages(THREAD, messages) == len(messages)
+
+    read = await storage.messages.retrieve_messages(THREAD, last_k=50)
+
+    assert [m.to_dict() for m in read] == [m.to_dict() for m in messages]
+    assert [list(m.meta) for m in read] == [list(m.meta) for m in messages]  # key order too
+    assert [type(m.role) for m in read] == [ChatRole] * len(messages)
+    # ids of every shape still make writes idempotent
+    assert await storage.messages.write_messages(THREAD, messages) == 0
+    assert await storage.messages.write_messages(THREAD, [ChatMessage.from_dict(m.to_dict()) for m in read]) == 0
+    # and find a message for up_to, whatever its id's shape
+    for position in (0, 1, 4):
+        window = await storage.messages.retrieve_messages(THREAD, last_k=50, up_to=messages[position].id)
+        assert [m.id for m in window] == [m.id for m in messages[: position + 1]]
+
+
+async def test_a_writer_that_saw_a_thread_before_it_was_deleted_writes_into_the_thread_as_it_is_now(backend):
+    storage, other = backend.storage, await backend.open_another()  # two processes on one database
+    await storage.messages.write_messages(THREAD, conversation(2))  # storage has seen THREAD
+    assert await other.messages.delete_messages(THREAD) == 2
+    await other.messages.write_messages(OTHER_THREAD, [ChatMessage.from_user("meanwhile, elsewhere")])
+
+    assert await storage.messages.write_messages(THREAD, [ChatMessage.from_user("after the delete")]) == 1
+
+    assert texts(await other.messages.retrieve_messages(THREAD)) == ["after the delete"]
+    assert texts(await other.messages.retrieve_messages(OTHER_THREAD)) == ["meanwhile, elsewhere"]
 
 
 async def test_up_to_reads_the_window_as_it_was_when_that_message_was_the_newest(storage):

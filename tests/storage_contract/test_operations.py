@@ -86,3 +86,16 @@ async def test_pruning_deletes_ended_work_and_leaves_active_runs_and_pending_app
 def _future() -> datetime:
     """A cutoff after everything the tests wrote (stores stamp updates with the real time)."""
     return datetime.now(UTC) + timedelta(days=1)
+
+
+async def test_a_writer_that_saw_a_thread_before_it_was_pruned_writes_into_it_again(backend):
+    storage, other = backend.storage, await backend.open_another()  # two processes on one database
+    await _ended_and_active(storage)
+    await other.ops.prune(older_than=_future())
+    await other.messages.write_messages("slack:T1:C9:1.0", [ChatMessage.from_user("a new thread")])
+
+    assert await storage.messages.write_messages(ENDED_THREAD, [ChatMessage.from_user("back again")]) == 1
+
+    assert [m.text for m in await other.messages.retrieve_messages(ENDED_THREAD)] == ["back again"]
+    assert [m.text for m in await other.messages.retrieve_messages("slack:T1:C9:1.0")] == ["a new thread"]
+    assert [m.text for m in await other.messages.retrieve_messages(ACTIVE_THREAD)] == ["delete a.txt"]
