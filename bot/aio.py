@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -26,11 +27,29 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
+@functools.lru_cache(maxsize=1024)
+def _remembered_is_coroutine_function(function: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(function)
+
+
+def is_coroutine_function(function: Callable[..., Any]) -> bool:
+    """``inspect.iscoroutinefunction``, remembered per callable.
+
+    The serving path asks it about the same few callables (store methods, hooks, tools) several times per
+    conversation, and each answer unwraps partials and reads code flags. A callable that cannot be a
+    dictionary key is asked afresh.
+    """
+    try:
+        return _remembered_is_coroutine_function(function)
+    except TypeError:  # unhashable
+        return inspect.iscoroutinefunction(function)
+
+
 async def call_store(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a store method from async code: an async one is awaited, a sync one (SQLite) runs in a thread.
 
     >>> await call_store(store.retrieve_messages, "t1", last_k=5)
     """
-    if inspect.iscoroutinefunction(method):
+    if is_coroutine_function(method):
         return await method(*args, **kwargs)
     return await asyncio.to_thread(method, *args, **kwargs)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -360,6 +359,7 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
 
     from bot import failpoints
     from bot.engine.engine import Engine
+    from bot.heap import settle_for_serving
     from bot.server import ACTIVE_PLUGINS, build_web_app
 
     failpoints.arm(config.failpoints)
@@ -378,9 +378,8 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         # Only now, with the surfaces registered: recovery owes notices to threads and posts them through them.
         await engine.start()
         # Start-up objects live for the whole process: keep them out of every later GC pass, which otherwise
-        # shows up in the p99 of Slack's 3-second acknowledgements (bench/slack_ack.py).
-        gc.collect()
-        gc.freeze()
+        # shows up in the p99 of Slack's 3-second acknowledgements (bench/slack_ack.py); collect less often.
+        settle_for_serving()
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)

@@ -14,13 +14,13 @@ so the codebase's ``logger.info(..., extra={...})`` calls stay as they are.
 
 from __future__ import annotations
 
-import contextlib
+import contextvars
 import logging
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
-from structlog.contextvars import bound_contextvars, get_contextvars
+from structlog.contextvars import bind_contextvars, get_contextvars
 
 from bot.redaction import mask_text
 
@@ -32,8 +32,7 @@ The thread is ``thread_key`` (its storage key): a log record's own ``thread`` at
 VALUE_LIMIT = 300
 
 
-@contextlib.contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
+class log_context:  # noqa: N801 - used as a function (``with log_context(...)``), as it always was
     """Bind context for every log line written inside the block (and in tasks started from it).
 
     ``None`` values are skipped; an inner block adds to (and may override) the outer one's fields.
@@ -41,11 +40,32 @@ def log_context(**fields: Any) -> Iterator[None]:
     >>> with log_context(run_id="run-1", surface="slack"):
     ...     logger.info("run started")   # ... run started run_id=run-1 surface=slack
     """
-    unknown = set(fields) - set(CONTEXT_KEYS)
-    if unknown:
-        raise ValueError(f"not a log context field: {', '.join(sorted(unknown))}")
-    with bound_contextvars(**{key: value for key, value in fields.items() if value is not None}):
-        yield
+
+    # A class rather than structlog's ``bound_contextvars``: that one copies the whole context (every
+    # context variable of the task) to save the outer values, and is a generator-based context manager;
+    # the engine enters this several times per conversation. The effect is the same: the fields are set
+    # on structlog's own context variables and their previous values are put back on exit.
+    __slots__ = ("_fields", "_tokens")
+
+    def __init__(self, **fields: Any) -> None:
+        if not fields.keys() <= _CONTEXT_KEY_SET:
+            unknown = set(fields) - _CONTEXT_KEY_SET
+            raise ValueError(f"not a log context field: {', '.join(sorted(unknown))}")
+        self._fields = {key: value for key, value in fields.items() if value is not None}
+        self._tokens: Mapping[str, contextvars.Token[Any]] = {}
+
+    def __enter__(self) -> None:
+        self._tokens = bind_contextvars(**self._fields)
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Set back rather than ``Token.reset``: like structlog's own helper, this works even when the
+        # block was left in another context than it was entered in.
+        for token in self._tokens.values():
+            old = token.old_value
+            token.var.set(Ellipsis if old is contextvars.Token.MISSING else old)
+
+
+_CONTEXT_KEY_SET = frozenset(CONTEXT_KEYS)
 
 
 class ContextFilter(logging.Filter):

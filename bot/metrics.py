@@ -94,6 +94,7 @@ class PrometheusObserver:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._pending_tools: set[str] = set()
+        self._children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         self.approvals_pending = Gauge(
             "countersign_approvals_pending", "Approvals waiting for a decision, by tool", ["tool"], registry=r
@@ -137,32 +138,41 @@ class PrometheusObserver:
             "countersign_lease_takeovers", "Runs this process took over from a stopped owner", registry=r
         )
 
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, looked up once: the client checks and locks on every ``labels`` call,
+        and the engine counts several series per conversation. (No series is ever removed here.)"""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def llm_call(self, seconds: float, *, error: str | None, prompt_tokens: int, completion_tokens: int) -> None:
         """Latency, errors and tokens of one model call."""
         self.llm_latency.observe(seconds)
         if error is not None:
-            self.llm_errors.labels(error=error).inc()
+            self._child(self.llm_errors, error).inc()
         if prompt_tokens:
-            self.llm_tokens.labels(kind="prompt").inc(prompt_tokens)
+            self._child(self.llm_tokens, "prompt").inc(prompt_tokens)
         if completion_tokens:
-            self.llm_tokens.labels(kind="completion").inc(completion_tokens)
+            self._child(self.llm_tokens, "completion").inc(completion_tokens)
 
     def tool_executed(self, tool: str, seconds: float, *, ok: bool) -> None:
         """Executions, failures and duration of one tool call."""
-        self.tool_executions.labels(tool=tool).inc()
-        self.tool_duration.labels(tool=tool).observe(seconds)
+        self._child(self.tool_executions, tool).inc()
+        self._child(self.tool_duration, tool).observe(seconds)
         if not ok:
-            self.tool_failures.labels(tool=tool).inc()
+            self._child(self.tool_failures, tool).inc()
 
     def decision(self, action: str, outcome: str, *, waited_seconds: float | None = None) -> None:
         """Count a decision; a recorded one also observes how long it waited."""
-        self.decisions.labels(action=action, outcome=outcome).inc()
+        self._child(self.decisions, action, outcome).inc()
         if waited_seconds is not None:
             self.decision_wait.observe(max(0.0, waited_seconds))
 
     def run_ended(self, status: str) -> None:
         """Count a run by its final status."""
-        self.runs.labels(status=status).inc()
+        self._child(self.runs, status).inc()
 
     def platform_api_error(self, platform: str, kind: str) -> None:
         """Count a platform API error; a rate limit counts in both series."""

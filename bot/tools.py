@@ -28,6 +28,7 @@ import pydantic_core
 import typing_extensions
 from pydantic import TypeAdapter
 
+from bot.aio import is_coroutine_function
 from bot.canonical import canonical_json
 
 
@@ -87,7 +88,7 @@ class Tool:
     @property
     def is_async(self) -> bool:
         """Whether :attr:`function` is a coroutine function."""
-        return inspect.iscoroutinefunction(self.function)
+        return is_coroutine_function(self.function)
 
     @property
     def tool_spec(self) -> dict[str, Any]:

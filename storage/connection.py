@@ -9,14 +9,12 @@ a WAL reader can never be refused an upgrade (SQLITE_BUSY_SNAPSHOT, which skips 
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import sqlite3
 import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 
 from sqlite_utils import Database
 
@@ -51,52 +49,116 @@ class Connector(ABC):
     def _db(self) -> Database:
         """The calling thread's database."""
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        yield
+    _guard_lock: threading.RLock | None = None
+    """Held around every use of the database, when its one connection is shared between threads."""
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[Database]:
+    def reading(self) -> _Reading:
         """The thread's database for statements that only read (each runs in autocommit)."""
-        with self._guard():
-            try:
-                yield self._db()
-            except sqlite3.Error as exc:
-                raise StorageError(f"SQLite error: {exc}") from exc
+        return _Reading(self)
 
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[Database]:
+    def writing(self) -> _Writing:
         """A ``BEGIN IMMEDIATE`` transaction, committed on success and rolled back on any error.
 
         Nested use joins the outer transaction.
         """
-        with self._guard():
-            db = self._db()
-            if db.conn.in_transaction:
-                yield db
-                return
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StorageError(f"SQLite error: {exc}") from exc
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                if db.conn.in_transaction:
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise StorageError(f"SQLite error: {exc}") from exc
-                raise
+        return _Writing(self)
 
     def database(self) -> Database:
         """The calling thread's sqlite-utils :class:`Database` (for ad-hoc queries and tests)."""
-        with self._guard():
+        lock = self._guard_lock
+        if lock is None:
+            return self._db()
+        with lock:
             return self._db()
 
     @abstractmethod
     def close(self) -> None:
         """Close every connection; later use raises :class:`StorageError`."""
+
+
+# The two context managers are classes rather than ``contextlib.contextmanager`` generators: every store
+# method enters one (a batch of writes enters several, nested), about fifty per engine conversation on
+# the writer thread alone, and a generator-based one costs several times as much to enter and leave.
+
+
+class _Reading:
+    """:meth:`Connector.reading`: the thread's database; SQLite errors inside become :class:`StorageError`."""
+
+    __slots__ = ("_connector", "_lock")
+
+    def __init__(self, connector: Connector) -> None:
+        self._connector = connector
+        self._lock: threading.RLock | None = None
+
+    def __enter__(self) -> Database:
+        lock = self._lock = self._connector._guard_lock
+        if lock is None:
+            return self._connector._db()
+        lock.acquire()
+        try:
+            return self._connector._db()
+        except BaseException:
+            lock.release()
+            raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._lock is not None:
+            self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise StorageError(f"SQLite error: {exc}") from exc
+
+
+class _Writing:
+    """:meth:`Connector.writing`: a ``BEGIN IMMEDIATE`` transaction, or the one already open (nested)."""
+
+    __slots__ = ("_connector", "_lock", "_db", "_owner")
+
+    def __init__(self, connector: Connector) -> None:
+        self._connector = connector
+        self._lock: threading.RLock | None = None
+        self._owner = False
+
+    def __enter__(self) -> Database:
+        lock = self._lock = self._connector._guard_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            db = self._db = self._connector._db()
+            if not db.conn.in_transaction:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                except sqlite3.Error as exc:
+                    raise StorageError(f"SQLite error: {exc}") from exc
+                self._owner = True
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        return db
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        try:
+            if not self._owner:  # joined an outer transaction: it decides
+                return
+            db = self._db
+            if exc is None:
+                try:
+                    db.execute("COMMIT")
+                    return
+                except BaseException as commit_error:
+                    exc = commit_error
+                    if db.conn.in_transaction:
+                        db.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        raise StorageError(f"SQLite error: {exc}") from exc
+                    raise
+            if db.conn.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"SQLite error: {exc}") from exc
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 class ThreadLocalConnector(Connector):
@@ -151,12 +213,8 @@ class SharedConnector(Connector):
         self._shared = db
         self._owned = owned
         self._lock = threading.RLock()
+        self._guard_lock = self._lock
         self._closed = False
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        with self._lock:
-            yield
 
     def _db(self) -> Database:
         if self._closed:

@@ -12,52 +12,49 @@ import concurrent.futures
 import contextlib
 import queue
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class AsyncTarget:
-    """Where an asyncio caller waits for one result."""
-
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-
-    @classmethod
-    def here(cls) -> AsyncTarget:
-        """A target on the running loop."""
-        loop = asyncio.get_running_loop()
-        return cls(loop, loop.create_future())
-
-
-Target = concurrent.futures.Future | AsyncTarget
+Target = concurrent.futures.Future | asyncio.Future
+"""Where a caller waits for one result: a thread-pool future, or an asyncio future (on its own loop)."""
 Outcome = tuple[Target, bool, Any]
 """A target, whether the call succeeded, and its value or exception."""
 
 
+def here() -> asyncio.Future[Any]:
+    """A target on the running loop (the asyncio future itself: it knows its loop)."""
+    return asyncio.get_running_loop().create_future()
+
+
 def start(target: Target) -> bool:
     """Whether the call should still run (a cancelled thread-pool future is skipped)."""
-    if isinstance(target, AsyncTarget):
-        return True
-    return target.set_running_or_notify_cancel()
+    if isinstance(target, concurrent.futures.Future):
+        return target.set_running_or_notify_cancel()
+    return True
 
 
 def deliver(outcomes: Iterable[Outcome]) -> None:
     """Resolve every target: thread-pool futures directly, asyncio futures with one wakeup per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-    for target, ok, value in outcomes:
-        if isinstance(target, AsyncTarget):
-            by_loop.setdefault(target.loop, []).append((target.future, ok, value))
-        elif ok:
-            target.set_result(value)
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    for outcome in outcomes:
+        target = outcome[0]
+        if isinstance(target, concurrent.futures.Future):
+            if outcome[1]:
+                target.set_result(outcome[2])
+            else:
+                target.set_exception(outcome[2])
+            continue
+        loop = target.get_loop()
+        items = by_loop.get(loop)
+        if items is None:
+            by_loop[loop] = [outcome]
         else:
-            target.set_exception(value)
+            items.append(outcome)
     for loop, items in by_loop.items():
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
             loop.call_soon_threadsafe(_settle, items)
 
 
-def _settle(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+def _settle(items: list[Outcome]) -> None:
     for future, ok, value in items:
         if future.done():  # cancelled while the call ran
             continue

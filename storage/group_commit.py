@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.connection import Connector
-from storage.delivery import STOP, AsyncTarget, Outcome, Target, batches, deliver, start
+from storage.delivery import STOP, Outcome, Target, batches, deliver, here, start
 from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -56,9 +56,9 @@ class GroupCommitWriter:
 
     async def run(self, operation: Callable[[], Any]) -> Any:
         """:meth:`submit` for asyncio callers: results of one commit reach the loop with one wakeup."""
-        target = AsyncTarget.here()
+        target = here()
         self._put(operation, target)
-        return await target.future
+        return await target
 
     def _put(self, operation: Callable[[], Any], target: Target) -> None:
         if self._closed:
@@ -102,8 +102,9 @@ class GroupCommitWriter:
             deliver((target, False, error) for _op, target in live)
             return
         outcomes: list[Outcome] = []
+        execute = db.conn.execute  # the savepoints go straight to sqlite3: two statements per write
         for operation, target in live:
-            db.execute("SAVEPOINT countersign_op")
+            execute("SAVEPOINT countersign_op")
             try:
                 value = operation()
             except BaseException as exc:  # this write alone is undone; the batch goes on
@@ -119,7 +120,7 @@ class GroupCommitWriter:
                     return
                 outcomes.append((target, False, error))
                 continue
-            db.execute("RELEASE countersign_op")
+            execute("RELEASE countersign_op")
             outcomes.append((target, True, value))
         try:
             db.execute("COMMIT")

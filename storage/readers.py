@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from storage.delivery import STOP, AsyncTarget, Outcome, batches, deliver
+from storage.delivery import STOP, Outcome, batches, deliver, here
 from storage.errors import StorageError
 
 READER_THREADS = 4
@@ -37,9 +37,9 @@ class ReadWorkers:
         """Run ``operation`` on a reader thread and return its result."""
         if self._closed:
             raise StorageError("storage is closed")
-        target = AsyncTarget.here()
+        target = here()
         self._queue.put((operation, target))
-        return await target.future
+        return await target
 
     def close(self) -> None:
         """Finish the queued reads, then stop the threads."""

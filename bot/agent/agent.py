@@ -497,15 +497,12 @@ class Agent:
         file_path = await asyncio.to_thread(_write_snapshot_file, snapshot, folder) if folder else None
         names = ", ".join(c.tool_name for c in pending)
         saved = f"; snapshot saved to {file_path}" if file_path else ""
-        exc = HITLBreakpointException(
+        raise _pause_exception(
             f"{len(pending)} tool call(s) need a human decision: {names}{saved}",
-            tool_name=pending[0].tool_name,
+            snapshot,
+            pending,
             snapshot_file_path=file_path,
-            tool_call_id=pending[0].id,
         )
-        exc.snapshot = snapshot
-        exc.pending_tool_calls = list(pending)
-        raise exc
 
     async def _finish_step(
         self,
@@ -553,14 +550,7 @@ class Agent:
         """Hold the step's results (the tools have run) until people review ``reviewed``; raise the pause."""
         snapshot = self._snapshot(ctx, list(ctx.messages), reviewed, stage=REVIEW_STAGE, held=results)
         names = ", ".join(c.tool_name for c in reviewed)
-        exc = HITLBreakpointException(
-            f"{len(reviewed)} tool result(s) need review: {names}",
-            tool_name=reviewed[0].tool_name,
-            tool_call_id=reviewed[0].id,
-        )
-        exc.snapshot = snapshot
-        exc.pending_tool_calls = list(reviewed)
-        raise exc
+        raise _pause_exception(f"{len(reviewed)} tool result(s) need review: {names}", snapshot, reviewed)
 
     # --- helpers -----------------------------------------------------------------------------------
 
@@ -788,6 +778,23 @@ def _accepts(method: Callable[..., Any], name: str) -> bool:
     except (TypeError, ValueError):  # no signature to read (a builtin): assume the full protocol
         return True
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _pause_exception(
+    message: str, snapshot: AgentSnapshot, pending: Sequence[Any], *, snapshot_file_path: str | None = None
+) -> HITLBreakpointException:
+    """The pause to raise, carrying ``snapshot`` and the ``pending`` calls (the first names the pause).
+
+    Built here, not in a local of the frame that raises it: that frame would reach the exception, whose
+    traceback reaches the frame, a reference cycle holding the run's frames and history until the next
+    full garbage collection (with a thousand runs paused at once, that collection costs more than the runs).
+    """
+    exc = HITLBreakpointException(
+        message, tool_name=pending[0].tool_name, snapshot_file_path=snapshot_file_path, tool_call_id=pending[0].id
+    )
+    exc.snapshot = snapshot
+    exc.pending_tool_calls = list(pending)
+    return exc
 
 
 def _check_callback_kind(callback: Callable[..., Any] | None, *, requires_async: bool) -> None:

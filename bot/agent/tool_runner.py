@@ -73,6 +73,9 @@ class ToolRunner:
         self, calls: Sequence[ToolCall], *, run_id: str, call_keys: Sequence[str], state: dict[str, Any]
     ) -> list[ChatMessage]:
         """Run ``calls`` and return one tool message per call, in call order."""
+        if len(calls) == 1 and len(call_keys) == 1:
+            # The usual step asks for one tool: no semaphore, task and gather to run it beside nothing.
+            return [await self._run_one(calls[0], run_id=run_id, call_key=call_keys[0], state=state)]
         semaphore = asyncio.Semaphore(self.max_workers)
 
         async def guarded(call: ToolCall, key: str) -> ChatMessage:

@@ -256,6 +256,9 @@ class RunLifecycle:
         finally:
             self._working.pop(run_id, None)
             self._lost.discard(run_id)
+            # The task holds the work's exception (a pause, usually), whose traceback holds this frame:
+            # dropping the frame's reference leaves no cycle for the garbage collector to find.
+            del task
 
     async def _sweep_forever(self) -> None:
         while True:

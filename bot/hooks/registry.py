@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bot.aio import is_coroutine_function
 from bot.hitl.serialization import callable_path, component_from_dict, component_to_dict, import_path
 from bot.hooks.confirmation import ConfirmationHook, StrategyMap
 from bot.hooks.events import (
@@ -224,4 +225,4 @@ def _hook_from_data(entry: Any) -> Hook:
 
 def _is_async(hook: Hook) -> bool:
     # An object whose __call__ is a coroutine function is async too.
-    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(type(hook).__call__)
+    return is_coroutine_function(hook) or is_coroutine_function(type(hook).__call__)
