@@ -172,9 +172,11 @@ class StorageProfile:
         while isinstance(target, functools.partial):
             target = target.func
         name = getattr(target, "__qualname__", repr(target))
-        if name.endswith("WriteBatches.apply") and isinstance(operation, functools.partial) and operation.args:
-            # One round trip for several writes (storage.batches): named by what it writes.
-            name = "batch: " + " + ".join(f"{w.store}.{w.method}" for w in operation.args[0])
+        batch = name.endswith(("WriteBatches.apply", "WriteBatches.read"))
+        if batch and isinstance(operation, functools.partial) and operation.args:
+            # One round trip for several writes or reads (storage.batches): named by what it does.
+            kind = "batch" if name.endswith("apply") else "reads"
+            name = f"{kind}: " + " + ".join(f"{w.store}.{w.method}" for w in operation.args[0])
 
         def timed() -> Any:
             began, cpu = time.perf_counter(), time.thread_time()

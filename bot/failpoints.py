@@ -13,13 +13,19 @@ The points (each is reached by every process, in this order through one approved
   claim (decided while stopping, or a concurrent decision of the same step) is resumed by any process.
 - ``after_claim``: the run is claimed for its resume (``paused → resuming``, with owner and lease: by the
   decision that completed the step, or by a resume), before the agent runs.
-- ``before_ledger``: right before the ledger ``begin`` of a call that is about to run.
-- ``after_ledger``: the ledger entry is ``executing``, before the tool function runs.
+- ``before_ledger``: right before the ledger ``begin`` of a call that is about to run. The run's history not yet
+  written (the model's reply with the call, see :mod:`bot.engine.history`) goes in that same write, so a crash
+  here leaves the reply unstored too: the run is continued from its snapshot, or retried from history.
+- ``after_ledger``: the ledger entry is ``executing`` (and the reply with the call is stored with it), before the
+  tool function runs.
 - ``after_tool``: the tool returned, before its ledger entry is finished.
 - ``while_pausing``: a step's pause is worked out (its approvals, its snapshot), right before it is stored in
-  one write (approvals, the run marked paused, the audit entry: all or nothing). Databases of older
+  one write (an earlier step's results not yet written, approvals, the run marked paused, the audit entry: all
+  or nothing). Databases of older
   versions, which stored the approvals first, may hold a half-done pause; recovery still closes those.
-- ``before_llm``: inside a run, before each call to the model.
+- ``before_llm``: inside a run, before each call to the model. A step's tool results are written with the run's
+  next write (its end, its next pause or ``begin``), so here they are in the ledger but not yet in the history:
+  recovery gives each call the ledger's result.
 - ``before_reply``: a run's answer is durable in the outbox (and the run finished), before it is posted.
 
 >>> arm("before_ledger")

@@ -67,6 +67,7 @@ READ_METHODS = frozenset(
         "readiness_problem",
         "since",
         "verify",
+        "read",  # batches.read: several reads in one hop
     }
 )
 """Methods that only read: they run in parallel on the pool; every other method is a write."""

@@ -15,6 +15,12 @@ plain :class:`~storage.protocols.Write` values (store, method, arguments) and ap
   savepoint: nothing of the batch is written, the rest of the group commit is untouched.
 - **PostgreSQL: one connection, one transaction** (:mod:`storage.postgres.batches`): the batch binds the
   transaction's connection for the stores' statements, which then run on it instead of the pool.
+- **Reads join.** A :class:`~storage.protocols.Read` in the list is the store's read method, run in its
+  place in the same transaction (on SQLite on the writer's connection): it sees the batch's writes before
+  it, and what it reads is what the step committed with (e.g. the thread's waiting messages as of a pause).
+- **Read batches.** ``batches.read([Read(...), ...])`` makes several independent reads of one step (e.g. a
+  message's arrival: the thread's latest run and the channel's access rules) in one round trip: on SQLite one
+  hop to a reader thread, in one read transaction (one snapshot); on PostgreSQL on one connection.
 - **Audit last.** Appends to the hash chain come after every other write of a batch (checked): PostgreSQL
   locks the chain's head from an append to the commit, so batches take their locks in one order.
 
@@ -32,7 +38,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from storage.protocols import BatchOutcome, Write, checked_writes
+from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
 
 SAVEPOINT = "countersign_batch"
 
@@ -43,7 +49,25 @@ class SQLiteWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+    def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+        """Make ``reads`` in one read transaction (one hop to a reader thread); see :class:`WriteBatches.read`.
+
+        >>> storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
+        (RunRecord(...),)
+        """
+        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(reads)]
+        with self.storage.connector.reading() as db:
+            # The stores' reads on this thread join it (their reading() is this connection): one snapshot.
+            own = not db.conn.in_transaction
+            if own:
+                db.execute("BEGIN")
+            try:
+                return tuple(method(*read.args, **read.kwargs) for read, method in calls)
+            finally:
+                if own and db.conn.in_transaction:
+                    db.execute("COMMIT")
+
+    def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
         """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
 
         >>> storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))]).applied

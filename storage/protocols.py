@@ -907,6 +907,24 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Read:
+    """One read joining a batch: ``<store>.<method>(*args, **kwargs)``, as the engine would call it alone.
+
+    In :meth:`WriteBatches.apply` it runs in the batch's transaction, in its place among the writes, so it
+    sees the writes before it and nothing another transaction commits later; its result is in
+    :attr:`BatchOutcome.results` at its position. A read never refuses a batch.
+
+    >>> Read("inbox", "waiting", ("slack:T1:C1:170.1",))
+    """
+
+    store: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    required: bool = field(default=False, init=False)
+
+
+@dataclass(frozen=True)
 class BatchOutcome:
     """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused``: which one said no)."""
 
@@ -925,14 +943,28 @@ class WriteBatches(Protocol):
     writer thread (one hop, one group commit), PostgreSQL on one connection in one transaction. Each
     write means exactly what the store method means alone (fences, compare-and-sets, the audit chain).
     If a ``required`` write returns a falsy result, or any write raises, nothing of the batch is written.
+    A :class:`Read` among the writes reads in the batch's transaction (what the step needs to know as of
+    its own writes, e.g. whether messages wait for the thread), saving the round trip of a read after it.
 
     Audit appends come last in a batch (:class:`ValueError` otherwise): on PostgreSQL an append locks the
     chain's head until the commit, so taking it last keeps that lock short and every batch takes its
     locks in the same order (rows first, the chain's head last), never deadlocking against another.
     """
 
-    def apply(self, writes: Sequence[Write]) -> BatchOutcome:
-        """Apply ``writes`` in order, all or nothing.
+    def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+        """Make ``reads`` (read methods only) in order, in one round trip and one read transaction: SQLite on one
+        reader thread (``BEGIN`` … ``COMMIT``: one snapshot of the database), PostgreSQL on one connection. Each
+        result is what the store method returns alone; an error in any read raises.
+
+        >>> latest, rules = storage.batches.read([
+        ...     Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",)),
+        ...     Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
+        ... ])
+        """
+        ...
+
+    def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
+        """Apply ``writes`` in order, all or nothing (a :class:`Read` among them reads in the same transaction).
 
         >>> storage.batches.apply([
         ...     Write("runs", "transition", ("run-1", "running", "paused"), required=True),
@@ -943,8 +975,22 @@ class WriteBatches(Protocol):
         ...
 
 
-def checked_writes(writes: Sequence[Write]) -> list[Write]:
-    """The batch's writes, checked before anything is written: known stores, public methods, audit last."""
+def checked_reads(reads: Sequence[Read]) -> list[Read]:
+    """A read batch's reads, checked before any is made: only :class:`Read` values, of known stores, public methods."""
+    checked = list(reads)
+    for read in checked:
+        if not isinstance(read, Read):
+            raise ValueError(f"a read batch takes only reads, not {read!r}")
+        if read.store not in STORE_NAMES or read.store == "batches":
+            raise ValueError(f"a batch cannot read from {read.store!r}")
+        if read.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {read.store}.{read.method}")
+    return checked
+
+
+def checked_writes(writes: Sequence[Write | Read]) -> list[Write | Read]:
+    """The batch's writes (and reads), checked before anything is written: known stores, public methods,
+    audit last (no read after an append either: it would hold the chain's head longer)."""
     checked = list(writes)
     auditing = False
     for write in checked:

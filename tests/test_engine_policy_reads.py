@@ -135,20 +135,27 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     def reads(name: str) -> float:
         return per_conversation.get(name, 0)
 
-    # The check before the call (its pause reuses it) and the review check after the approved call ran.
-    assert reads("SQLitePolicyStore.view") == 2
+    # The check before the call (its pause reuses it) and the review check after the approved call ran, the latter
+    # read with the call's outcome (its own round trip is gone, not the read).
+    assert reads("SQLitePolicyStore.view") == 1
+    assert reads("batch: ledger.finish + runs.get + policies.view") == 1
     assert reads("SQLitePolicyStore.resolve") == reads("SQLiteConditionalRules.rules") == 0
-    assert reads("SQLiteAccessStore.rules") == 1  # the channel's and the workspace's rules together
+    # The channel's and the workspace's access rules together, with the thread's latest run.
+    assert reads("reads: runs.latest_for_thread + access.rules") == 1
     assert reads("SQLiteApprovalStore.get_clicked") == 1  # the click: the approval and its place together
     assert reads("SQLiteApprovalStore.get") == reads("SQLiteApprovalPlaces.shown_in") == 0
-    assert reads("SQLiteApprovalStore.step") == 1  # the re-render after the click; the resume reuses it
+    # The step is read in the decision's batch (after its claim); the re-render and the resume reuse it.
+    assert reads("batch: approvals.decide + leases.claim_paused + approvals.step + audit.append") == 1
+    assert reads("SQLiteApprovalStore.step") == 0
     assert reads("SQLiteRunStore.snapshot") == 0  # it came with the fully decided step
     assert reads("SQLiteApprovalStore.for_run") == 0
     assert reads("SQLiteConversationStore.load") == 0  # no approvers named: no direct-message copies to update
-    # Only the stop check after the tool: the pause goes by the run as claimed (its one write is fenced), and
-    # the resume's fence comes from its claim.
-    assert reads("SQLiteRunStore.get") == 1
-    assert figures["round_trips_per_conversation"] <= 24  # 23, and now and then a heartbeat
+    # The stop check after the tool is answered by the run read with the call's outcome.
+    assert reads("SQLiteRunStore.get") == 0
+    # Nothing of the run's history, memories or waiting messages is a round trip of its own.
+    assert reads("SQLiteChatMessageStore.write_messages") == reads("SQLiteChatMessageStore.retrieve_messages") == 0
+    assert reads("SQLiteMemoryStore.search_memories") == reads("SQLiteThreadInbox.waiting") == 0
+    assert figures["round_trips_per_conversation"] <= 12.5  # 12, and now and then a heartbeat
 
 
 async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_of_the_run(harnesses):

@@ -230,3 +230,43 @@ async def test_a_message_row_holds_a_compact_body_and_rows_written_whole_still_r
         assert [m.to_dict() for m in read] == [old.to_dict(), new.to_dict()]
     finally:
         await storage.aclose()
+
+
+async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees_its_message(postgres_url):
+    """The read of a thread's waiting messages in a run's pause or end batch takes the thread's inbox lock, as an
+    enqueue does: an enqueue still uncommitted when the batch reads is seen once it commits (else its message
+    would wait, unseen, behind a run that just ended)."""
+    from storage import Read, ThreadAddress, Write
+
+    thread = "slack:T1:C1:170.9"
+    address = ThreadAddress(thread, "slack", "T1", "C1", "170.9")
+    async with await open_postgres_storage(postgres_url) as storage, \
+            await open_postgres_storage(postgres_url) as other:
+        enqueued = asyncio.Event()
+        commit = asyncio.Event()
+
+        async def enqueue_and_hold() -> None:
+            async with other.db.bound():  # the enqueue's transaction stays open until told to commit
+                await other.inbox.enqueue(address, "U_BOB", ChatMessage.from_user("and then?").to_dict())
+                enqueued.set()
+                await commit.wait()
+
+        writer = asyncio.create_task(enqueue_and_hold())
+        await enqueued.wait()
+        batch = asyncio.create_task(storage.batches.apply([
+            Read("inbox", "waiting", (thread,)),
+            Write("events", "first_time", ("e-after",)),
+        ]))
+        # The batch waits on the thread's lock (seen in pg_locks), not on a timer.
+        while not await storage.db.fetchone(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND objid = (hashtext(%s)::bigint & 4294967295)::oid", [thread]
+        ):
+            assert not batch.done()
+            await asyncio.sleep(0)
+        commit.set()
+        await writer
+        outcome = await batch
+
+    [waiting, first] = outcome.results
+    assert [i.requester for i in waiting] == ["U_BOB"] and first is True

@@ -117,10 +117,26 @@ async def load_snapshot(data: Any, store: Any) -> AgentSnapshot:
     :class:`HistoryUnavailable` when the store no longer has exactly the messages the run paused with;
     :class:`SnapshotError` for malformed data.
     """
-    snapshot, ref = _parse(data)
+    snapshot, ref = parse_stored(data)
     if ref is None:
         return snapshot
     history = await call_store(store.retrieve_messages, snapshot.history_id, last_k=ref.count, up_to=ref.up_to)
+    return with_history(snapshot, ref, history)
+
+
+def parse_stored(data: Any) -> tuple[AgentSnapshot, HistoryRef | None]:
+    """:func:`load_snapshot` in two halves, for a caller that reads the history itself (e.g. together with other
+    storage work): the snapshot without its referenced history, and the reference (``None``: self-contained).
+
+    Read ``retrieve_messages(snapshot.history_id, last_k=ref.count, up_to=ref.up_to)``, then call
+    :func:`with_history`. :class:`SnapshotError` for malformed data.
+    """
+    return _parse(data)
+
+
+def with_history(snapshot: AgentSnapshot, ref: HistoryRef, history: list[ChatMessage]) -> AgentSnapshot:
+    """``snapshot`` (from :func:`parse_stored`) with the history read for ``ref``, checked as :func:`load_snapshot`
+    checks it (:class:`HistoryUnavailable` unless it is exactly the messages the run paused with)."""
     if len(history) != ref.count or ids_digest(history) != ref.digest:
         raise HistoryUnavailable(
             f"The history run {snapshot.run_id} paused with is no longer stored as it was "

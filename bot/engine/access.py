@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from bot.engine.admin_syntax import EVERYONE
-from bot.engine.model import Inbound
+from bot.engine.model import UNREAD, Inbound
 from bot.engine.roles import group_label
 from storage.policies import scope_channel, scope_workspace
+from storage.protocols import Read
 
 REFUSED = "Sorry, you can't ask me to do things here: an admin has limited who may. Ask one of them for access."
 DM_REFUSED = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
@@ -29,17 +30,23 @@ class AccessControl:
         self.storage = storage
         self.roles = roles
 
-    async def refusal(self, inbound: Inbound) -> str | None:
-        """``None`` when ``inbound``'s author may ask there, else the sentence that tells them why not."""
+    def read(self, inbound: Inbound) -> Read:
+        """The read of the access rules :meth:`refusal` goes by, to make together with others."""
+        return Read("access", "rules", (_scopes(inbound),))
+
+    async def refusal(self, inbound: Inbound, rules: Any = UNREAD) -> str | None:
+        """``None`` when ``inbound``'s author may ask there, else the sentence that tells them why not.
+
+        ``rules``: the result of :meth:`read`, if the caller made it (else they are read here).
+        """
         if await self.roles.is_admin(inbound.user, inbound.platform):
             return None
         workspace = scope_workspace(inbound.platform, inbound.workspace)
         if inbound.is_direct and not await self.storage.access.direct_messages_allowed(workspace):
             return DM_REFUSED
-        scopes = [workspace] if inbound.is_direct else [
-            scope_channel(inbound.platform, inbound.workspace, inbound.channel), workspace
-        ]
-        rules = await self.storage.access.rules(scopes)  # every scope's rules in one read
+        scopes = _scopes(inbound)
+        if rules is UNREAD:
+            rules = await self.storage.access.rules(scopes)  # every scope's rules in one read
         for scope in scopes:  # the most specific scope that has rules decides
             principals = [r.principal for r in rules if r.scope == scope]
             if principals:
@@ -71,3 +78,11 @@ class AccessControl:
             lines.append("  elsewhere in the workspace: everyone")
         lines.append(f"Direct messages: {dms}.")
         return "\n".join(lines)
+
+
+def _scopes(inbound: Inbound) -> list[str]:
+    """The scopes whose access rules apply to ``inbound``, most specific first."""
+    workspace = scope_workspace(inbound.platform, inbound.workspace)
+    return [workspace] if inbound.is_direct else [
+        scope_channel(inbound.platform, inbound.workspace, inbound.channel), workspace
+    ]

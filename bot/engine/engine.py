@@ -20,7 +20,13 @@ from typing import Any
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE
-from bot.agent.stored_snapshot import HistoryUnavailable, load_snapshot, stored_snapshot_data, stored_step
+from bot.agent.stored_snapshot import (
+    HistoryUnavailable,
+    parse_stored,
+    stored_snapshot_data,
+    stored_step,
+    with_history,
+)
 from bot.canonical import args_digest
 from bot.config import Config
 from bot.engine.access import AccessControl
@@ -56,9 +62,10 @@ from bot.engine.errors import (
     UnknownAction,
     refused_while_storage_fails,
 )
+from bot.engine.history import StepHistory
 from bot.engine.instrumentation import ObservedChatGenerator
 from bot.engine.ledger import StorageExecutionLedger
-from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle
+from bot.engine.lifecycle import LeaseLost, Received, RunLifecycle, user_message
 from bot.engine.listening import Listening, pending_note
 from bot.engine.memory import (
     MEMORY_SCOPE,
@@ -74,6 +81,7 @@ from bot.engine.model import (
     CONFIRM,
     MODIFY,
     PENDING,
+    UNREAD,
     AdminRequest,
     ApprovalView,
     DecisionRequest,
@@ -91,14 +99,18 @@ from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.llm import LLMError
 from bot.logs import log_context
+from bot.memory.context import DEFAULT_TOP_K
+from bot.messages import ChatMessage
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import (
     ApprovalStep,
+    BatchOutcome,
     ClickedApproval,
     FencedOut,
     NewApproval,
     NotFound,
+    Read,
     StorageError,
     TokenUsage,
     Write,
@@ -149,20 +161,23 @@ class Engine:
         self.observer: Observer = observer if observer is not None else PrometheusObserver()
         if isinstance(generator, ObservedChatGenerator):  # a generator taken from another engine
             generator = generator.inner
+        self.history = StepHistory(storage)
+        """The agent's chat store: a run's history writes join its step's next batch (:mod:`bot.engine.history`)."""
+        self.ledger = StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run), observer=self.observer,
+                                             history=self.history)
+        """The tool-execution ledger of the agent's runs (it also notes stop requests read with each outcome)."""
         self.agent = Agent(
             ObservedChatGenerator(generator, self.observer),
             tools=list(tools),
             system_prompt=config.system_prompt,
             max_agent_steps=config.max_agent_steps,
             confirmation_strategies={"*": policy, REMEMBER: RememberConfirmation(policy)},
-            tool_invoker_kwargs={"ledger": StorageExecutionLedger(
-                storage, lambda run: self.lifecycle.fence(run), observer=self.observer
-            )},
-            chat_message_store=storage.messages,
-            memory_store=storage.memories,
+            tool_invoker_kwargs={"ledger": self.ledger},
+            chat_message_store=self.history,
+            memory_store=self.history.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
-            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds),
+            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds, self.ledger),
                                   StopFromChat(self._live)]},
         )
         self.surfaces: dict[str, Surface] = {}
@@ -297,12 +312,18 @@ class Engine:
         A message the bot does not act on (:mod:`bot.engine.listening`) is not stored (``None``); its
         author may get a private note about an approval waiting in the thread.
         """
-        hearing = await self.listening.hear(inbound)
+        listening = self.listening.read(inbound)
+        if listening is None:
+            hearing = await self.listening.hear(inbound)
+            rules: Any = UNREAD
+        else:  # the thread's latest run and the access rules: one round trip
+            latest, rules = await self.storage.batches.read([listening, self.access.read(inbound)])
+            hearing = await self.listening.hear(inbound, latest)
         if hearing.waiting is not None:
             self.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
         if not hearing.act:
             return None
-        refusal = await self.access.refusal(inbound)
+        refusal = await self.access.refusal(inbound, rules)
         if refusal is not None:
             await self.storage.audit.append(
                 inbound.user, "ask refused", inbound.thread_ref.key, {"direct": inbound.is_direct}, now=self.clock()
@@ -313,6 +334,22 @@ class Engine:
                            name=f"refuse-{inbound.event_id}")
             return None
         return await self.lifecycle.receive(inbound)
+
+    def reads_ahead(self, inbound: Inbound, message: ChatMessage | None = None) -> list[Read]:
+        """What a run started for ``inbound`` (``message``: as stored) reads first (its history, then its memories),
+        exactly as the agent will ask: read in the write that starts the run, handed to it (StepHistory.prefetched)."""
+        thread = inbound.thread_ref
+        reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k})]
+        query = (message or user_message(inbound)).text
+        if query:
+            context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
+                       "requester": inbound.user}
+            criteria = run_memory_kwargs(context)["search_criteria"]
+            reads.append(Read("memories", "search_memories", (query,), {
+                "filters": criteria.get("filters"), "top_k": criteria.get("top_k", DEFAULT_TOP_K),
+                "user_id": None, "run_id": None, "agent_id": None,
+            }))
+        return reads
 
     async def _note_pending(self, inbound: Inbound, record: Any) -> None:
         """Tell someone privately, once per approval, that it waits and who can decide it."""
@@ -371,6 +408,10 @@ class Engine:
         decided_calls: frozenset[str],
     ) -> None:
         surface = self._surface(thread.platform)
+        self.lifecycle.forget_waiting(thread)
+        self.history.open(run_id, thread.key)
+        self.ledger.channels[run_id] = {"platform": thread.platform, "workspace": thread.workspace,
+                                        "channel": thread.channel}
         context = {
             "platform": thread.platform,
             "workspace": thread.workspace,
@@ -413,6 +454,7 @@ class Engine:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
             logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
+            await self._write_history(run_id)
             fence = self.lifecycle.fence(run_id)
             await _quietly(
                 self.storage.runs.transition(
@@ -425,6 +467,8 @@ class Engine:
                 via=live.deliver if live else None,
             ))
         finally:
+            self.ledger.forget(run_id)  # a step with no stop or review check leaves nothing for a later run
+            self.history.close(run_id)  # written with the run's last batch, or not at all (taken over)
             if live:
                 self._live.pop(run_id, None)
                 await _quietly(live.close(keep_status=paused))
@@ -445,16 +489,36 @@ class Engine:
         if not text:
             finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
                              required=True)
-            if (await self.storage.batches.apply([finished, *self._end_writes(run_id, "finished", result)])).applied:
+            if (await self._end(run_id, thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
         # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
         owed = self.lifecycle.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
-        if (await self.storage.batches.apply([owed, *self._end_writes(run_id, "finished", result)])).applied:
+        if (await self._end(run_id, thread, [owed, *self._end_writes(run_id, "finished", result)])).applied:
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
             await self.lifecycle.deliveries.post(thread, text, key, via=live.deliver if live else None)
+
+    async def _end(self, run_id: str, thread: ThreadRef, writes: list[Write]) -> BatchOutcome:
+        """Apply a run's end (``writes``) with its history still to write and the read of what waits for its
+        thread, in one round trip (the results are those of ``writes``)."""
+        history = self.history.take(run_id)
+        try:
+            outcome = await self.storage.batches.apply([self.lifecycle.waiting_read(thread), *history, *writes])
+        except Exception:
+            self.history.give_back(run_id, history)
+            raise
+        if not outcome.applied:
+            return outcome
+        self.lifecycle.saw_waiting(thread, outcome.results[0])
+        return BatchOutcome(applied=True, results=outcome.results[1 + len(history):])
+
+    async def _write_history(self, run_id: str) -> None:
+        """Write what waits of the run's history now (a run failing): best effort, the failure is told anyway."""
+        waiting = self.history.take(run_id)
+        if waiting:
+            await _quietly(self.storage.batches.apply(waiting))
 
     def _end_writes(
         self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
@@ -473,6 +537,7 @@ class Engine:
     async def fail_run(self, run_id: str, thread: ThreadRef, exc: Exception, live: LiveAnswer | None = None) -> None:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
         fence = self.lifecycle.fence(run_id)
+        await self._write_history(run_id)  # what the run said and got so far stays in the thread
         if not await self.storage.runs.transition(
             run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
         ) and fence is not None:
@@ -495,7 +560,7 @@ class Engine:
         fence = self.lifecycle.fence(run_id)
         stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
                         {"fence": fence, "error": f"stopped by {actor}"}, required=True)
-        outcome = await self.storage.batches.apply([stopped, *self._end_writes(run_id, "stopped", result, actor)])
+        outcome = await self._end(run_id, thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
         if not outcome.applied:
             if fence is not None:
                 self.lifecycle.dropped(run_id)
@@ -546,6 +611,9 @@ class Engine:
 
     async def _stop_requested(self, run_id: str) -> str | None:
         """Who asked (in any process) that the run stop, or ``None``; a storage hiccup is not a stop."""
+        seen, asked_by = self.ledger.stop_seen(run_id)
+        if seen:  # read with the step's last tool outcome, in its transaction: no read of its own
+            return asked_by
         try:
             return (await self.storage.runs.get(run_id)).stop_requested_by
         except StorageError:
@@ -617,7 +685,12 @@ class Engine:
         surface = self._surface(thread.platform)
         approval_ids = [a.approval_id for a in new_approvals]
         # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
-        writes = [
+        history = self.history.take(run_id)
+        writes: list[Write | Read] = [
+            # Whether messages wait for the thread, as of this pause (read first: see RunLifecycle.waiting_read).
+            self.lifecycle.waiting_read(thread),
+            # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
+            *history,
             # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
             Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
             Write("approvals", "create_many", (new_approvals,)),
@@ -630,7 +703,11 @@ class Engine:
         writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
                             {"now": now}))
         failpoints.failpoint("while_pausing")
-        outcome = await self.storage.batches.apply(writes)
+        try:
+            outcome = await self.storage.batches.apply(writes)
+        except Exception:
+            self.history.give_back(run_id, history)
+            raise
         if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
             # the new owner's, so nothing more is written here.
@@ -641,7 +718,8 @@ class Engine:
             # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
             return
-        records = outcome.results[1]
+        self.lifecycle.saw_waiting(thread, outcome.results[0])
+        records = outcome.results[2 + len(history)]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
         if surface is None:
@@ -778,19 +856,26 @@ class Engine:
                 "now": self.clock(),
                 "final_result": final_result,
             }, required=True)
-            writes = [decision]
-            if not self.lifecycle.stopping:  # when stopping, another process's sweep resumes the run
+            writes: list[Write | Read] = [decision]
+            claiming = not self.lifecycle.stopping  # when stopping, another process's sweep resumes the run
+            if claiming:
                 # If this decision completes the step, the run is claimed for its resume in the same write.
                 # Pinned to this decision's step: a run paused again since is never resumed with it.
                 writes.append(Write("leases", "claim_paused",
                                     (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
                                     {"decided": True, "step": record.step}))
+            # The step as of this decision (and its claim), read in the same transaction: the re-render and the
+            # resume use it, with no read of their own.
+            writes.append(Read("approvals", "step", (record.run_id, record.step)))
             writes.append(self._decision_audit(record, request, action, final_arguments))
             won = await self.storage.batches.apply(writes)
             if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
-            claimed = len(writes) == 3 and bool(won.results[1])
+            claimed = claiming and bool(won.results[1])
+            # Only a claimed step is taken as read in the transaction: without the claim, a concurrent decision
+            # of the same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
+            decided_step = won.results[-2] if claimed else None
             failpoints.failpoint("after_decide")
             if claimed:
                 failpoints.failpoint("after_claim")
@@ -802,7 +887,8 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed,
+                                                  decided_step)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -813,12 +899,13 @@ class Engine:
 
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
-        claimed: bool,
+        claimed: bool, decided_step: ApprovalStep | None = None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
 
         ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
         (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        ``decided_step``: the step as read in the decision's transaction (after its claim).
         """
         resumes_later = False
         try:
@@ -837,15 +924,16 @@ class Engine:
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
-                return await self._after_decision(record, message, claimed)
-            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
+                return await self._after_decision(record, message, claimed, decided_step)
+            self.spawn(self._after_decision_logged(record, message, claimed, decided_step),
+                       name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
             clicked = next(v for v in views if v.approval_id == record.approval_id)
             return DecisionResult(approval=clicked, step=tuple(views), message=message)
         finally:
             if claimed and not resumes_later:
-                self._resume_claimed_run(record.run_id)
+                self._resume_claimed_run(record.run_id, decided_step)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -973,12 +1061,15 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(self, record: Any, message: str, claimed: bool = False) -> DecisionResult:
+    async def _after_decision(
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+    ) -> DecisionResult:
         """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
-        with the decision, so it resumes it whatever the re-render does)."""
-        paused: ApprovalStep | None = None
+        with the decision, so it resumes it whatever the re-render does; ``decided_step``: the step as the
+        decision's transaction read it, else it is read here)."""
+        paused: ApprovalStep | None = decided_step
         try:
-            paused, views = await self._rerender(record)
+            paused, views = await self._rerender(record, decided_step)
         finally:
             if claimed:  # the step as read after the claim: the resume reads none of it again
                 self._resume_claimed_run(record.run_id, paused)
@@ -991,9 +1082,12 @@ class Engine:
             self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(self, record: Any, message: str, claimed: bool = False) -> None:
+    async def _after_decision_logged(
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+    ) -> None:
         try:
-            await self._after_decision(record, message, claimed)  # a claimed run's resume starts in there, always
+            # A claimed run's resume starts in there, always.
+            await self._after_decision(record, message, claimed, decided_step)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
@@ -1086,9 +1180,8 @@ class Engine:
         """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step)."""
         try:
             stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
-            # The history it paused with is read back here, once (the stored snapshot refers to it).
-            snapshot = await load_snapshot(stored, self.storage.messages)
-        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot (or a lost history) fails this run only
+            snapshot, ref = parse_stored(stored)
+        except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
         # A step held for review resumes with the reviews; a step paused before acting, with the decisions.
@@ -1098,8 +1191,23 @@ class Engine:
             else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
         )
         # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
-        # start of the same claim, or an owner whose run was taken over, gets False and does nothing).
-        if not await self.storage.runs.transition(run_id, "resuming", "running", fence=self.lifecycle.fence(run_id)):
+        # start of the same claim, or an owner whose run was taken over, gets False and does nothing). The history
+        # the snapshot refers to is read back in the same round trip, once.
+        writes: list[Write | Read] = [Write("runs", "transition", (run_id, "resuming", "running"),
+                                            {"fence": self.lifecycle.fence(run_id)}, required=True)]
+        if ref is not None:
+            writes.append(Read("messages", "retrieve_messages", (snapshot.history_id,),
+                               {"last_k": ref.count, "up_to": ref.up_to}))
+        try:
+            started = await self.storage.batches.apply(writes)
+            if not started.applied:
+                return
+            if ref is not None:
+                snapshot = with_history(snapshot, ref, started.results[1])
+        except FencedOut:
+            raise
+        except (SnapshotError, StorageError) as exc:  # a lost history (or storage failing) fails this run only
+            await self.fail_run(run_id, thread, exc)
             return
         await self.run_agent(
             run_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -10,9 +11,11 @@ from typing import Any
 from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
+from bot.engine.history import StepHistory
 from bot.messages import ToolCall
 from bot.metrics import NullObserver, Observer
-from storage.protocols import RunFence
+from storage.errors import FencedOut
+from storage.protocols import Read, RunFence, Write
 
 logger = logging.getLogger(__name__)
 
@@ -38,19 +41,43 @@ class StorageExecutionLedger:
     """
 
     def __init__(
-        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None
+        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None,
+        history: StepHistory | None = None,
     ) -> None:
         self.storage = storage
+        self.history = history
+        """The engine's chat store: a run's history still to write goes with the call's ``begin`` (or ``finish``)."""
         self.fences = fences
         self.observer: Observer = observer or NullObserver()
         # When each granted call began (begin and finish bracket the tool's execution): its duration.
         self._started: dict[str, tuple[str, float]] = {}
+        self.channels: dict[str, dict[str, str]] = {}
+        """Per run the engine works on, its channel (platform, workspace, channel): a call's outcome is recorded with
+        a read of the tool's policy there, for the review check after it (:meth:`policy_seen`)."""
+        self._policies_seen: dict[tuple[str, str, str], Any] = {}
+        self._beginning: dict[str, asyncio.Lock] = {}  # per run: its calls' begins, one at a time
+        self.stops_seen: dict[str, str | None] = {}
+        """Per run, who had asked it to stop (``None``: nobody) as read with its last tool outcome, in the same
+        transaction: the step's stop check takes it (:meth:`stop_seen`) instead of reading the run again."""
 
     async def begin(self, run_id: str, call_key: str, call: ToolCall) -> LedgerClaim:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
         key = ledger_key(run_id, call_key)
         failpoints.failpoint("before_ledger")
-        if await self.storage.ledger.begin(key, args_digest(call.arguments), run_id=run_id, tool_name=call.tool_name):
+        begin = Write("ledger", "begin", (key, args_digest(call.arguments)),
+                      {"run_id": run_id, "tool_name": call.tool_name})
+        # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
+        # entry: both durable, in one transaction, before the tool runs. The step's calls begin one after another,
+        # so none of them runs before the batch carrying the reply has committed.
+        async with self._beginning.setdefault(run_id, asyncio.Lock()):
+            waiting = self.history.take(run_id) if self.history is not None else []
+            try:
+                granted = (await self.storage.batches.apply([*waiting, begin])).results[-1]
+            except Exception:
+                if self.history is not None:
+                    self.history.give_back(run_id, waiting)
+                raise
+        if granted:
             failpoints.failpoint("after_ledger")
             self._started[key] = (call.tool_name, time.perf_counter())
             return LedgerClaim(granted=True)
@@ -58,6 +85,35 @@ class StorageExecutionLedger:
         if entry is None or entry.status == "executing":
             return LedgerClaim(granted=False, prior_result=OUTCOME_UNKNOWN, prior_error=True)
         return LedgerClaim(granted=False, prior_result=entry.result, prior_error=entry.status != "done")
+
+    def stop_seen(self, run_id: str) -> tuple[bool, str | None]:
+        """Whether a tool outcome of ``run_id`` was recorded since the last call, and who had then asked the
+        run to stop (``None``: nobody); forgets it, so every stop check after a step sees a fresh value.
+
+        >>> ledger.stop_seen("run-1")
+        (True, None)
+        """
+        if run_id not in self.stops_seen:
+            return False, None
+        return True, self.stops_seen.pop(run_id)
+
+    def policy_seen(self, run_id: str, tool_name: str, call_key: str | None) -> Any:
+        """The policy view of ``tool_name`` read with this call's outcome (forgotten once taken), or ``None``.
+
+        >>> ledger.policy_seen("run-1", "delete_file", "call_1").rule.mode
+        'always'
+        """
+        if call_key is None:
+            return None
+        return self._policies_seen.pop((run_id, tool_name, call_key), None)
+
+    def forget(self, run_id: str) -> None:
+        """The engine is done with ``run_id``: drop what was read for its checks and not used."""
+        self.channels.pop(run_id, None)
+        self.stops_seen.pop(run_id, None)
+        self._beginning.pop(run_id, None)
+        for key in [k for k in self._policies_seen if k[0] == run_id]:
+            del self._policies_seen[key]
 
     async def finish(self, run_id: str, call_key: str, ok: bool, result: str) -> None:
         """Record the outcome; one that comes after a takeover goes to the audit log, not the ledger."""
@@ -67,7 +123,21 @@ class StorageExecutionLedger:
         if started is not None:
             self.observer.tool_executed(started[0], time.perf_counter() - started[1], ok=ok)
         fence = self.fences(run_id)
-        if await self.storage.ledger.finish(key, ok, result, fence=fence):
+        # The outcome and the run (for the step's stop check) in one round trip: the run is read after the
+        # outcome is recorded, so a stop asked before then is seen.
+        writes: list[Write | Read] = [
+            Write("ledger", "finish", (key, ok, result), {"fence": fence}),
+            Read("runs", "get", (run_id,)),
+        ]
+        channel = self.channels.get(run_id)
+        if channel is not None and started is not None:  # the tool's policy, read after it ran (time of use)
+            writes.append(Read("policies", "view", (started[0],), channel))
+        outcome = await self.storage.batches.apply(writes)
+        finished, run = outcome.results[:2]
+        if len(outcome.results) > 2:
+            self._policies_seen[(run_id, started[0], call_key)] = outcome.results[2]
+        self.stops_seen[run_id] = run.stop_requested_by
+        if finished:
             return
         # The run was taken over (or the call closed) meanwhile: the ledger keeps what the thread was told.
         logger.warning("a tool result came after the run was taken over; kept in the audit log only",
@@ -76,3 +146,7 @@ class StorageExecutionLedger:
             fence.owner if fence is not None else "countersign", "late_result", key,
             {"run_id": run_id, "ok": ok, "result": result[:LATE_RESULT_LIMIT]},
         )
+        if fence is not None and not fence.holds_for(run):
+            # Taken over: this process's run ends here (its history writes wait for a batch, so nothing else would
+            # stop it before it asked the model about a result the new owner already settled).
+            raise FencedOut(run_id)

@@ -51,7 +51,16 @@ from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
 from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
-from storage.protocols import TERMINAL_RUN_STATUSES, InboxItem, RunFence, RunRecord, ThreadAddress, Wakeup, Write
+from storage.protocols import (
+    TERMINAL_RUN_STATUSES,
+    InboxItem,
+    Read,
+    RunFence,
+    RunRecord,
+    ThreadAddress,
+    Wakeup,
+    Write,
+)
 
 if TYPE_CHECKING:
     from bot.engine.engine import Engine
@@ -139,6 +148,8 @@ class RunLifecycle:
         self._lost: set[str] = set()
         self._fences: dict[str, RunFence] = {}
         self._held: dict[str, RunRecord] = {}
+        # Per thread: whether messages waited as of the last run's pause or end write (its drain goes by it).
+        self._waiting_seen: dict[str, bool] = {}
 
     # --- fences -------------------------------------------------------------------------------------
 
@@ -320,8 +331,9 @@ class RunLifecycle:
         """
         thread = inbound.thread_ref
         now = self.clock()
+        message = user_message(inbound)
         enqueue = Write(
-            "inbox", "enqueue", (address_of(thread), inbound.user, user_message(inbound).to_dict(), inbound.message_id),
+            "inbox", "enqueue", (address_of(thread), inbound.user, message.to_dict(), inbound.message_id),
             {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"}, required=True,
         )
         started = None
@@ -331,12 +343,35 @@ class RunLifecycle:
             # The thread is free here: the run for its oldest waiting message starts in the same write (one round
             # trip; the database still allows one active run per thread), and :meth:`process` runs it.
             start = Write("inbox", "start_next", (thread.key, new_id(), self.owner, self.lease_until()), {"now": now})
-            outcome = await self.storage.batches.apply([enqueue, start])
-            item_id, started = outcome.results if outcome.applied else (None, None)
+            # What the run reads first (its history, with this message, and its memories) is read in the same write,
+            # after the run and its message are stored: what the run would read itself, one round trip less each.
+            ahead = self.engine.reads_ahead(inbound, message)
+            outcome = await self.storage.batches.apply([enqueue, start, *ahead])
+            item_id, started = outcome.results[:2] if outcome.applied else (None, None)
+            if started is not None:
+                self.engine.history.prefetched(started[0].run_id, list(zip(ahead, outcome.results[2:], strict=True)))
         if item_id is None:
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
             return None
         return Received(thread, item_id, inbound.message_id, started)
+
+    def waiting_read(self, thread: ThreadRef) -> Read:
+        """The read of the thread's waiting messages that a run's pause or end makes in its own write (first).
+
+        The drain after the run goes by it (:meth:`saw_waiting`) instead of reading again. It is as of that
+        write: a message stored after it was stored by a writer that saw the run paused or ended, and that
+        writer starts it or leaves it for the run's end. On PostgreSQL the read takes the thread's inbox lock
+        (as ``enqueue`` does), so an enqueue in flight commits before it or waits for the run's write.
+        """
+        return Read("inbox", "waiting", (thread.key,))
+
+    def saw_waiting(self, thread: ThreadRef, items: Any) -> None:
+        """Note what :meth:`waiting_read` found, for the thread's next drain."""
+        self._waiting_seen[thread.key] = bool(items)
+
+    def forget_waiting(self, thread: ThreadRef) -> None:
+        """A run starts on the thread: what an earlier run's write found no longer holds."""
+        self._waiting_seen.pop(thread.key, None)
 
     async def process(self, received: Received) -> None:
         """Process the thread of a received message (or leave the message queued behind its active run)."""
@@ -366,8 +401,10 @@ class RunLifecycle:
                 if started is None:
                     # After a run, one read tells whether anything waits (a writer that saw the run active has
                     # committed its message before looking, so this read sees it).
-                    if not fresh and not await self.storage.inbox.waiting(thread.key):
-                        return
+                    if not fresh:
+                        seen = self._waiting_seen.pop(thread.key, None)  # read by the run's pause or end write
+                        if not (seen if seen is not None else await self.storage.inbox.waiting(thread.key)):
+                            return
                     started = await self.storage.inbox.start_next(
                         thread.key, new_id(), self.owner, self.lease_until(), now=self.clock()
                     )

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.engine.decisions import who_decides
-from bot.engine.model import PENDING, Inbound, Note
+from bot.engine.model import PENDING, UNREAD, Inbound, Note
+from storage.protocols import Read
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,19 @@ class Listening:
         self.reply_mode = reply_mode
         self.roles = roles
 
-    async def hear(self, inbound: Inbound) -> Hearing:
-        """Whether to act on ``inbound``; when an approval waits and it may not supersede it, that approval."""
+    def read(self, inbound: Inbound) -> Read | None:
+        """The read :meth:`hear` needs for ``inbound`` (``None``: none), to make together with others."""
+        return None if inbound.is_direct else Read("runs", "latest_for_thread", (inbound.thread_ref.key,))
+
+    async def hear(self, inbound: Inbound, latest: Any = UNREAD) -> Hearing:
+        """Whether to act on ``inbound``; when an approval waits and it may not supersede it, that approval.
+
+        ``latest``: the result of :meth:`read`, if the caller made it (else it is read here).
+        """
         if inbound.is_direct:
             return Hearing(act=True)  # a DM is one person's conversation with the bot; its own run supersedes
-        latest = await self.storage.runs.latest_for_thread(inbound.thread_ref.key)
+        if latest is UNREAD:
+            latest = await self.storage.runs.latest_for_thread(inbound.thread_ref.key)
         addressed = (
             inbound.mentioned
             or self.reply_mode == ALL

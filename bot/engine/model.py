@@ -10,6 +10,9 @@ from typing import Any
 
 from bot.engine.roles import group_label, is_group
 
+UNREAD: Any = object()
+"""A value not read yet (an argument a caller may pass after reading it together with others)."""
+
 PENDING = "pending"
 APPROVED = "approved"
 REJECTED = "rejected"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.snapshot import AgentSnapshot
-from bot.engine.confirmation import REVIEW_MODES, effective_policy, note_policy
+from bot.engine.confirmation import REVIEW_MODES, effective_policy, note_policy, policy_of
 from bot.engine.decisions import ID_LESS_PREFIX
 from bot.engine.errors import InvalidEdit
 from bot.engine.model import EXPIRED
@@ -28,10 +28,12 @@ class PolicyReviewHook:
     The policy is read per channel from storage, as the confirmation strategy reads it before the call.
     """
 
-    def __init__(self, storage: Any, tools: Mapping[str, Tool], default_ttl: int) -> None:
+    def __init__(self, storage: Any, tools: Mapping[str, Tool], default_ttl: int, ledger: Any = None) -> None:
         self.storage = storage
         self.tools = tools
         self.default_ttl = default_ttl
+        self.ledger = ledger
+        """The engine's ledger: the policy read with the call's outcome (just now, after it ran) is used, if any."""
 
     async def __call__(self, event: HookEvent) -> None:
         """Ask for a review when the tool's effective policy, read now (time of use), says so."""
@@ -40,7 +42,11 @@ class PolicyReviewHook:
         tool = self.tools.get(call.tool_name)
         if tool is None or not context:  # as in needs_review: nothing to review, or no channel to have a policy
             return
-        policy = await effective_policy(self.storage, tool, context, self.default_ttl, arguments=call.arguments)
+        view = self.ledger.policy_seen(event.run_id, call.tool_name, call.id) if self.ledger is not None else None
+        if view is not None:  # read in the transaction that recorded the call's outcome: no read of its own
+            policy = await policy_of(view, tool, context, self.default_ttl, call.arguments)
+        else:
+            policy = await effective_policy(self.storage, tool, context, self.default_ttl, arguments=call.arguments)
         note_policy(context, call.tool_name, call.id, call.arguments, policy)  # the review's pause stores it
         if policy.mode in REVIEW_MODES:
             event.request_review(f"policy of {call.tool_name} asks for review")

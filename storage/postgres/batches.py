@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from storage.protocols import BatchOutcome, Write, checked_writes
+from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
 
 
 class _Refused(Exception):
@@ -28,7 +28,17 @@ class PostgresWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    async def apply(self, writes: Sequence[Write]) -> BatchOutcome:
+    async def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+        """Make ``reads`` in order on one connection, in one transaction; see :class:`WriteBatches.read`.
+
+        >>> await storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
+        (RunRecord(...),)
+        """
+        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(reads)]
+        async with self.storage.db.bound():
+            return tuple([await method(*read.args, **read.kwargs) for read, method in calls])
+
+    async def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
         """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
 
         >>> (await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))])).applied

@@ -186,6 +186,11 @@ class PostgresDatabase:
             finally:
                 _BOUND.reset(token)
 
+    def in_bound(self) -> bool:
+        """Whether the current task's statements join a :meth:`bound` transaction of this database."""
+        bound = _BOUND.get()
+        return bound is not None and bound[0] is self
+
     async def fetchone(self, sql: str, params: Any = None) -> Any:
         """The first row of one statement, or ``None``."""
         async with self.connection() as conn:

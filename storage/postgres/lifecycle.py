@@ -228,9 +228,17 @@ class PostgresThreadInbox:
         >>> [i.requester for i in await storage.inbox.waiting(address.chat_history_id)]
         ['U1']
         """
-        rows = await self.db.fetchall(
-            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id", [chat_history_id]
-        )
+        async with self.db.connection() as conn:
+            if self.db.in_bound():
+                # Read in a batch (a run's pause or end): the thread's inbox lock, held to its commit, orders it
+                # with every enqueue. One in flight commits first and is seen; a later one waits for this
+                # batch's writes and its start_next sees them. (Take it before the batch's row locks: an enqueue
+                # holding it may wait on the run's row in its start_next.)
+                await _lock_thread(conn, chat_history_id)
+            cursor = await conn.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id", [chat_history_id]
+            )
+            rows = await cursor.fetchall()
         return [_inbox_item(row) for row in rows]
 
     async def is_waiting(self, item_id: int) -> bool:

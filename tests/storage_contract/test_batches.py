@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from bot.messages import ChatMessage
-from storage import NotFound, RunFence, ThreadAddress, TokenUsage, Write
+from storage import NotFound, Read, RunFence, ThreadAddress, TokenUsage, Write
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD, new_approval
 
@@ -165,3 +165,67 @@ async def test_a_decision_batch_claims_the_run_only_with_the_decision_that_compl
     assert last.applied and last.results[1] == run  # the run as the claim wrote it
     assert (run.status, run.owner) == ("resuming", "host-a")
     assert [e.subject for e in await storage.audit.since(None)] == ["a-1", "a-2"]
+
+
+# --- reads in batches (storage.Read) ------------------------------------------------------------------
+
+
+async def test_a_read_in_a_batch_sees_the_writes_before_it_and_not_those_after_and_its_result_is_in_place(storage):
+    message = ChatMessage.from_user("delete a.txt").to_dict()
+    outcome = await storage.batches.apply([
+        Read("inbox", "waiting", (THREAD,)),
+        Write("inbox", "enqueue", (ADDRESS, "U_ANA", message), {"now": NOW}, required=True),
+        Read("inbox", "waiting", (THREAD,)),
+        Write("inbox", "start_next", (THREAD, "run-1", "host-a", NOW + LEASE), {"now": NOW}),
+        Read("messages", "retrieve_messages", (THREAD,), {"last_k": 5}),
+        Read("runs", "get", ("run-1",)),
+    ])
+
+    assert outcome.applied
+    before, item_id, waiting, (run, item), history, read_run = outcome.results
+    assert before == [] and [i.id for i in waiting] == [item_id] == [item.id]
+    assert [m.text for m in history] == ["delete a.txt"]  # start_next stored the message: the read sees it
+    assert (read_run.run_id, read_run.status) == (run.run_id, "running")
+    assert await storage.inbox.waiting(THREAD) == []
+
+
+async def test_a_refused_batch_returns_no_read_results_and_writes_nothing(storage):
+    await create_run(storage)
+    assert await storage.runs.transition("run-1", "running", "failed", error="stopped elsewhere")
+
+    outcome = await storage.batches.apply([Read("runs", "get", ("run-1",)), *_pause()])
+
+    assert (outcome.applied, outcome.refused, outcome.results) == (False, 3, ())
+    assert await storage.approvals.for_run("run-1") == []
+
+
+async def test_a_read_batch_makes_every_read_in_one_call_and_returns_each_result_in_order(storage):
+    await create_run(storage)
+    await storage.access.allow("slack:T1", "U_ANA", updated_by="U_ADMIN", now=NOW)
+    run = await storage.runs.get("run-1")
+
+    latest, rules, waiting = await storage.batches.read([
+        Read("runs", "latest_for_thread", (run.chat_history_id,)),
+        Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
+        Read("inbox", "waiting", (run.chat_history_id,)),
+    ])
+
+    assert latest == await storage.runs.latest_for_thread(run.chat_history_id)
+    assert [(r.scope, r.principal) for r in rules] == [("slack:T1", "U_ANA")]
+    assert waiting == []
+    assert await storage.batches.read([]) == ()
+
+
+async def test_a_read_batch_takes_only_reads_of_known_stores(storage):
+    for reads, problem in [
+        ([Write("runs", "get", ("run-1",))], "takes only reads"),
+        ([Read("batches", "read", ([],))], "cannot read from 'batches'"),
+        ([Read("runs", "_get", ("run-1",))], "cannot call runs._get"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            await storage.batches.read(reads)
+
+
+async def test_a_read_batch_raises_the_error_of_a_read(storage):
+    with pytest.raises(NotFound):
+        await storage.batches.read([Read("runs", "latest_for_thread", (THREAD,)), Read("runs", "get", ("nope",))])
