@@ -34,6 +34,7 @@ plain :class:`~storage.protocols.Write` values (store, method, arguments) and ap
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -95,8 +96,7 @@ def _undo(db: Any) -> None:
     """Roll back to the batch's savepoint (unless SQLite already abandoned the whole transaction)."""
     if not db.conn.in_transaction:
         return
-    try:
+    # If the transaction is gone meanwhile, the caller's writing() (or the group commit) rolls back.
+    with contextlib.suppress(sqlite3.Error):
         db.execute(f"ROLLBACK TO {SAVEPOINT}")
         db.execute(f"RELEASE {SAVEPOINT}")
-    except sqlite3.Error:  # the transaction is gone: the caller's writing() (or the group commit) rolls back
-        pass
