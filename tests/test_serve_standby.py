@@ -77,7 +77,7 @@ async def test_a_standby_victim_takes_no_recoverable_run_before_its_test_takes_i
             # take the run over in its start-up recovery and die at that point inside it.
             standby = Standby(cluster, ["after_ledger"])
             [victim] = await standby.parked()
-            assert victim.running, victim.log_text()
+            assert victim.stopped, victim.log_text()
             [run] = cluster.runs(thread)
             assert (run["owner"], run["status"]) == ("crashed", "resuming"), cluster.describe(thread)
             assert cluster.ledger(thread) == [], cluster.describe(thread)
@@ -92,7 +92,7 @@ async def test_a_standby_victim_takes_no_recoverable_run_before_its_test_takes_i
 
         # Taken, the victim goes on from where it stopped: it starts and serves its own test.
         taken = await standby.take("after_ledger")
-        assert taken is victim and taken.running and taken.url.startswith("http://")
+        assert taken is victim and not taken.stopped and taken.url.startswith("http://")
         own, own_card = await _asked_to_delete(cluster, survivor, "own.log")
         async with cluster.frozen(survivor):
             await cluster.click(taken, own_card)

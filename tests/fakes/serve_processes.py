@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
@@ -296,6 +297,22 @@ class ServeProcess:
         """Whether the process has not exited (as far as we have reaped it)."""
         return self.process.returncode is None
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP) now, as the kernel reports it (``ps`` where there is no /proc)."""
+        try:
+            if Path("/proc/self/stat").exists():
+                state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            else:
+                state = subprocess.run(
+                    ["ps", "-o", "stat=", "-p", str(self.pid)], capture_output=True, text=True, check=True
+                ).stdout.strip()
+        except (FileNotFoundError, subprocess.CalledProcessError):
+            state = "gone"
+        if not self.running or state.startswith(("Z", "X", "gone")):
+            raise HarnessError(f"{self.name} exited\n{self.log_text()}")
+        return state.startswith("T")
+
     def kill(self) -> None:
         """``kill -9``: no clean-up of any kind in the child."""
         if self.running:
@@ -527,6 +544,9 @@ class ServeCluster:
             await asyncio.wait_for(asyncio.shield(proc._parked), START_SECONDS)
         except (TimeoutError, HarnessError):
             raise HarnessError(f"{name} did not stop before its start\n{proc.log_text()}") from None
+        # The line comes just before the process stops itself: a SIGCONT sent in between would be lost and the
+        # process would then stop for good. Its next step is that stop, so waiting for it is short.
+        await self.wait_until(lambda: proc.stopped, f"{name} stopped after saying it stops", seconds=START_SECONDS)
         return proc
 
     async def resume_parked(self, proc: ServeProcess) -> ServeProcess:
