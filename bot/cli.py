@@ -91,7 +91,8 @@ configuration (environment variables; a .env file in the working folder is read 
   COUNTERSIGN_SWEEP_SECONDS        interval of the expiry sweep, crash recovery and retries of undelivered
                                    messages; fractions allowed (default: 30)
   COUNTERSIGN_FAILPOINT            crash tests only: comma-separated failpoint names where `serve` exits
-                                   at once (see README, "Failpoints"); unset in production
+                                   at once, or stops until continued (before_start; see README,
+                                   "Failpoints"); unset in production
   COUNTERSIGN_LOG_FORMAT           text (a line with key=value context) or json (one JSON object a line);
                                    both carry run_id, approval_id, thread_key, tool, surface (default: text)
   COUNTERSIGN_SNAPSHOT_RETENTION   ended runs drop their resume snapshots after this long: 36h, 7d, ... or

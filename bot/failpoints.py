@@ -28,6 +28,14 @@ The points (each is reached by every process, in this order through one approved
   recovery gives each call the ledger's result.
 - ``before_reply``: a run's answer is durable in the outbox (and the run finished), before it is posted.
 
+One point *stops* the process instead of ending it:
+
+- ``before_start``: the engine is built (storage open, surfaces registered, the model client loaded), right
+  before it starts any work: listening for wake-ups, the start-up recovery, the heartbeat and the sweep. Armed,
+  the process stops itself there (``SIGSTOP``) and goes on only when continued (``SIGCONT``). Crash tests start
+  their victims ahead of time this way: a victim acts on nothing (takes no run, starts no message) before the
+  test that crashes it continues it, so it can never take part in, or die inside, another test's recovery.
+
 >>> arm("before_ledger")
 >>> failpoint("after_claim")  # not armed: returns
 """
@@ -35,11 +43,14 @@ The points (each is reached by every process, in this order through one approved
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterable
 
 FAILPOINT_EXIT_CODE = 86
 """The exit status of a process stopped by a failpoint (tests tell it from a real crash)."""
+STOP_POINTS = frozenset({"before_start"})
+"""The points where an armed process stops itself (``SIGSTOP``) until continued, instead of exiting."""
 
 _armed: frozenset[str] = frozenset()
 
@@ -61,7 +72,14 @@ def armed() -> frozenset[str]:
 
 
 def failpoint(name: str) -> None:
-    """Exit the process at once if ``name`` is armed; otherwise do nothing."""
+    """Exit the process at once if ``name`` is armed (stop it until continued, for :data:`STOP_POINTS`);
+    otherwise do nothing."""
+    if name in _armed and name in STOP_POINTS:
+        # Said before stopping: whoever reads it knows the process does nothing more until it is continued.
+        sys.stderr.write(f"countersign: failpoint {name} reached; stopped until continued\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     if name in _armed:
         sys.stderr.write(f"countersign: failpoint {name} reached; exiting\n")
         sys.stderr.flush()

@@ -244,6 +244,8 @@ class Engine:
         warm_up = getattr(self.agent.chat_generator, "warm_up", None)
         if warm_up is not None:
             await warm_up()
+        # Crash tests start processes ahead and park them here: nothing below has acted on any run yet.
+        failpoints.failpoint("before_start")
         await self.lifecycle.listen()
         await self.recover()
         self.lifecycle.start(sweep=sweep)

@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
@@ -61,6 +62,9 @@ CHANNEL = "C0OPS"
 ALICE = "U0ALICE"  # asks the bot and decides her own calls
 ADMIN = "U0ADMIN"  # a countersign admin: may decide anyone's calls
 READY_PATTERN = re.compile(r"listening on (http://\S+)")
+PARKED_FAILPOINT = "before_start"
+"""Where a standby process stops itself until its test continues it (see :mod:`bot.failpoints`)."""
+PARKED_PATTERN = re.compile(rf"failpoint {PARKED_FAILPOINT} reached")
 RESEND = "send yours again"
 """What the bot said before the inbox, when a message arrived while another process ran the thread."""
 
@@ -280,6 +284,8 @@ class ServeProcess:
     url: str = ""
     slack: SlackRequests | None = None
     _reader: asyncio.Task[None] | None = None
+    _ready: asyncio.Future[str] | None = None
+    _parked: asyncio.Future[None] | None = None
 
     @property
     def pid(self) -> int:
@@ -290,6 +296,22 @@ class ServeProcess:
     def running(self) -> bool:
         """Whether the process has not exited (as far as we have reaped it)."""
         return self.process.returncode is None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP) now, as the kernel reports it (``ps`` where there is no /proc)."""
+        try:
+            if Path("/proc/self/stat").exists():
+                state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            else:
+                state = subprocess.run(
+                    ["ps", "-o", "stat=", "-p", str(self.pid)], capture_output=True, text=True, check=True
+                ).stdout.strip()
+        except (FileNotFoundError, subprocess.CalledProcessError):
+            state = "gone"
+        if not self.running or state.startswith(("Z", "X", "gone")):
+            raise HarnessError(f"{self.name} exited\n{self.log_text()}")
+        return state.startswith("T")
 
     def kill(self) -> None:
         """``kill -9``: no clean-up of any kind in the child."""
@@ -359,8 +381,10 @@ class ServeProcess:
         return f"--- log of {self.name} (pid {self.pid}) ---\n" + "\n".join(self.log[-last:])
 
 
-async def _read_log(process: asyncio.subprocess.Process, log: list[str], ready: asyncio.Future[str]) -> None:
-    """Keep the child's stderr drained (a full pipe would block it) and spot the ready line."""
+async def _read_log(
+    process: asyncio.subprocess.Process, log: list[str], ready: asyncio.Future[str], parked: asyncio.Future[None]
+) -> None:
+    """Keep the child's stderr drained (a full pipe would block it) and spot the ready and parked lines."""
     assert process.stderr is not None
     while True:
         raw = await process.stderr.readline()
@@ -371,8 +395,11 @@ async def _read_log(process: asyncio.subprocess.Process, log: list[str], ready: 
         found = READY_PATTERN.search(line)
         if found and not ready.done():
             ready.set_result(found.group(1))
-    if not ready.done():
-        ready.set_exception(HarnessError("the process exited before it was ready"))
+        if PARKED_PATTERN.search(line) and not parked.done():
+            parked.set_result(None)
+    for future, what in ((ready, "ready"), (parked, "parked")):
+        if not future.done():
+            future.set_exception(HarnessError(f"the process exited before it was {what}"))
 
 
 # ---------------------------------------------------------------------- the cluster
@@ -504,7 +531,47 @@ class ServeCluster:
         self, name: str, *, failpoint: str | None = None, env: Mapping[str, str] | None = None
     ) -> ServeProcess:
         """Start ``countersign serve --port 0`` and return once it listens (its instance id is ``name``)."""
+        proc = await self._spawn(name, failpoint, env or {})
+        await self.until_ready(proc)
+        return proc
+
+    async def start_parked(self, name: str, *, failpoint: str | None = None) -> ServeProcess:
+        """Start ``countersign serve`` and return once it stopped itself before any work (failpoint
+        ``before_start``): loaded, but it has taken no run and started no message. :meth:`resume_parked` it."""
+        proc = await self._spawn(name, failpoint, {}, parked=True)
+        assert proc._parked is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(proc._parked), START_SECONDS)
+        except (TimeoutError, HarnessError):
+            raise HarnessError(f"{name} did not stop before its start\n{proc.log_text()}") from None
+        # The line comes just before the process stops itself: a SIGCONT sent in between would be lost and the
+        # process would then stop for good. Its next step is that stop, so waiting for it is short.
+        await self.wait_until(lambda: proc.stopped, f"{name} stopped after saying it stops", seconds=START_SECONDS)
+        return proc
+
+    async def resume_parked(self, proc: ServeProcess) -> ServeProcess:
+        """Continue a process from :meth:`start_parked` and return once it listens."""
+        proc.thaw()
+        await self.until_ready(proc)
+        return proc
+
+    async def until_ready(self, proc: ServeProcess) -> None:
+        """Wait for ``proc`` to log that it listens; set its URL and its Slack requests."""
+        assert proc._ready is not None
+        try:
+            base_url = await asyncio.wait_for(asyncio.shield(proc._ready), START_SECONDS)
+        except (TimeoutError, HarnessError):
+            raise HarnessError(f"{proc.name} did not become ready\n{proc.log_text()}") from None
+        proc.url = base_url
+        proc.slack = dataclasses.replace(self._base_requests(), url=f"{base_url}/slack/events")
+
+    async def _spawn(
+        self, name: str, failpoint: str | None, env: Mapping[str, str], *, parked: bool = False
+    ) -> ServeProcess:
         command = _console_script()
+        failpoints = [failpoint] if failpoint else []
+        if parked:
+            failpoints.append(PARKED_FAILPOINT)
         workdir = self.root / f"work-{name}"
         workdir.mkdir(parents=True, exist_ok=True)  # no stray .env, no sandbox files in the checkout
         process = await asyncio.create_subprocess_exec(
@@ -515,25 +582,23 @@ class ServeCluster:
             "--port",
             "0",
             cwd=workdir,
-            env=self.environment(name, failpoint, env or {}),
+            env=self.environment(name, ",".join(failpoints), env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             preexec_fn=_die_with_parent,
         )
         log: list[str] = []
-        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        # Nobody awaits it any more once a start is given up (a standby cancelled at the end of a module).
-        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
-        proc = ServeProcess(name, name, failpoint, process, log)
-        proc._reader = asyncio.create_task(_read_log(process, log, ready), name=f"log-{name}")
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[str] = loop.create_future()
+        parked_there: asyncio.Future[None] = loop.create_future()
+        # Nobody awaits them any more once a start is given up (a standby cancelled at the end of a module), and
+        # only a parked start awaits the second.
+        for future in (ready, parked_there):
+            future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        proc = ServeProcess(name, name, failpoint, process, log, _ready=ready, _parked=parked_there)
+        proc._reader = asyncio.create_task(_read_log(process, log, ready, parked_there), name=f"log-{name}")
         self.processes.append(proc)
-        try:
-            base_url = await asyncio.wait_for(asyncio.shield(ready), START_SECONDS)
-        except (TimeoutError, HarnessError):
-            raise HarnessError(f"{name} did not become ready\n{proc.log_text()}") from None
-        proc.url = base_url
-        proc.slack = dataclasses.replace(self._base_requests(), url=f"{base_url}/slack/events")
         return proc
 
     @contextlib.asynccontextmanager
@@ -911,11 +976,13 @@ def _console_script() -> str:
 
 
 class Standby:
-    """Processes started ahead of the tests that will crash them, frozen (SIGSTOP) until a test takes one.
+    """Processes started ahead of the tests that will crash them, stopped until a test takes one.
 
     Starting ``countersign serve`` costs about a second and a half of imports; started a few at a time
-    while earlier tests run, the victims of a module cost little more than one start in all. A frozen
-    process does nothing, so it cannot take part in (or crash during) another test's recovery.
+    while earlier tests run, the victims of a module cost little more than one start in all. Each stops
+    itself (failpoint ``before_start``) once loaded and before it does anything: no start-up recovery, no
+    sweep, no wake-up. So it cannot take part in (or crash during) another test's recovery — which a
+    process frozen from outside once it listened could: its start-up recovery and first sweeps came first.
     """
 
     def __init__(self, cluster: ServeCluster, failpoints: Iterable[str | None], *, at_once: int = 3) -> None:
@@ -934,8 +1001,11 @@ class Standby:
                 f"victim-{failpoint or 'plain'}-{len(self.cluster.processes)}", failpoint=failpoint
             )
         proc = await waiting.pop(0)
-        proc.thaw()
-        return proc
+        return await self.cluster.resume_parked(proc)
+
+    async def parked(self) -> list[ServeProcess]:
+        """Every process of the pool not taken yet, once each has stopped before its start."""
+        return list(await asyncio.gather(*(task for waiting in self._ready.values() for task in waiting)))
 
     async def close(self) -> None:
         """Stop starting processes (the cluster kills the ones that started)."""
@@ -946,9 +1016,7 @@ class Standby:
 
     async def _start(self, name: str, failpoint: str | None) -> ServeProcess:
         async with self._limit:
-            proc = await self.cluster.start(name, failpoint=failpoint)
-            await self.cluster.freeze(proc)
-            return proc
+            return await self.cluster.start_parked(name, failpoint=failpoint)
 
 
 # ---------------------------------------------------------------------- reading stored history
