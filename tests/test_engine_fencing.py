@@ -138,9 +138,6 @@ class StallingGenerator:
         await self.release.wait()
         return {"replies": [asks_for("delete_file", path="a.txt")]}
 
-    def run(self, messages, **kwargs):
-        raise NotImplementedError("async only")
-
 
 async def test_an_owner_taken_over_while_the_model_answered_stores_no_approval_and_renders_nothing(
     harnesses, database_url
