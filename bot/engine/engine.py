@@ -1166,11 +1166,14 @@ class Engine:
             )
             if claimed:
                 current: Any = run  # read after the claim (by the caller, or just above)
-                # The claim started the run, so no start compare-and-set guards it against a second start here:
-                # a run this process works on already is never started again. (A stale claim started after
-                # that work ended is refused by the fence, durably: the run is no longer running as claimed.)
+                # The claim started the run, so no start compare-and-set guards it against a second start here.
+                # Each claim is handed to exactly one resume (see _after_won_decision); beyond that, a run this
+                # process works on is never started again, and work on a thread is one at a time here (the thread
+                # lock), so a second start of the same claim could only come after the first one's work ended:
+                # the run is no longer running under the claim's fence then, and every durable write of that start
+                # (the ledger's begin before any tool, the history, the answer) is refused by the fence.
                 if current.status != "running" or self.lifecycle.fence(run_id) is not None:
-                    return  # resumed already, or closed meanwhile
+                    return  # closed meanwhile, or worked on already
             else:
                 if not records or any(r.status == PENDING for r in records):
                     return
