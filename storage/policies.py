@@ -8,6 +8,7 @@ and within a scope a tool name beats a group beats ``"*"``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -188,6 +189,24 @@ def _rule(row: Any) -> PolicyRule:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _views_sql(count: int) -> str:
+    """The statement of :meth:`SQLitePolicyStore.views` for ``count`` tool names (made once per count).
+
+    Three kinds of rows, padded to one shape: the plain rules that could apply to any of the tools, the tools'
+    groups (which group rules apply to which tool), and the tools' conditional rules.
+    """
+    marks = ", ".join("?" for _ in range(count))
+    return (
+        f"SELECT 'rule', NULL, {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) AND (tool_key = ? "
+        f"OR tool_key IN ({marks}) OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name IN ({marks}))) "
+        "UNION ALL SELECT 'group', group_name, NULL, tool_name, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
+        f"FROM tool_groups WHERE tool_name IN ({marks}) UNION ALL "
+        "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+        f"FROM conditional_rules WHERE scope IN (?, ?, ?) AND tool_name IN ({marks})"
+    )
+
+
 class SQLitePolicyStore:
     """Rules per scope and tool key, named tool groups, and confirmations remembered for ``once``."""
 
@@ -339,19 +358,9 @@ class SQLitePolicyStore:
         scopes = channel_scopes(platform, workspace, channel)
         if not names:
             return PolicyViews(names, scopes, (), (), ())
-        marks = ", ".join("?" for _ in names)
-        # Three kinds of rows, padded to one shape: the plain rules that could apply to any of the tools, the
-        # tools' groups (which group rules apply to which tool), and the tools' conditional rules.
         with self.connector.reading() as db:
             rows = db.execute(
-                f"SELECT 'rule', NULL, {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) AND (tool_key = ? "
-                f"OR tool_key IN ({marks}) OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name IN "
-                f"({marks}))) UNION ALL "
-                f"SELECT 'group', group_name, NULL, tool_name, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
-                f"FROM tool_groups WHERE tool_name IN ({marks}) UNION ALL "
-                "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
-                f"FROM conditional_rules WHERE scope IN (?, ?, ?) AND tool_name IN ({marks})",
-                [*scopes, ANY_TOOL, *names, *names, *names, *scopes, *names],
+                _views_sql(len(names)), [*scopes, ANY_TOOL, *names, *names, *names, *scopes, *names]
             ).fetchall()
         return PolicyViews(
             names,

@@ -133,7 +133,8 @@ async def effective_policy(
     With ``arguments`` (a call being decided), the mode may come from a rule with a condition on them
     (:func:`conditional_mode`), and a tool's ``needs_approval`` is consulted when no admin rule sets the mode.
     One storage read: the plain rule and the conditional rules together (``policies.view``), read afresh at
-    every decision, so a policy an admin tightened applies to the next call it decides.
+    every decision, so a policy an admin tightened applies to the next call it decides. (The confirmation strategy
+    may instead ask from a view read at the run's start, which the pause then checks: :class:`PoliciesRead`.)
     """
     where = {"platform": context["platform"], "workspace": context["workspace"], "channel": context["channel"]}
     if arguments is not None and tool is not None:

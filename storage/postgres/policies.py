@@ -22,6 +22,16 @@ _APPLIES = (
     "OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = %s))"
 )
 """The rules that could apply to a tool in a channel's scopes: its name, ``"*"``, and its groups."""
+_VIEWS = (
+    f"SELECT 'rule'::text, NULL::text, {_COLUMNS} FROM policy_rules WHERE scope = ANY(%s) AND (tool_key = %s "
+    "OR tool_key = ANY(%s) OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = ANY(%s))) "
+    "UNION ALL SELECT 'group', group_name, NULL, tool_name, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
+    "FROM tool_groups WHERE tool_name = ANY(%s) UNION ALL "
+    "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+    "FROM conditional_rules WHERE scope = ANY(%s) AND tool_name = ANY(%s)"
+)
+"""As on SQLite (:func:`storage.policies._views_sql`): the plain rules that could apply to any of the tools, the
+tools' groups, and their conditional rules, padded to one shape."""
 GROUP_LOCK = "countersign.tool_groups"
 """With the group's name, the key of the advisory lock that serialises redefinitions of one group."""
 
@@ -199,17 +209,7 @@ class PostgresPolicyStore:
         scopes = channel_scopes(platform, workspace, channel)
         if not names:
             return PolicyViews(names, scopes, (), (), ())
-        # As on SQLite: the plain rules that could apply to any of the tools, the tools' groups, their conditional
-        # rules, padded to one shape.
-        rows = await self.db.fetchall(
-            f"SELECT 'rule'::text, NULL::text, {_COLUMNS} FROM policy_rules WHERE scope = ANY(%s) AND (tool_key = %s "
-            "OR tool_key = ANY(%s) OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name = ANY(%s))) "
-            "UNION ALL SELECT 'group', group_name, NULL, tool_name, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
-            "FROM tool_groups WHERE tool_name = ANY(%s) UNION ALL "
-            "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
-            "FROM conditional_rules WHERE scope = ANY(%s) AND tool_name = ANY(%s)",
-            [scopes, ANY_TOOL, names, names, names, scopes, names],
-        )
+        rows = await self.db.fetchall(_VIEWS, [scopes, ANY_TOOL, names, names, names, scopes, names])
         return PolicyViews(
             names,
             scopes,
