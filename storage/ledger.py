@@ -10,7 +10,7 @@ from typing import Any
 
 from storage.codec import epoch
 from storage.connection import Connector
-from storage.errors import NotFound
+from storage.errors import FencedOut, NotFound
 from storage.protocols import LedgerEntry, RunFence
 from storage.records import SQLITE_TIMES, ledger_entry
 from storage.runs import fence_holds
@@ -29,9 +29,14 @@ class SQLiteToolLedger:
         self.connector = connector
 
     def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        fence: RunFence | None = None,
     ) -> bool:
         """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.
+
+        With a ``fence``, :class:`FencedOut` (nothing written) unless the fence holds in the same transaction:
+        an owner whose run was taken over never starts another call of it (the new owner may be running the
+        run's next step, whose calls have other ids).
 
         >>> storage.ledger.begin("call_1", digest, run_id="run-1", tool_name="delete_file")
         True
@@ -39,6 +44,8 @@ class SQLiteToolLedger:
         False
         """
         with self.connector.writing() as db:
+            if fence is not None and not fence_holds(db, fence):
+                raise FencedOut(fence.run_id)
             return (
                 db.execute(
                     "INSERT INTO ledger (tool_call_id, run_id, tool_name, args_digest, status, started_at) "

@@ -560,8 +560,15 @@ class ToolLedger(Protocol):
     """At-most-once execution: ``begin`` succeeds once per tool call, before the side effect."""
 
     def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
-    ) -> bool: ...
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        fence: RunFence | None = None,
+    ) -> bool:
+        """Record ``executing`` for the call; ``False`` if it ever began before.
+
+        With a ``fence``, :class:`~storage.errors.FencedOut` (nothing written) unless the fence holds in the same
+        transaction: an owner whose run was taken over starts no call of it.
+        """
+        ...
 
     def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome of an ``executing`` call; ``False`` if it was finished (or marked unknown) already.

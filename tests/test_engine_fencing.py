@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
+from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.llm import ScriptedChatGenerator
+from bot.messages import ChatMessage, ToolCall
 from bot.tools import tool
+from storage import FencedOut, RunFence, ThreadAddress
 from tests.fakes.engine_kit import Harnesses, asks_for, bounded, dangling_calls, says, tool_results
 
 
@@ -162,3 +166,26 @@ async def test_an_owner_taken_over_while_the_model_answered_stores_no_approval_a
     assert len(b.surface.renders) == 1
     paused = await b.run_of(run.run_id)
     assert (paused.status, paused.step, paused.recoveries) == ("paused", b_approval.step, 1)
+
+
+async def test_the_engines_ledger_begins_no_call_of_a_run_taken_over(harnesses, database_url):
+    # A call whose begin carries no history write (a step's later call, a recoverer's decided call) is kept from
+    # running by the fence on begin alone: the new owner may be running the run's next step, with other call ids.
+    a = await harnesses.open(replies=[], database_url=database_url)
+    storage = a.engine.storage
+    thread = a.inbound("deploy").thread_ref
+    address = ThreadAddress(thread.key, thread.platform, thread.workspace, thread.channel, thread.thread)
+    now = a.clock()
+    await storage.inbox.enqueue(address, "U_ANA", ChatMessage.from_user("deploy").to_dict(), now=now)
+    run, _item = await storage.inbox.start_next(thread.key, "run-x", "host-a", now + timedelta(seconds=30), now=now)
+    stale = RunFence.of(run)
+    later = now + timedelta(seconds=31)
+    taken = await storage.leases.claim_expired("run-x", "host-b", later + timedelta(seconds=30), now=later)
+    ledger = StorageExecutionLedger(storage, {"run-x": stale}.get)
+    call = ToolCall(tool_name="deploy", arguments={"env": "prod"}, id="call_2")
+    with pytest.raises(FencedOut):
+        await ledger.begin("run-x", "call_2", call)
+    assert await storage.ledger.get(ledger_key("run-x", "call_2")) is None, "the stalled owner began nothing"
+
+    granted = await StorageExecutionLedger(storage, {"run-x": RunFence.of(taken)}.get).begin("run-x", "call_2", call)
+    assert granted.granted, "the new owner begins it"

@@ -36,8 +36,9 @@ class StorageExecutionLedger:
     """Implements :class:`bot.agent.tool_runner.ExecutionLedger` with ``storage.ledger``.
 
     ``fences`` gives the fence this process holds on a run (``None`` if it holds none): the outcome is
-    recorded only while it holds, so an owner whose run was taken over never overwrites the "outcome
-    unknown" its recoverer wrote. Such a late result is kept in the audit log instead (``late_result``).
+    recorded only while it holds, and a call begins only while it holds: an owner whose run was taken over
+    starts no call of it and never overwrites the "outcome unknown" its recoverer wrote. Such a late result is
+    kept in the audit log instead (``late_result``).
     """
 
     def __init__(
@@ -64,8 +65,10 @@ class StorageExecutionLedger:
         """Claim the call once, ever; a refused claim reports the earlier outcome."""
         key = ledger_key(run_id, call_key)
         failpoints.failpoint("before_ledger")
+        # Fenced: an owner whose run was taken over (it stalled past its lease) starts no call of it, not even one
+        # the ledger has never seen (the new owner may be running the run's next step, with other call ids).
         begin = Write("ledger", "begin", (key, args_digest(call.arguments)),
-                      {"run_id": run_id, "tool_name": call.tool_name})
+                      {"run_id": run_id, "tool_name": call.tool_name, "fence": self.fences(run_id)})
         # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
         # entry: both durable, in one transaction, before the tool runs. The step's calls begin one after another,
         # so none of them runs before the batch carrying the reply has committed.

@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg.types.json import Json
 
-from storage.errors import NotFound
+from storage.errors import FencedOut, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase
 from storage.postgres.runs import fence_holds
 from storage.protocols import LedgerEntry, RunFence
@@ -30,23 +30,30 @@ class PostgresToolLedger:
         self.db = db
 
     async def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None
+        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        fence: RunFence | None = None,
     ) -> bool:
         """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.
+
+        With a ``fence``, :class:`FencedOut` (nothing written) unless the fence holds in the same transaction
+        (see :meth:`storage.SQLiteToolLedger.begin`).
 
         >>> await storage.ledger.begin("call_1", digest, run_id="run-1", tool_name="delete_file")
         True
         >>> await storage.ledger.begin("call_1", digest)  # a retry, a replica, a double click
         False
         """
-        return (
-            await self.db.execute(
-                "INSERT INTO ledger (tool_call_id, run_id, tool_name, args_digest, status, started_at) "
-                "VALUES (%s, %s, %s, %s, 'executing', now()) ON CONFLICT (tool_call_id) DO NOTHING",
-                [tool_call_id, run_id, tool_name, args_digest],
-            )
-            == 1
+        insert = (
+            "INSERT INTO ledger (tool_call_id, run_id, tool_name, args_digest, status, started_at) "
+            "VALUES (%s, %s, %s, %s, 'executing', now()) ON CONFLICT (tool_call_id) DO NOTHING"
         )
+        if fence is None:
+            return await self.db.execute(insert, [tool_call_id, run_id, tool_name, args_digest]) == 1
+        async with self.db.transaction() as conn:
+            if not await fence_holds(conn, fence):
+                raise FencedOut(fence.run_id)
+            cursor = await conn.execute(insert, [tool_call_id, run_id, tool_name, args_digest])
+            return cursor.rowcount == 1
 
     async def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.

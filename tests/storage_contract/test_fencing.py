@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from bot.messages import ChatMessage, ToolCall
-from storage import FencedOut, RunFence, ThreadAddress
+from storage import FencedOut, RunFence, ThreadAddress, Write
 from tests.fakes.storage_data import NOW, THREAD
 
 ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
@@ -91,3 +91,31 @@ async def test_a_fence_guards_only_its_own_run(storage):
     stale, _current = await _started_and_taken_over(storage)
     with pytest.raises(ValueError):
         await storage.runs.transition("run-2", "running", "finished", fence=stale)
+
+
+async def test_a_stale_fence_begins_no_call_and_the_new_owners_fence_does(storage):
+    # The new owner may be running the run's next step, whose calls the ledger has never seen: only the fence
+    # keeps the stalled owner from starting one of them beside it.
+    stale, current = await _started_and_taken_over(storage)
+    with pytest.raises(FencedOut) as refused:
+        await storage.ledger.begin("run-1:call_2", "digest", run_id="run-1", tool_name="deploy", fence=stale)
+    assert refused.value.run_id == "run-1"
+    assert await storage.ledger.get("run-1:call_2") is None, "nothing written"
+    assert await storage.ledger.begin("run-1:call_2", "digest", run_id="run-1", tool_name="deploy", fence=current)
+    assert not await storage.ledger.begin("run-1:call_2", "digest", run_id="run-1", tool_name="deploy",
+                                          fence=current), "still once per call under a holding fence"
+    assert (await storage.ledger.get("run-1:call_2")).status == "executing"
+
+
+async def test_a_fenced_begin_in_a_batch_rolls_the_batch_back(storage):
+    # The engine stores the model's reply with the first call's begin: a stale owner stores neither.
+    stale, _current = await _started_and_taken_over(storage)
+    before = await storage.messages.count_messages(THREAD)
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name="deploy", arguments={}, id="call_3")])
+    with pytest.raises(FencedOut):
+        await storage.batches.apply([
+            Write("messages", "write_messages", (THREAD, [reply])),
+            Write("ledger", "begin", ("run-1:call_3", "digest"), {"run_id": "run-1", "fence": stale}),
+        ])
+    assert await storage.messages.count_messages(THREAD) == before
+    assert await storage.ledger.get("run-1:call_3") is None
