@@ -23,6 +23,9 @@ The points (each is reached by every process, in this order through one approved
   one write (an earlier step's results not yet written, approvals, the run marked paused, the audit entry: all
   or nothing). Databases of older
   versions, which stored the approvals first, may hold a half-done pause; recovery still closes those.
+- ``after_pause``: a step's pause is stored (its approvals, the run paused, its approval card owed in the outbox),
+  before the card is posted. Whichever process sweeps the outbox next shows the card, once the dying
+  process's claim on it has expired.
 - ``before_llm``: inside a run, before each call to the model. A step's tool results are written with the run's
   next write (its end, its next pause or ``begin``), so here they are in the ledger but not yet in the history:
   recovery gives each call the ledger's result.

@@ -181,7 +181,7 @@ async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_an
 # ---------------------------------------------------------------------- the crash between a message and its pause
 
 
-@pytest.mark.parametrize("failpoint", ["before_llm", "while_pausing"])
+@pytest.mark.parametrize("failpoint", ["before_llm", "while_pausing", "after_pause"])
 async def test_a_message_whose_process_dies_before_pausing_is_retried_or_answered_never_dropped(
     cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str
 ) -> None:

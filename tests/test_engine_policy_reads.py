@@ -139,10 +139,10 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     # pause checks that view in its own write; the review check after the approved call ran is read with the call's
     # outcome. No policy read is a round trip of its own.
     assert reads("SQLitePolicyStore.view") == reads("SQLitePolicyStore.views") == 0
-    assert reads("batch: inbox.enqueue + inbox.start_next + messages.retrieve_messages + policies.views"
-                 " + memories.search_memories") == 1
-    assert reads("batch: inbox.waiting + policies.unchanged + runs.record_usage + approvals.create_many"
-                 " + runs.transition + places.record + audit.append") == 1
+    [start] = [name for name in per_conversation if "inbox.start_next" in name]
+    [pause] = [name for name in per_conversation if "approvals.create_many" in name]
+    assert "policies.views" in start and "policies.unchanged" in pause
+    assert reads(start) == reads(pause) == 1
     assert reads("batch: ledger.finish + runs.get + policies.view") == 1
     assert reads("SQLitePolicyStore.resolve") == reads("SQLiteConditionalRules.rules") == 0
     # The channel's and the workspace's access rules together, with the thread's latest run.

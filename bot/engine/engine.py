@@ -91,6 +91,7 @@ from bot.engine.model import (
     ThreadRef,
 )
 from bot.engine.notices import ApproverNotices, offered
+from bot.engine.outbox import owed_card
 from bot.engine.params import merge_edit
 from bot.engine.review import REVIEW, PolicyReviewHook, edited_result, held_result, review_from_record
 from bot.engine.roles import Roles
@@ -197,6 +198,7 @@ class Engine:
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.lifecycle = RunLifecycle(self)
+        self.lifecycle.deliveries.show_card = self._show_owed_card
         self._started = False
         self._stopped = False
 
@@ -764,9 +766,13 @@ class Engine:
             Write("runs", "transition", (run_id, "running", "paused"),
                   {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step}, required=True),
         ]
+        card_key = None
         if surface is not None and approval_ids:
             # Recorded before the message exists: a click can land while it is being posted.
             writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
+            # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
+            card_key, card = owed_card(run_id, step)
+            writes.append(replace(self.lifecycle.deliveries.owing(thread, card, card_key), required=False))
         writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
                             {"now": now}))
         failpoints.failpoint("while_pausing")
@@ -794,31 +800,62 @@ class Engine:
         records = outcome.results[2 + len(checks) + len(history)]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
-        if surface is None:
+        failpoints.failpoint("after_pause")
+        if surface is None or card_key is None:
             return False
-        views = await self._views(records, thread)  # the run's thread is known: no read of the run again
         try:
-            message_ref = await surface.render_approvals(thread, views)
+            await self._show_step(thread, records, card_key)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
             logger.exception("could not render approvals", extra={"run_id": run_id})
-            names = ", ".join(v.tool_name for v in views)
+            await _quietly(self.lifecycle.deliveries.retry_later(card_key))  # the sweep tries again later
+            names = ", ".join(r.tool_name for r in records)
             await _quietly(
                 self.lifecycle.deliveries.say(
                     thread,
-                    f"I need approval to run {names}, but could not show the buttons. Try `pending`.",
+                    f"I need approval to run {names}, but could not show the buttons yet. I will try again; "
+                    "meanwhile, try `pending`.",
                     f"render-failed:{run_id}:{step}",
                 )
             )
-            return False
-        # The step's statuses once the reference is stored (the same statement, no read after).
-        statuses = await self.storage.approvals.mark_rendered([r.approval_id for r in records], message_ref)
+        return False
+
+    async def _show_step(self, thread: ThreadRef, records: list[Any], card_key: str, *, rendered: bool = False) -> None:
+        """Render a paused step's approvals in its thread, store where, and settle its owed card (``card_key``).
+
+        ``rendered``: the caller settles the owed card itself (the outbox sweep marks it delivered).
+        """
+        surface = self.surfaces[thread.platform]
+        views = await self._views(records, thread)  # the run's thread is known: no read of the run again
+        message_ref = await surface.render_approvals(thread, views)
+        # The step's statuses once the reference is stored (the same statement, no read after), and the card no
+        # longer owed: one write.
+        writes = [Write("approvals", "mark_rendered", ([r.approval_id for r in records], message_ref))]
+        if not rendered:
+            writes.append(Write("outbox", "delivered", (card_key,), {"now": self.clock()}))
+        statuses = (await self.storage.batches.apply(writes)).results[0]
         await _quietly(self.notices.send_direct(thread, records))
         if any(r.approvers for r in records):  # copies went to named approvers: a click meanwhile missed them
-            statuses = {r.approval_id: r.status for r in await self.storage.approvals.for_run(run_id, step=step)}
+            statuses = {r.approval_id: r.status for r in await self.storage.approvals.for_run(
+                records[0].run_id, step=records[0].step)}
         # A click that landed while the message was being posted found no reference to update: catch up.
         if any(status != PENDING for status in statuses.values()):
             await self._update_rendering(records[0])
-        return False
+
+    async def _show_owed_card(self, thread: ThreadRef, run_id: str, step: int) -> None:
+        """Show an approval card owed in the outbox (its process died, or the platform failed, before showing it).
+
+        Nothing is shown when nothing of the step waits any more (decided, expired, superseded) or when it is
+        shown already; the outbox sweep marks the card delivered after this returns.
+        """
+        try:
+            paused = await self.storage.approvals.step(run_id, step)
+        except NotFound:
+            return
+        pending = [a for a in paused.approvals if a.status == PENDING]
+        if not pending or all(a.message_ref for a in pending):
+            return
+        logger.info("showing an owed approval card", extra={"run_id": run_id, "step": step})
+        await self._show_step(thread, paused.approvals, owed_card(run_id, step)[0], rendered=True)
 
     # --- decisions ----------------------------------------------------------------------------------
 

@@ -9,6 +9,10 @@ for the platform, once its claim has expired: at least once, never lost.
 
 A :class:`~bot.engine.model.Note` (a notice that names people) is stored as JSON under a key in the
 ``note:`` namespace, so the sweep posts it as a note again; model text is never read as one.
+
+A paused step's approval card is owed the same way (:func:`owed_card`, the ``card:`` namespace), stored with
+the pause itself: a process that dies between storing a pause and showing it leaves the card owed, and the
+sweep shows it (:attr:`Deliveries.show_card`), so a paused run is never left without its buttons in silence.
 """
 
 from __future__ import annotations
@@ -29,6 +33,17 @@ RETRY_AFTER_SECONDS = 30.0
 MAX_RETRY_SECONDS = 900.0
 NOTE_KEY_PREFIX = "note:"
 """Outbox keys of messages stored as :class:`Note` JSON (only the engine chooses keys)."""
+CARD_KEY_PREFIX = "card:"
+"""Outbox keys of approval cards owed to a thread: the text names the paused step (:func:`owed_card`)."""
+
+ShowCard = Callable[[ThreadRef, str, int], Awaitable[None]]
+"""Shows a paused step's approvals in its thread: ``(thread, run_id, step)``; raises when it could not."""
+
+
+def owed_card(run_id: str, step: int) -> tuple[str, str]:
+    """The outbox key and text under which the approval card of ``run_id``'s ``step`` is owed."""
+    return f"{CARD_KEY_PREFIX}{run_id}:{step}", f"{run_id}:{step}"
+
 
 Via = Callable[[str], Awaitable[bool]]
 """Shows a message's text some other way (a stream being finished); ``False`` when it could not."""
@@ -65,6 +80,8 @@ class Deliveries:
         self.owner = owner
         self.clock = clock
         self.claim_seconds = claim_seconds
+        self.show_card: ShowCard | None = None
+        """How an owed approval card is shown (set by the engine); ``None``: cards wait for a process that can."""
 
     async def owe(
         self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
@@ -142,14 +159,28 @@ class Deliveries:
                            extra={"platform": thread.platform, "key": key})
             return False
         try:
-            await surface.post_reply(thread, Note.from_json(text) if key.startswith(NOTE_KEY_PREFIX) else text)
+            if key.startswith(CARD_KEY_PREFIX):
+                if self.show_card is None:
+                    return False  # this process cannot show cards: it stays claimed until the claim expires
+                run_id, _, step = text.rpartition(":")
+                if run_id and step.isdigit():
+                    await self.show_card(thread, run_id, int(step))
+                else:  # damaged outside countersign: nothing can be shown for it
+                    logger.warning("an owed approval card names no step; dropped", extra={"key": key})
+            else:
+                await surface.post_reply(thread, Note.from_json(text) if key.startswith(NOTE_KEY_PREFIX) else text)
         except Exception:  # the message stays owed: the sweep posts it later
-            delay = min(RETRY_AFTER_SECONDS * 2**attempts, MAX_RETRY_SECONDS)
             logger.warning("could not post a message; it waits in the outbox", extra={"key": key}, exc_info=True)
-            await self.storage.outbox.retry_later(key, self.clock() + timedelta(seconds=delay))
+            await self.retry_later(key, attempts)
             return False
         await self.storage.outbox.delivered(key, now=self.clock())
         return True
+
+    async def retry_later(self, key: str, attempts: int = 0) -> None:
+        """Release this process's claim on an owed message it could not post: the sweep tries again after a delay
+        (doubled per attempt, capped)."""
+        delay = min(RETRY_AFTER_SECONDS * 2**attempts, MAX_RETRY_SECONDS)
+        await self.storage.outbox.retry_later(key, self.clock() + timedelta(seconds=delay))
 
 
 def _stored(key: str, text: str | Note) -> tuple[str, str]:
