@@ -42,6 +42,8 @@ READ_METHODS = frozenset(
         "executing",
         "resolve",
         "view",
+        "views",
+        "unchanged",
         "get_rule",
         "list_rules",
         "groups",

@@ -8,7 +8,8 @@ and within a scope a tool name beats a group beats ``"*"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from storage.codec import dumps, epoch, loads, to_datetime
@@ -91,6 +92,54 @@ def effective_rule(tool_name: str, scopes: Sequence[str], rules: Sequence[Policy
     return EffectiveRule(tool_name=tool_name, sources=sources, **values)
 
 
+class PolicyViews(Mapping[str, PolicyView]):
+    """Several tools' :class:`PolicyView` in one channel, read together (:meth:`SQLitePolicyStore.views`).
+
+    The statement read every rule that could apply to any of the tools, their groups and their conditional
+    rules; each tool's view is resolved from those only when asked for (most runs ask for one tool, if any),
+    and equals what :meth:`SQLitePolicyStore.view` reads for it. Both backends build it.
+
+    >>> views = storage.policies.views(["deploy", "delete_file"], platform="slack", workspace="T1", channel="C1")
+    >>> views["deploy"] == storage.policies.view("deploy", platform="slack", workspace="T1", channel="C1")
+    True
+    """
+
+    def __init__(
+        self,
+        tool_names: Sequence[str],
+        scopes: Sequence[str],
+        rules: Sequence[PolicyRule],
+        groups: Sequence[tuple[str, str]],
+        conditions: Sequence[ConditionalRule],
+    ) -> None:
+        self._names = tuple(dict.fromkeys(tool_names))
+        self._scopes = list(scopes)
+        self._rules = rules
+        self._groups = groups  # (group name, tool name)
+        self._conditions = conditions
+        self._resolved: dict[str, PolicyView] = {}
+
+    def __getitem__(self, tool_name: str) -> PolicyView:
+        view = self._resolved.get(tool_name)
+        if view is None:
+            if tool_name not in self._names:
+                raise KeyError(tool_name)
+            keys = {tool_name, ANY_TOOL, *(group for group, member in self._groups if member == tool_name)}
+            rules = [rule for rule in self._rules if rule.tool_key in keys]
+            conditions = sorted((c for c in self._conditions if c.tool_name == tool_name),
+                                key=lambda c: (c.scope, c.condition))
+            view = self._resolved[tool_name] = PolicyView(
+                effective_rule(tool_name, self._scopes, rules), tuple(conditions)
+            )
+        return view
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 def _check_scope(scope: str) -> str:
     if scope != "global" and not (scope.startswith(_SCOPE_PREFIXES) and scope.count(":") >= 2):
         raise ValueError(f"not a scope: {scope!r} (use scope_global/scope_workspace/scope_channel)")
@@ -137,6 +186,24 @@ def _rule(row: Any) -> PolicyRule:
         ttl_seconds=row[6],
         updated_by=row[7],
         updated_at=to_datetime(row[8]),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _views_sql(count: int) -> str:
+    """The statement of :meth:`SQLitePolicyStore.views` for ``count`` tool names (made once per count).
+
+    Three kinds of rows, padded to one shape: the plain rules that could apply to any of the tools, the tools'
+    groups (which group rules apply to which tool), and the tools' conditional rules.
+    """
+    marks = ", ".join("?" for _ in range(count))
+    return (
+        f"SELECT 'rule', NULL, {_COLUMNS} FROM policy_rules WHERE scope IN (?, ?, ?) AND (tool_key = ? "
+        f"OR tool_key IN ({marks}) OR tool_key IN (SELECT group_name FROM tool_groups WHERE tool_name IN ({marks}))) "
+        "UNION ALL SELECT 'group', group_name, NULL, tool_name, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
+        f"FROM tool_groups WHERE tool_name IN ({marks}) UNION ALL "
+        "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
+        f"FROM conditional_rules WHERE scope IN (?, ?, ?) AND tool_name IN ({marks})"
     )
 
 
@@ -279,6 +346,40 @@ class SQLitePolicyStore:
             key=lambda c: (c.scope, c.condition),
         )
         return PolicyView(effective_rule(tool_name, scopes, rules), tuple(conditions))
+
+    def views(self, tool_names: Sequence[str], *, platform: str, workspace: str, channel: str) -> PolicyViews:
+        """:meth:`view` of each of ``tool_names`` in a channel, in one statement (resolved per tool when asked for).
+
+        >>> views = storage.policies.views(["deploy", "delete_file"], platform="slack", workspace="T1", channel="C1")
+        >>> views["deploy"].rule.mode, [c.condition for c in views["deploy"].conditions]
+        ('always', ['env=prod'])
+        """
+        names = list(dict.fromkeys(tool_names))
+        scopes = channel_scopes(platform, workspace, channel)
+        if not names:
+            return PolicyViews(names, scopes, (), (), ())
+        with self.connector.reading() as db:
+            rows = db.execute(
+                _views_sql(len(names)), [*scopes, ANY_TOOL, *names, *names, *names, *scopes, *names]
+            ).fetchall()
+        return PolicyViews(
+            names,
+            scopes,
+            [_rule(row[2:]) for row in rows if row[0] == "rule"],
+            [(row[1], row[3]) for row in rows if row[0] == "group"],
+            [ConditionalRule(r[2], r[3], r[1], r[4], r[9], to_datetime(r[10])) for r in rows if r[0] == "condition"],
+        )
+
+    def unchanged(
+        self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str
+    ) -> bool:
+        """Whether :meth:`view` of the tool in the channel is still ``view``: a compare-and-set for a batch that stores
+        what was decided with ``view`` (a pause), refused when an admin changed the policy since it was read.
+
+        >>> storage.policies.unchanged("deploy", view, platform="slack", workspace="T1", channel="C1")
+        True
+        """
+        return self.view(tool_name, platform=platform, workspace=workspace, channel=channel) == view
 
     def remember_confirmation(
         self, scope: str, tool_name: str, args_digest: str, confirmed_by: str, now: Instant = None

@@ -8,7 +8,7 @@ for deployments with several bot replicas. Every time in a record is a timezone-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -605,6 +605,19 @@ class PolicyStore(Protocol):
     def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
         """:meth:`resolve` and the tool's conditional rules of the channel, workspace and global scopes
         (``ConditionalRuleStore.rules``) in one read: one consistent answer per policy decision, never cached."""
+        ...
+
+    def views(
+        self, tool_names: Sequence[str], *, platform: str, workspace: str, channel: str
+    ) -> Mapping[str, PolicyView]:
+        """:meth:`view` of each of ``tool_names`` in the channel, in one statement (a run's read-ahead at its start):
+        ``views(names, ...)[name] == view(name, ...)`` for every name given (tool groups, ``"*"``, conditional rules
+        and the three scopes included). Each tool's view may be resolved only when it is asked for."""
+        ...
+
+    def unchanged(self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str) -> bool:
+        """Whether :meth:`view` of the tool in the channel equals ``view`` now: a batch's compare-and-set
+        (``Write(..., required=True)``) that refuses to store what was decided with a view that has changed since."""
         ...
 
     def remember_confirmation(

@@ -25,6 +25,8 @@ REVIEW, ALWAYS_REVIEW = "review", "always+review"
 """``review``: the call runs at once and its result waits for a person; ``always+review``: asked before and after."""
 MODES = (ALWAYS, NEVER, ONCE, DENY, REVIEW, ALWAYS_REVIEW)
 REVIEW_MODES = (REVIEW, ALWAYS_REVIEW)
+ASKING_MODES = (ALWAYS, ALWAYS_REVIEW)
+"""The modes that always ask a human before the call (``once`` may not: it reads the ask-once memory)."""
 GLOBAL_DEFAULT_MODE = ALWAYS
 BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
 MAX_TTL_SECONDS = 90 * 86400
@@ -54,20 +56,52 @@ class PoliciesRead:
     instead of reading storage again a few milliseconds later. An entry is taken once, only for the same call
     with the same arguments, and the pause drops the rest: no policy outlives the step it was read in, and the
     next decision (the next call, a resumed step's review) reads storage afresh.
+
+    ``ahead``: the policy views of the agent's tools in the run's channel, read with the write that started the run
+    (:meth:`Engine.reads_ahead`), or ``None``. They serve only to *ask*: a call whose policy, computed from its view
+    read ahead, asks a human pauses without a read of its own, and its entry keeps that view (:meth:`take_checked`),
+    which the pause's own transaction compares with what is stored now (``policies.unchanged``): a policy changed
+    since the run started refuses the pause, and the engine decides the step again on fresh reads. Every other
+    outcome (a call that runs without a human, or is denied) is decided on a fresh read. The views are used by the
+    run's first invocation only (from its start until it first pauses or ends; :meth:`drop_ahead` forgets them at
+    a refused pause): the check at the pause makes any age safe, and a short life keeps refusals rare.
     """
 
-    def __init__(self) -> None:
-        self._read: dict[tuple[str, str | None], tuple[dict[str, Any], EffectivePolicy]] = {}
+    def __init__(self, ahead: Mapping[str, PolicyView] | None = None) -> None:
+        self._read: dict[tuple[str, str | None], tuple[dict[str, Any], EffectivePolicy, PolicyView | None]] = {}
+        self._ahead = ahead
+
+    def ahead_view(self, tool_name: str) -> PolicyView | None:
+        """The tool's policy view read ahead at the run's start, if any (``None``: read storage)."""
+        ahead = self._ahead
+        if ahead is None:
+            return None
+        try:
+            return ahead[tool_name]
+        except KeyError:
+            return None
+
+    def drop_ahead(self) -> None:
+        """Forget the views read ahead: every later check reads storage afresh."""
+        self._ahead = None
 
     def note(self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any],
-             policy: EffectivePolicy) -> None:
-        """Remember the policy a call was just decided with (a later read of the same call replaces it)."""
-        self._read[(tool_name, tool_call_id)] = (dict(arguments), policy)
+             policy: EffectivePolicy, ahead: PolicyView | None = None) -> None:
+        """Remember the policy a call was just decided with (a later read of the same call replaces it); ``ahead``:
+        the view read ahead that it was computed from, for the pause to check (``None``: read just now)."""
+        self._read[(tool_name, tool_call_id)] = (dict(arguments), policy, ahead)
 
     def take(self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any]) -> EffectivePolicy | None:
         """The policy noted for this call with exactly these arguments, once; ``None`` when there is none."""
+        entry = self.take_checked(tool_name, tool_call_id, arguments)
+        return entry[0] if entry is not None else None
+
+    def take_checked(
+        self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any]
+    ) -> tuple[EffectivePolicy, PolicyView | None] | None:
+        """:meth:`take`, with the view read ahead that the policy came from (which the pause must check), if any."""
         entry = self._read.pop((tool_name, tool_call_id), None)
-        return entry[1] if entry is not None and entry[0] == arguments else None
+        return (entry[1], entry[2]) if entry is not None and entry[0] == arguments else None
 
     def clear(self) -> None:
         """Forget everything noted (the step ended)."""
@@ -99,7 +133,8 @@ async def effective_policy(
     With ``arguments`` (a call being decided), the mode may come from a rule with a condition on them
     (:func:`conditional_mode`), and a tool's ``needs_approval`` is consulted when no admin rule sets the mode.
     One storage read: the plain rule and the conditional rules together (``policies.view``), read afresh at
-    every decision, so a policy an admin tightened applies to the next call it decides.
+    every decision, so a policy an admin tightened applies to the next call it decides. (The confirmation strategy
+    may instead ask from a view read at the run's start, which the pause then checks: :class:`PoliciesRead`.)
     """
     where = {"platform": context["platform"], "workspace": context["workspace"], "channel": context["channel"]}
     if arguments is not None and tool is not None:
@@ -231,11 +266,28 @@ class PolicyConfirmationStrategy:
         tool_call_id: str | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
     ) -> ToolExecutionDecision:
-        """Decide from the stored policy, or raise :class:`HITLBreakpointException` to ask a human."""
+        """Decide from the stored policy, or raise :class:`HITLBreakpointException` to ask a human.
+
+        With a view of the tool read ahead at the run's start (:class:`PoliciesRead`), a policy that asks
+        (``always``, ``always+review``) pauses at once, and the pause checks that view in its transaction. Any other
+        outcome is decided on a fresh read: what runs without a human, or is denied, is never decided on a view
+        read before the model answered.
+        """
         context = confirmation_strategy_context or {}
-        policy = await effective_policy(
-            self.storage, self.tools.get(tool_name), context, self.default_ttl, arguments=tool_params
-        )
+        tool = self.tools.get(tool_name)
+        read = context.get(POLICIES_READ)
+        ahead = read.ahead_view(tool_name) if isinstance(read, PoliciesRead) and tool is not None else None
+        if ahead is not None:
+            policy = await policy_of(ahead, tool, context, self.default_ttl, arguments=tool_params)
+            if policy.mode in ASKING_MODES:
+                read.note(tool_name, tool_call_id, tool_params, policy, ahead=ahead)  # type: ignore[union-attr]
+                raise _ask(tool_name, tool_call_id, policy)
+            fresh = await self.storage.policies.view(tool_name, platform=context["platform"],
+                                                     workspace=context["workspace"], channel=context["channel"])
+            if fresh != ahead:  # changed since the run started (unchanged: the policy computed above stands)
+                policy = await policy_of(fresh, tool, context, self.default_ttl, arguments=tool_params)
+        else:
+            policy = await effective_policy(self.storage, tool, context, self.default_ttl, arguments=tool_params)
         note_policy(context, tool_name, tool_call_id, tool_params, policy)  # a pause in this step stores it
         if policy.mode in (NEVER, REVIEW):  # a review holds the result after the call, at after_tool
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
@@ -247,9 +299,7 @@ class PolicyConfirmationStrategy:
             channel_scope(context), tool_name, args_digest(tool_params)
         ):
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
-        raise HITLBreakpointException(
-            f"Tool '{tool_name}' needs approval ({policy.mode}).", tool_name=tool_name, tool_call_id=tool_call_id
-        )
+        raise _ask(tool_name, tool_call_id, policy)
 
     def run(self, **kwargs: Any) -> ToolExecutionDecision:
         """Sync twin of :meth:`run_async`."""
@@ -258,3 +308,9 @@ class PolicyConfirmationStrategy:
     def to_dict(self) -> dict[str, Any]:
         """Not serialisable: it is bound to a live storage."""
         raise TypeError("PolicyConfirmationStrategy is bound to live storage and is not serialisable")
+
+
+def _ask(tool_name: str, tool_call_id: str | None, policy: EffectivePolicy) -> HITLBreakpointException:
+    return HITLBreakpointException(
+        f"Tool '{tool_name}' needs approval ({policy.mode}).", tool_name=tool_name, tool_call_id=tool_call_id
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 from bot import failpoints
 from bot.agent import Agent, SnapshotError
-from bot.agent.snapshot import REVIEW_STAGE
+from bot.agent.snapshot import REVIEW_STAGE, TOOL_INVOKER_STAGE
 from bot.agent.stored_snapshot import (
     HistoryUnavailable,
     history_to_read,
@@ -60,6 +60,7 @@ from bot.engine.errors import (
     NotAnAdmin,
     NotAnApprover,
     NotShownHere,
+    PolicyKeptChanging,
     UnknownAction,
     refused_while_storage_fails,
 )
@@ -99,6 +100,7 @@ from bot.engine.streaming import STOPPED_FROM_CHAT, THINKING, WAITING_FOR_APPROV
 from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
+from bot.hooks.breakpoints import TOOL_INVOKER
 from bot.llm import LLMError
 from bot.logs import log_context
 from bot.memory.context import DEFAULT_TOP_K
@@ -126,6 +128,9 @@ SUPERSEDED_RESULT = "superseded by a newer message"
 STOPPED_NOTICE = "(Stopped.)"
 NOTHING_TO_STOP = "There is nothing to stop: this run is not working right now."
 STOPPING = "Stopping after the current step."
+MAX_STEP_REDECISIONS = 2
+"""How often a run decides a step again after its pause was refused because a policy read ahead had changed (the
+second decision reads every policy afresh, so one is all it takes; past this the run fails closed)."""
 
 Invoke = Callable[[dict[str, Any], Any], Any]
 """How a run invokes the agent: ``invoke(confirmation_context, streaming_callback)`` → an awaitable result."""
@@ -344,7 +349,8 @@ class Engine:
         """What a run started for ``inbound`` (``message``: as stored) reads first (its history, then its memories),
         exactly as the agent will ask: read in the write that starts the run, handed to it (StepHistory.prefetched)."""
         thread = inbound.thread_ref
-        reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k})]
+        reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k}),
+                 self._policies_ahead(thread)]
         query = (message or user_message(inbound)).text
         if query:
             context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
@@ -355,6 +361,12 @@ class Engine:
                 "user_id": None, "run_id": None, "agent_id": None,
             }))
         return reads
+
+    def _policies_ahead(self, thread: ThreadRef) -> Read:
+        """The policy views of the agent's tools in the thread's channel, read ahead with the write that starts a run:
+        a call they say to ask about pauses without a read of its own, checked by its pause (:class:`PoliciesRead`)."""
+        return Read("policies", "views", (tuple(self.tools),),
+                    {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel})
 
     async def _note_pending(self, inbound: Inbound, record: Any) -> None:
         """Tell someone privately, once per approval, that it waits and who can decide it."""
@@ -417,6 +429,9 @@ class Engine:
         self.history.open(run_id, thread.key)
         self.ledger.channels[run_id] = {"platform": thread.platform, "workspace": thread.workspace,
                                         "channel": thread.channel}
+        # A run started on a message's arrival read its tools' policies ahead (reads_ahead); a resume did not.
+        ahead = self.history.take_read(run_id, self._policies_ahead(thread))
+        policies_read = PoliciesRead(None if ahead is UNREAD else ahead)
         context = {
             "platform": thread.platform,
             "workspace": thread.workspace,
@@ -424,7 +439,7 @@ class Engine:
             "thread": thread.key,
             "requester": requester,
             "run_id": run_id,
-            POLICIES_READ: PoliciesRead(),  # what this step's checks read, for its pause (never a later step)
+            POLICIES_READ: policies_read,  # what this step's checks read, for its pause (never a later step)
         }
         live = None
         if surface:
@@ -434,27 +449,42 @@ class Engine:
             self._live[run_id] = live
             await live.status(THINKING)
         paused = False
+        work = invoke(context, live.on_chunk if live else None)
         try:
-            try:
-                result = await self.lifecycle.guarded(run_id, invoke(context, live.on_chunk if live else None))
-            except LeaseLost:  # another process continues the run: record and say nothing here
-                return
-            except FencedOut:  # a write found the run taken over: nothing was written, nothing is said
-                self.lifecycle.dropped(run_id)
-                return
-            except HITLBreakpointException as pause:
-                paused = True
-                if live:
-                    await live.end_segment()  # the text before the paused calls stays; the approval follows it
-                    await live.status(WAITING_FOR_APPROVAL)
-                await self._on_pause(run_id, thread, requester, pause, context[POLICIES_READ])
-            except Exception as exc:  # the run fails; the thread stays usable
-                await self.fail_run(run_id, thread, exc, live)
-            else:
-                if result.get("exit_reason") == STOPPED_FROM_CHAT:
-                    await self._on_stopped(run_id, thread, result, live)
+            for attempt in range(MAX_STEP_REDECISIONS + 1):
+                try:
+                    result = await self.lifecycle.guarded(run_id, work)
+                except LeaseLost:  # another process continues the run: record and say nothing here
+                    return
+                except FencedOut:  # a write found the run taken over: nothing was written, nothing is said
+                    self.lifecycle.dropped(run_id)
+                    return
+                except HITLBreakpointException as pause:
+                    paused = True
+                    if live:
+                        await live.end_segment()  # the text before the paused calls stays; the approval follows it
+                        await live.status(WAITING_FOR_APPROVAL)
+                    if not await self._on_pause(run_id, thread, requester, pause, policies_read):
+                        return
+                    # Refused: a policy read ahead changed since the run started. Nothing of the pause was stored;
+                    # the step is decided again on fresh reads (the model is not asked again).
+                    paused = False
+                    policies_read.drop_ahead()
+                    if attempt == MAX_STEP_REDECISIONS:  # cannot happen with fresh reads; fail closed if it does
+                        await self.fail_run(run_id, thread, PolicyKeptChanging(), live)
+                        return
+                    if live:
+                        await live.status(THINKING)
+                    work = self._decide_again(run_id, thread, pause, context, live)
+                except Exception as exc:  # the run fails; the thread stays usable
+                    await self.fail_run(run_id, thread, exc, live)
+                    return
                 else:
-                    await self.finish_run(run_id, thread, result, live)
+                    if result.get("exit_reason") == STOPPED_FROM_CHAT:
+                        await self._on_stopped(run_id, thread, result, live)
+                    else:
+                        await self.finish_run(run_id, thread, result, live)
+                    return
         except FencedOut:
             self.lifecycle.dropped(run_id)
         except Exception as exc:  # e.g. storage failing while recording the outcome: never leave a run "running"
@@ -477,6 +507,30 @@ class Engine:
             if live:
                 self._live.pop(run_id, None)
                 await _quietly(live.close(keep_status=paused))
+
+    def _decide_again(
+        self, run_id: str, thread: ThreadRef, pause: HITLBreakpointException, context: dict[str, Any],
+        live: LiveAnswer | None,
+    ) -> Any:
+        """The agent deciding a paused step's calls again, from the pause's snapshot, without asking the model again.
+
+        The snapshot is turned into one taken before the step's tool invoker (its reply, no decisions yet): every
+        call goes through ``before_tool`` again (user hooks run a second time, with the arguments as they left
+        them), and the confirmation strategy reads each policy afresh. Usage and counters come with the snapshot.
+        """
+        snapshot = pause.snapshot
+        assert snapshot is not None
+        visits = dict(snapshot.component_visits)
+        visits[TOOL_INVOKER] = max(0, visits.get(TOOL_INVOKER, 0) - 1)  # the resume counts this visit again
+        again = replace(snapshot, stage=TOOL_INVOKER_STAGE, decisions=[], component_visits=visits,
+                        pending_tool_calls=list(snapshot.step_message.tool_calls))
+        return self.agent.run_async(
+            [],
+            snapshot=again,
+            chat_message_store_kwargs=self._store_kwargs(run_id, thread),
+            confirmation_strategy_context=context,
+            streaming_callback=live.on_chunk if live else None,
+        )
 
     async def finish_run(
         self, run_id: str, thread: ThreadRef, result: dict[str, Any], live: LiveAnswer | None = None
@@ -635,11 +689,14 @@ class Engine:
     async def _on_pause(
         self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException,
         policies_read: PoliciesRead | None = None,
-    ) -> None:
+    ) -> bool:
         """Store the snapshot and one approval per pending call, then render them.
 
         ``policies_read``: the policies this step's checks read moments ago; a pending call's approval is
-        stored with the policy that paused it, and only a call no check noted reads storage again.
+        stored with the policy that paused it, and only a call no check noted reads storage again. A policy that
+        came from the views read ahead at the run's start is checked in the pause's own transaction
+        (``policies.unchanged``): if it changed since, nothing of the pause is stored, the run's waiting history
+        writes wait again, and this returns ``True``: the caller decides the step again on fresh reads.
         """
         snapshot = pause.snapshot
         assert snapshot is not None
@@ -656,14 +713,20 @@ class Engine:
         now = self.clock()
         context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
         new_approvals = []
+        checks: dict[str, Write] = {}  # per tool: the view read ahead that its calls were asked about with
         review = snapshot.stage == REVIEW_STAGE
         for position, call in enumerate(snapshot.step_message.tool_calls):
             if not any(call is p for p in pause.pending_tool_calls):
                 continue
-            policy = (policies_read.take(call.tool_name, call.id, call.arguments) if policies_read else None) or (
-                await effective_policy(self.storage, self.tools.get(call.tool_name), context,
-                                       self.config.default_ttl_seconds, arguments=call.arguments)
-            )
+            noted = policies_read.take_checked(call.tool_name, call.id, call.arguments) if policies_read else None
+            if noted is not None:
+                policy, seen = noted
+                if seen is not None:
+                    checks[call.tool_name] = Write("policies", "unchanged", (call.tool_name, seen), context,
+                                                   required=True)
+            else:
+                policy = await effective_policy(self.storage, self.tools.get(call.tool_name), context,
+                                                self.config.default_ttl_seconds, arguments=call.arguments)
             new_approvals.append(
                 NewApproval(
                     run_id=run_id,
@@ -694,6 +757,8 @@ class Engine:
         writes: list[Write | Read] = [
             # Whether messages wait for the thread, as of this pause (read first: see RunLifecycle.waiting_read).
             self.lifecycle.waiting_read(thread),
+            # The policies asked with as read ahead at the run's start: still what is stored, or nothing is written.
+            *checks.values(),
             # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
             *history,
             # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
@@ -717,23 +782,28 @@ class Engine:
         except Exception:
             self.history.give_back(run_id, history)
             raise
+        if not outcome.applied and outcome.refused is not None and 1 <= outcome.refused <= len(checks):
+            self.history.give_back(run_id, history)  # the run is still ours: they go with its next batch
+            logger.info("policy changed since the run started; deciding the step again",
+                        extra={"step": step, "tools": ",".join(sorted(checks))})
+            return True
         if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
             # the new owner's, so nothing more is written here.
             self.lifecycle.dropped(run_id)
-            return
+            return False
         if not outcome.applied:
             # Closed meanwhile (stopped, failed): nothing of this pause was stored; approvals an older, half-done
             # pause may have left are closed as before.
             await self.storage.approvals.close_pending_for_run(run_id, "cancelled", "the run was closed")
-            return
+            return False
         self.lifecycle.saw_waiting(thread, outcome.results[0])
-        records = outcome.results[2 + len(history)]
+        records = outcome.results[2 + len(checks) + len(history)]
         logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
                                                       "tools": ",".join(sorted({r.tool_name for r in records}))})
         failpoints.failpoint("after_pause")
         if surface is None or card_key is None:
-            return
+            return False
         try:
             await self._show_step(thread, records, card_key)
         except Exception:  # the approvals are stored: they stay decidable through `pending` and App Home
@@ -748,6 +818,7 @@ class Engine:
                     f"render-failed:{run_id}:{step}",
                 )
             )
+        return False
 
     async def _show_step(self, thread: ThreadRef, records: list[Any], card_key: str, *, rendered: bool = False) -> None:
         """Render a paused step's approvals in its thread, store where, and settle its owed card (``card_key``).
@@ -1546,6 +1617,8 @@ def _answer_text(result: dict[str, Any]) -> str:
 
 
 def _failure_sentence(exc: Exception) -> str:
+    if isinstance(exc, PolicyKeptChanging):
+        return str(exc)
     if isinstance(exc, HistoryUnavailable):
         return (
             "Sorry, this request cannot continue: the conversation history it paused with is no longer stored. "

@@ -151,3 +151,14 @@ def refused_while_storage_fails(method: Callable[P, Awaitable[T]]) -> Callable[P
             raise DatabaseUnavailable() from exc
 
     return refusing
+
+
+class PolicyKeptChanging(EngineError):
+    """A step's pause was refused again and again because a tool's policy changed since it was read; the run fails
+    closed (nothing of the step ran) rather than deciding on a policy it cannot confirm."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Sorry, a tool's approval policy changed while I was deciding this request, again and again; "
+            "nothing ran. Please ask again."
+        )

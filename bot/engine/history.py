@@ -32,7 +32,7 @@ from typing import Any
 
 from bot.engine.model import UNREAD
 from bot.messages import ChatMessage
-from storage.protocols import Write
+from storage.protocols import Read, Write
 
 
 class StepHistory:
@@ -81,6 +81,11 @@ class StepHistory:
                 return result
         return UNREAD
 
+    def take_read(self, run_id: str, read: Read) -> Any:
+        """The result read ahead for ``run_id`` by exactly ``read`` (once), or :data:`UNREAD` (e.g. the run's policy
+        views, which the engine hands to its confirmation checks)."""
+        return self._ahead(run_id, read.method, read.args, read.kwargs)
+
     def run_of(self, chat_history_id: str) -> str | None:
         """The run the engine works on in that thread, if any."""
         return self._runs.get(chat_history_id)
@@ -91,7 +96,8 @@ class StepHistory:
 
     def give_back(self, run_id: str, writes: list[Write]) -> None:
         """Writes :meth:`take` gave out whose batch raised: they wait again (before any newer ones), for the run's
-        failure to write them (a batch refused by its compare-and-set is not given back: the run is not ours)."""
+        failure to write them; or whose pause was refused because a policy changed (the run is still ours: they go
+        with its next batch). A batch refused by the run's own compare-and-set is not given back: not our run now."""
         if writes and run_id in self._threads:
             self._pending[run_id] = [*writes, *self._pending.get(run_id, [])]
 

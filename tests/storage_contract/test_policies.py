@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage import scope_channel, scope_global, scope_workspace
+from storage import Write, scope_channel, scope_global, scope_workspace
 from tests.fakes.storage_data import NOW
 
 CHANNEL = scope_channel("slack", "T1", "C1")
@@ -172,3 +172,85 @@ async def test_a_policy_view_is_the_resolved_rule_and_the_tools_conditional_rule
     assert again.rule.mode == "deny" and "env=prod" not in [c.condition for c in again.conditions]
     nothing = await policies.view("list_files", **WHERE)
     assert (nothing.rule.mode, nothing.rule.quorum, nothing.conditions) == ("always", None, ())
+
+
+OTHER_CHANNELS = [
+    {"platform": "slack", "workspace": "T1", "channel": "C2"},
+    {"platform": "slack", "workspace": "T2", "channel": "C1"},
+]
+TOOLS = ["delete_file", "drop_table", "list_files", "deploy"]
+
+
+async def _rules_everywhere(storage, policies) -> None:
+    """Rules of every kind: the three scopes, names, a group, ``*``, conditional rules, and other channels' rules."""
+    await policies.define_group("readonly", ["list_files"])
+    await policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", mode="always", ttl_seconds=3600)
+    await policies.set_rule(GLOBAL, "readonly", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(WORKSPACE, "destructive", updated_by="U_ADMIN", approvers=["U_BOB"], quorum=2)
+    await policies.set_rule(WORKSPACE, "deploy", updated_by="U_ADMIN", mode="once")
+    await policies.set_rule(CHANNEL, "drop_table", updated_by="U_ADMIN", mode="deny")
+    await policies.set_rule(CHANNEL, "*", updated_by="U_ADMIN", four_eyes=True)
+    await policies.set_rule(scope_channel("slack", "T1", "C2"), "delete_file", updated_by="U_ADMIN", mode="never")
+    await policies.set_rule(scope_workspace("slack", "T2"), "*", updated_by="U_ADMIN", quorum=3)
+    for scope, tool_name, condition, mode in [
+        (GLOBAL, "delete_file", "env=prod", "deny"), (CHANNEL, "delete_file", "replicas>10", "never"),
+        (WORKSPACE, "deploy", "env in dev,qa", "never"), (scope_channel("slack", "T1", "C2"), "deploy", "x=1", "deny"),
+    ]:
+        await storage.conditions.set_rule(scope, tool_name, condition, mode, updated_by="U_ADMIN", now=NOW)
+
+
+async def test_the_views_of_several_tools_are_each_tools_view_in_every_channel(storage, policies):
+    await _rules_everywhere(storage, policies)
+
+    for where in [WHERE, *OTHER_CHANNELS]:
+        views = await policies.views([*TOOLS, "unknown_tool", "deploy"], **where)
+        assert list(views) == [*TOOLS, "unknown_tool"]  # each name once, in order
+        for name in [*TOOLS, "unknown_tool"]:
+            assert views[name] == await policies.view(name, **where), (name, where)
+    views = await policies.views(TOOLS, **WHERE)
+    assert (views["drop_table"].rule.mode, views["list_files"].rule.mode, views["delete_file"].rule.quorum) == (
+        "deny", "never", 2,
+    )
+    assert [c.condition for c in views["delete_file"].conditions] == ["replicas>10", "env=prod"]
+    with pytest.raises(KeyError):
+        views["not_asked_for"]
+    assert dict(await policies.views([], **WHERE)) == {}
+
+
+async def test_a_view_is_unchanged_until_a_rule_that_decides_it_changes(storage, policies):
+    await _rules_everywhere(storage, policies)
+    view = (await policies.views(["delete_file"], **WHERE))["delete_file"]
+    assert await policies.unchanged("delete_file", view, **WHERE)
+    # Rules that do not apply here change nothing: another channel's, another tool's, a field a nearer rule sets.
+    await policies.set_rule(scope_channel("slack", "T1", "C2"), "delete_file", updated_by="U_ADMIN", mode="deny")
+    await policies.set_rule(CHANNEL, "list_files", updated_by="U_ADMIN", mode="deny")
+    await policies.set_rule(GLOBAL, "destructive", updated_by="U_ADMIN", quorum=5)
+    assert await policies.unchanged("delete_file", view, **WHERE)
+    assert not await policies.unchanged("delete_file", view, platform="slack", workspace="T1", channel="C2")
+
+    changes = [
+        lambda: policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny"),
+        lambda: policies.set_rule(GLOBAL, "*", updated_by="U_ADMIN", ttl_seconds=60),
+        lambda: policies.set_rule(WORKSPACE, "destructive", updated_by="U_ADMIN", approvers=["U_CAROL"]),
+        lambda: policies.define_group("destructive", ["drop_table"]),  # delete_file leaves the group
+        lambda: storage.conditions.set_rule(WORKSPACE, "delete_file", "env=qa", "deny", updated_by="U_ADMIN", now=NOW),
+        lambda: storage.conditions.reset_rule(GLOBAL, "delete_file", "env=prod"),
+    ]
+    for change in changes:
+        await change()
+        assert not await policies.unchanged("delete_file", view, **WHERE)
+        view = await policies.view("delete_file", **WHERE)
+        assert await policies.unchanged("delete_file", view, **WHERE)
+
+
+async def test_a_batch_whose_view_changed_stores_nothing(storage, policies):
+    view = await policies.view("delete_file", **WHERE)
+    check = Write("policies", "unchanged", ("delete_file", view), WHERE, required=True)
+    record = Write("events", "first_time", ("paused-with-view",))
+
+    assert (await storage.batches.apply([check, record])).applied
+    await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
+    outcome = await storage.batches.apply([check, Write("events", "first_time", ("after-the-change",))])
+
+    assert (outcome.applied, outcome.refused) == (False, 0)
+    assert await storage.events.first_time("after-the-change")  # nothing of the refused batch was stored
