@@ -8,11 +8,13 @@ at that line. Unarmed, a failpoint is one set lookup and does nothing.
 The points (each is reached by every process, in this order through one approved call):
 
 - ``after_decide``: a decision won its compare-and-set (``approvals.decide``) and is stored with its audit
-  entry, before the resume starts. A decision that completes its step claims the run in the same write, so
-  this process then dies holding the claim (recovered when its lease expires); a step decided without a
-  claim (decided while stopping, or a concurrent decision of the same step) is resumed by any process.
-- ``after_claim``: the run is claimed for its resume (``paused → resuming``, with owner and lease: by the
-  decision that completed the step, or by a resume), before the agent runs.
+  entry, before the resume starts. A decision that completes its step claims and starts the run in the same
+  write, so this process then dies holding the run (recovered when its lease expires); a step decided without
+  a claim (decided while stopping, or a concurrent decision of the same step) is resumed by any process.
+- ``after_claim``: the run is claimed for its resume, before the agent runs: by the decision that completed the
+  step, which starts it in the same write (``paused → running``, with owner and lease), or by a resume of a step
+  decided without a claim (``paused → resuming``; the start follows). Either way the dead owner's run is taken
+  over once its lease expires, and the recovery finishes the decided step (its approved calls run once).
 - ``before_ledger``: right before the ledger ``begin`` of a call that is about to run. The run's history not yet
   written (the model's reply with the call, see :mod:`bot.engine.history`) goes in that same write, so a crash
   here leaves the reply unstored too: the run is continued from its snapshot, or retried from history.

@@ -18,6 +18,8 @@ plain :class:`~storage.protocols.Write` values (store, method, arguments) and ap
 - **Reads join.** A :class:`~storage.protocols.Read` in the list is the store's read method, run in its
   place in the same transaction (on SQLite on the writer's connection): it sees the batch's writes before
   it, and what it reads is what the step committed with (e.g. the thread's waiting messages as of a pause).
+- **Dependent reads.** A read's arguments may come from the results before it (``Read.args_from``), e.g. the
+  history a decided step's snapshot refers to, read only if the batch's claim won: one round trip, not two.
 - **Read batches.** ``batches.read([Read(...), ...])`` makes several independent reads of one step (e.g. a
   message's arrival: the thread's latest run and the channel's access rules) in one round trip: on SQLite one
   hop to a reader thread, in one read transaction (one snapshot); on PostgreSQL on one connection.
@@ -80,7 +82,8 @@ class SQLiteWriteBatches:
             results: list[Any] = []
             try:
                 for index, (write, method) in enumerate(calls):
-                    value = method(*write.args, **write.kwargs)
+                    arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
+                    value = None if arguments is None else method(*arguments[0], **arguments[1])
                     if write.required and not value:
                         _undo(db)
                         return BatchOutcome(applied=False, refused=index)

@@ -32,6 +32,17 @@ STEP_DECIDED = (
 )
 """The ``runs`` condition (both backends) of a paused step that has approvals, none of them pending."""
 
+
+def claimed_status(step: int | None, start: bool) -> str:
+    """The status ``claim_paused`` moves a paused run to (both backends): ``running`` when it starts the work too.
+
+    Starting needs ``step``: the caller resumes that step's snapshot, so the claim must be pinned to it.
+    """
+    if start and step is None:
+        raise ValueError("claim_paused(start=True) needs the step it resumes")
+    return "running" if start else "resuming"
+
+
 class SQLiteRunLeases:
     """Owners and leases of runs (see :class:`~storage.protocols.RunLeases`)."""
 
@@ -39,24 +50,30 @@ class SQLiteRunLeases:
         self.connector = connector
 
     def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
         ``None`` for the others.
 
         ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
         paused again at a later step). ``decided``: only if the paused step has approvals and none is pending (a
-        decision's batch claims the run with it when that decision completes the step).
+        decision's batch claims the run with it when that decision completes the step). ``start`` (needs
+        ``step``): ``paused → running`` at once, the claim and the start in one statement (``resuming`` is
+        skipped only because nobody could see it between the two).
 
         >>> storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30)).status
         'resuming'
+        >>> storage.leases.claim_paused("run-2", "host-1-a", now + timedelta(seconds=30), step=1, start=True).status
+        'running'
         """
+        status = claimed_status(step, start)
         with self.connector.writing() as db:
             row = db.execute(
-                "UPDATE runs SET status = 'resuming', owner = ?, lease_expires_at = ?, updated_at = ? "
+                "UPDATE runs SET status = ?, owner = ?, lease_expires_at = ?, updated_at = ? "
                 f"WHERE run_id = ? AND status = 'paused' AND (? IS NULL OR step = ?){STEP_DECIDED if decided else ''} "
                 f"RETURNING {_RUN_COLUMNS}",
-                [owner, epoch(until), epoch(None), run_id, step, step],
+                [status, owner, epoch(until), epoch(None), run_id, step, step],
             ).fetchone()
         return None if row is None else _run_record(row)
 

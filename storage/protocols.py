@@ -8,7 +8,7 @@ for deployments with several bot replicas. Every time in a record is a timezone-
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -749,7 +749,8 @@ class RunLeases(Protocol):
     """
 
     def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming`` with ``owner`` and a lease until ``until``; the run as claimed for exactly one
         caller (``UPDATE … WHERE status = 'paused' [AND step = ?] RETURNING …``), ``None`` for everyone else.
@@ -757,6 +758,11 @@ class RunLeases(Protocol):
         ``step``: only a run paused at that step. ``decided``: only if the run's paused step has approvals and
         none of them is pending. The returned run is the row the claim wrote, so its owner can fence with it at
         once (no read after).
+
+        ``start`` (with ``step`` only: the caller resumes that step's snapshot): ``paused → running`` in the same
+        statement, the claim and the start of the work on it in one (a decision's transaction claims the run for
+        its resume this way). The state machine holds in effect: ``resuming`` is only ever observable between a
+        claim and its start, and here both commit together. ``ValueError`` without ``step``.
         """
         ...
 
@@ -934,7 +940,17 @@ class Read:
     sees the writes before it and nothing another transaction commits later; its result is in
     :attr:`BatchOutcome.results` at its position. A read never refuses a batch.
 
+    ``args_from`` (in :meth:`WriteBatches.apply` only): a read whose arguments depend on what the batch did
+    before it. Called in the transaction, right before the read, with the results so far (in order), it
+    returns ``(args, kwargs)`` to read with (``args``/``kwargs`` above are then unused), or ``None`` to skip
+    the read (its result is then ``None``). It runs on the backend's writer (SQLite: the writer thread, inside
+    its group commit), so it must be cheap and do no I/O. An exception from it skips the read too: what it
+    derives arguments from (e.g. a stored snapshot) is data, and bad data never fails the writes around it.
+    An error of the read itself fails the batch, as any read's.
+
     >>> Read("inbox", "waiting", ("slack:T1:C1:170.1",))
+    >>> Read("messages", "retrieve_messages",
+    ...      args_from=lambda done: ((done[0].chat_history_id,), {"last_k": 5}) if done[0] else None)
     """
 
     store: str
@@ -942,6 +958,18 @@ class Read:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     required: bool = field(default=False, init=False)
+    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
+        default=None, compare=False
+    )
+
+    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The ``(args, kwargs)`` to read with after the batch's results ``done``; ``None``: skip the read."""
+        if self.args_from is None:
+            return self.args, self.kwargs
+        try:
+            return self.args_from(tuple(done))
+        except Exception:  # see the class: bad data a read's arguments come from skips the read, never the batch
+            return None
 
 
 @dataclass(frozen=True)
@@ -964,7 +992,9 @@ class WriteBatches(Protocol):
     write means exactly what the store method means alone (fences, compare-and-sets, the audit chain).
     If a ``required`` write returns a falsy result, or any write raises, nothing of the batch is written.
     A :class:`Read` among the writes reads in the batch's transaction (what the step needs to know as of
-    its own writes, e.g. whether messages wait for the thread), saving the round trip of a read after it.
+    its own writes, e.g. whether messages wait for the thread), saving the round trip of a read after it;
+    with ``args_from`` it reads what an earlier result points to (or nothing), e.g. the history a decided
+    step's snapshot refers to, once the batch's claim of the run won.
 
     Audit appends come last in a batch (:class:`ValueError` otherwise): on PostgreSQL an append locks the
     chain's head until the commit, so taking it last keeps that lock short and every batch takes its
@@ -1001,6 +1031,8 @@ def checked_reads(reads: Sequence[Read]) -> list[Read]:
     for read in checked:
         if not isinstance(read, Read):
             raise ValueError(f"a read batch takes only reads, not {read!r}")
+        if read.args_from is not None:  # a read batch's reads are independent of each other
+            raise ValueError("a read batch's reads take their arguments as given, not args_from")
         if read.store not in STORE_NAMES or read.store == "batches":
             raise ValueError(f"a batch cannot read from {read.store!r}")
         if read.method.startswith("_"):

@@ -50,19 +50,20 @@ def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:
     return DecisionRequest(approval.approval_id, actor, "confirm", place=approval.thread.place)
 
 
-async def approved_and_claimed_by_a_dead_process(h: Harness, *, write_step: bool) -> tuple:
+async def approved_and_claimed_by_a_dead_process(h: Harness, *, write_step: bool, started: bool = False) -> tuple:
     """A paused delete_file call, approved; its resume claimed by a process that then died.
 
     ``write_step``: the dead process had also written the step to the history (it died right before the
-    ledger entry, ``before_ledger``); otherwise it died right after its claim (``after_claim``).
+    ledger entry, ``before_ledger``); otherwise it died right after its claim (``after_claim``): a resume's claim
+    leaves the run ``resuming``, a decision's (``started``) ``running``.
     """
     [approval] = await h.paused_approvals("delete a.txt")
     storage = h.engine.storage
     assert await storage.approvals.decide(approval.approval_id, status="approved", decided_by=REQUESTER, now=h.clock())
-    assert await storage.leases.claim_paused(approval.run_id, DEAD, h.clock() + timedelta(seconds=30))
+    assert await storage.leases.claim_paused(approval.run_id, DEAD, h.clock() + timedelta(seconds=30),
+                                             step=1, start=started or write_step)
     if write_step:
         snapshot = await load_snapshot(await storage.runs.snapshot(approval.run_id), storage.messages)
-        await storage.runs.transition(approval.run_id, "resuming", "running")
         await storage.messages.write_messages(h.thread().key, [snapshot.step_message])
     return approval
 
@@ -71,10 +72,11 @@ def lease_runs_out(h: Harness) -> None:
     h.clock.advance(seconds=h.engine.config.lease_seconds + 1)
 
 
-@pytest.mark.parametrize("write_step", [False, True], ids=["after_claim", "before_ledger"])
-async def test_an_approved_call_whose_resume_died_before_it_started_runs_exactly_once(harnesses, write_step):
+@pytest.mark.parametrize(("write_step", "started"), [(False, False), (False, True), (True, True)],
+                         ids=["after_claim_of_a_resume", "after_claim_of_a_decision", "before_ledger"])
+async def test_an_approved_call_whose_resume_died_before_it_started_runs_exactly_once(harnesses, write_step, started):
     before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
-    approval = await approved_and_claimed_by_a_dead_process(before, write_step=write_step)
+    approval = await approved_and_claimed_by_a_dead_process(before, write_step=write_step, started=started)
 
     # While the dead process's lease runs, nobody touches its run.
     bystander = await harnesses.reopen(before, generator=ScriptedChatGenerator([says("never used")]))

@@ -30,14 +30,18 @@ from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ToolCall
 from storage import open_async_storage
 from tests.fakes.engine_kit import (
+    PLATFORM,
     REQUESTER,
     Harnesses,
+    asks,
     asks_for,
+    call,
     dangling_calls,
     echoes_results,
     sent_to_llm,
     tool_results,
 )
+from tests.fakes.recording_surface import RecordingSurface
 from tests.test_engine_decisions import admin
 
 THREAD = "1700000000.000100"
@@ -351,3 +355,97 @@ async def test_retention_keeps_the_history_a_paused_run_refers_to(backend):
     await h.engine.wait_idle()
     assert as_data(sent_to_llm(h.generator)[: len(first_call)]) == as_data(first_call)
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+
+
+# --- the decision that completes a step starts the run and reads its history (issue 17) -----------------------
+
+
+class ReadsTheRunWhileUpdating(RecordingSurface):
+    """A surface that reads the run, and whether its engine works on it, each time a decided step is re-rendered.
+
+    The re-render comes before the resume is handed over, so what it reads is the state the decision's own
+    write left.
+    """
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+        self.seen: list[tuple[str, str | None, bool]] = []
+
+    async def update_approvals(self, thread, message_ref, approvals):
+        run = await self.engine.storage.runs.get(approvals[0].run_id)
+        self.seen.append((run.status, run.owner, self.engine.lifecycle.fence(run.run_id) is not None))
+        await super().update_approvals(thread, message_ref, approvals)
+
+
+async def test_the_decision_that_completes_the_step_starts_the_run_in_its_own_write(backend):
+    h = await backend.open_on_backend(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    surface = ReadsTheRunWhileUpdating(h.engine)
+    h.engine.register_surface(PLATFORM, surface)  # from here on: the decision's re-render and the answer
+
+    assert (await h.engine.decide(confirm(approval))).resumed
+    await h.engine.wait_idle()
+
+    # Running and owned by this process before its resume began: no start of its own after the decision.
+    assert surface.seen == [("running", h.engine.lifecycle.owner, False)]
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert surface.replies[-1].text == "results: deleted a.txt"
+    assert (await h.run_of(approval.run_id)).status == "finished"
+
+
+async def test_a_decision_that_leaves_the_step_open_neither_claims_nor_starts_the_run(backend):
+    h = await backend.open_on_backend(
+        replies=[asks(call("delete_file", path="a.txt"), call("delete_file", path="b.txt")), echoes_results]
+    )
+    first, second = await h.paused_approvals("delete a.txt and b.txt")
+    surface = ReadsTheRunWhileUpdating(h.engine)
+    h.engine.register_surface(PLATFORM, surface)
+
+    assert not (await h.engine.decide(confirm(first))).resumed
+    assert surface.seen == [("paused", None, False)]
+    assert (await h.engine.decide(confirm(second))).resumed
+    await h.engine.wait_idle()
+
+    assert surface.seen[1:] == [("running", h.engine.lifecycle.owner, False)]
+    assert h.tools.executed == [("delete_file", {"path": "a.txt"}), ("delete_file", {"path": "b.txt"})]
+    assert len(h.generator.calls) == 2
+    assert (await h.run_of(first.run_id)).status == "finished"
+
+
+async def test_a_history_replaced_under_the_reference_before_the_decision_fails_the_run_closed(backend):
+    h, approval = await paused_after(backend, 6)
+    h.generator.replies.append(echoes_results)
+    thread = h.thread().key
+    stored_history = await h.history()
+    # As many messages up to the same newest one, but not the messages the run paused with.
+    others = [ChatMessage.from_user(f"other {i}") for i in range(len(stored_history) - 1)]
+    await h.engine.storage.messages.delete_messages(thread)
+    await h.engine.storage.messages.write_messages(thread, [*others, stored_history[-1]])
+
+    result = await h.engine.decide(confirm(approval))
+    await h.engine.wait_idle()
+
+    assert result.approval.status == "approved"  # the decision stands
+    run = await h.run_of(approval.run_id)
+    assert (run.status, run.error) == ("failed", "HistoryUnavailable")
+    assert h.tools.executed == [] and len(h.generator.calls) == 1
+    assert "no longer stored" in h.surface.replies[-1].text
+
+
+async def test_a_malformed_history_reference_fails_the_run_closed_never_the_decision(backend):
+    h, approval = await paused_after(backend, 6)
+    h.generator.replies.append(echoes_results)
+    data = await stored(h, approval.run_id)
+    data[HISTORY_REF_KEY] = {**data[HISTORY_REF_KEY], "count": "several"}
+    assert await h.engine.storage.runs.transition(approval.run_id, "paused", "paused", snapshot_json=data)
+
+    result = await h.engine.decide(confirm(approval))
+    await h.engine.wait_idle()
+
+    assert result.resumed and result.approval.status == "approved"  # decided and audited, whatever the snapshot
+    assert (await h.engine.get_approval(approval.approval_id)).status == "approved"
+    run = await h.run_of(approval.run_id)
+    assert (run.status, run.error) == ("failed", "SnapshotError")
+    assert h.tools.executed == [] and len(h.generator.calls) == 1
+    assert dangling_calls(await h.history()) == []

@@ -79,7 +79,8 @@ async def test_a_standby_victim_takes_no_recoverable_run_before_its_test_takes_i
             [victim] = await standby.parked()
             assert victim.stopped, victim.log_text()
             [run] = cluster.runs(thread)
-            assert (run["owner"], run["status"]) == ("crashed", "resuming"), cluster.describe(thread)
+            # Claimed and started by the decision, in one write.
+            assert (run["owner"], run["status"]) == ("crashed", "running"), cluster.describe(thread)
             assert cluster.ledger(thread) == [], cluster.describe(thread)
             assert cluster.control.count("delete_file") == 0
 

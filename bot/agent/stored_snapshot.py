@@ -134,6 +134,25 @@ def parse_stored(data: Any) -> tuple[AgentSnapshot, HistoryRef | None]:
     return _parse(data)
 
 
+def history_to_read(data: Any) -> tuple[str, HistoryRef] | None:
+    """The thread id and :class:`HistoryRef` of the history stored snapshot ``data`` refers to, without parsing the
+    rest of it (cheap enough to run inside a write transaction); ``None`` for a self-contained snapshot.
+
+    A hint for reading the history early, together with other storage work: :func:`parse_stored` stays the judge
+    of the whole snapshot, and :func:`with_history` of the history read. ``ValueError`` (or ``KeyError``,
+    ``TypeError``) for malformed data.
+
+    >>> history_to_read(stored_snapshot_data(snapshot))
+    ('slack:T1:C1:170.1', HistoryRef(up_to='m7', count=6, digest='…', at=1))
+    """
+    if not isinstance(data, dict) or data.get("schema_version") != REFERENCED_SCHEMA_VERSION:
+        return None
+    history_id = data["history_id"]
+    if not isinstance(history_id, str) or not history_id:
+        raise ValueError("a snapshot referring to its history names no history")
+    return history_id, HistoryRef.from_dict(data.get(HISTORY_REF_KEY))
+
+
 def with_history(snapshot: AgentSnapshot, ref: HistoryRef, history: list[ChatMessage]) -> AgentSnapshot:
     """``snapshot`` (from :func:`parse_stored`) with the history read for ``ref``, checked as :func:`load_snapshot`
     checks it (:class:`HistoryUnavailable` unless it is exactly the messages the run paused with)."""

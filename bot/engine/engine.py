@@ -22,6 +22,7 @@ from bot.agent import Agent, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE, TOOL_INVOKER_STAGE
 from bot.agent.stored_snapshot import (
     HistoryUnavailable,
+    history_to_read,
     parse_stored,
     stored_snapshot_data,
     stored_step,
@@ -969,14 +970,18 @@ class Engine:
             writes: list[Write | Read] = [decision]
             claiming = not self.lifecycle.stopping  # when stopping, another process's sweep resumes the run
             if claiming:
-                # If this decision completes the step, the run is claimed for its resume in the same write.
+                # If this decision completes the step, the run is claimed for its resume and started (paused ->
+                # running, owned and leased) in the same write: the resume has no start of its own to make.
                 # Pinned to this decision's step: a run paused again since is never resumed with it.
                 writes.append(Write("leases", "claim_paused",
                                     (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
-                                    {"decided": True, "step": record.step}))
+                                    {"decided": True, "step": record.step, "start": True}))
             # The step as of this decision (and its claim), read in the same transaction: the re-render and the
             # resume use it, with no read of their own.
             writes.append(Read("approvals", "step", (record.run_id, record.step)))
+            if claiming:
+                # The history the step's snapshot refers to, read only if the claim won (else nothing is read).
+                writes.append(Read("messages", "retrieve_messages", args_from=_claimed_history))
             writes.append(self._decision_audit(record, request, action, final_arguments))
             won = await self.storage.batches.apply(writes)
             if not won.applied:
@@ -985,10 +990,11 @@ class Engine:
             claimed = claiming and bool(won.results[1])
             # Only a claimed step is taken as read in the transaction: without the claim, a concurrent decision
             # of the same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
-            decided_step = won.results[-2] if claimed else None
+            decided_step = won.results[2] if claimed else None
+            history = won.results[3] if claimed else None
             failpoints.failpoint("after_decide")
             if claimed:
-                failpoints.failpoint("after_claim")
+                failpoints.failpoint("after_claim")  # claimed and started: the run is running, owned by us
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
             self.observer.decision(_action_label(request.action), type(refusal).__name__)
@@ -998,7 +1004,7 @@ class Engine:
             raise refusal from refused
         try:
             return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed,
-                                                  decided_step)
+                                                  decided_step, history)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -1009,13 +1015,14 @@ class Engine:
 
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
-        claimed: bool, decided_step: ApprovalStep | None = None,
+        claimed: bool, decided_step: ApprovalStep | None = None, history: list[ChatMessage] | None = None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
 
-        ``claimed``: the decision's write claimed the run for its resume; the resume starts whatever fails here
-        (else the run would stay claimed by this process, its lease renewed, and never resumed).
-        ``decided_step``: the step as read in the decision's transaction (after its claim).
+        ``claimed``: the decision's write claimed (and started) the run for its resume; the resume starts whatever
+        fails here (else the run would stay claimed by this process, its lease renewed, and never resumed).
+        ``decided_step``: the step as read in the decision's transaction (after its claim); ``history``: the
+        history its snapshot refers to, read there too (``None``: not read, the resume reads it if it needs it).
         """
         resumes_later = False
         try:
@@ -1034,8 +1041,8 @@ class Engine:
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
-                return await self._after_decision(record, message, claimed, decided_step)
-            self.spawn(self._after_decision_logged(record, message, claimed, decided_step),
+                return await self._after_decision(record, message, claimed, decided_step, history)
+            self.spawn(self._after_decision_logged(record, message, claimed, decided_step, history),
                        name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
@@ -1043,7 +1050,7 @@ class Engine:
             return DecisionResult(approval=clicked, step=tuple(views), message=message)
         finally:
             if claimed and not resumes_later:
-                self._resume_claimed_run(record.run_id, decided_step)
+                self._resume_claimed_run(record.run_id, decided_step, history)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -1172,17 +1179,18 @@ class Engine:
         )
 
     async def _after_decision(
-        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
+        history: list[ChatMessage] | None = None,
     ) -> DecisionResult:
         """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
         with the decision, so it resumes it whatever the re-render does; ``decided_step``: the step as the
-        decision's transaction read it, else it is read here)."""
+        decision's transaction read it, else it is read here; ``history``: its snapshot's history read there)."""
         paused: ApprovalStep | None = decided_step
         try:
             paused, views = await self._rerender(record, decided_step)
         finally:
             if claimed:  # the step as read after the claim: the resume reads none of it again
-                self._resume_claimed_run(record.run_id, paused)
+                self._resume_claimed_run(record.run_id, paused, history)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         complete = claimed or all(not v.is_pending for v in views)
         # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
@@ -1193,17 +1201,20 @@ class Engine:
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
     async def _after_decision_logged(
-        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None
+        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
+        history: list[ChatMessage] | None = None,
     ) -> None:
         try:
             # A claimed run's resume starts in there, always.
-            await self._after_decision(record, message, claimed, decided_step)
+            await self._after_decision(record, message, claimed, decided_step, history)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
-    def _resume_claimed_run(self, run_id: str, paused: ApprovalStep | None = None) -> None:
-        """Resume a run this process claimed with a decision (in the background, as every resume)."""
-        self.spawn(self.resume(run_id, paused, claimed=True), name=f"resume-{run_id}")
+    def _resume_claimed_run(
+        self, run_id: str, paused: ApprovalStep | None = None, history: list[ChatMessage] | None = None
+    ) -> None:
+        """Resume a run this process claimed (and started) with a decision (in the background, as every resume)."""
+        self.spawn(self.resume(run_id, paused, claimed=True, history=history), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         return (await self._rerender(record))[1]
@@ -1242,14 +1253,18 @@ class Engine:
 
     # --- resuming -----------------------------------------------------------------------------------
 
-    async def resume(self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False) -> None:
+    async def resume(
+        self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False,
+        history: list[ChatMessage] | None = None,
+    ) -> None:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
 
         ``paused``: the run, its step's approvals and (fully decided) its snapshot as the caller read them after
         the decision, used instead of reading them again: a decided approval never changes, neither does a
         step's snapshot, and the run is only claimed while it is still paused at that very step.
-        ``claimed``: this process claimed the run already, with the decision that completed the step (``paused``
-        was read after that claim, so its run is the run as claimed).
+        ``claimed``: this process claimed and started the run already (``paused → running``), with the decision
+        that completed the step (``paused`` was read after that claim, so its run is the run as claimed), and
+        ``history`` is what its snapshot refers to, read in that transaction too (``None``: not read).
         """
         run = paused.run if paused is not None else await self.storage.runs.get(run_id)
         thread = _thread_of_run(run)
@@ -1259,8 +1274,14 @@ class Engine:
             )
             if claimed:
                 current: Any = run  # read after the claim (by the caller, or just above)
-                if current.status != "resuming":
-                    return  # resumed already, or closed meanwhile
+                # The claim started the run, so no start compare-and-set guards it against a second start here.
+                # Each claim is handed to exactly one resume (see _after_won_decision); beyond that, a run this
+                # process works on is never started again, and work on a thread is one at a time here (the thread
+                # lock), so a second start of the same claim could only come after the first one's work ended:
+                # the run is no longer running under the claim's fence then, and every durable write of that start
+                # (the ledger's begin before any tool, the history, the answer) is refused by the fence.
+                if current.status != "running" or self.lifecycle.fence(run_id) is not None:
+                    return  # closed meanwhile, or worked on already
             else:
                 if not records or any(r.status == PENDING for r in records):
                     return
@@ -1280,14 +1301,20 @@ class Engine:
                     # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
                     await self._resume_claimed(run_id, thread, run.requester, records,
-                                               paused.snapshot if paused is not None else None)
+                                               paused.snapshot if paused is not None else None,
+                                               started=claimed, history=history)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
     async def _resume_claimed(
         self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
-        snapshot_data: dict[str, Any] | None = None,
+        snapshot_data: dict[str, Any] | None = None, *, started: bool = False,
+        history: list[ChatMessage] | None = None,
     ) -> None:
-        """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step)."""
+        """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step).
+
+        ``started``: the claim moved the run to ``running`` already (a decision's), so there is no start to make;
+        ``history``: the history the snapshot refers to, read with that claim (``None``: read here if needed).
+        """
         try:
             stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
             snapshot, ref = parse_stored(stored)
@@ -1300,20 +1327,30 @@ class Engine:
             if snapshot.stage == REVIEW_STAGE
             else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
         )
-        # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
-        # start of the same claim, or an owner whose run was taken over, gets False and does nothing). The history
-        # the snapshot refers to is read back in the same round trip, once.
-        writes: list[Write | Read] = [Write("runs", "transition", (run_id, "resuming", "running"),
-                                            {"fence": self.lifecycle.fence(run_id)}, required=True)]
-        if ref is not None:
-            writes.append(Read("messages", "retrieve_messages", (snapshot.history_id,),
-                               {"last_k": ref.count, "up_to": ref.up_to}))
         try:
-            started = await self.storage.batches.apply(writes)
-            if not started.applied:
-                return
-            if ref is not None:
-                snapshot = with_history(snapshot, ref, started.results[1])
+            if started:
+                # Started with its claim. Its history, when not read with it (the hint there did not parse), is read
+                # here; either way with_history checks it is exactly what the run paused with.
+                if ref is not None:
+                    if history is None:
+                        history = await self.storage.messages.retrieve_messages(
+                            snapshot.history_id, last_k=ref.count, up_to=ref.up_to
+                        )
+                    snapshot = with_history(snapshot, ref, history)
+            else:
+                # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a
+                # second start of the same claim, or an owner whose run was taken over, gets False and does nothing).
+                # The history the snapshot refers to is read back in the same round trip, once.
+                writes: list[Write | Read] = [Write("runs", "transition", (run_id, "resuming", "running"),
+                                                    {"fence": self.lifecycle.fence(run_id)}, required=True)]
+                if ref is not None:
+                    writes.append(Read("messages", "retrieve_messages", (snapshot.history_id,),
+                                       {"last_k": ref.count, "up_to": ref.up_to}))
+                begun = await self.storage.batches.apply(writes)
+                if not begun.applied:
+                    return
+                if ref is not None:
+                    snapshot = with_history(snapshot, ref, begun.results[1])
         except FencedOut:
             raise
         except (SnapshotError, StorageError) as exc:  # a lost history (or storage failing) fails this run only
@@ -1532,6 +1569,20 @@ class Engine:
                     continue
         admin = may and await self.roles.is_admin(actor, record.platform, fresh=False)
         return offered(views, admin), may
+
+
+def _claimed_history(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """A decision batch's history read (``Read.args_from``): after ``(decide, claim, step)``, the history the decided
+    step's snapshot refers to, if the claim won; ``None`` (read nothing) otherwise. Runs in the decision's
+    transaction, so it looks at the reference only (the resume parses and checks the whole snapshot)."""
+    claim, paused = done[1], done[2]
+    if not claim or paused.snapshot is None:
+        return None
+    target = history_to_read(paused.snapshot)
+    if target is None:  # self-contained: nothing to read
+        return None
+    history_id, ref = target
+    return (history_id,), {"last_k": ref.count, "up_to": ref.up_to}
 
 
 def _thread_of_run(run: Any) -> ThreadRef:

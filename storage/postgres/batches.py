@@ -49,7 +49,8 @@ class PostgresWriteBatches:
         try:
             async with self.storage.db.bound():
                 for index, (write, method) in enumerate(calls):
-                    value = await method(*write.args, **write.kwargs)
+                    arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
+                    value = None if arguments is None else await method(*arguments[0], **arguments[1])
                     if write.required and not value:
                         raise _Refused(index)
                     results.append(value)

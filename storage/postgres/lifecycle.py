@@ -16,7 +16,7 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
-from storage.lifecycle import STEP_DECIDED
+from storage.lifecycle import STEP_DECIDED, claimed_status
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
@@ -37,22 +37,28 @@ class PostgresRunLeases:
         self.db = db
 
     async def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False
+        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
         ``None`` for the others.
 
         ``step``: only a run paused at that step (a resume decided on one step's approvals never claims the run
         paused again at a later step). ``decided``: only if the paused step has approvals and none is pending.
+        ``start`` (needs ``step``): ``paused → running`` at once, the claim and the start in one statement.
 
         >>> (await storage.leases.claim_paused("run-1", "host-1-a", now + timedelta(seconds=30))).status
         'resuming'
+        >>> (await storage.leases.claim_paused("run-2", "host-1-a", now + timedelta(seconds=30), step=1,
+        ...                                    start=True)).status
+        'running'
         """
+        status = claimed_status(step, start)
         row = await self.db.fetchone(
-            "UPDATE runs SET status = 'resuming', owner = %s, lease_expires_at = %s, updated_at = now() "
+            "UPDATE runs SET status = %s, owner = %s, lease_expires_at = %s, updated_at = now() "
             "WHERE run_id = %s AND status = 'paused' AND (%s::integer IS NULL OR step = %s)"
             f"{STEP_DECIDED if decided else ''} RETURNING {RUN_COLUMNS}",
-            [owner, instant(until), run_id, step, step],
+            [status, owner, instant(until), run_id, step, step],
         )
         return None if row is None else run_from_row(row)
 

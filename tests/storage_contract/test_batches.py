@@ -167,6 +167,67 @@ async def test_a_decision_batch_claims_the_run_only_with_the_decision_that_compl
     assert [e.subject for e in await storage.audit.since(None)] == ["a-1", "a-2"]
 
 
+async def test_a_decision_batch_that_completes_the_step_starts_the_run_and_reads_the_history_it_points_to(storage):
+    await create_run(storage)
+    history = [ChatMessage.from_user("delete a.txt and b.txt"), ChatMessage.from_assistant("on it")]
+    await storage.messages.write_messages(THREAD, history)
+    await storage.approvals.create_many([new_approval(approval_id="a-1"), new_approval("run-1", "call_2",
+                                                                                       approval_id="a-2")])
+    assert await storage.runs.transition("run-1", "running", "paused", step=1,
+                                         snapshot_json={"history_id": THREAD, "up_to": history[-1].id})
+    seen: list[tuple] = []
+
+    def history_of_claimed_step(done: tuple) -> tuple[tuple, dict] | None:
+        seen.append(done)
+        claim, step = done[1], done[2]
+        if not claim:
+            return None
+        return (step.run.chat_history_id,), {"last_k": 10, "up_to": step.snapshot["up_to"]}
+
+    def decision(approval_id: str, voter: str) -> list[Write | Read]:
+        return [
+            Write("approvals", "decide", (approval_id,), {"status": "approved", "decided_by": voter, "now": NOW},
+                  required=True),
+            Write("leases", "claim_paused", ("run-1", "host-a", NOW + LEASE), {"decided": True, "step": 1,
+                                                                                "start": True}),
+            Read("approvals", "step", ("run-1", 1)),
+            Read("messages", "retrieve_messages", args_from=history_of_claimed_step),
+            Write("audit", "append", (voter, "approved", approval_id, {}), {"now": NOW}),
+        ]
+
+    first = await storage.batches.apply(decision("a-1", "U_BOB"))
+    assert first.applied and first.results[1] is None and first.results[3] is None  # a-2 waits: nothing read
+    assert (await storage.runs.get("run-1")).status == "paused"
+    last = await storage.batches.apply(decision("a-2", "U_CAROL"))
+
+    assert last.applied
+    _decided, claimed, step, read, _audit_id = last.results
+    run = await storage.runs.get("run-1")
+    assert claimed == run == step.run and (run.status, run.owner) == ("running", "host-a")  # started with its claim
+    assert [m.id for m in read] == [m.id for m in history]
+    # Each time, args_from was given exactly the results before it: the decision, the claim and the step.
+    assert [len(done) for done in seen] == [3, 3] and seen[1] == last.results[:3]
+
+
+async def test_a_read_whose_arguments_cannot_be_worked_out_is_skipped_and_the_batch_applies(storage):
+    await create_run(storage)
+
+    def malformed(done: tuple) -> tuple[tuple, dict] | None:
+        return (done[0]["history_id"],), {}  # the usage write returned None: a TypeError, as bad data would give
+
+    outcome = await storage.batches.apply([
+        *_pause()[:3],
+        Read("messages", "retrieve_messages", args_from=malformed),
+        Read("runs", "get", args_from=lambda done: None),
+        Read("runs", "get", ("ignored",), args_from=lambda done: (("run-1",), {})),
+        _pause()[3],
+    ])
+
+    assert outcome.applied
+    assert outcome.results[3:6] == (None, None, await storage.runs.get("run-1"))
+    assert (await storage.runs.get("run-1")).status == "paused"  # every write of the batch stands
+
+
 # --- reads in batches (storage.Read) ------------------------------------------------------------------
 
 
@@ -221,6 +282,7 @@ async def test_a_read_batch_takes_only_reads_of_known_stores(storage):
         ([Write("runs", "get", ("run-1",))], "takes only reads"),
         ([Read("batches", "read", ([],))], "cannot read from 'batches'"),
         ([Read("runs", "_get", ("run-1",))], "cannot call runs._get"),
+        ([Read("runs", "get", args_from=lambda done: (("run-1",), {}))], "not args_from"),
     ]:
         with pytest.raises(ValueError, match=problem):
             await storage.batches.read(reads)

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from bot.messages import ChatMessage
-from storage import ActiveRunExists, AlreadyExists, ThreadAddress
+from storage import ActiveRunExists, AlreadyExists, RunFence, ThreadAddress
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD, new_approval
 
@@ -140,6 +140,28 @@ async def test_a_claim_returns_the_run_as_claimed_and_with_a_step_only_takes_the
     assert (claimed.status, claimed.owner, claimed.lease_expires_at, claimed.step) == (
         "resuming", "host-c", NOW + LEASE, 2)
     assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE, step=2) is None
+
+
+async def test_a_claim_that_starts_moves_the_paused_run_to_running_owned_and_leased_in_one_statement(storage):
+    await create_run(storage, "run-1", status="paused")
+    await storage.runs.transition("run-1", "paused", "paused", step=1)
+    with pytest.raises(ValueError, match="needs the step"):
+        await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, start=True)
+    assert await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, step=2, start=True) is None
+
+    claimed = await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, step=1, start=True)
+
+    assert claimed == await storage.runs.get("run-1")  # never seen resuming: the claim and the start are one
+    assert (claimed.status, claimed.owner, claimed.lease_expires_at, claimed.step) == (
+        "running", "host-c", NOW + LEASE, 1)
+    assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE, step=1, start=True) is None
+    assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE) is None
+    # Its owner works under the fence it claimed with (its lease renews, its next status change passes the fence),
+    # and there is no start left to make.
+    fence = RunFence.of(claimed)
+    assert not await storage.runs.transition("run-1", "resuming", "running", fence=fence)
+    assert await storage.leases.renew("host-c", NOW + LEASE * 2) == ["run-1"]
+    assert await storage.runs.transition("run-1", "running", "paused", fence=fence, step=2)
 
 
 async def test_claiming_a_paused_run_when_decided_waits_for_every_approval_of_its_step(storage):
