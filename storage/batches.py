@@ -41,6 +41,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from storage.errors import CorruptRecord
 from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
 
 SAVEPOINT = "countersign_batch"
@@ -83,7 +84,12 @@ class SQLiteWriteBatches:
             try:
                 for index, (write, method) in enumerate(calls):
                     arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
-                    value = None if arguments is None else method(*arguments[0], **arguments[1])
+                    try:
+                        value = None if arguments is None else method(*arguments[0], **arguments[1])
+                    except CorruptRecord:
+                        if not (isinstance(write, Read) and write.dependent):
+                            raise
+                        value = None  # bad data a dependent read found skips the read, never the batch (see Read)
                     if write.required and not value:
                         _undo(db)
                         return BatchOutcome(applied=False, refused=index)

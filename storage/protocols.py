@@ -946,7 +946,9 @@ class Read:
     the read (its result is then ``None``). It runs on the backend's writer (SQLite: the writer thread, inside
     its group commit), so it must be cheap and do no I/O. An exception from it skips the read too: what it
     derives arguments from (e.g. a stored snapshot) is data, and bad data never fails the writes around it.
-    An error of the read itself fails the batch, as any read's.
+    For the same reason, such a read that finds a corrupt record (:class:`~storage.errors.CorruptRecord`, e.g. a
+    stored message that no longer decodes) is skipped as well: its caller reads again itself and fails only what
+    needs that data. Any other error of the read fails the batch, as any read's (the database failing).
 
     >>> Read("inbox", "waiting", ("slack:T1:C1:170.1",))
     >>> Read("messages", "retrieve_messages",
@@ -961,6 +963,11 @@ class Read:
     args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
         default=None, compare=False
     )
+
+    @property
+    def dependent(self) -> bool:
+        """Whether its arguments come from the batch's earlier results (``args_from``)."""
+        return self.args_from is not None
 
     def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The ``(args, kwargs)`` to read with after the batch's results ``done``; ``None``: skip the read."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from storage.errors import CorruptRecord
 from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
 
 
@@ -50,7 +51,12 @@ class PostgresWriteBatches:
             async with self.storage.db.bound():
                 for index, (write, method) in enumerate(calls):
                     arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
-                    value = None if arguments is None else await method(*arguments[0], **arguments[1])
+                    try:
+                        value = None if arguments is None else await method(*arguments[0], **arguments[1])
+                    except CorruptRecord:  # decoded after the statement: the transaction is intact
+                        if not (isinstance(write, Read) and write.dependent):
+                            raise
+                        value = None  # bad data a dependent read found skips the read, never the batch (see Read)
                     if write.required and not value:
                         raise _Refused(index)
                     results.append(value)

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from bot.messages import ChatMessage
-from storage import NotFound, Read, RunFence, ThreadAddress, TokenUsage, Write
+from storage import CorruptRecord, NotFound, Read, RunFence, ThreadAddress, TokenUsage, Write
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD, new_approval
 
@@ -291,3 +291,24 @@ async def test_a_read_batch_takes_only_reads_of_known_stores(storage):
 async def test_a_read_batch_raises_the_error_of_a_read(storage):
     with pytest.raises(NotFound):
         await storage.batches.read([Read("runs", "latest_for_thread", (THREAD,)), Read("runs", "get", ("nope",))])
+
+
+async def test_a_dependent_read_that_finds_a_corrupt_record_is_skipped_and_the_batch_applies(storage, backend):
+    # A decision's batch reads the history its step's snapshot points to: a stored message that no longer decodes
+    # must fail the run's resume (which reads again), never the decision itself.
+    await create_run(storage)
+    await storage.messages.write_messages(THREAD, [ChatMessage.from_user("delete a.txt")])
+    await backend.execute("UPDATE messages SET data = '[]'")
+    with pytest.raises(CorruptRecord):
+        await storage.messages.retrieve_messages(THREAD)
+
+    outcome = await storage.batches.apply([
+        *_pause()[:3],
+        Read("messages", "retrieve_messages", args_from=lambda done: ((THREAD,), {"last_k": 5})),
+        _pause()[3],
+    ])
+    assert outcome.applied and outcome.results[3] is None
+    assert (await storage.runs.get("run-1")).status == "paused"
+
+    with pytest.raises(CorruptRecord):  # a read given its arguments is no different from a read alone
+        await storage.batches.apply([Read("messages", "retrieve_messages", (THREAD,), {"last_k": 5})])
