@@ -83,7 +83,7 @@ class SQLiteWriteBatches:
             results: list[Any] = []
             try:
                 for index, (write, method) in enumerate(calls):
-                    arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
+                    arguments = write.arguments(results)
                     try:
                         value = None if arguments is None else method(*arguments[0], **arguments[1])
                     except CorruptRecord:

@@ -922,7 +922,15 @@ class Write:
     ``required``: the write is a compare-and-set; a falsy result (``False``, ``None``, ``0``) rolls the
     whole batch back, so nothing of it is written.
 
+    ``args_from``: a write whose arguments depend on what the batch did before it (e.g. the audit entries of the
+    approvals an earlier write expired). Called in the transaction, right before the write, with the results so
+    far (in order), it returns ``(args, kwargs)`` to write with (``args``/``kwargs`` above are then unused), or
+    ``None`` to skip the write (its result is then ``None``, which refuses the batch if it is ``required``). It
+    runs on the backend's writer, so it must be cheap and do no I/O. Unlike :class:`Read`'s, an exception from it
+    fails the batch: a write's arguments are never guessed.
+
     >>> Write("runs", "transition", ("run-1", "running", "paused"), {"step": 1}, required=True)
+    >>> Write("audit", "append_many", args_from=lambda done: ((entries_of(done[0]),), {}) if done[0] else None)
     """
 
     store: str
@@ -930,6 +938,15 @@ class Write:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     required: bool = False
+    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
+        default=None, compare=False
+    )
+
+    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The ``(args, kwargs)`` to write with after the batch's results ``done``; ``None``: skip the write."""
+        if self.args_from is None:
+            return self.args, self.kwargs
+        return self.args_from(tuple(done))
 
 
 @dataclass(frozen=True)

@@ -659,13 +659,19 @@ class Engine:
         if actor != run.requester and not self.is_admin(actor):
             await self.storage.audit.append(actor, "stop refused", run_id, {}, now=self.clock())
             raise NotAllowedToStop()
-        # Stored, so the process that runs it (this one or another) stops it at its next step boundary.
-        if run.status not in ("running", "resuming") or not await self.storage.runs.request_stop(run_id, actor):
+        if run.status not in ("running", "resuming"):
+            return NOTHING_TO_STOP
+        # Stored (with its audit entry, in one write), so the process that runs it (this one or another) stops it at
+        # its next step boundary.
+        stopping = await self.storage.batches.apply([
+            Write("runs", "request_stop", (run_id, actor), required=True),
+            Write("audit", "append", (actor, "stop requested", run_id, {}), {"now": self.clock()}),
+        ])
+        if not stopping.applied:
             return NOTHING_TO_STOP
         live = self._live.get(run_id)
         if live is not None:
             live.stop(actor)
-        await self.storage.audit.append(actor, "stop requested", run_id, {}, now=self.clock())
         return STOPPING
 
     async def _stop_requested(self, run_id: str) -> str | None:
@@ -1415,15 +1421,14 @@ class Engine:
         """
         now = self.clock()
         claimed: list[Any] = []
+        # Each batch of expiries and its audit entries are one write: no approval expires unaudited.
+        expiring = [Write("approvals", "expire_due", (), {"now": now, "limit": batch}),
+                    Write("audit", "append_many", args_from=lambda done: _expiry_audit(done[0], now))]
         while True:
-            records = await self.storage.approvals.expire_due(now=now, limit=batch)
-            if records:
-                entries = [("countersign", "expired", r.approval_id,
-                            {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind}) for r in records]
-                await self.storage.audit.append_many(entries, now=now)
-                for _record in records:
-                    self.observer.decision("expire", "expired")
-                claimed += records
+            records = (await self.storage.batches.apply(expiring)).results[0]
+            for _record in records:
+                self.observer.decision("expire", "expired")
+            claimed += records
             if len(records) < batch:
                 return claimed
 
@@ -1588,6 +1593,16 @@ def _claimed_history(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, 
 def _thread_of_run(run: Any) -> ThreadRef:
     """The thread a run works in."""
     return ThreadRef(run.platform, run.workspace, run.channel, run.thread)
+
+
+def _expiry_audit(records: list[Any], now: datetime) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The audit entries of the approvals a batch of ``expire_due`` claimed (as ``append_many``'s arguments), or
+    ``None`` when it claimed none."""
+    if not records:
+        return None
+    entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind})
+               for r in records]
+    return (entries,), {"now": now}
 
 
 def _check_approval_id(approval_id: Any) -> None:

@@ -50,7 +50,7 @@ class PostgresWriteBatches:
         try:
             async with self.storage.db.bound():
                 for index, (write, method) in enumerate(calls):
-                    arguments = write.arguments(results) if isinstance(write, Read) else (write.args, write.kwargs)
+                    arguments = write.arguments(results)
                     try:
                         value = None if arguments is None else await method(*arguments[0], **arguments[1])
                     except CorruptRecord:  # decoded after the statement: the transaction is intact

@@ -312,3 +312,36 @@ async def test_a_dependent_read_that_finds_a_corrupt_record_is_skipped_and_the_b
 
     with pytest.raises(CorruptRecord):  # a read given its arguments is no different from a read alone
         await storage.batches.apply([Read("messages", "retrieve_messages", (THREAD,), {"last_k": 5})])
+
+
+async def test_a_write_can_take_its_arguments_from_the_writes_before_it_or_be_skipped(storage):
+    # An expiry sweep's batch: the approvals one write expired, and their audit entries from its result.
+    await create_run(storage)
+    await storage.approvals.create_many([new_approval("run-1", "call_1", approval_id="a-1",
+                                                      expires_at=NOW + timedelta(seconds=1))])
+
+    def audited(done: tuple) -> tuple[tuple, dict] | None:
+        return (([("countersign", "expired", r.approval_id, {}) for r in done[0]],), {"now": NOW}) if done[0] else None
+
+    expiring = [Write("approvals", "expire_due", (), {"now": NOW + LEASE}),
+                Write("audit", "append_many", args_from=audited)]
+    first = await storage.batches.apply(expiring)
+    assert first.applied and [r.approval_id for r in first.results[0]] == ["a-1"] and first.results[1] == 1
+    assert [e.subject for e in await storage.audit.recent(5, subject="a-1")] == ["a-1"]
+
+    again = await storage.batches.apply(expiring)  # nothing due: the audit write is skipped
+    assert again.applied and again.results == ([], None)
+    refused = await storage.batches.apply([
+        Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
+        Write("runs", "get", args_from=lambda done: None, required=True),
+    ])
+    assert (refused.applied, refused.refused) == (False, 1), "a required write skipped refuses the batch"
+    assert (await storage.runs.usage(platform="slack", workspace="T1", since=NOW - LEASE)).total_tokens == 0
+
+    def broken(done: tuple) -> tuple[tuple, dict] | None:
+        raise KeyError("history_id")
+
+    with pytest.raises(KeyError):  # a write's arguments are never guessed: the batch fails, nothing is written
+        await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
+                                     Write("audit", "append", args_from=broken)])
+    assert (await storage.runs.usage(platform="slack", workspace="T1", since=NOW - LEASE)).total_tokens == 0
