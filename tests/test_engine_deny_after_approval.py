@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.canonical import args_digest
 from bot.engine.decisions import BLOCKED_AFTER_APPROVAL, BLOCKED_AFTER_APPROVAL_FEEDBACK
+from bot.engine.ledger import ledger_key
 from bot.llm import ScriptedChatGenerator
 from tests.fakes.engine_kit import (
     REQUESTER,
@@ -188,6 +190,29 @@ async def test_a_recovered_approved_call_is_stopped_by_a_deny_set_before_the_rec
     assert dangling_calls(history) == [] and tool_results(history) == [("delete_file", BLOCKED, True)]
     assert [e.subject for e in await blocked_entries(after)] == [approval.approval_id]
     assert (await after.run_of(approval.run_id)).status == "finished"
+
+
+async def test_a_call_that_ran_before_the_crash_keeps_its_result_when_a_deny_is_set_before_the_recovery(harnesses):
+    before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
+    approval = await approved_and_claimed_by_a_dead_process(before, write_step=True)
+    # The dead process ran the call (its outcome is in the ledger) and died before writing the result to the thread.
+    storage = before.engine.storage
+    key = ledger_key(approval.run_id, (await storage.approvals.get(approval.approval_id)).tool_call_id)
+    assert await storage.ledger.begin(key, args_digest({"path": "a.txt"}), run_id=approval.run_id,
+                                      tool_name="delete_file")
+    assert await storage.ledger.finish(key, ok=True, result="deleted a.txt")
+    await admin(before, "policy set delete_file deny")
+
+    lease_runs_out(before)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results]))
+    await after.engine.wait_idle()
+
+    # Not about to run: it ran. The model gets its real result, and nothing claims it was blocked.
+    assert before.tools.executed == []
+    assert after.surface.replies_in(after.thread())[-1] == "results: deleted a.txt"
+    history = await after.history()
+    assert dangling_calls(history) == [] and tool_results(history) == [("delete_file", "deleted a.txt", False)]
+    assert await blocked_entries(after) == []
 
 
 async def test_a_deny_lifted_before_the_click_lets_the_approved_call_run_once(harnesses):

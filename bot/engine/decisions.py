@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from bot.engine.confirmation import DENY, best_condition, policy_of
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
 from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
+from bot.hitl.apply import bind_decisions
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ToolCall
@@ -152,6 +153,7 @@ async def step_decisions(
     default_ttl: int,
     now: datetime,
     views: Mapping[str, PolicyView] | None = None,
+    started: Collection[int] = (),
 ) -> list[ToolExecutionDecision]:
     """Every decision a paused step resumes with (``decided``: those made at the pause; then one per approval
     record), with each call that was to run checked against its tool's policy now: one whose policy in the run's
@@ -161,10 +163,15 @@ async def step_decisions(
     The one place this rule lives: a resume after a decision, a resume by the sweep, and a recovery all apply it
     right before the calls run. ``context``: the run's ``platform``, ``workspace`` and ``channel``; ``views``: the
     tools' policy views in that channel read just now (with the decision that completed the step); tools missing
-    from them are read here, in one read.
+    from them are read here, in one read. ``started``: the positions in ``step_calls`` of calls that started already
+    (a recovery finds them in the execution ledger): they are not about to run, so they are not judged.
     """
     decisions = [*decided, *(decision_from_record(r) for r in records)]
-    running = [(i, d) for i, d in enumerate(decisions) if d.execute]
+    try:
+        position = {id(d): p for p, d in bind_decisions(step_calls, decisions).items()}
+    except ValueError:  # decisions that do not fit the step: applying them refuses the step, nothing of it runs
+        position = {}
+    running = [(i, d) for i, d in enumerate(decisions) if d.execute and position.get(id(d)) not in started]
     if not running:
         return decisions
     names = list(dict.fromkeys(d.tool_name for _, d in running))
@@ -177,7 +184,7 @@ async def step_decisions(
     assert views is not None
     blocked: list[BlockedCall] = []
     for i, decision in running:
-        arguments = _final_arguments(decision, step_calls)
+        arguments = _final_arguments(decision, step_calls, position.get(id(decision)))
         view, tool = views[decision.tool_name], tools.get(decision.tool_name)
         policy = await policy_of(view, tool, context, default_ttl, arguments=arguments)
         if policy.mode != DENY:
@@ -200,14 +207,15 @@ async def step_decisions(
     return decisions
 
 
-def _final_arguments(decision: ToolExecutionDecision, step_calls: Sequence[ToolCall]) -> dict[str, Any]:
-    """The arguments a call would run with: its decision's final ones, else the call's own as the model gave them."""
+def _final_arguments(
+    decision: ToolExecutionDecision, step_calls: Sequence[ToolCall], position: int | None
+) -> dict[str, Any]:
+    """The arguments a call would run with: its decision's final ones, else the call's own (at ``position``)."""
     if decision.final_tool_params is not None:
         return dict(decision.final_tool_params)
-    for call in step_calls:
-        if call.tool_name == decision.tool_name and call.id == decision.tool_call_id:
-            return dict(call.arguments)
-    return {}  # matches no call: it cannot run anyway (applying the decisions refuses it)
+    if position is not None:
+        return dict(step_calls[position].arguments)
+    return {}  # matches no call: it cannot run anyway (applying the decisions refuses the step)
 
 
 def _denied_by(view: PolicyView, context: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -516,11 +516,14 @@ class RunLifecycle:
             await self._release_reviewed(run, thread, snapshot, records)
             return
         step = snapshot.step_message
-        # Each call that was to run is checked against its policy now, as any resume does: a deny set since stops it.
+        # Each call still to run is checked against its policy now, as any resume does: a deny set since stops it.
+        # One that started already (the ledger has it) is not about to run: its outcome is what the ledger says.
+        started = [i for i, c in enumerate(step.tool_calls)
+                   if await self.storage.ledger.get(ledger_key(run.run_id, c.id or f"{step.id}:{i}")) is not None]
         decisions = await step_decisions(
             self.storage, step.tool_calls, snapshot.decisions, records, run_id=run.run_id, tools=self.engine.tools,
             context={"platform": run.platform, "workspace": run.workspace, "channel": run.channel},
-            default_ttl=self.engine.config.default_ttl_seconds, now=self.clock(),
+            default_ttl=self.engine.config.default_ttl_seconds, now=self.clock(), started=started,
         )
         applied = apply_decisions(step, decisions, self.engine.tools)
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
