@@ -70,7 +70,7 @@ async def test_a_call_denied_while_it_waits_does_not_run_when_approved_and_the_m
     [entry] = await blocked_entries(h)
     assert entry.subject == approval.approval_id
     assert (entry.details["tool"], entry.details["run_id"]) == ("delete_file", approval.run_id)
-    assert entry.details["policy"]["scope"] == "workspace:slack:T1"
+    assert entry.details["policy"] == {"scope": "workspace:slack:T1", "rule": "delete_file", "set_by": "U_ADMIN"}
     assert (await h.engine.get_approval(approval.approval_id)).status == "approved"  # stays as decided
     assert (await h.run_of(approval.run_id)).status == "finished"
 

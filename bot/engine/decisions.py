@@ -138,7 +138,7 @@ class BlockedCall:
     approval_id: str | None
     """The call's approval; ``None`` for a call the policy let run without asking (decided at the pause)."""
     denied_by: dict[str, Any]
-    """Where the ``deny`` comes from, as far as the view tells: its scope, and a condition with who set it."""
+    """Where the ``deny`` comes from: the rule's scope, its condition if it has one, and who set it."""
 
 
 async def step_decisions(
@@ -191,7 +191,7 @@ async def step_decisions(
             continue
         approval_id = records[i - len(decided)].approval_id if i >= len(decided) else None
         blocked.append(BlockedCall(decision.tool_name, decision.tool_call_id, approval_id,
-                                   _denied_by(view, context, arguments)))
+                                   await _denied_by(storage, view, context, arguments)))
         decisions[i] = ToolExecutionDecision(
             decision.tool_name, False, decision.tool_call_id,
             feedback=BLOCKED_AFTER_APPROVAL_FEEDBACK.format(tool_name=decision.tool_name),
@@ -218,9 +218,11 @@ def _final_arguments(
     return {}  # matches no call: it cannot run anyway (applying the decisions refuses the step)
 
 
-def _denied_by(view: PolicyView, context: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Where a ``deny`` comes from, for the audit log: the matching conditional rule (scope, condition, who set it),
-    else the plain rule's scope (who set a plain rule is in the audit log's ``policy set`` entries)."""
+async def _denied_by(
+    storage: Any, view: PolicyView, context: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Where a ``deny`` comes from, for the audit log: the matching conditional rule or the plain rule (its scope,
+    and who last set it: a read of its own, made only for a call that is blocked)."""
     matched = best_condition(view.conditions, context, arguments)
     if matched is not None and matched[1] == DENY:
         scopes = channel_scopes(context["platform"], context["workspace"], context["channel"])
@@ -228,4 +230,7 @@ def _denied_by(view: PolicyView, context: Mapping[str, Any], arguments: Mapping[
         rule = next((c for c in view.conditions if c.scope == scope and c.condition == matched[2]), None)
         return {"scope": scope, "condition": matched[2], "set_by": rule.updated_by if rule else None}
     source = view.rule.sources.get("mode")
-    return {"scope": source[0], "rule": source[1]} if source else {"scope": None}
+    if source is None:  # no admin's rule: the tool's own default
+        return {"scope": None}
+    plain = await storage.policies.get_rule(*source)
+    return {"scope": source[0], "rule": source[1], "set_by": plain.updated_by if plain else None}
