@@ -150,9 +150,10 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     assert reads("SQLiteApprovalStore.get_clicked") == 1  # the click: the approval and its place together
     assert reads("SQLiteApprovalStore.get") == reads("SQLiteApprovalPlaces.shown_in") == 0
     # The step is read in the decision's batch (after its claim, which starts the run too), with the history its
-    # snapshot refers to; the re-render and the resume reuse them: the resume has no round trip of its own to start.
+    # snapshot refers to and the policies of the calls it may run (a deny set since stops them); the re-render and
+    # the resume reuse them: the resume has no round trip of its own to start, nor to check the policies again.
     decision = ("batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
-                " + audit.append")
+                " + policies.views + audit.append")
     assert reads(decision) == 1
     assert reads("batch: runs.transition + messages.retrieve_messages") == reads("SQLiteRunStore.transition") == 0
     assert reads("SQLiteApprovalStore.step") == 0

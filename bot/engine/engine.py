@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,7 +47,7 @@ from bot.engine.decisions import (
     approval_call_key,
     authorize_now,
     check_open,
-    decision_from_record,
+    step_decisions,
 )
 from bot.engine.errors import (
     AlreadyDecided,
@@ -114,6 +114,7 @@ from storage import (
     FencedOut,
     NewApproval,
     NotFound,
+    PolicyView,
     Read,
     StorageError,
     TokenUsage,
@@ -986,8 +987,10 @@ class Engine:
             # resume use it, with no read of their own.
             writes.append(Read("approvals", "step", (record.run_id, record.step)))
             if claiming:
-                # The history the step's snapshot refers to, read only if the claim won (else nothing is read).
+                # The history the step's snapshot refers to, and the policies of the calls it is to run (a deny set
+                # since stops an approved call: step_decisions), read only if the claim won (else nothing is read).
                 writes.append(Read("messages", "retrieve_messages", args_from=_claimed_history))
+                writes.append(Read("policies", "views", args_from=_claimed_policies))
             writes.append(self._decision_audit(record, request, action, final_arguments))
             won = await self.storage.batches.apply(writes)
             if not won.applied:
@@ -998,6 +1001,7 @@ class Engine:
             # of the same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
             decided_step = won.results[2] if claimed else None
             history = won.results[3] if claimed else None
+            policies = won.results[4] if claimed else None
             failpoints.failpoint("after_decide")
             if claimed:
                 failpoints.failpoint("after_claim")  # claimed and started: the run is running, owned by us
@@ -1010,7 +1014,7 @@ class Engine:
             raise refusal from refused
         try:
             return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed,
-                                                  decided_step, history)
+                                                  decided_step, history, policies)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -1022,13 +1026,15 @@ class Engine:
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
         claimed: bool, decided_step: ApprovalStep | None = None, history: list[ChatMessage] | None = None,
+        policies: Mapping[str, PolicyView] | None = None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
 
         ``claimed``: the decision's write claimed (and started) the run for its resume; the resume starts whatever
         fails here (else the run would stay claimed by this process, its lease renewed, and never resumed).
         ``decided_step``: the step as read in the decision's transaction (after its claim); ``history``: the
-        history its snapshot refers to, read there too (``None``: not read, the resume reads it if it needs it).
+        history its snapshot refers to, read there too (``None``: not read, the resume reads it if it needs it);
+        ``policies``: the policy views of the step's tools, read there too (``None``: the resume reads them).
         """
         resumes_later = False
         try:
@@ -1047,8 +1053,8 @@ class Engine:
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
-                return await self._after_decision(record, message, claimed, decided_step, history)
-            self.spawn(self._after_decision_logged(record, message, claimed, decided_step, history),
+                return await self._after_decision(record, message, claimed, decided_step, history, policies)
+            self.spawn(self._after_decision_logged(record, message, claimed, decided_step, history, policies),
                        name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
@@ -1056,7 +1062,7 @@ class Engine:
             return DecisionResult(approval=clicked, step=tuple(views), message=message)
         finally:
             if claimed and not resumes_later:
-                self._resume_claimed_run(record.run_id, decided_step, history)
+                self._resume_claimed_run(record.run_id, decided_step, history, policies)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -1186,17 +1192,18 @@ class Engine:
 
     async def _after_decision(
         self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
-        history: list[ChatMessage] | None = None,
+        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
     ) -> DecisionResult:
         """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
         with the decision, so it resumes it whatever the re-render does; ``decided_step``: the step as the
-        decision's transaction read it, else it is read here; ``history``: its snapshot's history read there)."""
+        decision's transaction read it, else it is read here; ``history``, ``policies``: its snapshot's history and its
+        tools' policy views read there)."""
         paused: ApprovalStep | None = decided_step
         try:
             paused, views = await self._rerender(record, decided_step)
         finally:
             if claimed:  # the step as read after the claim: the resume reads none of it again
-                self._resume_claimed_run(record.run_id, paused, history)
+                self._resume_claimed_run(record.run_id, paused, history, policies)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
         complete = claimed or all(not v.is_pending for v in views)
         # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
@@ -1208,19 +1215,21 @@ class Engine:
 
     async def _after_decision_logged(
         self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
-        history: list[ChatMessage] | None = None,
+        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
     ) -> None:
         try:
             # A claimed run's resume starts in there, always.
-            await self._after_decision(record, message, claimed, decided_step, history)
+            await self._after_decision(record, message, claimed, decided_step, history, policies)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
     def _resume_claimed_run(
-        self, run_id: str, paused: ApprovalStep | None = None, history: list[ChatMessage] | None = None
+        self, run_id: str, paused: ApprovalStep | None = None, history: list[ChatMessage] | None = None,
+        policies: Mapping[str, PolicyView] | None = None,
     ) -> None:
         """Resume a run this process claimed (and started) with a decision (in the background, as every resume)."""
-        self.spawn(self.resume(run_id, paused, claimed=True, history=history), name=f"resume-{run_id}")
+        self.spawn(self.resume(run_id, paused, claimed=True, history=history, policies=policies),
+                   name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         return (await self._rerender(record))[1]
@@ -1261,7 +1270,7 @@ class Engine:
 
     async def resume(
         self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False,
-        history: list[ChatMessage] | None = None,
+        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
     ) -> None:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
 
@@ -1270,7 +1279,8 @@ class Engine:
         step's snapshot, and the run is only claimed while it is still paused at that very step.
         ``claimed``: this process claimed and started the run already (``paused → running``), with the decision
         that completed the step (``paused`` was read after that claim, so its run is the run as claimed), and
-        ``history`` is what its snapshot refers to, read in that transaction too (``None``: not read).
+        ``history`` is what its snapshot refers to, read in that transaction too (``None``: not read), as are
+        ``policies``, the policy views of the step's tools (``None``: read right before the calls run).
         """
         run = paused.run if paused is not None else await self.storage.runs.get(run_id)
         thread = _thread_of_run(run)
@@ -1308,18 +1318,19 @@ class Engine:
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
                     await self._resume_claimed(run_id, thread, run.requester, records,
                                                paused.snapshot if paused is not None else None,
-                                               started=claimed, history=history)
+                                               started=claimed, history=history, policies=policies)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
     async def _resume_claimed(
         self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
         snapshot_data: dict[str, Any] | None = None, *, started: bool = False,
-        history: list[ChatMessage] | None = None,
+        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
     ) -> None:
         """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step).
 
         ``started``: the claim moved the run to ``running`` already (a decision's), so there is no start to make;
-        ``history``: the history the snapshot refers to, read with that claim (``None``: read here if needed).
+        ``history``: the history the snapshot refers to, read with that claim (``None``: read here if needed);
+        ``policies``: the policy views of the step's tools, read with that claim (``None``: read here).
         """
         try:
             stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
@@ -1327,12 +1338,6 @@ class Engine:
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.fail_run(run_id, thread, exc)
             return
-        # A step held for review resumes with the reviews; a step paused before acting, with the decisions.
-        outcome: dict[str, Any] = (
-            {"tool_result_reviews": [review_from_record(r) for r in records]}
-            if snapshot.stage == REVIEW_STAGE
-            else {"tool_execution_decisions": [decision_from_record(r) for r in records]}
-        )
         try:
             if started:
                 # Started with its claim. Its history, when not read with it (the hint there did not parse), is read
@@ -1357,6 +1362,19 @@ class Engine:
                     return
                 if ref is not None:
                     snapshot = with_history(snapshot, ref, begun.results[1])
+            # A step held for review resumes with the reviews (its tools ran); a step paused before acting, with the
+            # decisions: those made at the pause and the people's, each call checked against its policy now.
+            outcome: dict[str, Any]
+            if snapshot.stage == REVIEW_STAGE:
+                outcome = {"tool_result_reviews": [review_from_record(r) for r in records]}
+            else:
+                decided = await step_decisions(
+                    self.storage, snapshot.step_message.tool_calls, snapshot.decisions, records, run_id=run_id,
+                    tools=self.tools, context=_channel_of(thread), default_ttl=self.config.default_ttl_seconds,
+                    now=self.clock(), views=policies,
+                )
+                snapshot = replace(snapshot, decisions=[])  # all of them are handed over, checked, below
+                outcome = {"tool_execution_decisions": decided}
         except FencedOut:
             raise
         except (SnapshotError, StorageError) as exc:  # a lost history (or storage failing) fails this run only
@@ -1588,6 +1606,30 @@ def _claimed_history(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, 
         return None
     history_id, ref = target
     return (history_id,), {"last_k": ref.count, "up_to": ref.up_to}
+
+
+def _claimed_policies(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """A decision batch's policy read (``Read.args_from``): after ``(decide, claim, step, history)``, the policy views
+    in the run's channel of the tools whose calls the decided step may run (its approvals' and those the policy let
+    run at the pause), if the claim won; ``None`` (read nothing) otherwise, or for a step held for review (its tools
+    ran). Cheap: it looks at the stored snapshot's decisions only; the resume reads what this did not."""
+    claim, paused = done[1], done[2]
+    if not claim:
+        return None
+    data = paused.snapshot
+    if isinstance(data, dict) and data.get("stage") == REVIEW_STAGE:
+        return None
+    names = [a.tool_name for a in paused.approvals]
+    if isinstance(data, dict):
+        names += [d["tool_name"] for d in data.get("decisions") or () if d.get("execute") is True]
+    run = paused.run
+    return (tuple(dict.fromkeys(names)),), {"platform": run.platform, "workspace": run.workspace,
+                                            "channel": run.channel}
+
+
+def _channel_of(thread: ThreadRef) -> dict[str, str]:
+    """A thread's channel, as policies are looked up by (a confirmation context's first three keys)."""
+    return {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel}
 
 
 def _thread_of_run(run: Any) -> ThreadRef:

@@ -40,14 +40,14 @@ from bot.agent import AgentSnapshot
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import stored_step
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, ToolRunner
-from bot.engine.decisions import ID_LESS_PREFIX, decision_from_record
+from bot.engine.decisions import ID_LESS_PREFIX, step_decisions
 from bot.engine.errors import AlreadyDecided, EngineError
 from bot.engine.ledger import StorageExecutionLedger, ledger_key
 from bot.engine.model import Inbound, ThreadRef
 from bot.engine.outbox import Deliveries, address_of, thread_of
 from bot.engine.retention import Retention
 from bot.engine.review import WITHHELD_AFTER_RESTART, needs_review, review_from_record
-from bot.hitl.apply import apply_decisions, closing_results, dangling_tool_calls
+from bot.hitl.apply import apply_decisions, bind_decisions, closing_results, dangling_tool_calls
 from bot.hooks import apply_reviews
 from bot.messages import ChatMessage, ChatRole, new_id
 from storage.errors import FencedOut
@@ -515,8 +515,16 @@ class RunLifecycle:
         if snapshot.stage == REVIEW_STAGE:
             await self._release_reviewed(run, thread, snapshot, records)
             return
-        decisions = [*snapshot.decisions, *(decision_from_record(r) for r in records)]
         step = snapshot.step_message
+        # Each call still to run is checked against its policy now, as any resume does: a deny set since stops it.
+        # One that started already (the ledger has it) is not about to run: its outcome is what the ledger says.
+        started = [i for i, c in enumerate(step.tool_calls)
+                   if await self.storage.ledger.get(ledger_key(run.run_id, c.id or f"{step.id}:{i}")) is not None]
+        decisions = await step_decisions(
+            self.storage, step.tool_calls, snapshot.decisions, records, run_id=run.run_id, tools=self.engine.tools,
+            context={"platform": run.platform, "workspace": run.workspace, "channel": run.channel},
+            default_ttl=self.engine.config.default_ttl_seconds, now=self.clock(), started=started,
+        )
         applied = apply_decisions(step, decisions, self.engine.tools)
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         written = {m.id for m in history} | {m.meta.get("split_from") for m in history}
@@ -546,10 +554,17 @@ class RunLifecycle:
                 if _marked_unknown(entry):  # by an earlier recoverer that was stopped before it told the thread
                     report.unknown.append(call.tool_name)
                 results.append(ChatMessage.from_tool(entry.result or "", origin=call, error=entry.status != "done"))
+        # A call that does not run now (a deny set since it was approved), left without a result by a resume that
+        # wrote the step as it was to run then, and never started: the model is told why (not "the bot stopped").
+        refused = bind_decisions(step.tool_calls, decisions)
+        for call in applied.rejected:
+            if call.id in open_ids and await self.storage.ledger.get(ledger_key(run.run_id, call.id)) is None:
+                feedback = refused[positions[id(call)]].feedback or NOT_RUN_AFTER_CRASH
+                results.append(ChatMessage.from_tool(feedback, origin=call, error=True))
         if calls:
             runner = ToolRunner(self.engine.tools, ledger=StorageExecutionLedger(self.storage, self.fence))
             results += await runner.run(calls, run_id=run.run_id, call_keys=keys, state=dict(snapshot.state))
-        order = {c.id: i for i, c in enumerate(applied.to_execute)}
+        order = {c.id: i for i, c in enumerate(step.tool_calls)}
         results.sort(key=lambda m: order.get(m.tool_call_result.origin.id, 0))
         if results:
             await self.storage.messages.write_messages(thread.key, results, fence=self.fence(run.run_id))
