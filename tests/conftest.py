@@ -51,8 +51,21 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
 
 
 @pytest.fixture
-async def harnesses(tmp_path: Path) -> AsyncIterator[Harnesses]:
-    """Engine harnesses on one folder, closed at the end."""
+async def harnesses(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harnesses]:
+    """Engine harnesses on one folder, closed at the end.
+
+    In a test that also asks for ``database_url`` they are closed first: the engines stop (and release their
+    runs) before the test's PostgreSQL schema is dropped.
+    """
+    if "database_url" in request.fixturenames:
+        request.getfixturevalue("database_url")
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """``None`` for SQLite, else a fresh PostgreSQL schema of the test's own: a test asking for it runs on both
+    backends (open its engines with ``database_url=database_url``)."""
+    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")

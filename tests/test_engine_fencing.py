@@ -21,21 +21,7 @@ from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ToolCall
 from bot.tools import tool
 from storage import FencedOut, RunFence, ThreadAddress
-from tests.fakes.engine_kit import Harnesses, asks_for, bounded, dangling_calls, says, tool_results
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request) -> str | None:
-    """``None`` for SQLite, else a fresh PostgreSQL schema of the test's own."""
-    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-
-
-@pytest.fixture
-async def harnesses(tmp_path, database_url):
-    # Depends on database_url so the engines stop (and release their runs) before a schema is dropped.
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
+from tests.fakes.engine_kit import asks_for, bounded, dangling_calls, says, tool_results
 
 
 async def test_a_stalled_owner_whose_run_was_taken_over_adds_no_second_result_and_no_second_answer(

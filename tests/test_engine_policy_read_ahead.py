@@ -38,20 +38,6 @@ from tests.fakes.engine_kit import (
 from tests.test_engine_decisions import admin, decision
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request) -> str | None:
-    """``None`` for SQLite, else a fresh PostgreSQL schema of the test's own."""
-    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-
-
-@pytest.fixture
-async def harnesses(tmp_path, database_url):
-    # Depends on database_url so the engines stop (and release their runs) before a schema is dropped.
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
-
-
 class AdminActsWhileThinking:
     """A model (the scripted one) that, before its ``answer``-th reply (0: the first), awaits ``change``: an admin's
     command landing while the model thinks, after the run's start read its policies."""

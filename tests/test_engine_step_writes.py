@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 
-import pytest
-
 from bot.engine.history import StepHistory
 from bot.engine.ledger import ledger_key
 from bot.messages import ChatMessage
@@ -27,20 +25,6 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request) -> str | None:
-    """``None`` for SQLite, else a fresh PostgreSQL schema of the test's own."""
-    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
-
-
-@pytest.fixture
-async def harnesses(tmp_path, database_url):
-    # Depends on database_url so the engines stop (and release their runs) before a schema is dropped.
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 def _peeking_tool(seen: dict, storage_of):
