@@ -10,11 +10,8 @@ the model again.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ from bot.engine.confirmation import BLOCKED_FEEDBACK
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage
 from bot.tools import Tool
+from tests.fakes.bench_modules import engine_bench
 from tests.fakes.engine_kit import (
     PLATFORM,
     WORKSPACE,
@@ -184,17 +182,8 @@ async def test_a_policy_unchanged_since_the_run_started_pauses_with_no_read_of_i
     assert len(h.generator.calls) == 1
 
 
-def _engine_bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "engine.py"
-    spec = importlib.util.spec_from_file_location("countersign_engine_bench_read_ahead", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 async def test_a_call_asked_about_from_its_policy_read_ahead_makes_no_policy_read_of_its_own(tmp_path):
-    bench = _engine_bench()
+    bench = engine_bench()
     h = await Harnesses(tmp_path).open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     try:
         await admin(h, "approvers delete_file @U_BOB")

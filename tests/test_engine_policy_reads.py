@@ -7,17 +7,15 @@ engine benchmark's own counter, which wraps the storage threads' queues.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from bot.engine.errors import NotShownHere
 from bot.tools import tool
 from storage import scope_channel
+from tests.fakes.bench_modules import engine_bench
 from tests.fakes.engine_kit import (
     ADMIN,
     CHANNEL,
@@ -117,18 +115,9 @@ async def test_a_paused_call_is_stored_with_the_policy_its_check_read(harnesses)
     assert (approval.expires_at - approval.created_at).total_seconds() == 600
 
 
-def _engine_bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "engine.py"
-    spec = importlib.util.spec_from_file_location("countersign_engine_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rereads_what_it_holds(tmp_path):
     threads = 4
-    figures, profile = await _engine_bench().run_conversations(threads, 0.0, tmp_path / "bench.db", profile=True)
+    figures, profile = await engine_bench().run_conversations(threads, 0.0, tmp_path / "bench.db", profile=True)
     assert figures["failures"] == 0
     per_conversation = {name: count / threads for name, (count, _wait, _run) in profile.stats.items()}
 
