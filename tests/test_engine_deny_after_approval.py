@@ -31,6 +31,7 @@ from tests.fakes.engine_kit import (
 )
 from tests.test_engine_decisions import admin, decision
 from tests.test_engine_recovery import approved_and_claimed_by_a_dead_process, lease_runs_out
+from tests.test_team_conditions import judged_tool
 
 BLOCKED = BLOCKED_AFTER_APPROVAL_FEEDBACK.format(tool_name="delete_file")
 
@@ -226,4 +227,26 @@ async def test_a_deny_lifted_before_the_click_lets_the_approved_call_run_once(ha
     await h.engine.wait_idle()
 
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    assert await blocked_entries(h) == []
+
+
+async def test_a_tool_that_no_rule_could_deny_is_not_judged_again_before_its_approved_call_runs(harnesses):
+    # With no deny anywhere in the tool's policy, nothing is evaluated before the approved call runs: the tool's own
+    # needs_approval (a user's callable, which only ever asks or lets run) is asked at the pause and, as for every
+    # call, by the review check after it ran; never in between.
+    ran: list[dict] = []
+    runs_seen: list[int] = []  # how many times the tool had run when needs_approval was asked
+
+    def judge(arguments: dict) -> bool:
+        runs_seen.append(len(ran))
+        return True
+
+    h = await harnesses.open(extra_tools=[judged_tool(judge, ran)],
+                             replies=[asks_for("deploy", env="prod"), echoes_results])
+    [approval] = await h.paused_approvals("deploy prod")
+    await h.engine.decide(decision(approval))
+    await h.engine.wait_idle()
+
+    assert ran == [{"env": "prod"}]
+    assert runs_seen == [0, 1], "asked at the pause and after the call, not again before it ran"
     assert await blocked_entries(h) == []

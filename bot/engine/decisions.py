@@ -186,6 +186,8 @@ async def step_decisions(
     for i, decision in running:
         arguments = _final_arguments(decision, step_calls, position.get(id(decision)))
         view, tool = views[decision.tool_name], tools.get(decision.tool_name)
+        if not _may_deny(view, tool):  # the usual case: no rule (or default) could deny it, so nothing to evaluate
+            continue
         policy = await policy_of(view, tool, context, default_ttl, arguments=arguments)
         if policy.mode != DENY:
             continue
@@ -205,6 +207,14 @@ async def step_decisions(
             now=now,
         )
     return decisions
+
+
+def _may_deny(view: PolicyView, tool: Tool | None) -> bool:
+    """Whether the tool's policy could be ``deny`` for some arguments: a plain or conditional rule says so, or, with
+    no rule setting the mode, the tool's own default does (``needs_approval`` only ever asks or lets run)."""
+    if view.rule.mode == DENY or any(c.mode == DENY for c in view.conditions):
+        return True
+    return view.rule.mode is None and tool is not None and tool.confirmation_default == DENY
 
 
 def _final_arguments(
