@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from bot.engine.engine import ClaimedStep
 from bot.engine.errors import NotShownHere
 from bot.tools import tool
 from storage import scope_channel
@@ -229,7 +230,7 @@ async def test_a_claimed_resume_started_again_with_the_step_read_after_its_claim
     # The same claim started once more, with the step as it was read right after the claim.
     step = await h.engine.storage.approvals.step(approval.run_id, FIRST_STEP)
     as_claimed = replace(step, run=replace(step.run, status="running", owner=h.engine.lifecycle.owner))
-    await h.engine.resume(approval.run_id, as_claimed, claimed=True)
+    await h.engine.resume(approval.run_id, claimed=ClaimedStep(as_claimed))
     await h.engine.wait_idle()
 
     assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]

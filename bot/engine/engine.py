@@ -13,7 +13,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -132,6 +132,19 @@ STOPPING = "Stopping after the current step."
 MAX_STEP_REDECISIONS = 2
 """How often a run decides a step again after its pause was refused because a policy read ahead had changed (the
 second decision reads every policy afresh, so one is all it takes; past this the run fails closed)."""
+
+@dataclass(frozen=True)
+class ClaimedStep:
+    """What the decision that completed a step read in its own transaction, whose claim started the run.
+
+    The step (its run as claimed, its approvals and its snapshot), the history the snapshot refers to, and the policy
+    views of the step's tools (``None``: not read there; the resume reads it). The resume reads none of it again.
+    """
+
+    step: ApprovalStep
+    history: list[ChatMessage] | None = None
+    policies: Mapping[str, PolicyView] | None = None
+
 
 Invoke = Callable[[dict[str, Any], Any], Any]
 """How a run invokes the agent: ``invoke(confirmation_context, streaming_callback)`` → an awaitable result."""
@@ -938,7 +951,7 @@ class Engine:
 
     async def _decide(self, clicked: ClickedApproval, request: DecisionRequest, render_later: bool) -> DecisionResult:
         record = clicked.record
-        claimed = False
+        claimed: ClaimedStep | None = None
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
@@ -996,14 +1009,12 @@ class Engine:
             if not won.applied:
                 check_open(self.clock(), await self._record(record.approval_id))
                 raise AlreadyDecided("decided", None, None)
-            claimed = claiming and bool(won.results[1])
             # Only a claimed step is taken as read in the transaction: without the claim, a concurrent decision
             # of the same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
-            decided_step = won.results[2] if claimed else None
-            history = won.results[3] if claimed else None
-            policies = won.results[4] if claimed else None
+            if claiming and won.results[1]:
+                claimed = ClaimedStep(won.results[2], won.results[3], won.results[4])
             failpoints.failpoint("after_decide")
-            if claimed:
+            if claimed is not None:
                 failpoints.failpoint("after_claim")  # claimed and started: the run is running, owned by us
         except EngineError as refused:
             refusal = await self.lifecycle.explain_refusal(record, refused)
@@ -1013,8 +1024,7 @@ class Engine:
                 raise
             raise refusal from refused
         try:
-            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed,
-                                                  decided_step, history, policies)
+            return await self._after_won_decision(record, request, action, final_arguments, render_later, claimed)
         except StorageError as exc:  # the decision stands: never tell the person that nothing was decided
             logger.warning(
                 "decision stored, follow-up failed: storage unavailable (%s)",
@@ -1025,16 +1035,13 @@ class Engine:
 
     async def _after_won_decision(
         self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
-        claimed: bool, decided_step: ApprovalStep | None = None, history: list[ChatMessage] | None = None,
-        policies: Mapping[str, PolicyView] | None = None,
+        claimed: ClaimedStep | None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
 
-        ``claimed``: the decision's write claimed (and started) the run for its resume; the resume starts whatever
-        fails here (else the run would stay claimed by this process, its lease renewed, and never resumed).
-        ``decided_step``: the step as read in the decision's transaction (after its claim); ``history``: the
-        history its snapshot refers to, read there too (``None``: not read, the resume reads it if it needs it);
-        ``policies``: the policy views of the step's tools, read there too (``None``: the resume reads them).
+        ``claimed``: the decision's write claimed (and started) the run for its resume, and this is what its
+        transaction read for it; the resume starts whatever fails here (else the run would stay claimed by this
+        process, its lease renewed, and never resumed).
         """
         resumes_later = False
         try:
@@ -1053,16 +1060,16 @@ class Engine:
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
-                return await self._after_decision(record, message, claimed, decided_step, history, policies)
-            self.spawn(self._after_decision_logged(record, message, claimed, decided_step, history, policies),
+                return await self._after_decision(record, message, claimed)
+            self.spawn(self._after_decision_logged(record, message, claimed),
                        name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
             clicked = next(v for v in views if v.approval_id == record.approval_id)
             return DecisionResult(approval=clicked, step=tuple(views), message=message)
         finally:
-            if claimed and not resumes_later:
-                self._resume_claimed_run(record.run_id, decided_step, history, policies)
+            if claimed is not None and not resumes_later:
+                self._resume_claimed_run(claimed)
 
     def _decision_audit(self, record: Any, request: DecisionRequest, action: str, final_arguments: Any) -> Write:
         """The audit entry of a decision, written in the same batch as the decision itself."""
@@ -1190,46 +1197,36 @@ class Engine:
             approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
         )
 
-    async def _after_decision(
-        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
-        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
-    ) -> DecisionResult:
+    async def _after_decision(self, record: Any, message: str, claimed: ClaimedStep | None = None) -> DecisionResult:
         """Re-render the step; resume the run when the step is decided (``claimed``: this process claimed the run
-        with the decision, so it resumes it whatever the re-render does; ``decided_step``: the step as the
-        decision's transaction read it, else it is read here; ``history``, ``policies``: its snapshot's history and its
-        tools' policy views read there)."""
-        paused: ApprovalStep | None = decided_step
+        with the decision, so it resumes it whatever the re-render does, from what the decision's transaction read;
+        else the step is read here)."""
+        paused: ApprovalStep | None = claimed.step if claimed is not None else None
         try:
-            paused, views = await self._rerender(record, decided_step)
+            paused, views = await self._rerender(record, paused)
         finally:
-            if claimed:  # the step as read after the claim: the resume reads none of it again
-                self._resume_claimed_run(record.run_id, paused, history, policies)
+            if claimed is not None:  # the step as read after the claim: the resume reads none of it again
+                self._resume_claimed_run(claimed)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
-        complete = claimed or all(not v.is_pending for v in views)
+        complete = claimed is not None or all(not v.is_pending for v in views)
         # Decided but not claimed with the decision (a concurrent decision of the same step committed later):
         # whoever claims it first resumes it. When stopping, another process's sweep resumes it.
-        if complete and not claimed and not self.lifecycle.stopping:
+        if complete and claimed is None and not self.lifecycle.stopping:
             # The step as just read: every approval in it is decided, and decisions never change again.
             self.spawn(self.resume(record.run_id, paused), name=f"resume-{record.run_id}")
         return DecisionResult(approval=clicked, step=tuple(views), message=message, resumed=complete)
 
-    async def _after_decision_logged(
-        self, record: Any, message: str, claimed: bool = False, decided_step: ApprovalStep | None = None,
-        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
-    ) -> None:
+    async def _after_decision_logged(self, record: Any, message: str, claimed: ClaimedStep | None = None) -> None:
         try:
             # A claimed run's resume starts in there, always.
-            await self._after_decision(record, message, claimed, decided_step, history, policies)
+            await self._after_decision(record, message, claimed)
         except Exception:  # the decision is stored; recovery resumes the run if this process cannot
             logger.exception("after a decision: re-render or resume failed", extra={"approval_id": record.approval_id})
 
-    def _resume_claimed_run(
-        self, run_id: str, paused: ApprovalStep | None = None, history: list[ChatMessage] | None = None,
-        policies: Mapping[str, PolicyView] | None = None,
-    ) -> None:
+    def _resume_claimed_run(self, claimed: ClaimedStep) -> None:
         """Resume a run this process claimed (and started) with a decision (in the background, as every resume)."""
-        self.spawn(self.resume(run_id, paused, claimed=True, history=history, policies=policies),
-                   name=f"resume-{run_id}")
+        run_id = claimed.step.run.run_id
+        self.spawn(self.resume(run_id, claimed=claimed), name=f"resume-{run_id}")
 
     async def _update_rendering(self, record: Any) -> list[ApprovalView]:
         return (await self._rerender(record))[1]
@@ -1269,8 +1266,7 @@ class Engine:
     # --- resuming -----------------------------------------------------------------------------------
 
     async def resume(
-        self, run_id: str, paused: ApprovalStep | None = None, *, claimed: bool = False,
-        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
+        self, run_id: str, paused: ApprovalStep | None = None, *, claimed: ClaimedStep | None = None
     ) -> None:
         """Resume a paused run whose step is fully decided; a no-op for anyone who loses the claim.
 
@@ -1278,17 +1274,19 @@ class Engine:
         the decision, used instead of reading them again: a decided approval never changes, neither does a
         step's snapshot, and the run is only claimed while it is still paused at that very step.
         ``claimed``: this process claimed and started the run already (``paused → running``), with the decision
-        that completed the step (``paused`` was read after that claim, so its run is the run as claimed), and
-        ``history`` is what its snapshot refers to, read in that transaction too (``None``: not read), as are
-        ``policies``, the policy views of the step's tools (``None``: read right before the calls run).
+        that completed the step, and this is what that transaction read: the step (read after the claim, so its run
+        is the run as claimed; it stands for ``paused``), the history its snapshot refers to and the step's policy
+        views (either ``None``: read here, right before the calls run).
         """
+        if claimed is not None:
+            paused = claimed.step
         run = paused.run if paused is not None else await self.storage.runs.get(run_id)
         thread = _thread_of_run(run)
         async with self.thread_lock(thread.key):
             records = paused.approvals if paused is not None else await self.storage.approvals.for_run(
                 run_id, step=run.step
             )
-            if claimed:
+            if claimed is not None:
                 current: Any = run  # read after the claim (by the caller, or just above)
                 # The claim started the run, so no start compare-and-set guards it against a second start here.
                 # Each claim is handed to exactly one resume (see _after_won_decision); beyond that, a run this
@@ -1318,7 +1316,9 @@ class Engine:
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
                     await self._resume_claimed(run_id, thread, run.requester, records,
                                                paused.snapshot if paused is not None else None,
-                                               started=claimed, history=history, policies=policies)
+                                               started=claimed is not None,
+                                               history=claimed.history if claimed is not None else None,
+                                               policies=claimed.policies if claimed is not None else None)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
     async def _resume_claimed(
