@@ -77,8 +77,9 @@ class FlakyRenderSurface(RecordingSurface):
         return await super().render_approvals(thread, approvals)
 
 
-async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons_work(tmp_path):
-    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons_work(tmp_path, database_url):
+    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
+                                 database_url=database_url)
     flaky = FlakyRenderSurface()
     harness.engine.register_surface("slack", flaky)
     try:
@@ -108,8 +109,9 @@ async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons
         await harness.close()
 
 
-async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_showing_it(tmp_path):
-    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_showing_it(tmp_path, database_url):
+    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
+                                 database_url=database_url)
     flaky = FlakyRenderSurface()
     harness.engine.register_surface("slack", flaky)
     try:
