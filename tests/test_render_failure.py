@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bot.engine.model import DecisionRequest
 from bot.engine.outbox import MAX_RETRY_SECONDS, RETRY_AFTER_SECONDS
 from tests.fakes.engine_kit import REQUESTER, Harness, asks_for, says
@@ -77,53 +79,51 @@ class FlakyRenderSurface(RecordingSurface):
         return await super().render_approvals(thread, approvals)
 
 
-async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons_work(tmp_path, database_url):
-    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
-                                 database_url=database_url)
+@pytest.fixture
+async def refused_once(harnesses, database_url):
+    """A harness (on each backend) asked to delete a.txt, whose platform refuses its first approval card."""
+    harness = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
+                                   database_url=database_url)
     flaky = FlakyRenderSurface()
     harness.engine.register_surface("slack", flaky)
-    try:
-        await harness.say("delete a.txt")
-        assert flaky.renders == [] and any("could not show the buttons" in r.text for r in flaky.replies)
-        [owed] = [m for m in await harness.engine.storage.outbox.undelivered() if m.key.startswith("card:")]
-
-        assert await harness.engine.lifecycle.deliveries.deliver_due() == 0, "not retried before its delay"
-        harness.clock.advance(seconds=RETRY_AFTER_SECONDS + 1)
-        assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
-        [card] = flaky.renders
-        assert [v.tool_name for v in card.approvals] == ["delete_file"]
-        assert await harness.engine.storage.outbox.undelivered() == []
-        shown = await harness.engine.get_approval(card.approvals[0].approval_id)
-        assert shown.message_ref, "where the card is was stored, so a decision updates it"
-
-        await harness.engine.decide(
-            DecisionRequest(shown.approval_id, REQUESTER, "confirm", place=shown.thread.place)
-        )
-        await harness.engine.wait_idle()
-        assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
-        assert flaky.updates and [v.status for v in flaky.updates[-1].approvals] == ["approved"]
-        harness.clock.advance(seconds=MAX_RETRY_SECONDS + 1)
-        assert await harness.engine.lifecycle.deliveries.deliver_due() == 0
-        assert len(flaky.renders) == 1, "shown once"
-    finally:
-        await harness.close()
+    await harness.say("delete a.txt")
+    return harness, flaky
 
 
-async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_showing_it(tmp_path, database_url):
-    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
-                                 database_url=database_url)
-    flaky = FlakyRenderSurface()
-    harness.engine.register_surface("slack", flaky)
-    try:
-        await harness.say("delete a.txt")
-        [listed] = await harness.engine.pending_for("slack", REQUESTER)
-        await harness.engine.decide(
-            DecisionRequest(listed.approval_id, REQUESTER, "confirm", place=listed.thread.place)
-        )
-        await harness.engine.wait_idle()
-        harness.clock.advance(seconds=RETRY_AFTER_SECONDS + 1)
-        assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
-        assert flaky.renders == [], "nothing waits any more: no card of a decided step"
-        assert await harness.engine.storage.outbox.undelivered() == []
-    finally:
-        await harness.close()
+async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons_work(refused_once):
+    harness, flaky = refused_once
+    assert flaky.renders == [] and any("could not show the buttons" in r.text for r in flaky.replies)
+    owed = [m.key for m in await harness.engine.storage.outbox.undelivered()]
+    assert [key.split(":", 1)[0] for key in owed] == ["card"], owed
+
+    assert await harness.engine.lifecycle.deliveries.deliver_due() == 0, "not retried before its delay"
+    harness.clock.advance(seconds=RETRY_AFTER_SECONDS + 1)
+    assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
+    [card] = flaky.renders
+    assert [v.tool_name for v in card.approvals] == ["delete_file"]
+    assert await harness.engine.storage.outbox.undelivered() == []
+    shown = await harness.engine.get_approval(card.approvals[0].approval_id)
+    assert shown.message_ref, "where the card is was stored, so a decision updates it"
+
+    await harness.engine.decide(
+        DecisionRequest(shown.approval_id, REQUESTER, "confirm", place=shown.thread.place)
+    )
+    await harness.engine.wait_idle()
+    assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
+    assert flaky.updates and [v.status for v in flaky.updates[-1].approvals] == ["approved"]
+    harness.clock.advance(seconds=MAX_RETRY_SECONDS + 1)
+    assert await harness.engine.lifecycle.deliveries.deliver_due() == 0
+    assert len(flaky.renders) == 1, "shown once"
+
+
+async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_showing_it(refused_once):
+    harness, flaky = refused_once
+    [listed] = await harness.engine.pending_for("slack", REQUESTER)
+    await harness.engine.decide(
+        DecisionRequest(listed.approval_id, REQUESTER, "confirm", place=listed.thread.place)
+    )
+    await harness.engine.wait_idle()
+    harness.clock.advance(seconds=RETRY_AFTER_SECONDS + 1)
+    assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
+    assert flaky.renders == [], "nothing waits any more: no card of a decided step"
+    assert await harness.engine.storage.outbox.undelivered() == []
