@@ -235,8 +235,8 @@ class PostgresProfile(CallStats):
     The PostgreSQL stores are natively async: no storage thread to count at. Instead every public
     coroutine method of each store on the storage object (and ``wakeups.wake``, a ``NOTIFY``) is
     replaced, on the instance, by one that counts itself unless a counted call is already under way in
-    the same task (a context variable): a batch's calls into the stores, or a store's into another
-    (``inbox`` writes through ``messages``), are part of the round trip that made them. With ``timing``
+    the same task (a context variable): a batch's calls into the stores, or a store method's into another
+    public one, are part of the round trip that made them. With ``timing``
     each top-level call's run time (awaited wall time) and the time it spent waiting for pooled
     connections (the pool's ``getconn``) are kept by name, as :class:`StorageProfile` keeps them.
     """
