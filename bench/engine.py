@@ -2,6 +2,7 @@
 
     python bench/engine.py                      # 1,000 threads, a model that answers after 200 ms
     python bench/engine.py --threads 200 --llm-delay 0.05 --profile
+    python bench/engine.py --database-url postgresql://postgres@127.0.0.1:5432/test   # on PostgreSQL
 
 Every thread sends one message; the model asks for one tool call that needs approval (the run pauses
 and the approval is rendered); the thread's requester approves it; the run resumes, the tool runs, and
@@ -15,6 +16,13 @@ loop hands to a storage thread; target <= 10). ``--profile`` adds each store met
 and queue wait. The real engine runs on a temporary SQLite file, in a process set up as ``countersign
 serve`` sets itself up once started (:func:`bot.heap.settle_for_serving`: the garbage collector). The
 figures are printed as one JSON object on the last line.
+
+With ``--database-url`` the engine runs on PostgreSQL instead, in a fresh schema of its own for each run
+(``cs_bench_<random>``, dropped afterwards), with the engine's default pool. That storage is natively
+async, so a round trip there is one top-level call the engine makes into a store method (or one
+``batches.apply``/``batches.read``); the calls a batch makes into the stores, or a store into another,
+are part of it and not counted again. ``--profile``'s queue wait is then the time spent waiting for a
+pooled connection (the pool's check of it included).
 """
 
 from __future__ import annotations
@@ -22,10 +30,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextvars
 import functools
+import inspect
 import json
 import os
 import platform
+import secrets
 import sqlite3
 import statistics
 import sys
@@ -36,6 +47,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -48,6 +60,7 @@ from bot.llm.base import finalize_local_reply  # noqa: E402
 from bot.messages import ChatMessage, ChatRole, ToolCall  # noqa: E402
 from bot.tools import Tool, Toolset, tool  # noqa: E402
 from storage.aio import EXECUTOR_THREADS  # noqa: E402
+from storage.protocols import STORE_NAMES  # noqa: E402
 
 TARGET_FACTOR = 2.0
 TARGET_CPU_MS = 2.0
@@ -129,7 +142,36 @@ def bench_tools(started: dict[str, float]) -> list[Tool]:
     return [delete_file]
 
 
-class StorageProfile:
+class CallStats:
+    """The round-trip count, and with ``timing`` each call's count, queue wait and run time by name."""
+
+    def __init__(self, timing: bool) -> None:
+        self.timing = timing
+        self.stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        self.round_trips = 0
+        self.cpu_s = 0.0
+        self.lock = threading.Lock()
+
+    def top(self, n: int = 15) -> list[dict[str, Any]]:
+        """The store methods that took longest in total, with their counts and average queue wait."""
+        rows = sorted(self.stats.items(), key=lambda kv: -kv[1][2])[:n]
+        return [
+            {"call": name, "n": int(c), "run_ms_total": round(r * 1000), "wait_ms_avg": round(w / c * 1000, 2)}
+            for name, (c, w, r) in rows
+        ]
+
+
+def call_name(store_name: str, method_name: str, qualname: str, args: tuple[Any, ...]) -> str:
+    """A call's name in the profile: ``SQLitePolicyStore.view``, or a batch by its entries
+    (``batch: ledger.finish + runs.get``, ``reads: runs.latest_for_thread + access.rules``)."""
+    if store_name == "batches" and method_name in ("apply", "read") and args:
+        # One round trip for several writes or reads (storage.batches): named by what it does.
+        kind = "batch" if method_name == "apply" else "reads"
+        return f"{kind}: " + " + ".join(f"{w.store}.{w.method}" for w in args[0])
+    return qualname
+
+
+class StorageProfile(CallStats):
     """Counts and times every storage round trip: each call the event loop hands to a storage thread.
 
     The async facade sends writes to its group-commit writer, reads to its reader threads, and
@@ -139,11 +181,7 @@ class StorageProfile:
     """
 
     def __init__(self, storage: Any, timing: bool) -> None:
-        self.timing = timing
-        self.stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
-        self.round_trips = 0
-        self.cpu_s = 0.0
-        self.lock = threading.Lock()
+        super().__init__(timing)
         for worker in (getattr(storage, "writer", None), getattr(storage, "readers", None)):
             if worker is not None:
                 worker.run = self._wrap_run(worker.run)  # type: ignore[method-assign]
@@ -172,11 +210,8 @@ class StorageProfile:
         while isinstance(target, functools.partial):
             target = target.func
         name = getattr(target, "__qualname__", repr(target))
-        batch = name.endswith(("WriteBatches.apply", "WriteBatches.read"))
-        if batch and isinstance(operation, functools.partial) and operation.args:
-            # One round trip for several writes or reads (storage.batches): named by what it does.
-            kind = "batch" if name.endswith("apply") else "reads"
-            name = f"{kind}: " + " + ".join(f"{w.store}.{w.method}" for w in operation.args[0])
+        if name.endswith(("WriteBatches.apply", "WriteBatches.read")) and isinstance(operation, functools.partial):
+            name = call_name("batches", name.rsplit(".", 1)[1], name, operation.args)
 
         def timed() -> Any:
             began, cpu = time.perf_counter(), time.thread_time()
@@ -193,13 +228,104 @@ class StorageProfile:
 
         return timed
 
-    def top(self, n: int = 15) -> list[dict[str, Any]]:
-        """The store methods that took longest in total, with their counts and average queue wait."""
-        rows = sorted(self.stats.items(), key=lambda kv: -kv[1][2])[:n]
-        return [
-            {"call": name, "n": int(c), "run_ms_total": round(r * 1000), "wait_ms_avg": round(w / c * 1000, 2)}
-            for name, (c, w, r) in rows
-        ]
+
+class PostgresProfile(CallStats):
+    """Counts and times every top-level call the engine makes into PostgreSQL storage.
+
+    The PostgreSQL stores are natively async: no storage thread to count at. Instead every public
+    coroutine method of each store on the storage object (and ``wakeups.wake``, a ``NOTIFY``) is
+    replaced, on the instance, by one that counts itself unless a counted call is already under way in
+    the same task (a context variable): a batch's calls into the stores, or a store method's into another
+    public one, are part of the round trip that made them. With ``timing``
+    each top-level call's run time (awaited wall time) and the time it spent waiting for pooled
+    connections (the pool's ``getconn``) are kept by name, as :class:`StorageProfile` keeps them.
+    """
+
+    def __init__(self, storage: Any, timing: bool) -> None:
+        super().__init__(timing)
+        # The current task's counted call (its connection-wait cell), if any: what makes a nested call uncounted.
+        self.current: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+            "bench_storage_call", default=None
+        )
+        for store_name in STORE_NAMES:
+            store = getattr(storage, store_name)
+            for method_name, method in inspect.getmembers(type(store), inspect.iscoroutinefunction):
+                if not method_name.startswith("_"):
+                    setattr(store, method_name, self._counted(store_name, getattr(store, method_name), method))
+        storage.wakeups.wake = self._counted("wakeups", storage.wakeups.wake, type(storage.wakeups).wake)
+        if timing:
+            pool = storage.db.pool
+            pool.getconn = self._waited(pool.getconn)
+
+    def _counted(self, store_name: str, bound: Any, method: Any) -> Any:
+        method_name, qualname = method.__name__, method.__qualname__
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            if self.current.get() is not None:  # inside a counted call: part of its round trip
+                return await bound(*args, **kwargs)
+            self.round_trips += 1
+            cell = [0.0]
+            token = self.current.set(cell)
+            began = time.perf_counter()
+            try:
+                return await bound(*args, **kwargs)
+            finally:
+                self.current.reset(token)
+                if self.timing:
+                    entry = self.stats[call_name(store_name, method_name, qualname, args)]
+                    entry[0] += 1
+                    entry[1] += cell[0]
+                    entry[2] += time.perf_counter() - began
+
+        return counted
+
+    def _waited(self, getconn: Any) -> Any:
+        async def waited(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return await getconn(*args, **kwargs)
+            finally:
+                cell = self.current.get()
+                if cell is not None:
+                    cell[0] += time.perf_counter() - began
+
+        return waited
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` with its connections' ``search_path`` set to ``schema``."""
+    parts = urlsplit(url)
+    option = "options=" + quote(f"-csearch_path={schema}")
+    return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
+
+
+class Schemas:
+    """Fresh schemas on a PostgreSQL server (one per run), all dropped by :meth:`drop_all`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.made: list[str] = []
+        self.server_version: int | None = None
+
+    async def new(self) -> str:
+        """A URL on a new, empty schema (the engine migrates it when it opens)."""
+        import psycopg
+
+        schema = f"cs_bench_{secrets.token_hex(6)}"
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute(f"CREATE SCHEMA {schema}")
+            self.server_version = conn.info.server_version
+        self.made.append(schema)
+        return with_schema(self.url, schema)
+
+    async def drop_all(self) -> None:
+        """Drop every schema :meth:`new` made."""
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            for schema in self.made:
+                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        self.made.clear()
 
 
 async def run_conversations(
@@ -209,12 +335,23 @@ async def run_conversations(
     profile: bool = False,
     synchronous: str | None = None,
     db_threads: int | None = None,
-) -> tuple[dict[str, Any], StorageProfile]:
-    """Run ``n_threads`` conversations at once on a fresh engine; return the figures."""
+    database_url: str | None = None,
+) -> tuple[dict[str, Any], CallStats]:
+    """Run ``n_threads`` conversations at once on a fresh engine; return the figures.
+
+    ``database_url``: run on PostgreSQL at that URL (its schema, empty or migrated, is the run's own)
+    instead of SQLite at ``db_path``.
+    """
     started: dict[str, float] = {}
     generator = SlowChatGenerator(delay)
-    config = Config(db_path=db_path, admins=frozenset())
-    if synchronous is None and db_threads is None:
+    config = Config(db_path=db_path, admins=frozenset(), database_url=database_url)
+    profiler: CallStats
+    if database_url is not None:
+        if synchronous is not None or db_threads is not None:
+            raise ValueError("synchronous and db_threads are SQLite's knobs")
+        engine = await Engine.create(config, generator=generator, tools=bench_tools(started))
+        profiler = PostgresProfile(engine.storage, timing=profile)
+    elif synchronous is None and db_threads is None:
         engine = await Engine.create(config, generator=generator, tools=bench_tools(started))
     else:  # the same as Engine.create, with the storage knobs turned
         from storage import AsyncStorage, open_storage
@@ -223,7 +360,8 @@ async def run_conversations(
         executor = ThreadPoolExecutor(max_workers=db_threads or EXECUTOR_THREADS, thread_name_prefix="countersign-db")
         storage = AsyncStorage(sync_storage, executor=executor)
         engine = Engine(config=config, storage=storage, generator=generator, tools=bench_tools(started))
-    profiler = StorageProfile(engine.storage, timing=profile)
+    if database_url is None:
+        profiler = StorageProfile(engine.storage, timing=profile)
     surface = BenchSurface()
     engine.register_surface("slack", surface)
     await engine.start(sweep=False)
@@ -263,6 +401,7 @@ async def run_conversations(
         executor.shutdown(wait=True)  # AsyncStorage leaves a borrowed executor running
     resume_ms = sorted((started[p] - decided_at[p]) * 1000 for p in decided_at if p in started)
     figures = {
+        "backend": "sqlite" if database_url is None else "postgresql",
         "threads": n_threads,
         "wall_s": round(wall, 3),
         "llm_calls": generator.calls,
@@ -273,7 +412,8 @@ async def run_conversations(
         "cpu_ms_per_conversation": round(process_cpu / n_threads * 1000, 3),
         "event_loop_cpu_ms_per_conversation": round(loop_cpu / n_threads * 1000, 3),
         "round_trips_per_conversation": round(round_trips / n_threads, 2),
-        "storage_cpu_s": round(profiler.cpu_s, 2) if profile else None,
+        # PostgreSQL's storage runs on the event loop: its CPU is the event loop's, not a thread's of its own.
+        "storage_cpu_s": round(profiler.cpu_s, 2) if profile and database_url is None else None,
         "failures": len(failures) + (n_threads - len(resume_ms)),
         "failure_examples": failures[:3],
     }
@@ -281,16 +421,27 @@ async def run_conversations(
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    postgres = args.database_url is not None
+    schemas = Schemas(args.database_url) if postgres else None
     with tempfile.TemporaryDirectory(prefix="countersign-bench-") as folder:
-        knobs = {"synchronous": args.synchronous, "db_threads": args.db_threads}
-        single, _ = await run_conversations(1, args.llm_delay, Path(folder) / "single.db", **knobs)
-        many, profiler = await run_conversations(
-            args.threads, args.llm_delay, Path(folder) / "many.db", profile=args.profile, **knobs
-        )
+        try:
+            knobs: dict[str, Any] = {"synchronous": args.synchronous, "db_threads": args.db_threads}
+            if schemas is not None:
+                knobs = {"database_url": await schemas.new()}
+            single, _ = await run_conversations(1, args.llm_delay, Path(folder) / "single.db", **knobs)
+            if schemas is not None:
+                knobs = {"database_url": await schemas.new()}
+            many, profiler = await run_conversations(
+                args.threads, args.llm_delay, Path(folder) / "many.db", profile=args.profile, **knobs
+            )
+        finally:
+            if schemas is not None:
+                await schemas.drop_all()
     llm_time = 2 * args.llm_delay
     target = TARGET_FACTOR * llm_time
     figures = {
         "bench": "engine",
+        "backend": "postgresql" if postgres else "sqlite",
         "threads": args.threads,
         "llm_delay_s": args.llm_delay,
         "single_conversation_llm_s": llm_time,
@@ -309,8 +460,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "target_cpu_ms_per_conversation": TARGET_CPU_MS,
         "target_round_trips_per_conversation": TARGET_ROUND_TRIPS,
         "llm_calls": many["llm_calls"],
-        "sqlite_synchronous": args.synchronous or "FULL",
-        "db_executor_threads": args.db_threads or EXECUTOR_THREADS,
+        "sqlite_synchronous": None if postgres else args.synchronous or "FULL",
+        "db_executor_threads": None if postgres else args.db_threads or EXECUTOR_THREADS,
+        "db_pool_size": Config(db_path=Path("unused.db")).db_pool_size if postgres else None,
         "failures": many["failures"],
         "failure_examples": many["failure_examples"],
         "machine": {
@@ -319,6 +471,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
+            "postgresql": schemas.server_version if schemas is not None else None,
         },
     }
     if args.profile:
@@ -335,9 +488,15 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="time every storage call on the storage threads")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], help="SQLite synchronous mode (engine: FULL)")
     parser.add_argument("--db-threads", type=int, help=f"storage executor threads (engine: {EXECUTOR_THREADS})")
+    parser.add_argument(
+        "--database-url", help="run on PostgreSQL (postgresql://...): a fresh schema per run, dropped afterwards"
+    )
     args = parser.parse_args()
+    if args.database_url is not None and (args.synchronous or args.db_threads):
+        parser.error("--synchronous and --db-threads are SQLite's; PostgreSQL runs with the engine's pool")
     figures = asyncio.run(main_async(args))
-    print(f"engine bench: {figures['threads']} threads, model answers after {args.llm_delay * 1000:.0f} ms")
+    print(f"engine bench ({figures['backend']}): {figures['threads']} threads, "
+          f"model answers after {args.llm_delay * 1000:.0f} ms")
     print(f"  one conversation: {figures['single_conversation_wall_s']:.3f} s wall "
           f"({figures['single_conversation_llm_s']:.1f} s of it the model), "
           f"decision to resume {figures['single_decision_to_resume_ms']} ms")
@@ -349,7 +508,7 @@ def main() -> None:
     print(f"  per conversation: {figures['cpu_ms_per_conversation']} ms CPU (process; event loop "
           f"{figures['event_loop_cpu_ms_per_conversation']} ms), target <= {TARGET_CPU_MS} ms; "
           f"{figures['round_trips_per_conversation']} storage round trips, target <= {TARGET_ROUND_TRIPS}")
-    if "storage_profile" in figures:
+    if figures.get("storage_cpu_s") is not None:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
     for row in figures.get("storage_profile", []):
         print(f"    {row['call']:<45} n={row['n']:<6} run={row['run_ms_total']:>6} ms  "

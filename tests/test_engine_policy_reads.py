@@ -158,6 +158,35 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     assert figures["round_trips_per_conversation"] <= 10.5  # 10, and now and then a heartbeat
 
 
+async def test_on_postgresql_the_bench_counts_each_top_level_storage_call_once_and_a_conversation_makes_ten(
+    tmp_path, postgres_url
+):
+    threads = 4
+    figures, profile = await engine_bench().run_conversations(
+        threads, 0.0, tmp_path / "unused.db", profile=True, database_url=postgres_url
+    )
+    assert figures["backend"] == "postgresql"
+    assert figures["failures"] == 0
+    per_conversation = {name: count / threads for name, (count, _wait, _run) in profile.stats.items()}
+
+    def calls(name: str) -> float:
+        return per_conversation.get(name, 0)
+
+    # A batch is one round trip, named by its entries as on SQLite; the store methods it calls are part of it.
+    decision = ("batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
+                " + policies.views + audit.append")
+    assert calls(decision) == 1
+    assert calls("batch: ledger.finish + runs.get + policies.view") == 1
+    assert calls("reads: runs.latest_for_thread + access.rules") == 1
+    assert calls("PostgresApprovalStore.get_clicked") == 1  # a call of its own, counted by its class's name
+    assert calls("PostgresApprovalStore.decide") == calls("PostgresRunLeases.claim_paused") == 0
+    assert calls("PostgresThreadInbox.start_next") == calls("PostgresPolicyStore.views") == 0
+    assert calls("PostgresChatMessageStore.write_messages") == calls("PostgresAuditLog.append") == 0
+    # Every counted call is in the profile once, and nothing in it was counted twice.
+    assert sum(count for count, _wait, _run in profile.stats.values()) == profile.round_trips
+    assert figures["round_trips_per_conversation"] <= 10.5  # 10, and now and then a heartbeat
+
+
 async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_of_the_run(harnesses):
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     [approval] = await h.paused_approvals("delete a.txt")
