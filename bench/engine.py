@@ -36,7 +36,6 @@ import inspect
 import json
 import os
 import platform
-import secrets
 import sqlite3
 import statistics
 import sys
@@ -47,10 +46,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.pg_schemas import Schemas  # noqa: E402
 from bot.aio import run_sync  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.engine.engine import Engine  # noqa: E402
@@ -290,42 +289,6 @@ class PostgresProfile(CallStats):
                     cell[0] += time.perf_counter() - began
 
         return waited
-
-
-def with_schema(url: str, schema: str) -> str:
-    """``url`` with its connections' ``search_path`` set to ``schema``."""
-    parts = urlsplit(url)
-    option = "options=" + quote(f"-csearch_path={schema}")
-    return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
-
-
-class Schemas:
-    """Fresh schemas on a PostgreSQL server (one per run), all dropped by :meth:`drop_all`."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.made: list[str] = []
-        self.server_version: int | None = None
-
-    async def new(self) -> str:
-        """A URL on a new, empty schema (the engine migrates it when it opens)."""
-        import psycopg
-
-        schema = f"cs_bench_{secrets.token_hex(6)}"
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            await conn.execute(f"CREATE SCHEMA {schema}")
-            self.server_version = conn.info.server_version
-        self.made.append(schema)
-        return with_schema(self.url, schema)
-
-    async def drop_all(self) -> None:
-        """Drop every schema :meth:`new` made."""
-        import psycopg
-
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            for schema in self.made:
-                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        self.made.clear()
 
 
 async def run_conversations(

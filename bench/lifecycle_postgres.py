@@ -23,7 +23,6 @@ import importlib.util
 import json
 import os
 import platform
-import secrets
 import statistics
 import sys
 import time
@@ -31,12 +30,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg  # noqa: E402
 
+from bench.pg_schemas import Schemas  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.engine.engine import Engine  # noqa: E402
 from bot.engine.model import DecisionRequest, Inbound, ThreadRef  # noqa: E402
@@ -52,32 +51,6 @@ delete_file = _sqlite_bench.delete_file
 BenchSurface = _sqlite_bench.BenchSurface
 
 DEFAULT_URL = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def with_schema(url: str, schema: str) -> str:
-    parts = urlsplit(url)
-    option = "options=" + quote(f"-csearch_path={schema}")
-    return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
-
-
-class Schemas:
-    """Fresh schemas on the server, all dropped by :meth:`drop_all`."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.made: list[str] = []
-
-    async def new(self) -> str:
-        schema = f"cs_bench_{secrets.token_hex(6)}"
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            await conn.execute(f"CREATE SCHEMA {schema}")
-        self.made.append(schema)
-        return with_schema(self.url, schema)
-
-    async def drop_all(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            for schema in self.made:
-                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 async def open_engine(url: str, replies: int) -> tuple[Engine, Any]:

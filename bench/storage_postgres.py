@@ -26,12 +26,12 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg  # noqa: E402
 
+from bench.pg_schemas import with_schema  # noqa: E402
 from storage import NewApproval  # noqa: E402
 from storage.postgres import PostgresStorage, open_postgres_storage  # noqa: E402
 
@@ -46,12 +46,6 @@ percentile = _sqlite_bench.percentile
 
 DEFAULT_URL = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 CONTENDERS = 20
-
-
-def with_schema(url: str, schema: str) -> str:
-    parts = urlsplit(url)
-    option = "options=" + quote(f"-csearch_path={schema}")
-    return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
 
 
 async def build_history(storage: PostgresStorage, n_messages: int, n_threads: int, batch: int, writers: int) -> float:
