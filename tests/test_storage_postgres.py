@@ -270,3 +270,18 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
 
     [waiting, first] = outcome.results
     assert [i.requester for i in waiting] == ["U_BOB"] and first is True
+
+
+async def test_a_store_transaction_inside_a_batch_is_the_batch_itself_with_no_savepoint(postgres_url):
+    # A savepoint per store call cost two more trips to the server each; a batch is all or nothing anyway.
+    async with await open_postgres_storage(postgres_url) as storage:
+        with pytest.raises(StorageError, match="aborted"):
+            async with storage.db.bound() as bound:
+                async with storage.db.transaction() as conn:
+                    assert conn is bound
+                with pytest.raises(StorageError, match="division by zero"):
+                    async with storage.db.transaction() as conn:
+                        await conn.execute("SELECT 1 / 0")
+                # No savepoint to return to: the error failed the batch's transaction as a whole.
+                await storage.db.fetchone("SELECT 1")
+        assert await storage.events.first_time("slack:Ev-after-batch")  # the pool is still usable

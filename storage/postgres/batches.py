@@ -2,8 +2,9 @@
 
 The design is :mod:`storage.batches`'s. Here the batch opens one transaction
 (:meth:`PostgresDatabase.bound`) and awaits each write's store method in order; every statement those
-methods make joins that transaction on its connection (their own ``transaction()`` blocks become
-savepoints). A ``required`` write that answers no, or any error, rolls the whole transaction back.
+methods make joins that transaction on its connection (their own ``transaction()`` blocks join it too, with no
+savepoint: see :meth:`PostgresDatabase.transaction`). A ``required`` write that answers no, or any error, rolls
+the whole transaction back.
 """
 
 from __future__ import annotations

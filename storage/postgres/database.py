@@ -166,8 +166,16 @@ class PostgresDatabase:
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection inside ``BEGIN … COMMIT`` (rolled back if the block raises).
 
-        Inside :meth:`bound` it is a ``SAVEPOINT`` of the bound transaction (psycopg nests them).
+        Inside :meth:`bound` it is the bound transaction itself, with no savepoint of its own: an error in the block
+        leaves the batch, which rolls the whole transaction back (a batch is all or nothing), so a savepoint would
+        only cost two more trips to the server per store call. A store method that catches a database error and
+        carries on must open its own savepoint around the statement (``conn.transaction()``, as
+        ``approvals.create_many`` does).
         """
+        if self.in_bound():
+            async with self.connection() as conn:
+                yield conn
+            return
         async with self.connection() as conn, conn.transaction():
             yield conn
 
