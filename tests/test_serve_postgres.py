@@ -12,7 +12,11 @@ import asyncio
 import re
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psycopg
@@ -82,46 +86,83 @@ def replica_env(postgres_url: str, slack: FakeSlackAPI, llm: FakeOpenAIServer) -
     }
 
 
+@dataclass
+class Crashed:
+    """Replica A died at its failpoint on a mention sent to it; replica B is stopped (SIGSTOP) until :meth:`thaw`."""
+
+    a: Replica
+    b: Replica
+    url_b: str
+    mention: dict[str, Any]
+    session: aiohttp.ClientSession
+    team_id: str
+    code_b: int | None = None
+
+    def thaw(self) -> None:
+        """Let B run: its sweep finds what A left."""
+        self.b.process.send_signal(signal.SIGCONT)
+
+    def to_b(self) -> SlackRequests:
+        """Signed Slack requests to B."""
+        return SlackRequests(self.url_b + EVENTS_PATH, SECRET, self.session, team_id=self.team_id)
+
+
+@asynccontextmanager
+async def crashed_at(
+    failpoint: str, text: str, tmp_path: Path, postgres_url: str, slack: FakeSlackAPI, llm: FakeOpenAIServer
+) -> AsyncIterator[Crashed]:
+    """Two replicas on one schema; A, armed with ``failpoint``, gets the mention ``text`` and dies there.
+
+    B waits (SIGSTOP) until A stopped at its failpoint: a stall of A's on a loaded box would otherwise let B's
+    sweep take the run over before A reached the point, and A would never reach it. Both are stopped at the end;
+    B's exit status is in ``code_b`` afterwards.
+    """
+    common = replica_env(postgres_url, slack, llm)
+    a = await Replica.start(tmp_path, clean_env(
+        tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT=failpoint
+    ))
+    b = await Replica.start(tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-b"))
+    crashed = None
+    try:
+        url_a = await asyncio.wait_for(a.url, 30)
+        url_b = await asyncio.wait_for(b.url, 30)
+        b.process.send_signal(signal.SIGSTOP)
+        async with aiohttp.ClientSession() as session:
+            to_a = SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id)
+            mention = to_a.mention(ALICE, CHANNEL, text)
+            try:
+                await to_a.event(mention)
+            except aiohttp.ClientError:
+                pass  # A may stop before its answer is sent: the event is in its inbox either way
+            assert await asyncio.wait_for(a.process.wait(), 30) == FAILPOINT_EXIT_CODE, "".join(a.log)
+            crashed = Crashed(a, b, url_b, mention, session, slack.team_id)
+            yield crashed
+    finally:
+        if b.process.returncode is None:
+            b.process.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
+        await a.stop()
+        code_b = await b.stop()
+        if crashed is not None:
+            crashed.code_b = code_b
+
+
 async def test_a_replica_killed_while_its_tool_runs_is_taken_over_by_another_that_never_reruns_the_tool(
     tmp_path, postgres_url
 ):
     async with FakeSlackAPI() as slack, FakeOpenAIServer() as llm:
         llm.enqueue_tool_calls([("read_file", {"path": "notes.txt"})])
         llm.enqueue_text("I could not tell whether that worked.")
-        common = replica_env(postgres_url, slack, llm)
-        a = await Replica.start(tmp_path, clean_env(
-            tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT="after_ledger"
-        ))
-        b = await Replica.start(tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-b"))
-        try:
-            url_a = await asyncio.wait_for(a.url, 30)
-            await asyncio.wait_for(b.url, 30)
-            # B waits (SIGSTOP) until A stopped at its failpoint: a stall of A's on a loaded box would otherwise
-            # let B's sweep take the run over before A reached the point, and A would never reach it.
-            b.process.send_signal(signal.SIGSTOP)
-            async with aiohttp.ClientSession() as session:
-                requests = SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id)
-                mention = requests.mention(ALICE, CHANNEL, "<@U0BOT> what is in notes.txt?")
-                try:
-                    await requests.event(mention)
-                except aiohttp.ClientError:
-                    pass  # A may stop before its answer is sent: the event is in its inbox either way
-            assert await asyncio.wait_for(a.process.wait(), 30) == FAILPOINT_EXIT_CODE, "".join(a.log)
-            b.process.send_signal(signal.SIGCONT)
-
-            in_thread = lambda call: call.args.get("thread_ts") == mention["ts"]  # noqa: E731
+        async with crashed_at("after_ledger", "<@U0BOT> what is in notes.txt?", tmp_path, postgres_url,
+                              slack, llm) as crashed:
+            crashed.thaw()
+            in_thread = lambda call: call.args.get("thread_ts") == crashed.mention["ts"]  # noqa: E731
             posts = await slack.wait_for("chat.postMessage", count=2, where=in_thread, seconds=20)
-        finally:
-            if b.process.returncode is None:
-                b.process.send_signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
-            await a.stop()
-            code_b = await b.stop()
 
     texts = [p.args["text"] for p in posts]
     assert "restarted" in texts[0] and "read_file is unknown" in texts[0], texts
     assert texts[1] == "I could not tell whether that worked.", texts
-    assert code_b == 0, "".join(b.log)
-    assert "Traceback" not in "".join(b.log)
+    assert crashed.code_b == 0, "".join(crashed.b.log)
+    assert "Traceback" not in "".join(crashed.b.log)
     # The model saw the call's outcome as unknown; the call itself has one ledger entry, never re-run.
     assert len(llm.requests) == 2
     assert OUTCOME_UNKNOWN in str(llm.requests[1]["messages"][-1])
@@ -138,47 +179,26 @@ async def test_a_replica_killed_before_posting_its_approval_card_leaves_it_owed_
     async with FakeSlackAPI() as slack, FakeOpenAIServer() as llm:
         llm.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
         llm.enqueue_text("Deleted old.log for you.")
-        common = replica_env(postgres_url, slack, llm)
-        a = await Replica.start(tmp_path, clean_env(
-            tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT="after_pause"
-        ))
-        b = await Replica.start(tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-b"))
-        try:
-            url_a = await asyncio.wait_for(a.url, 30)
-            url_b = await asyncio.wait_for(b.url, 30)
-            b.process.send_signal(signal.SIGSTOP)  # B sweeps only once A has died with the pause stored
-            async with aiohttp.ClientSession() as session:
-                mention = SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id).mention(
-                    ALICE, CHANNEL, "<@U0BOT> delete old.log"
-                )
-                try:
-                    await SlackRequests(url_a + EVENTS_PATH, SECRET, session, team_id=slack.team_id).event(mention)
-                except aiohttp.ClientError:
-                    pass  # A may stop before its answer is sent: the event is in its inbox either way
-                assert await asyncio.wait_for(a.process.wait(), 30) == FAILPOINT_EXIT_CODE, "".join(a.log)
-                in_thread = lambda call: call.args.get("thread_ts") == mention["ts"]  # noqa: E731
-                card_of = lambda call: in_thread(call) and bool(call.args.get("blocks"))  # noqa: E731
-                assert slack.calls_to("chat.postMessage", card_of) == [], "A died before posting its card"
-                b.process.send_signal(signal.SIGCONT)
+        async with crashed_at("after_pause", "<@U0BOT> delete old.log", tmp_path, postgres_url,
+                              slack, llm) as crashed:
+            in_thread = lambda call: call.args.get("thread_ts") == crashed.mention["ts"]  # noqa: E731
+            card_of = lambda call: in_thread(call) and bool(call.args.get("blocks"))  # noqa: E731
+            assert slack.calls_to("chat.postMessage", card_of) == [], "A died before posting its card"
+            crashed.thaw()
 
-                [card] = await slack.wait_for("chat.postMessage", where=card_of, seconds=20)
-                [approval_id] = button_values(card.args["blocks"], "cs_approve")
-                reply = await SlackRequests(url_b + EVENTS_PATH, SECRET, session, team_id=slack.team_id).click(
-                    "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=card.response["ts"],
-                    thread_ts=mention["ts"],
-                )
-                assert reply.status == 200
-                answered = lambda call: in_thread(call) and call.args.get("text") == "Deleted old.log for you."  # noqa: E731
-                await slack.wait_for("chat.postMessage", where=answered, seconds=20)
-                await settled(postgres_url)
-        finally:
-            if b.process.returncode is None:
-                b.process.send_signal(signal.SIGCONT)
-            await a.stop()
-            code_b = await b.stop()
+            [card] = await slack.wait_for("chat.postMessage", where=card_of, seconds=20)
+            [approval_id] = button_values(card.args["blocks"], "cs_approve")
+            reply = await crashed.to_b().click(
+                "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=card.response["ts"],
+                thread_ts=crashed.mention["ts"],
+            )
+            assert reply.status == 200
+            answered = lambda call: in_thread(call) and call.args.get("text") == "Deleted old.log for you."  # noqa: E731
+            await slack.wait_for("chat.postMessage", where=answered, seconds=20)
+            await settled(postgres_url)
 
-    assert code_b == 0, "".join(b.log)
-    assert "Traceback" not in "".join(b.log)
+    assert crashed.code_b == 0, "".join(crashed.b.log)
+    assert "Traceback" not in "".join(crashed.b.log)
     assert len(slack.calls_to("chat.postMessage", card_of)) == 1, "the card posted once, by B"
     with psycopg.connect(postgres_url) as conn:
         ledger = conn.execute("SELECT tool_name, status FROM ledger").fetchall()
