@@ -127,3 +127,13 @@ async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_
     assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
     assert flaky.renders == [], "nothing waits any more: no card of a decided step"
     assert await harness.engine.storage.outbox.undelivered() == []
+
+
+async def test_an_owed_card_whose_text_names_no_step_is_settled_without_showing_anything(harnesses, database_url):
+    harness = await harnesses.open(database_url=database_url)
+    thread = harness.inbound("hello").thread_ref
+    await harness.engine.lifecycle.deliveries.owe(thread, "not a run and step", "card:damaged")
+    harness.clock.advance(seconds=harness.engine.config.lease_seconds + 1)  # past this process's claim on it
+    assert await harness.engine.lifecycle.deliveries.deliver_due() == 1
+    assert harness.surface.renders == [] and harness.surface.replies == []
+    assert await harness.engine.storage.outbox.undelivered() == []

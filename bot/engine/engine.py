@@ -793,7 +793,7 @@ class Engine:
             writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
             # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
             card_key, card = owed_card(run_id, step)
-            writes.append(replace(self.lifecycle.deliveries.owing(thread, card, card_key), required=False))
+            writes.append(self.lifecycle.deliveries.owing(thread, card, card_key, required=False))
         writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
                             {"now": now}))
         failpoints.failpoint("while_pausing")
@@ -1315,22 +1315,18 @@ class Engine:
                     # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
                     await self._resume_claimed(run_id, thread, run.requester, records,
-                                               paused.snapshot if paused is not None else None,
-                                               started=claimed is not None,
-                                               history=claimed.history if claimed is not None else None,
-                                               policies=claimed.policies if claimed is not None else None)
+                                               paused.snapshot if paused is not None else None, claimed)
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
     async def _resume_claimed(
         self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
-        snapshot_data: dict[str, Any] | None = None, *, started: bool = False,
-        history: list[ChatMessage] | None = None, policies: Mapping[str, PolicyView] | None = None,
+        snapshot_data: dict[str, Any] | None = None, claimed: ClaimedStep | None = None,
     ) -> None:
         """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step).
 
-        ``started``: the claim moved the run to ``running`` already (a decision's), so there is no start to make;
-        ``history``: the history the snapshot refers to, read with that claim (``None``: read here if needed);
-        ``policies``: the policy views of the step's tools, read with that claim (``None``: read here).
+        ``claimed``: the decision's claim moved the run to ``running`` already, so there is no start to make, and
+        it read the snapshot's history and the step's policy views with it (either ``None``: read here).
+        ``None``: the run was claimed to ``resuming`` (a sweep), and is started here.
         """
         try:
             stored = snapshot_data if snapshot_data is not None else await self.storage.runs.snapshot(run_id)
@@ -1339,10 +1335,11 @@ class Engine:
             await self.fail_run(run_id, thread, exc)
             return
         try:
-            if started:
+            if claimed is not None:
                 # Started with its claim. Its history, when not read with it (the hint there did not parse), is read
                 # here; either way with_history checks it is exactly what the run paused with.
                 if ref is not None:
+                    history = claimed.history
                     if history is None:
                         history = await self.storage.messages.retrieve_messages(
                             snapshot.history_id, last_k=ref.count, up_to=ref.up_to
@@ -1371,7 +1368,7 @@ class Engine:
                 decided = await step_decisions(
                     self.storage, snapshot.step_message.tool_calls, snapshot.decisions, records, run_id=run_id,
                     tools=self.tools, context=_channel_of(thread), default_ttl=self.config.default_ttl_seconds,
-                    now=self.clock(), views=policies,
+                    now=self.clock(), views=claimed.policies if claimed is not None else None,
                 )
                 snapshot = replace(snapshot, decisions=[])  # all of them are handed over, checked, below
                 outcome = {"tool_execution_decisions": decided}

@@ -45,6 +45,12 @@ def owed_card(run_id: str, step: int) -> tuple[str, str]:
     return f"{CARD_KEY_PREFIX}{run_id}:{step}", f"{run_id}:{step}"
 
 
+def card_step(text: str) -> tuple[str, int] | None:
+    """The ``(run_id, step)`` an owed card's text names (:func:`owed_card`), or ``None`` for text that names none."""
+    run_id, _, step = text.rpartition(":")
+    return (run_id, int(step)) if run_id and step.isdigit() else None
+
+
 Via = Callable[[str], Awaitable[bool]]
 """Shows a message's text some other way (a stream being finished); ``False`` when it could not."""
 
@@ -97,10 +103,10 @@ class Deliveries:
 
     def owing(
         self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
-        fence: RunFence | None = None,
+        fence: RunFence | None = None, *, required: bool = True,
     ) -> Write:
-        """:meth:`owe` as a write for a batch (``storage.batches.apply``): required, so a message owed already
-        (or a fence that no longer holds) writes nothing of the batch."""
+        """:meth:`owe` as a write for a batch (``storage.batches.apply``). ``required`` (the default): a message owed
+        already (or a fence that no longer holds) writes nothing of the batch; else the batch goes on without it."""
         now = self.clock()
         can_post = thread.platform in self.surfaces
         key, stored = _stored(key, text)
@@ -113,7 +119,7 @@ class Deliveries:
                 "finishes_run": finishes_run,
                 "fence": fence,
             },
-            required=True,
+            required=required,
         )
 
     async def post(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
@@ -162,9 +168,9 @@ class Deliveries:
             if key.startswith(CARD_KEY_PREFIX):
                 if self.show_card is None:
                     return False  # this process cannot show cards: it stays claimed until the claim expires
-                run_id, _, step = text.rpartition(":")
-                if run_id and step.isdigit():
-                    await self.show_card(thread, run_id, int(step))
+                named = card_step(text)
+                if named is not None:
+                    await self.show_card(thread, *named)
                 else:  # damaged outside countersign: nothing can be shown for it
                     logger.warning("an owed approval card names no step; dropped", extra={"key": key})
             else:
