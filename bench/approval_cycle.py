@@ -112,9 +112,19 @@ def instructions(history: int, cycles: int) -> float | None:
     with tempfile.TemporaryDirectory() as folder:
         for n in (0, cycles):
             done = subprocess.run(
-                [valgrind, "--tool=callgrind", f"--callgrind-out-file={folder}/out", sys.executable, __file__,
-                 "--count-only", str(history), str(n)],
-                capture_output=True, text=True, check=True,
+                [
+                    valgrind,
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={folder}/out",
+                    sys.executable,
+                    __file__,
+                    "--count-only",
+                    str(history),
+                    str(n),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             counts.append(int(re.search(r"refs:\s+([\d,]+)", done.stderr).group(1).replace(",", "")))
     return (counts[1] - counts[0]) / cycles
@@ -139,13 +149,22 @@ def main() -> None:
             figures["instructions_per_cycle"] = None if count is None else round(count)
         results[str(history)] = figures
         print(f"history {history}: {figures}")
-    print(json.dumps({
-        "bench": "approval_cycle",
-        "cycles": args.cycles,
-        "results": results,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "approval_cycle",
+                "cycles": args.cycles,
+                "results": results,
+                "machine": {
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(),
+                    "loadavg_1m": os.getloadavg()[0],
+                },
+            },
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -458,24 +458,36 @@ def main() -> None:
     if args.database_url is not None and (args.synchronous or args.db_threads):
         parser.error("--synchronous and --db-threads are SQLite's; PostgreSQL runs with the engine's pool")
     figures = asyncio.run(main_async(args))
-    print(f"engine bench ({figures['backend']}): {figures['threads']} threads, "
-          f"model answers after {args.llm_delay * 1000:.0f} ms")
-    print(f"  one conversation: {figures['single_conversation_wall_s']:.3f} s wall "
-          f"({figures['single_conversation_llm_s']:.1f} s of it the model), "
-          f"decision to resume {figures['single_decision_to_resume_ms']} ms")
-    print(f"  all threads:      {figures['wall_s']:.3f} s wall, target < {figures['target_wall_s']:.1f} s "
-          f"({'met' if figures['meets_target'] else 'NOT met'})")
-    print(f"  decision to resume (tool starts), excluding the model: median "
-          f"{figures['decision_to_resume_ms_median']} ms, p95 {figures['decision_to_resume_ms_p95']} ms")
+    print(
+        f"engine bench ({figures['backend']}): {figures['threads']} threads, "
+        f"model answers after {args.llm_delay * 1000:.0f} ms"
+    )
+    print(
+        f"  one conversation: {figures['single_conversation_wall_s']:.3f} s wall "
+        f"({figures['single_conversation_llm_s']:.1f} s of it the model), "
+        f"decision to resume {figures['single_decision_to_resume_ms']} ms"
+    )
+    print(
+        f"  all threads:      {figures['wall_s']:.3f} s wall, target < {figures['target_wall_s']:.1f} s "
+        f"({'met' if figures['meets_target'] else 'NOT met'})"
+    )
+    print(
+        f"  decision to resume (tool starts), excluding the model: median "
+        f"{figures['decision_to_resume_ms_median']} ms, p95 {figures['decision_to_resume_ms_p95']} ms"
+    )
     print(f"  decide() itself: median {figures['decide_ms_median']} ms; failures: {figures['failures']}")
-    print(f"  per conversation: {figures['cpu_ms_per_conversation']} ms CPU (process; event loop "
-          f"{figures['event_loop_cpu_ms_per_conversation']} ms), target <= {TARGET_CPU_MS} ms; "
-          f"{figures['round_trips_per_conversation']} storage round trips, target <= {TARGET_ROUND_TRIPS}")
+    print(
+        f"  per conversation: {figures['cpu_ms_per_conversation']} ms CPU (process; event loop "
+        f"{figures['event_loop_cpu_ms_per_conversation']} ms), target <= {TARGET_CPU_MS} ms; "
+        f"{figures['round_trips_per_conversation']} storage round trips, target <= {TARGET_ROUND_TRIPS}"
+    )
     if figures.get("storage_cpu_s") is not None:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
     for row in figures.get("storage_profile", []):
-        print(f"    {row['call']:<45} n={row['n']:<6} run={row['run_ms_total']:>6} ms  "
-              f"queue wait avg={row['wait_ms_avg']} ms")
+        print(
+            f"    {row['call']:<45} n={row['n']:<6} run={row['run_ms_total']:>6} ms  "
+            f"queue wait avg={row['wait_ms_avg']} ms"
+        )
     print(json.dumps(figures))
 
 

@@ -257,7 +257,10 @@ def compare(ref: str, n: int, rounds: int) -> dict[str, Any]:
             for name, script in scripts.items():
                 done = subprocess.run(
                     [sys.executable, str(script), "--conversations", str(n), "--only-conversations"],
-                    capture_output=True, text=True, cwd=script.parents[1], check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=script.parents[1],
+                    check=True,
                 )
                 medians[name].append(json.loads(done.stdout.strip().splitlines()[-1])["conversation"]["median_ms"])
     current, base = statistics.median(medians["current"]), statistics.median(medians["baseline"])
@@ -303,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the comparison (default: 3)")
     parser.add_argument("--only-conversations", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--snapshot-history", type=lambda text: [int(n) for n in text.split(",")], default=[0, 100, 1000],
+        "--snapshot-history",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[0, 100, 1000],
         help="earlier messages in the thread when the stored snapshot is measured (default: 0,100,1000)",
     )
     parser.add_argument("--only-snapshots", action="store_true", help="measure only the stored snapshot's size")
@@ -316,13 +321,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"one conversation: median {conversation['median_ms']} ms, p90 {conversation['p90_ms']} ms")
         if "conversation_overhead_ms" in figures:
             base = figures["baseline"]
-            print(f"  alternating rounds: this code {base['current_median_ms']} ms, {args.baseline_ref} "
-                  f"{base['median_ms']} ms (overhead {figures['conversation_overhead_ms']} ms)")
+            print(
+                f"  alternating rounds: this code {base['current_median_ms']} ms, {args.baseline_ref} "
+                f"{base['median_ms']} ms (overhead {figures['conversation_overhead_ms']} ms)"
+            )
         for key in ("expiry_one_engine", "expiry_two_engines"):
             e = figures[key]
-            print(f"expire {e['approvals']} due approvals with {e['engines']} engine(s): {e['expired_s']} s; "
-                  f"re-rendered {e['rerendered_and_resumes_started_s']} s; all resumed runs answered "
-                  f"{e['resumed_and_answered_s']} s; exactly once: {e['exactly_once']}")
+            print(
+                f"expire {e['approvals']} due approvals with {e['engines']} engine(s): {e['expired_s']} s; "
+                f"re-rendered {e['rerendered_and_resumes_started_s']} s; all resumed runs answered "
+                f"{e['resumed_and_answered_s']} s; exactly once: {e['exactly_once']}"
+            )
     print(json.dumps(figures))
 
 

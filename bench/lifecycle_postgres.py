@@ -100,8 +100,15 @@ async def replicas(url: str, n: int, concurrency: int, count: int) -> dict[str, 
     """``n`` conversations split over ``count`` replica processes on one schema, started together."""
     workers = [
         await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--worker", url, str(n // count), str(concurrency), str(i * (n // count)),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            __file__,
+            "--worker",
+            url,
+            str(n // count),
+            str(concurrency),
+            str(i * (n // count)),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
         for i in range(count)
     ]
@@ -143,10 +150,18 @@ async def clone_paused_runs(url: str, n: int, due: datetime) -> None:
     await engine.stop()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn, conn.transaction():
         for table, replaced in (
-            ("runs", {"run_id": "'clone-' || k", "chat_history_id": "'slack:T1:C1:clone.' || k",
-                      "thread": "'clone.' || k"}),
-            ("approvals", {"approval_id": "'a-clone-' || k", "run_id": "'clone-' || k",
-                           "chat_history_id": "'slack:T1:C1:clone.' || k"}),
+            (
+                "runs",
+                {"run_id": "'clone-' || k", "chat_history_id": "'slack:T1:C1:clone.' || k", "thread": "'clone.' || k"},
+            ),
+            (
+                "approvals",
+                {
+                    "approval_id": "'a-clone-' || k",
+                    "run_id": "'clone-' || k",
+                    "chat_history_id": "'slack:T1:C1:clone.' || k",
+                },
+            ),
         ):
             cursor = await conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "

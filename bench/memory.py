@@ -53,17 +53,98 @@ PEOPLE = 1_000
 CHANNELS = 100
 DEFAULT_URL = os.environ.get("COUNTERSIGN_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 
-SERVICES = [f"{a}{b}" for a in ("checkout", "billing", "search", "auth", "payments", "ledger", "gateway", "mailer",
-                                 "catalog", "inventory") for b in ("", "-api", "-worker", "-db", "-cache")]
+SERVICES = [
+    f"{a}{b}"
+    for a in (
+        "checkout",
+        "billing",
+        "search",
+        "auth",
+        "payments",
+        "ledger",
+        "gateway",
+        "mailer",
+        "catalog",
+        "inventory",
+    )
+    for b in ("", "-api", "-worker", "-db", "-cache")
+]
 WORDS = [
-    "deploys", "need", "approvers", "staging", "cluster", "region", "owns", "service", "rotation",
-    "oncall", "monday", "friday", "freeze", "window", "logs", "kept", "days", "replicas", "canary",
-    "rollback", "database", "backup", "nightly", "runbook", "dashboard", "alert", "threshold", "latency",
-    "budget", "quota", "team", "lead", "escalate", "pager", "incident", "postmortem", "certificate",
-    "renew", "expiry", "dns", "record", "vpn", "bastion", "host", "port", "firewall", "secret", "vault",
-    "rotate", "key", "token", "migration", "schema", "index", "retention", "archive", "bucket", "region",
-    "eu", "us", "asia", "primary", "replica", "failover", "queue", "topic", "consumer", "lag", "partition",
-    "shard", "cron", "job", "batch", "export", "import",
+    "deploys",
+    "need",
+    "approvers",
+    "staging",
+    "cluster",
+    "region",
+    "owns",
+    "service",
+    "rotation",
+    "oncall",
+    "monday",
+    "friday",
+    "freeze",
+    "window",
+    "logs",
+    "kept",
+    "days",
+    "replicas",
+    "canary",
+    "rollback",
+    "database",
+    "backup",
+    "nightly",
+    "runbook",
+    "dashboard",
+    "alert",
+    "threshold",
+    "latency",
+    "budget",
+    "quota",
+    "team",
+    "lead",
+    "escalate",
+    "pager",
+    "incident",
+    "postmortem",
+    "certificate",
+    "renew",
+    "expiry",
+    "dns",
+    "record",
+    "vpn",
+    "bastion",
+    "host",
+    "port",
+    "firewall",
+    "secret",
+    "vault",
+    "rotate",
+    "key",
+    "token",
+    "migration",
+    "schema",
+    "index",
+    "retention",
+    "archive",
+    "bucket",
+    "region",
+    "eu",
+    "us",
+    "asia",
+    "primary",
+    "replica",
+    "failover",
+    "queue",
+    "topic",
+    "consumer",
+    "lag",
+    "partition",
+    "shard",
+    "cron",
+    "job",
+    "batch",
+    "export",
+    "import",
 ]
 PEOPLE_NAMES = ["Ana", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines", "Jon"]
 
@@ -71,8 +152,10 @@ PEOPLE_NAMES = ["Ana", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "I
 def fact(rng: random.Random) -> str:
     """One short fact, e.g. "checkout-api deploys need 2 approvers in eu-3 (Ana owns rollback runbook)"."""
     words = rng.sample(WORDS, rng.randint(3, 7))
-    return (f"{rng.choice(SERVICES)} {' '.join(words)} {rng.choice(PEOPLE_NAMES)} {rng.randint(1, 99)} "
-            f"eu-{rng.randint(1, 9)}")
+    return (
+        f"{rng.choice(SERVICES)} {' '.join(words)} {rng.choice(PEOPLE_NAMES)} {rng.randint(1, 99)} "
+        f"eu-{rng.randint(1, 9)}"
+    )
 
 
 def question(rng: random.Random) -> str:
@@ -117,8 +200,12 @@ async def time_searches(
     """
     latencies, found, cpu = [], 0, []
     for _ in range(samples):
-        context = {"platform": "slack", "workspace": "T1", "channel": f"C{rng.randrange(CHANNELS):03d}",
-                   "requester": f"U{rng.randrange(PEOPLE):04d}"}
+        context = {
+            "platform": "slack",
+            "workspace": "T1",
+            "channel": f"C{rng.randrange(CHANNELS):03d}",
+            "requester": f"U{rng.randrange(PEOPLE):04d}",
+        }
         criteria = run_memory_kwargs(context)["search_criteria"]
         text = question(rng)
         started, cpu_started = time.perf_counter(), time.thread_time()
@@ -145,8 +232,9 @@ async def time_adds(store: Any, n: int, rng: random.Random) -> tuple[float, floa
     return single, batched
 
 
-def figures_of(prefix: str, fill_rate: float, latencies: list[float], found: int, single: float,
-               batched: float) -> dict[str, Any]:
+def figures_of(
+    prefix: str, fill_rate: float, latencies: list[float], found: int, single: float, batched: float
+) -> dict[str, Any]:
     return {
         f"{prefix}_fill_memories_per_s": round(fill_rate),
         f"{prefix}_search_median_ms": round(statistics.median(latencies) * 1e3, 4),
@@ -217,8 +305,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["targets_met"] = figures["sqlite_search_p99_ms"] < TARGETS["sqlite_search_p99_ms"]
     if "postgres" in backends:
         figures.update(await bench_postgres(args))
-    figures.update({"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "python": platform.python_version(), "sqlite": sqlite3.sqlite_version})
+    figures.update(
+        {
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+        }
+    )
     return figures
 
 

@@ -46,13 +46,32 @@ def main() -> None:
             old = datetime.now(UTC) - timedelta(days=100)
             for n in range(args.runs):
                 thread = f"slack:T1:C1:{n}"
-                storage.runs.create(f"run-{n}", chat_history_id=thread, platform="slack", workspace="T1",
-                                    channel="C1", thread=str(n), requester="U_ANA", now=old)
-                [approval] = storage.approvals.create_many([NewApproval(
-                    run_id=f"run-{n}", step=1, tool_call_id="call_1", tool_name="delete_file",
-                    arguments={"path": f"/srv/{n}.log"}, requester="U_ANA", platform="slack", chat_history_id=thread,
-                    expires_at=old + timedelta(hours=1), created_at=old,
-                )])
+                storage.runs.create(
+                    f"run-{n}",
+                    chat_history_id=thread,
+                    platform="slack",
+                    workspace="T1",
+                    channel="C1",
+                    thread=str(n),
+                    requester="U_ANA",
+                    now=old,
+                )
+                [approval] = storage.approvals.create_many(
+                    [
+                        NewApproval(
+                            run_id=f"run-{n}",
+                            step=1,
+                            tool_call_id="call_1",
+                            tool_name="delete_file",
+                            arguments={"path": f"/srv/{n}.log"},
+                            requester="U_ANA",
+                            platform="slack",
+                            chat_history_id=thread,
+                            expires_at=old + timedelta(hours=1),
+                            created_at=old,
+                        )
+                    ]
+                )
                 storage.approvals.decide(approval.approval_id, status="approved", decided_by="U_BOB", now=old)
                 storage.messages.write_messages(thread, [ChatMessage.from_user(f"delete {n}.log")])
                 storage.runs.transition(f"run-{n}", "running", "finished")
@@ -75,9 +94,11 @@ def main() -> None:
         "backup_bytes": size,
         "backup_s": round(backup_seconds, 3),
     }
-    print(f"audit: {figures['audit_appends_per_s']} single appends/s; verify {args.entries} entries in "
-          f"{figures['audit_verify_s']} s; prune {args.runs} ended runs in {figures['prune_s']} s; "
-          f"backup of {size} bytes in {figures['backup_s']} s")
+    print(
+        f"audit: {figures['audit_appends_per_s']} single appends/s; verify {args.entries} entries in "
+        f"{figures['audit_verify_s']} s; prune {args.runs} ended runs in {figures['prune_s']} s; "
+        f"backup of {size} bytes in {figures['backup_s']} s"
+    )
     print(json.dumps(figures))
 
 

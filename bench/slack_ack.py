@@ -86,6 +86,7 @@ async def pending_approvals(stack: SlackStack, slack: FakeSlackAPI, count: int) 
 async def open_connections(session: aiohttp.ClientSession, url: str, count: int) -> None:
     """Open ``count`` keep-alive connections first, so the figure times the app's ack, not the kernel's
     listen backlog (128 by default: a burst of 200 new connections sees SYN retries of a whole second)."""
+
     async def one() -> None:
         async with session.get(url) as response:
             await response.read()

@@ -53,16 +53,22 @@ def main() -> None:
             started = time.perf_counter()
             subprocess.run(
                 [command, "chat", "--db", str(Path(folder) / f"run{run}.db")],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                cwd=folder, env=offline_env(), check=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=folder,
+                env=offline_env(),
+                check=True,
             )
             times.append(time.perf_counter() - started)
         probe = subprocess.run(
             [sys.executable, "-c", PROBE], cwd=folder, env=offline_env(), capture_output=True, text=True, check=True
         )
     median = statistics.median(times)
-    print(f"countersign chat (offline) start to exit: median {median:.3f} s, min {min(times):.3f} s "
-          f"over {args.runs} runs; target < {TARGET_S} s")
+    print(
+        f"countersign chat (offline) start to exit: median {median:.3f} s, min {min(times):.3f} s "
+        f"over {args.runs} runs; target < {TARGET_S} s"
+    )
     summary = {
         "bench": "startup",
         "runs": args.runs,
@@ -72,8 +78,12 @@ def main() -> None:
         "openai_imported": probe.stdout.strip() == "True",
         "target_s": TARGET_S,
         "met": median < TARGET_S,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                    "loadavg_1m": os.getloadavg()[0]},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_1m": os.getloadavg()[0],
+        },
     }
     print(json.dumps(summary, sort_keys=True))
 

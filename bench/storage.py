@@ -43,8 +43,9 @@ def thread_id(i: int) -> str:
 
 def exchange(thread: int, turn: int) -> list[ChatMessage]:
     """Four messages of a realistic turn: a question, a tool call, its result, the answer."""
-    call = ToolCall(tool_name="disk_usage", arguments={"host": f"web-{turn % 7}", "path": "/var/log"},
-                    id=f"call_{thread}_{turn}")
+    call = ToolCall(
+        tool_name="disk_usage", arguments={"host": f"web-{turn % 7}", "path": "/var/log"}, id=f"call_{thread}_{turn}"
+    )
     return [
         ChatMessage.from_user(f"<@U0{thread % 50}> how full is the log disk on web-{turn % 7}?"),
         ChatMessage.from_assistant(tool_calls=[call]),
@@ -129,15 +130,31 @@ def time_last_k(storage: Storage, n_threads: int, samples: int) -> list[float]:
 
 def time_decide(storage: Storage, n: int) -> list[float]:
     now = datetime.now(UTC)
-    storage.runs.create("bench-run", chat_history_id=thread_id(0), platform="slack", workspace="T0001",
-                        channel="C0000", thread="1700000000.000000", requester="U01", status="paused")
+    storage.runs.create(
+        "bench-run",
+        chat_history_id=thread_id(0),
+        platform="slack",
+        workspace="T0001",
+        channel="C0000",
+        thread="1700000000.000000",
+        requester="U01",
+        status="paused",
+    )
     ids: list[str] = []
     for start in range(0, n, 100):
         records = [
-            NewApproval(run_id="bench-run", step=i, tool_call_id=f"bench_call_{i}", tool_name="delete_file",
-                        arguments={"path": f"/srv/app/{i}.txt"}, requester="U01", platform="slack",
-                        chat_history_id=thread_id(0), expires_at=now + timedelta(hours=1),
-                        approvers=["U02", "U03"])
+            NewApproval(
+                run_id="bench-run",
+                step=i,
+                tool_call_id=f"bench_call_{i}",
+                tool_name="delete_file",
+                arguments={"path": f"/srv/app/{i}.txt"},
+                requester="U01",
+                platform="slack",
+                chat_history_id=thread_id(0),
+                expires_at=now + timedelta(hours=1),
+                approvers=["U02", "U03"],
+            )
             for i in range(start, min(start + 100, n))
         ]
         ids += [r.approval_id for r in storage.approvals.create_many(records)]
@@ -180,8 +197,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=10_000)
-    parser.add_argument("--batch", type=int, default=100,
-                        help="messages per commit (interleaved) or per write_messages call (grouped)")
+    parser.add_argument(
+        "--batch", type=int, default=100, help="messages per commit (interleaved) or per write_messages call (grouped)"
+    )
     parser.add_argument("--layout", choices=["interleaved", "grouped"], default="interleaved")
     parser.add_argument("--samples", type=int, default=10_000, help="last_k reads to time")
     parser.add_argument("--decides", type=int, default=5_000, help="approval decisions to time")

@@ -91,16 +91,31 @@ async def pending_approvals(storage: PostgresStorage, run_id: str, n: int, threa
     """``n`` pending approvals of a paused run in ``thread`` (its own: a thread has one active run at most)."""
     now = datetime.now(UTC)
     address = thread_id(thread)
-    await storage.runs.create(run_id, chat_history_id=address, platform="slack", workspace="T0001",
-                              channel=address.split(":")[2], thread=address.rsplit(":", 1)[1], requester="U01",
-                              status="paused")
+    await storage.runs.create(
+        run_id,
+        chat_history_id=address,
+        platform="slack",
+        workspace="T0001",
+        channel=address.split(":")[2],
+        thread=address.rsplit(":", 1)[1],
+        requester="U01",
+        status="paused",
+    )
     ids: list[str] = []
     for start in range(0, n, 100):
         records = [
-            NewApproval(run_id=run_id, step=i, tool_call_id=f"{run_id}_call_{i}", tool_name="delete_file",
-                        arguments={"path": f"/srv/app/{i}.txt"}, requester="U01", platform="slack",
-                        chat_history_id=address, expires_at=now + timedelta(hours=1),
-                        approvers=["U02", "U03"])
+            NewApproval(
+                run_id=run_id,
+                step=i,
+                tool_call_id=f"{run_id}_call_{i}",
+                tool_name="delete_file",
+                arguments={"path": f"/srv/app/{i}.txt"},
+                requester="U01",
+                platform="slack",
+                chat_history_id=address,
+                expires_at=now + timedelta(hours=1),
+                approvers=["U02", "U03"],
+            )
             for i in range(start, min(start + 100, n))
         ]
         ids += [r.approval_id for r in await storage.approvals.create_many(records)]
@@ -137,8 +152,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         server_version = (await (await conn.execute("SHOW server_version")).fetchone())[0]
     storage = await open_postgres_storage(with_schema(args.url, schema), pool_max=max(args.writers, CONTENDERS))
     try:
-        print(f"building {args.messages:,} messages across {args.threads:,} threads in schema {schema}",
-              file=sys.stderr)
+        print(
+            f"building {args.messages:,} messages across {args.threads:,} threads in schema {schema}", file=sys.stderr
+        )
         started = time.perf_counter()
         append_rate = await build_history(storage, args.messages, args.threads, args.batch, args.writers)
         build_seconds = time.perf_counter() - started

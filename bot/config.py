@@ -324,8 +324,10 @@ def _json_object(env: Mapping[str, str], name: str, example: str) -> dict[str, A
         value = json.loads(raw)
     except ValueError as exc:
         # The position only: the value may hold a secret (a gateway key).
-        raise ConfigError(f"{name} is not valid JSON (line {getattr(exc, 'lineno', '?')}, "
-                          f"column {getattr(exc, 'colno', '?')}); expected an object like {example}") from None
+        raise ConfigError(
+            f"{name} is not valid JSON (line {getattr(exc, 'lineno', '?')}, "
+            f"column {getattr(exc, 'colno', '?')}); expected an object like {example}"
+        ) from None
     if not isinstance(value, dict):
         raise ConfigError(f"{name} must be a JSON object like {example}, got a {type(value).__name__}")
     return value

@@ -106,12 +106,16 @@ class PrometheusObserver:
             "countersign_decisions", "Decisions attempted, by action and outcome", ["action", "outcome"], registry=r
         )
         self.decision_wait = Histogram(
-            "countersign_decision_wait_seconds", "Time from a pause to its decision", buckets=DECISION_BUCKETS,
+            "countersign_decision_wait_seconds",
+            "Time from a pause to its decision",
+            buckets=DECISION_BUCKETS,
             registry=r,
         )
         self.runs = Counter("countersign_runs", "Runs that ended, by final status", ["status"], registry=r)
         self.llm_latency = Histogram(
-            "countersign_llm_latency_seconds", "Duration of model calls (retries included)", buckets=LLM_BUCKETS,
+            "countersign_llm_latency_seconds",
+            "Duration of model calls (retries included)",
+            buckets=LLM_BUCKETS,
             registry=r,
         )
         self.llm_errors = Counter("countersign_llm_errors", "Model calls that failed, by error", ["error"], registry=r)
@@ -123,15 +127,22 @@ class PrometheusObserver:
             "countersign_tool_failures", "Tool calls that failed, by tool", ["tool"], registry=r
         )
         self.tool_duration = Histogram(
-            "countersign_tool_duration_seconds", "Duration of tool calls, by tool", ["tool"], buckets=TOOL_BUCKETS,
+            "countersign_tool_duration_seconds",
+            "Duration of tool calls, by tool",
+            ["tool"],
+            buckets=TOOL_BUCKETS,
             registry=r,
         )
         self.platform_errors = Counter(
-            "countersign_platform_api_errors", "Chat platform API errors, by platform and kind", ["platform", "kind"],
+            "countersign_platform_api_errors",
+            "Chat platform API errors, by platform and kind",
+            ["platform", "kind"],
             registry=r,
         )
         self.platform_rate_limits = Counter(
-            "countersign_platform_rate_limits", "Chat platform API calls answered 429, by platform", ["platform"],
+            "countersign_platform_rate_limits",
+            "Chat platform API calls answered 429, by platform",
+            ["platform"],
             registry=r,
         )
         self.lease_takeovers = Counter(

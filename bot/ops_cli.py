@@ -42,8 +42,12 @@ The audit log is a hash chain: every entry stores the hash of the one before it.
 
 def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     """Add ``db`` and ``audit`` with their subcommands to ``countersign``'s subparsers."""
-    db = commands.add_parser("db", help="database maintenance: migrate, check, backup, vacuum, prune",
-                             description=DB_DESCRIPTION, formatter_class=formatter)
+    db = commands.add_parser(
+        "db",
+        help="database maintenance: migrate, check, backup, vacuum, prune",
+        description=DB_DESCRIPTION,
+        formatter_class=formatter,
+    )
     db.set_defaults(log_level="WARNING")
     db_commands = db.add_subparsers(dest="db_command", metavar="{migrate,check,backup,vacuum,prune}")
     db_commands.required = True
@@ -54,13 +58,22 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
     backup.set_defaults(handler=_db_backup)
     db_commands.add_parser("vacuum", help="give freed space back").set_defaults(handler=_db_vacuum)
     prune = db_commands.add_parser("prune", help="delete old ended runs, approvals, ledger entries and messages")
-    prune.add_argument("--older-than", required=True, type=_duration, metavar="AGE",
-                       help="e.g. 90d, 12h (days d, hours h, minutes m, seconds s)")
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        type=_duration,
+        metavar="AGE",
+        help="e.g. 90d, 12h (days d, hours h, minutes m, seconds s)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
     prune.set_defaults(handler=_db_prune)
 
-    audit = commands.add_parser("audit", help="verify or export the tamper-evident audit log",
-                                description=AUDIT_DESCRIPTION, formatter_class=formatter)
+    audit = commands.add_parser(
+        "audit",
+        help="verify or export the tamper-evident audit log",
+        description=AUDIT_DESCRIPTION,
+        formatter_class=formatter,
+    )
     audit.set_defaults(log_level="WARNING")
     audit_commands = audit.add_subparsers(dest="audit_command", metavar="{verify,export}")
     audit_commands.required = True
@@ -176,8 +189,9 @@ def _audit_verify(_args: argparse.Namespace, config: Config) -> int:
         if result.ok:
             print(f"audit log intact: {result.checked} entries checked{start}")
             return 0
-        print(f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} entries{start}",
-              file=sys.stderr)
+        print(
+            f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} entries{start}", file=sys.stderr
+        )
         for problem in result.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_FAILED
@@ -205,8 +219,16 @@ def _audit_export(args: argparse.Namespace, config: Config) -> int:
 def write_entries(entries: list[Any], fmt: str, out: TextIO) -> None:
     """Write audit entries as JSON lines or CSV (``details`` as JSON text in CSV)."""
     rows = [
-        {"id": e.id, "at": e.at.isoformat(), "actor": e.actor, "action": e.action, "subject": e.subject,
-         "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash}
+        {
+            "id": e.id,
+            "at": e.at.isoformat(),
+            "actor": e.actor,
+            "action": e.action,
+            "subject": e.subject,
+            "details": e.details,
+            "prev_hash": e.prev_hash,
+            "hash": e.hash,
+        }
         for e in entries
     ]
     if fmt == "jsonl":
@@ -217,4 +239,3 @@ def write_entries(entries: list[Any], fmt: str, out: TextIO) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({**row, "details": json.dumps(row["details"], ensure_ascii=False)})
-

@@ -167,9 +167,7 @@ def mask_for_display(value: Any) -> Any:
     {'password': '••••••', 'cmd': 'export GITHUB_TOKEN=••••••'}
     """
     if isinstance(value, dict):
-        return {
-            k: (MASK if isinstance(k, str) and is_secret_key(k) else mask_for_display(v)) for k, v in value.items()
-        }
+        return {k: (MASK if isinstance(k, str) and is_secret_key(k) else mask_for_display(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [mask_for_display(v) for v in value]
     if isinstance(value, str):

@@ -103,9 +103,7 @@ async def metrics(request: web.Request) -> web.Response:
     if not isinstance(observer, PrometheusObserver):
         raise web.HTTPNotFound(text="metrics are not collected by this engine")
     try:
-        observer.set_database_gauges(
-            await engine.storage.ops.pending_by_tool(), await engine.storage.ops.inbox_depth()
-        )
+        observer.set_database_gauges(await engine.storage.ops.pending_by_tool(), await engine.storage.ops.inbox_depth())
     except Exception as exc:  # counters are still worth serving while the database is away
         logger.warning("metrics: could not read the database gauges (%s)", type(exc).__name__)
     return web.Response(body=observer.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})

@@ -500,8 +500,9 @@ def _pydantic_schema(hint: Any) -> dict[str, Any]:
     inlined = _inline(_without_titles(schema), _without_titles(defs), kept, ())
     if kept:
         # A recursive type cannot be inlined; its definitions go to the root of the tool's schema.
-        inlined["$defs"] = {name: _inline(_without_titles(defs[name]), _without_titles(defs), kept, (name,))
-                            for name in list(kept)}
+        inlined["$defs"] = {
+            name: _inline(_without_titles(defs[name]), _without_titles(defs), kept, (name,)) for name in list(kept)
+        }
     return inlined
 
 

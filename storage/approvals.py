@@ -51,7 +51,6 @@ _STEP_COLUMNS = (
 (:meth:`SQLiteApprovalStore.step`)."""
 
 
-
 def new_approval_id() -> str:
     """A fresh approval id: an unguessable token (it travels in button values).
 
@@ -59,6 +58,7 @@ def new_approval_id() -> str:
     22
     """
     return secrets.token_urlsafe(16)
+
 
 def _row_values(new: NewApproval, now: float) -> list[Any]:
     """Validate one :class:`NewApproval` and return its column values (in ``_INSERT`` order)."""
@@ -199,13 +199,15 @@ class SQLiteApprovalStore:
         ('U1', ['call_1', 'call_2'])
         """
         with self.connector.reading() as db:
-            rows = db.execute(f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a "
-                              "ON a.run_id = r.run_id AND a.step = ? WHERE r.run_id = ? ORDER BY a.rowid",
-                              [step, step, step, run_id]).fetchall()
+            rows = db.execute(
+                f"SELECT {_STEP_COLUMNS} FROM runs r LEFT JOIN approvals a "
+                "ON a.run_id = r.run_id AND a.step = ? WHERE r.run_id = ? ORDER BY a.rowid",
+                [step, step, step, run_id],
+            ).fetchall()
         if not rows:
             raise NotFound(f"run {run_id!r} not found")
         width = len(_RUN_FIELDS)
-        approvals = [approval_record(row[width + 1:], SQLITE_TIMES) for row in rows if row[width + 1] is not None]
+        approvals = [approval_record(row[width + 1 :], SQLITE_TIMES) for row in rows if row[width + 1] is not None]
         snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
         return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
 
@@ -249,9 +251,7 @@ class SQLiteApprovalStore:
             raise ValueError(f"unknown vote {vote!r}; expected one of {VOTES}")
         at = epoch(now)
         with self.connector.writing() as db:
-            row = db.execute(
-                "SELECT status, expires_at FROM approvals WHERE approval_id = ?", [approval_id]
-            ).fetchone()
+            row = db.execute("SELECT status, expires_at FROM approvals WHERE approval_id = ?", [approval_id]).fetchone()
             if row is None:
                 raise NotFound(f"approval {approval_id!r} not found")
             if row[0] != "pending" or row[1] <= at:

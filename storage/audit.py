@@ -89,8 +89,16 @@ class SQLiteAuditLog:
                 [cutoff, -1 if limit is None else limit],
             ).fetchall()
         return [
-            AuditEntry(id=r[0], at=to_datetime(r[1]), actor=r[2], action=r[3], subject=r[4],
-                       details=loads(r[5], kind="audit entry", record_id=str(r[0])), prev_hash=r[6], hash=r[7])
+            AuditEntry(
+                id=r[0],
+                at=to_datetime(r[1]),
+                actor=r[2],
+                action=r[3],
+                subject=r[4],
+                details=loads(r[5], kind="audit entry", record_id=str(r[0])),
+                prev_hash=r[6],
+                hash=r[7],
+            )
             for r in rows
         ]
 

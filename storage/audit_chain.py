@@ -23,8 +23,9 @@ GENESIS = ""
 """The ``prev_hash`` of the first entry ever written (before any pruning)."""
 
 
-def entry_hash(prev_hash: str, entry_id: int, at_text: str, actor: str, action: str, subject: str,
-               details_text: str) -> str:
+def entry_hash(
+    prev_hash: str, entry_id: int, at_text: str, actor: str, action: str, subject: str, details_text: str
+) -> str:
     """The hex SHA-256 of one entry.
 
     >>> len(entry_hash("", 1, "1700000000.0", "U1", "approved", "a-1", "{}"))
@@ -85,8 +86,9 @@ def verify_chain(
             problems.append(f"entries {previous_id + 1}..{row.entry_id - 1} are missing (deleted)")
         if row.prev_hash != expected_prev:
             problems.append(f"entry {row.entry_id}: does not follow the entry before it (one was deleted or edited)")
-        recomputed = entry_hash(row.prev_hash or "", row.entry_id, row.at_text, row.actor, row.action, row.subject,
-                                row.details_text)
+        recomputed = entry_hash(
+            row.prev_hash or "", row.entry_id, row.at_text, row.actor, row.action, row.subject, row.details_text
+        )
         if row.hash != recomputed:
             problems.append(f"entry {row.entry_id}: its content does not match its hash (edited)")
         expected_prev = row.hash or ""

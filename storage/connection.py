@@ -187,9 +187,7 @@ class ThreadLocalConnector(Connector):
                 raise StorageError(f"storage {self.path!r} is closed")
             # isolation_level=None: no implicit transactions; every group is an explicit BEGIN IMMEDIATE.
             # check_same_thread=False only so that close() may close it from another thread.
-            conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
             configure(conn, busy_timeout=self._busy_timeout, synchronous=self._synchronous)
             db = Database(conn, execute_plugins=False)
             self._open.add(db)

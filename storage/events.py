@@ -37,6 +37,4 @@ class SQLiteEventDedupe:
         0
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "DELETE FROM events WHERE seen_at < ?", [epoch(now) - older_than_seconds]
-            ).rowcount
+            return db.execute("DELETE FROM events WHERE seen_at < ?", [epoch(now) - older_than_seconds]).rowcount

@@ -29,7 +29,11 @@ class SQLiteToolLedger:
         self.connector = connector
 
     def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        self,
+        tool_call_id: str,
+        args_digest: str,
+        run_id: str | None = None,
+        tool_name: str | None = None,
         fence: RunFence | None = None,
     ) -> bool:
         """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.
@@ -83,9 +87,10 @@ class SQLiteToolLedger:
                 "WHERE tool_call_id = ? AND status = 'executing'",
                 [status, result, epoch(None), tool_call_id],
             ).rowcount
-            if not changed and db.execute(
-                "SELECT 1 FROM ledger WHERE tool_call_id = ?", [tool_call_id]
-            ).fetchone() is None:
+            if (
+                not changed
+                and db.execute("SELECT 1 FROM ledger WHERE tool_call_id = ?", [tool_call_id]).fetchone() is None
+            ):
                 raise NotFound(f"no ledger entry for tool call {tool_call_id!r}")
         return changed == 1
 

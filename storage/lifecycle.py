@@ -50,7 +50,13 @@ class SQLiteRunLeases:
         self.connector = connector
 
     def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        self,
+        run_id: str,
+        owner: str,
+        until: Instant,
+        *,
+        step: int | None = None,
+        decided: bool = False,
         start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
@@ -185,16 +191,28 @@ class SQLiteThreadInbox:
         """
         at = epoch(now)
         with self.connector.writing() as db:
-            if event_key is not None and not db.execute(
-                "INSERT INTO events (event_key, seen_at) VALUES (?, ?) ON CONFLICT (event_key) DO NOTHING",
-                [event_key, epoch(None)],
-            ).rowcount:
+            if (
+                event_key is not None
+                and not db.execute(
+                    "INSERT INTO events (event_key, seen_at) VALUES (?, ?) ON CONFLICT (event_key) DO NOTHING",
+                    [event_key, epoch(None)],
+                ).rowcount
+            ):
                 return None
             return db.execute(
                 "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
                 "message_json, message_ref, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 requester, dumps(message), message_ref, at],
+                [
+                    address.chat_history_id,
+                    address.platform,
+                    address.workspace,
+                    address.channel,
+                    address.thread,
+                    requester,
+                    dumps(message),
+                    message_ref,
+                    at,
+                ],
             ).lastrowid
 
     def start_next(
@@ -224,8 +242,19 @@ class SQLiteThreadInbox:
                 "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
                 "status, step, created_at, updated_at, owner, lease_expires_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', 0, ?, ?, ?, ?)",
-                [run_id, chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 item.requester, at, at, owner, epoch(until)],
+                [
+                    run_id,
+                    chat_history_id,
+                    address.platform,
+                    address.workspace,
+                    address.channel,
+                    address.thread,
+                    item.requester,
+                    at,
+                    at,
+                    owner,
+                    epoch(until),
+                ],
             )
             self.messages.write_messages(chat_history_id, [ChatMessage.from_dict(item.message)])
             db.execute("DELETE FROM inbox WHERE id = ?", [item.id])
@@ -317,13 +346,27 @@ class SQLiteOutbox:
                     f"WHERE run_id = ? AND status IN {_WORKING}",
                     [epoch(None), finishes_run],
                 )
-            return db.execute(
-                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
-                "attempts, next_attempt_at, claimed_by, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?) "
-                "ON CONFLICT (key) DO NOTHING",
-                [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 text, at, at, claimed_by, claimed],
-            ).rowcount == 1
+            return (
+                db.execute(
+                    "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
+                    "attempts, next_attempt_at, claimed_by, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?) "
+                    "ON CONFLICT (key) DO NOTHING",
+                    [
+                        key,
+                        address.chat_history_id,
+                        address.platform,
+                        address.workspace,
+                        address.channel,
+                        address.thread,
+                        text,
+                        at,
+                        at,
+                        claimed_by,
+                        claimed,
+                    ],
+                ).rowcount
+                == 1
+            )
 
     def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
         """Claim an undelivered message whose claim is free or expired; ``True`` for one caller.
@@ -332,11 +375,14 @@ class SQLiteOutbox:
         True
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE key = ? AND delivered_at IS NULL "
-                "AND (claimed_until IS NULL OR claimed_until < ?)",
-                [owner, epoch(until), key, epoch(now)],
-            ).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE key = ? AND delivered_at IS NULL "
+                    "AND (claimed_until IS NULL OR claimed_until < ?)",
+                    [owner, epoch(until), key, epoch(now)],
+                ).rowcount
+                == 1
+            )
 
     def delivered(self, key: str, now: Instant = None) -> bool:
         """Mark the message delivered.
@@ -345,10 +391,13 @@ class SQLiteOutbox:
         True
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "UPDATE outbox SET delivered_at = ?, claimed_until = NULL WHERE key = ? AND delivered_at IS NULL",
-                [epoch(now), key],
-            ).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE outbox SET delivered_at = ?, claimed_until = NULL WHERE key = ? AND delivered_at IS NULL",
+                    [epoch(now), key],
+                ).rowcount
+                == 1
+            )
 
     def retry_later(self, key: str, at: Instant) -> bool:
         """Release the claim after a failed post; the message is due again at ``at``.
@@ -357,11 +406,14 @@ class SQLiteOutbox:
         True
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + 1, "
-                "next_attempt_at = ? WHERE key = ? AND delivered_at IS NULL",
-                [epoch(at), key],
-            ).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + 1, "
+                    "next_attempt_at = ? WHERE key = ? AND delivered_at IS NULL",
+                    [epoch(at), key],
+                ).rowcount
+                == 1
+            )
 
     def due(self, platforms: Sequence[str], now: Instant = None, limit: int = 100) -> list[OutboxMessage]:
         """Undelivered, unclaimed (or claim expired) messages of ``platforms`` due by ``now``, oldest first.

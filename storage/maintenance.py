@@ -27,11 +27,15 @@ class SchemaStatus:
     def problem(self) -> str | None:
         """``None`` when they match; else one sentence for the operator."""
         if self.current > self.latest:
-            return (f"the database's schema version {self.current} is newer than this countersign's {self.latest}: "
-                    "upgrade countersign (never run an older version on it)")
+            return (
+                f"the database's schema version {self.current} is newer than this countersign's {self.latest}: "
+                "upgrade countersign (never run an older version on it)"
+            )
         if self.current < self.latest:
-            return (f"the database's schema version {self.current} is older than this countersign's {self.latest}: "
-                    "run `countersign db migrate`")
+            return (
+                f"the database's schema version {self.current} is older than this countersign's {self.latest}: "
+                "run `countersign db migrate`"
+            )
         return None
 
 

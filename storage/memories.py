@@ -74,8 +74,20 @@ class SQLiteMemoryStore:
                 db.conn.executemany(
                     "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens, "
                     "terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    [(r.id, r.text, r.user_id, r.run_id, r.agent_id, dumps(r.metadata), now, r.scope_tokens,
-                      stems(r.text)) for r in rows],
+                    [
+                        (
+                            r.id,
+                            r.text,
+                            r.user_id,
+                            r.run_id,
+                            r.agent_id,
+                            dumps(r.metadata),
+                            now,
+                            r.scope_tokens,
+                            stems(r.text),
+                        )
+                        for r in rows
+                    ],
                 )
         return [r.id for r in rows]
 
@@ -216,13 +228,14 @@ class SQLiteMemoryStore:
             self.connector.close()
 
 
-def _match(
-    terms: list[str], filters: Any, *, user_id: str | None, agent_id: str | None
-) -> tuple[str, str | None]:
+def _match(terms: list[str], filters: Any, *, user_id: str | None, agent_id: str | None) -> tuple[str, str | None]:
     """The FTS5 queries of a search: any of the words; the scope's tokens when the scope or filters allow."""
     words = " OR ".join(f'"{term}"' for term in terms)
-    scope = [f'"{scope_token(field, value)}"' for field, value in (("user_id", user_id), ("agent_id", agent_id))
-             if value is not None]
+    scope = [
+        f'"{scope_token(field, value)}"'
+        for field, value in (("user_id", user_id), ("agent_id", agent_id))
+        if value is not None
+    ]
     prefilter = token_prefilter(filters) if filters is not None else None
     if prefilter is not None:
         scope.append(f"({prefilter})")

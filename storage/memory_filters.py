@@ -55,9 +55,7 @@ def _sqlite_meta(key: str) -> tuple[str, list[Any]]:
     return f"json_extract(metadata, '$.\"{key}\"')", []
 
 
-SQLITE_DIALECT = Dialect(
-    placeholder="?", meta=_sqlite_meta, value=lambda v: v, value_sql="?", null_safe_ne="IS NOT"
-)
+SQLITE_DIALECT = Dialect(placeholder="?", meta=_sqlite_meta, value=lambda v: v, value_sql="?", null_safe_ne="IS NOT")
 """SQLite: metadata is JSON text read with ``json_extract``; values bind as they are."""
 
 

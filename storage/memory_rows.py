@@ -24,12 +24,57 @@ MAX_TOP_K = 1000
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Words that carry no meaning for finding a fact: a question's "what is the …" would otherwise match
 # almost every memory (slow, and noise in the ranking).
-STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "has", "have", "how",
-    "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "that", "the", "their",
-    "there", "these", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who",
-    "why", "will", "with", "you", "your",
-})
+STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "so",
+        "that",
+        "the",
+        "their",
+        "there",
+        "these",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +91,10 @@ class MemoryRow:
     @property
     def scope_tokens(self) -> str:
         """One full-text token per scope value and string metadata value (see :func:`scope_token`)."""
-        pairs = [*zip(SCOPE_FIELDS, (self.user_id, self.run_id, self.agent_id), strict=True),
-                 *((f"meta.{key}", value) for key, value in self.metadata.items())]
+        pairs = [
+            *zip(SCOPE_FIELDS, (self.user_id, self.run_id, self.agent_id), strict=True),
+            *((f"meta.{key}", value) for key, value in self.metadata.items()),
+        ]
         return " ".join(scope_token(field, value) for field, value in pairs if isinstance(value, str))
 
 

@@ -170,8 +170,7 @@ class SQLiteChatMessageStore:
         """Extend a newest-first window that ends on a tool result back to the call's message."""
         oldest = rows[-1][0]
         start = db.execute(
-            f"SELECT seq FROM messages WHERE thread_id = {_THREAD} AND seq < ? AND role != ? "
-            "ORDER BY seq DESC LIMIT 1",
+            f"SELECT seq FROM messages WHERE thread_id = {_THREAD} AND seq < ? AND role != ? ORDER BY seq DESC LIMIT 1",
             [chat_history_id, oldest, _TOOL],
         ).fetchone()
         if start is None:
@@ -204,9 +203,7 @@ class SQLiteChatMessageStore:
         2
         """
         with self.connector.writing() as db:
-            deleted = db.execute(
-                f"DELETE FROM messages WHERE thread_id = {_THREAD}", [chat_history_id]
-            ).rowcount
+            deleted = db.execute(f"DELETE FROM messages WHERE thread_id = {_THREAD}", [chat_history_id]).rowcount
             db.execute("DELETE FROM threads WHERE key = ?", [chat_history_id])
         self._thread_ids.pop(chat_history_id, None)
         return deleted

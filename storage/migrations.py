@@ -90,9 +90,22 @@ def _initial_schema(db: Database) -> None:
         pk="approval_id",
         foreign_keys=[("run_id", "runs", "run_id")],
         not_null=[
-            "run_id", "step", "tool_call_id", "tool_name", "arguments_json", "args_digest", "requester",
-            "mode", "approvers_json", "quorum", "four_eyes", "platform", "chat_history_id", "status",
-            "created_at", "expires_at",
+            "run_id",
+            "step",
+            "tool_call_id",
+            "tool_name",
+            "arguments_json",
+            "args_digest",
+            "requester",
+            "mode",
+            "approvers_json",
+            "quorum",
+            "four_eyes",
+            "platform",
+            "chat_history_id",
+            "status",
+            "created_at",
+            "expires_at",
         ],
     )
     # due_for_expiry() and decide()'s expiry check read this index.
@@ -199,7 +212,6 @@ def _approval_places(db: Database) -> None:
     )
 
 
-
 def _run_lifecycle(db: Database) -> None:
     """Version 4: run owners and leases, one active run per thread, the thread inbox and the outbox."""
     db["runs"].add_column("owner", str)
@@ -235,8 +247,16 @@ def _run_lifecycle(db: Database) -> None:
             "received_at": float,
         },
         pk="id",
-        not_null=["chat_history_id", "platform", "workspace", "channel", "thread", "requester", "message_json",
-                  "received_at"],
+        not_null=[
+            "chat_history_id",
+            "platform",
+            "workspace",
+            "channel",
+            "thread",
+            "requester",
+            "message_json",
+            "received_at",
+        ],
     )
     # AUTOINCREMENT-free rowids only grow while rows exist; order by id within a thread is arrival order.
     db["inbox"].create_index(["chat_history_id", "id"], index_name="inbox_thread")
@@ -258,8 +278,17 @@ def _run_lifecycle(db: Database) -> None:
             "delivered_at": float,
         },
         pk="key",
-        not_null=["chat_history_id", "platform", "workspace", "channel", "thread", "text", "created_at",
-                  "attempts", "next_attempt_at"],
+        not_null=[
+            "chat_history_id",
+            "platform",
+            "workspace",
+            "channel",
+            "thread",
+            "text",
+            "created_at",
+            "attempts",
+            "next_attempt_at",
+        ],
         defaults={"attempts": 0},
     )
     db.execute("CREATE INDEX outbox_undelivered ON outbox (next_attempt_at) WHERE delivered_at IS NULL")
@@ -542,9 +571,7 @@ def migrate(db: Database, target: int | None = None, migrations: Sequence[Migrat
         raise StorageError("migrate() must not run inside an open transaction")
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)"
-        )
+        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)")
         current = schema_version(db)
         if current > latest:
             raise UnknownSchemaVersion(current, latest)

@@ -70,8 +70,9 @@ class SQLiteOperations:
         if path == ":memory:":
             return None
         try:
-            conn = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, timeout=PROBE_TIMEOUT_SECONDS,
-                                   isolation_level=None)
+            conn = sqlite3.connect(
+                f"file:{quote(path)}?mode=rw", uri=True, timeout=PROBE_TIMEOUT_SECONDS, isolation_level=None
+            )
         except sqlite3.Error as exc:
             return f"database: cannot open {path} for writing ({exc})"
         try:
@@ -119,6 +120,7 @@ class SQLiteOperations:
         """
         params: dict[str, Any] = {"cutoff": epoch(older_than)}
         with self.connector.writing() as db:
+
             def count(select: str) -> int:
                 return int(db.execute(f"SELECT COUNT(*) FROM ({select})", params).fetchone()[0])
 

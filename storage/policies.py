@@ -126,8 +126,9 @@ class PolicyViews(Mapping[str, PolicyView]):
                 raise KeyError(tool_name)
             keys = {tool_name, ANY_TOOL, *(group for group, member in self._groups if member == tool_name)}
             rules = [rule for rule in self._rules if rule.tool_key in keys]
-            conditions = sorted((c for c in self._conditions if c.tool_name == tool_name),
-                                key=lambda c: (c.scope, c.condition))
+            conditions = sorted(
+                (c for c in self._conditions if c.tool_name == tool_name), key=lambda c: (c.scope, c.condition)
+            )
             view = self._resolved[tool_name] = PolicyView(
                 effective_rule(tool_name, self._scopes, rules), tuple(conditions)
             )
@@ -289,8 +290,7 @@ class SQLitePolicyStore:
         """
         with self.connector.writing() as db:
             return (
-                db.execute("DELETE FROM policy_rules WHERE scope = ? AND tool_key = ?", [scope, tool_key]).rowcount
-                == 1
+                db.execute("DELETE FROM policy_rules WHERE scope = ? AND tool_key = ?", [scope, tool_key]).rowcount == 1
             )
 
     def list_rules(self, scope: str | None = None) -> list[PolicyRule]:
@@ -320,8 +320,9 @@ class SQLitePolicyStore:
         """
         scopes = channel_scopes(platform, workspace, channel)
         with self.connector.reading() as db:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}",
-                              [*scopes, tool_name, ANY_TOOL, tool_name]).fetchall()
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}", [*scopes, tool_name, ANY_TOOL, tool_name]
+            ).fetchall()
         return effective_rule(tool_name, scopes, [_rule(row) for row in rows])
 
     def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
@@ -370,9 +371,7 @@ class SQLitePolicyStore:
             [ConditionalRule(r[2], r[3], r[1], r[4], r[9], to_datetime(r[10])) for r in rows if r[0] == "condition"],
         )
 
-    def unchanged(
-        self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str
-    ) -> bool:
+    def unchanged(self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str) -> bool:
         """Whether :meth:`view` of the tool in the channel is still ``view``: a compare-and-set for a batch that stores
         what was decided with ``view`` (a pause), refused when an admin changed the policy since it was read.
 

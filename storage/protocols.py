@@ -28,7 +28,13 @@ TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired", "stop
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
 APPROVAL_STATUSES: tuple[str, ...] = (
-    "pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled",
+    "pending",
+    "approved",
+    "rejected",
+    "modified",
+    "expired",
+    "superseded",
+    "cancelled",
 )
 DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
@@ -98,8 +104,11 @@ class TokenUsage:
 
     def as_dict(self) -> dict[str, int]:
         """The three counts (for the audit log)."""
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.total_tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -129,8 +138,12 @@ class RunFence:
 
     def holds_for(self, run: RunRecord) -> bool:
         """Whether the fence holds for the run as read (the stores check it again in each fenced write)."""
-        return (run.run_id == self.run_id and run.owner == self.owner and run.recoveries == self.generation
-                and run.status in ("running", "resuming"))
+        return (
+            run.run_id == self.run_id
+            and run.owner == self.owner
+            and run.recoveries == self.generation
+            and run.status in ("running", "resuming")
+        )
 
 
 @dataclass(frozen=True)
@@ -390,8 +403,13 @@ class PruneCounts:
 
     def as_dict(self) -> dict[str, int]:
         """``{"runs": …, "approvals": …, …}`` for reports and logs."""
-        return {"runs": self.runs, "approvals": self.approvals, "ledger": self.ledger, "messages": self.messages,
-                "outbox": self.outbox}
+        return {
+            "runs": self.runs,
+            "approvals": self.approvals,
+            "ledger": self.ledger,
+            "messages": self.messages,
+            "outbox": self.outbox,
+        }
 
 
 @runtime_checkable
@@ -452,7 +470,12 @@ class RunStore(Protocol):
     def get(self, run_id: str) -> RunRecord: ...
 
     def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        self,
+        run_id: str,
+        from_status: str | tuple[str, ...],
+        to_status: str,
+        *,
+        fence: RunFence | None = None,
         **fields: Any,
     ) -> bool: ...
 
@@ -476,9 +499,7 @@ class RunStore(Protocol):
         """Set the run's token usage (the agent's running total: it carries over a pause)."""
         ...
 
-    def usage(
-        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
-    ) -> TokenUsage:
+    def usage(self, *, platform: str, workspace: str, since: Instant, channel: str | None = None) -> TokenUsage:
         """The summed usage of the runs created since ``since`` in a workspace (or one of its channels)."""
         ...
 
@@ -560,7 +581,11 @@ class ToolLedger(Protocol):
     """At-most-once execution: ``begin`` succeeds once per tool call, before the side effect."""
 
     def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        self,
+        tool_call_id: str,
+        args_digest: str,
+        run_id: str | None = None,
+        tool_name: str | None = None,
         fence: RunFence | None = None,
     ) -> bool:
         """Record ``executing`` for the call; ``False`` if it ever began before.
@@ -692,9 +717,7 @@ class AuditLog(Protocol):
     Every entry carries the hash of the one before it (:mod:`storage.audit_chain`); ``verify`` walks the chain.
     """
 
-    def append(
-        self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
-    ) -> int: ...
+    def append(self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None) -> int: ...
 
     def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:
         """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many."""
@@ -749,7 +772,13 @@ class RunLeases(Protocol):
     """
 
     def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        self,
+        run_id: str,
+        owner: str,
+        until: Instant,
+        *,
+        step: int | None = None,
+        decided: bool = False,
         start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming`` with ``owner`` and a lease until ``until``; the run as claimed for exactly one
@@ -810,8 +839,15 @@ class ThreadInbox(Protocol):
     never interleaved.
     """
 
-    def enqueue(self, address: ThreadAddress, requester: str, message: dict[str, Any],
-                message_ref: str | None = None, now: Instant = None, event_key: str | None = None) -> int | None:
+    def enqueue(
+        self,
+        address: ThreadAddress,
+        requester: str,
+        message: dict[str, Any],
+        message_ref: str | None = None,
+        now: Instant = None,
+        event_key: str | None = None,
+    ) -> int | None:
         """Store a message for the thread and return its inbox id (larger ids arrived later).
 
         With ``event_key``, the key is recorded in the event dedupe table in the same transaction, and a key
@@ -819,8 +855,9 @@ class ThreadInbox(Protocol):
         """
         ...
 
-    def start_next(self, chat_history_id: str, run_id: str, owner: str, until: Instant,
-                   now: Instant = None) -> tuple[RunRecord, InboxItem] | None:
+    def start_next(
+        self, chat_history_id: str, run_id: str, owner: str, until: Instant, now: Instant = None
+    ) -> tuple[RunRecord, InboxItem] | None:
         """Start a run for the thread's oldest waiting message; ``None`` if a run is active or none waits."""
         ...
 
@@ -848,9 +885,18 @@ class Outbox(Protocol):
     dies mid-delivery leaves a claim that expires, and the message is posted again (at least once).
     """
 
-    def add(self, key: str, address: ThreadAddress, text: str, *, claimed_by: str | None = None,
-            claim_until: Instant = None, now: Instant = None, finishes_run: str | None = None,
-            fence: RunFence | None = None) -> bool:
+    def add(
+        self,
+        key: str,
+        address: ThreadAddress,
+        text: str,
+        *,
+        claimed_by: str | None = None,
+        claim_until: Instant = None,
+        now: Instant = None,
+        finishes_run: str | None = None,
+        fence: RunFence | None = None,
+    ) -> bool:
         """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
 
         ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
@@ -907,9 +953,26 @@ class Operations(Protocol):
     def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
         """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
         outbox rows older than ``older_than``; with ``dry_run`` only count them."""
+
+
 STORE_NAMES: tuple[str, ...] = (
-    "messages", "runs", "approvals", "ledger", "policies", "audit", "events", "conversations",
-    "places", "leases", "inbox", "outbox", "approver_groups", "access", "conditions", "memories", "ops",
+    "messages",
+    "runs",
+    "approvals",
+    "ledger",
+    "policies",
+    "audit",
+    "events",
+    "conversations",
+    "places",
+    "leases",
+    "inbox",
+    "outbox",
+    "approver_groups",
+    "access",
+    "conditions",
+    "memories",
+    "ops",
     "batches",
 )
 """The stores every backend has, by attribute (the same on SQLite's facade and on PostgreSQL)."""

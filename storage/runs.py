@@ -52,9 +52,12 @@ def fence_params(fence: RunFence) -> list[Any]:
 
 def fence_holds(db: Any, fence: RunFence) -> bool:
     """Whether the fence holds, read inside the caller's write transaction (SQLite writes are serialised)."""
-    return db.execute(
-        f"SELECT 1 FROM runs WHERE run_id = ? AND {FENCE_CONDITION}", [fence.run_id, *fence_params(fence)]
-    ).fetchone() is not None
+    return (
+        db.execute(
+            f"SELECT 1 FROM runs WHERE run_id = ? AND {FENCE_CONDITION}", [fence.run_id, *fence_params(fence)]
+        ).fetchone()
+        is not None
+    )
 
 
 def _check_status(status: str) -> str:
@@ -119,8 +122,18 @@ class SQLiteRunStore:
             db.execute(
                 "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
                 "status, step, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
-                [run_id, chat_history_id, platform, workspace, channel, thread, requester,
-                 _check_status(status), at, at],
+                [
+                    run_id,
+                    chat_history_id,
+                    platform,
+                    workspace,
+                    channel,
+                    thread,
+                    requester,
+                    _check_status(status),
+                    at,
+                    at,
+                ],
             )
             return self._get(db, run_id)
 
@@ -149,7 +162,12 @@ class SQLiteRunStore:
         return _record(row)
 
     def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        self,
+        run_id: str,
+        from_status: str | tuple[str, ...],
+        to_status: str,
+        *,
+        fence: RunFence | None = None,
         **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; return whether this caller won.
@@ -301,9 +319,7 @@ class SQLiteRunStore:
                 self._get(db, run_id)  # NotFound for an unknown run
             return changed == 1
 
-    def usage(
-        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
-    ) -> TokenUsage:
+    def usage(self, *, platform: str, workspace: str, since: Instant, channel: str | None = None) -> TokenUsage:
         """The summed token usage of the runs created since ``since`` in a workspace (or one channel of it).
 
         >>> storage.runs.usage(platform="slack", workspace="T1", since=time.time() - 7 * 86400).total_tokens

@@ -119,9 +119,10 @@ class SQLiteAccessStore:
         True
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "DELETE FROM access_rules WHERE scope = ? AND principal = ?", [scope, principal]
-            ).rowcount > 0
+            return (
+                db.execute("DELETE FROM access_rules WHERE scope = ? AND principal = ?", [scope, principal]).rowcount
+                > 0
+            )
 
     def rules(self, scopes: Sequence[str] | None = None) -> list[AccessRule]:
         """The rules of ``scopes`` (all when ``None``), by scope then principal.
@@ -200,10 +201,13 @@ class SQLiteConditionalRules:
         True
         """
         with self.connector.writing() as db:
-            return db.execute(
-                "DELETE FROM conditional_rules WHERE scope = ? AND tool_name = ? AND condition = ?",
-                [scope, tool_name, condition],
-            ).rowcount > 0
+            return (
+                db.execute(
+                    "DELETE FROM conditional_rules WHERE scope = ? AND tool_name = ? AND condition = ?",
+                    [scope, tool_name, condition],
+                ).rowcount
+                > 0
+            )
 
     def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
         """The rules of ``scopes`` (all when ``None``), of ``tool_name`` when given.

@@ -30,8 +30,9 @@ def looping_agent(box: ToolBox, **kwargs: object) -> tuple[Agent, ScriptedChatGe
     return Agent(gen, tools=[box.make("lookup"), box.make("delete")], **kwargs), gen  # type: ignore[arg-type]
 
 
-async def stop_at(agent: Agent, point: Breakpoint | AgentBreakpoint, *messages: ChatMessage,
-                  snapshot: AgentSnapshot | None = None) -> BreakpointException:
+async def stop_at(
+    agent: Agent, point: Breakpoint | AgentBreakpoint, *messages: ChatMessage, snapshot: AgentSnapshot | None = None
+) -> BreakpointException:
     with pytest.raises(BreakpointException) as info:
         if snapshot is not None:
             await agent.run_async([], snapshot=snapshot, break_point=point)
@@ -136,7 +137,9 @@ async def test_a_breakpoint_writes_its_snapshot_into_the_folder(tmp_path: Path) 
     loaded = AgentSnapshot.from_json(text)
     assert loaded.stage == "tool_invoker"
     assert json.loads(loaded.to_json())["break_point"] == {
-        "component_name": "tool_invoker", "visit_count": 1, "snapshot_file_path": str(folder)
+        "component_name": "tool_invoker",
+        "visit_count": 1,
+        "snapshot_file_path": str(folder),
     }
     result = await agent.run_async([], snapshot=loaded)
     assert result["last_message"].text == "all clean"
@@ -165,7 +168,8 @@ async def test_a_breakpoint_and_an_approval_pause_share_one_run() -> None:
     snapshot = pause.value.snapshot
     assert snapshot is not None and snapshot.stage == "decide"
     result = await agent.run_async(
-        [], snapshot=AgentSnapshot.from_json(snapshot.to_json()),
+        [],
+        snapshot=AgentSnapshot.from_json(snapshot.to_json()),
         tool_execution_decisions=[approve(snapshot.pending_tool_calls[0])],
     )
 

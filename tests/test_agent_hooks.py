@@ -155,8 +155,9 @@ async def test_before_tool_changes_arguments_in_place_and_the_tool_runs_with_the
         assert event.tool_call is not None and event.tool is not None
         event.tool_call.arguments["target"] = "/sandbox/" + event.tool_call.arguments["target"]
 
-    agent, gen = agent_with(box, [asks(call("delete", "c1", target="a.log")), says("done")],
-                            hooks={"before_tool": [sandbox]})
+    agent, gen = agent_with(
+        box, [asks(call("delete", "c1", target="a.log")), says("done")], hooks={"before_tool": [sandbox]}
+    )
 
     result = await agent.run_async([USER])
 
@@ -196,8 +197,9 @@ async def test_user_hooks_run_before_the_confirmation_hook_so_people_approve_wha
 
     confirmation = ConfirmationHook({"delete": BreakpointConfirmationStrategy()})
     # Registered first, the ConfirmationHook still runs last.
-    agent, _ = agent_with(box, [asks(call("delete", "c1", target="/etc/passwd"))],
-                          hooks={"before_tool": [confirmation, sandbox]})
+    agent, _ = agent_with(
+        box, [asks(call("delete", "c1", target="/etc/passwd"))], hooks={"before_tool": [confirmation, sandbox]}
+    )
     assert agent.hooks["before_tool"] == [sandbox, confirmation]
 
     with pytest.raises(HITLBreakpointException) as pause:
@@ -242,7 +244,8 @@ async def test_a_user_hook_can_ask_for_approval_before_a_call() -> None:
             event.request_approval("deletes need a human")
 
     agent, _ = agent_with(
-        box, [asks(call("delete", "c1", target="a"), call("lookup", "c2", target="b")), says("done")],
+        box,
+        [asks(call("delete", "c1", target="a"), call("lookup", "c2", target="b")), says("done")],
         hooks={"before_tool": [ask_for_deletes]},
     )
 
@@ -264,8 +267,9 @@ async def test_a_user_hook_can_ask_for_approval_before_a_call() -> None:
 
 async def test_after_tool_changes_the_result_the_model_sees() -> None:
     box = ToolBox()
-    agent, gen = agent_with(box, [asks(call("lookup", "c1", target="disk")), says("ok")],
-                            hooks={"after_tool": [hook_kit.shout_result]})
+    agent, gen = agent_with(
+        box, [asks(call("lookup", "c1", target="disk")), says("ok")], hooks={"after_tool": [hook_kit.shout_result]}
+    )
 
     result = await agent.run_async([USER])
 
@@ -280,8 +284,9 @@ async def test_after_tool_may_not_change_the_arguments_or_give_a_non_text_result
         assert event.tool_call is not None
         event.tool_call.arguments["target"] = "elsewhere"
 
-    agent, _ = agent_with(box, [asks(call("lookup", "c1", target="disk")), says("ok")],
-                          hooks={"after_tool": [rewrite_call]})
+    agent, _ = agent_with(
+        box, [asks(call("lookup", "c1", target="disk")), says("ok")], hooks={"after_tool": [rewrite_call]}
+    )
     result = await agent.run_async([USER])
     assert result["messages"][1].tool_calls[0].arguments == {"target": "disk"}
 
@@ -299,8 +304,9 @@ async def test_after_tool_stop_keeps_the_results_and_ends_the_run() -> None:
     def enough(event: HookEvent) -> None:
         event.stop("found_it")
 
-    agent, gen = agent_with(box, [asks(call("lookup", "c1", target="disk")), says("never")],
-                            hooks={"after_tool": [enough]})
+    agent, gen = agent_with(
+        box, [asks(call("lookup", "c1", target="disk")), says("never")], hooks={"after_tool": [enough]}
+    )
 
     result = await agent.run_async([USER])
 
@@ -310,8 +316,11 @@ async def test_after_tool_stop_keeps_the_results_and_ends_the_run() -> None:
 
 
 async def test_stop_run_state_key_ends_the_run_too() -> None:
-    agent, gen = agent_with(ToolBox(), [asks(call("lookup", "c1", target="disk")), says("never")],
-                            hooks={"after_tool": [hook_kit.stop_on_budget]})
+    agent, gen = agent_with(
+        ToolBox(),
+        [asks(call("lookup", "c1", target="disk")), says("never")],
+        hooks={"after_tool": [hook_kit.stop_on_budget]},
+    )
 
     result = await agent.run_async([USER])
 
@@ -458,8 +467,12 @@ def test_a_confirmation_hook_anywhere_but_before_tool_is_refused_when_the_agent_
 def test_two_ways_of_confirming_and_unknown_points_are_refused() -> None:
     hook = ConfirmationHook({"delete": BreakpointConfirmationStrategy()})
     with pytest.raises(ValueError, match="not both"):
-        agent_with(ToolBox(), [], hooks={"before_tool": [hook]},
-                   confirmation_strategies={"delete": BreakpointConfirmationStrategy()})
+        agent_with(
+            ToolBox(),
+            [],
+            hooks={"before_tool": [hook]},
+            confirmation_strategies={"delete": BreakpointConfirmationStrategy()},
+        )
     with pytest.raises(ValueError, match="Only one ConfirmationHook"):
         agent_with(ToolBox(), [], hooks={"before_tool": [hook, ConfirmationHook({})]})
     with pytest.raises(ValueError, match="Unknown hook point 'after_everything'"):
@@ -490,8 +503,9 @@ def test_hooks_survive_to_dict_and_from_dict_as_importable_callables() -> None:
         hooks={
             "before_llm": [hook_kit.record_point],
             "after_tool": [hook_kit.shout_result, hook_kit.review_everything],
-            "before_tool": [ConfirmationHook({"delete_file": BreakpointConfirmationStrategy(
-                confirmation_policy=NeverAskPolicy())})],
+            "before_tool": [
+                ConfirmationHook({"delete_file": BreakpointConfirmationStrategy(confirmation_policy=NeverAskPolicy())})
+            ],
         },
         enable_pending_tool_recovery=False,
     )
@@ -520,8 +534,11 @@ def test_hooks_survive_to_dict_and_from_dict_as_importable_callables() -> None:
 def test_the_shorthand_serialises_as_confirmation_strategies_not_as_a_hook() -> None:
     from tests.fakes.agent_kit import delete_file
 
-    agent = Agent(ScriptedChatGenerator([]), tools=[delete_file],
-                  confirmation_strategies={"delete_file": BreakpointConfirmationStrategy()})
+    agent = Agent(
+        ScriptedChatGenerator([]),
+        tools=[delete_file],
+        confirmation_strategies={"delete_file": BreakpointConfirmationStrategy()},
+    )
 
     params = agent.to_dict()["init_parameters"]
 

@@ -133,9 +133,7 @@ async def harnesses(tmp_path):
 
 async def test_the_engine_creates_no_approval_for_a_call_with_invalid_arguments(harnesses) -> None:
     secret = "sk-live-0123456789abcdef"
-    h = await harnesses.open(
-        replies=[asks_for("set_secret", api_key=[secret], note=7), echoes_results]
-    )
+    h = await harnesses.open(replies=[asks_for("set_secret", api_key=[secret], note=7), echoes_results])
 
     await h.say("store the key")
     await h.engine.wait_idle()

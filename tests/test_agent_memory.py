@@ -131,11 +131,17 @@ def test_a_malformed_filter_is_a_filter_error(memories) -> None:
 async def test_a_paused_run_resumes_with_the_same_memories_and_searches_no_more(memories) -> None:
     box = ToolBox()
     gen = ScriptedChatGenerator([asks(call("deploy", "c1", target="eu-2")), says("Deployed.")])
-    agent = Agent(gen, tools=[box.make("deploy")], system_prompt="Be brief.", memory_store=memories,
-                  confirmation_strategies={"deploy": BreakpointConfirmationStrategy()})
+    agent = Agent(
+        gen,
+        tools=[box.make("deploy")],
+        system_prompt="Be brief.",
+        memory_store=memories,
+        confirmation_strategies={"deploy": BreakpointConfirmationStrategy()},
+    )
     with pytest.raises(HITLBreakpointException) as paused:
-        await agent.run_async([ChatMessage.from_user("deploy to our staging cluster")],
-                              memory_store_kwargs={"user_id": "U_ANA"})
+        await agent.run_async(
+            [ChatMessage.from_user("deploy to our staging cluster")], memory_store_kwargs={"user_id": "U_ANA"}
+        )
     memories.delete_memories(user_id="U_ANA")  # the resumed run keeps what it was shown
 
     decision = approve(paused.value.pending_tool_calls[0])
@@ -148,8 +154,9 @@ async def test_a_paused_run_resumes_with_the_same_memories_and_searches_no_more(
 
 def test_the_sync_twin_uses_the_memories_too(memories) -> None:
     gen = ScriptedChatGenerator([says("Ana")])
-    Agent(gen, memory_store=memories).run([ChatMessage.from_user("who owns billing")],
-                                          memory_store_kwargs={"user_id": "U_ANA"})
+    Agent(gen, memory_store=memories).run(
+        [ChatMessage.from_user("who owns billing")], memory_store_kwargs={"user_id": "U_ANA"}
+    )
     assert "Ana owns the billing service" in sent(gen)[0].text
 
 
@@ -157,7 +164,8 @@ async def test_the_agent_with_its_memory_store_survives_to_dict_and_json(memorie
     agent = Agent(ScriptedChatGenerator([says("eu-2")]), memory_store=memories)
     data = json.loads(json.dumps(agent.to_dict()))
     assert data["init_parameters"]["memory_store"] == {
-        "type": "storage.memories.SQLiteMemoryStore", "init_parameters": {"path_or_db": str(db_path)}
+        "type": "storage.memories.SQLiteMemoryStore",
+        "init_parameters": {"path_or_db": str(db_path)},
     }
     rebuilt = Agent.from_dict(data)
     await rebuilt.run_async([ChatMessage.from_user("staging cluster?")], memory_store_kwargs={"user_id": "U_ANA"})

@@ -316,6 +316,8 @@ def test_a_bad_db_flag_of_chat_exits_2_naming_the_flag(tmp_path):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
 def test_a_database_url_that_is_not_postgresql_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
     monkeypatch.setenv("COUNTERSIGN_DATABASE_URL", "mysql://bot:hunter2@db.internal/countersign")
 
@@ -398,7 +400,9 @@ def test_chat_on_postgresql_keeps_everything_in_the_database(terminal, tmp_path,
     assert not (tmp_path / "cs.db").exists(), "COUNTERSIGN_DATABASE_URL wins over COUNTERSIGN_DB"
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT actor, action FROM audit ORDER BY id").fetchall() == [
-            ("ana", "paused"), ("ana", "approved"), ("countersign", "finished"),
+            ("ana", "paused"),
+            ("ana", "approved"),
+            ("countersign", "finished"),
         ]
 
 

@@ -318,15 +318,22 @@ def test_ctrl_c_while_the_agent_works_stops_the_run_after_the_running_tool_and_t
         return f"report {name} built"
 
     generator = ScriptedChatGenerator(
-        [ChatMessage.from_assistant(tool_calls=[ToolCall("build_report", {"name": "q3"})]),
-         ChatMessage.from_assistant("And now the next report.")]
+        [
+            ChatMessage.from_assistant(tool_calls=[ToolCall("build_report", {"name": "q3"})]),
+            ChatMessage.from_assistant("And now the next report."),
+        ]
     )
     keyboard = ScriptedInput(["build the q3 report", "/usage"])
     buffer = io.StringIO()
 
-    code = run_chat(Config(db_path=tmp_path / "cs.db"), user=USER, input_func=keyboard,
-                    console=Console(file=buffer, width=120, color_system=None), generator=generator,
-                    tools=[build_report])
+    code = run_chat(
+        Config(db_path=tmp_path / "cs.db"),
+        user=USER,
+        input_func=keyboard,
+        console=Console(file=buffer, width=120, color_system=None),
+        generator=generator,
+        tools=[build_report],
+    )
 
     output = buffer.getvalue()
     assert code == 0

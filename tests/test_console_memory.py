@@ -22,15 +22,24 @@ def remembers(fact: str, *, for_channel: bool = False) -> ChatMessage:
 
 
 def test_a_channel_fact_remembered_in_one_thread_answers_in_another(harness):
-    teach = ScriptedChatGenerator([remembers("checkout deploys need two approvers", for_channel=True),
-                                   ChatMessage.from_assistant("Noted for everyone.")])
-    taught = harness.chat(["remember for everyone: checkout deploys need two approvers", "y"],
-                          thread="ops", user="ana", generator=teach)
+    teach = ScriptedChatGenerator(
+        [
+            remembers("checkout deploys need two approvers", for_channel=True),
+            ChatMessage.from_assistant("Noted for everyone."),
+        ]
+    )
+    taught = harness.chat(
+        ["remember for everyone: checkout deploys need two approvers", "y"], thread="ops", user="ana", generator=teach
+    )
     assert "Run remember?" in taught.output  # a channel's shared memory is asked about first
     assert "Noted for everyone." in taught.output
 
-    asked = harness.chat(["how many approvers for checkout deploys?"], thread="release", user="bob",
-                         generator=ScriptedChatGenerator([recalls]))
+    asked = harness.chat(
+        ["how many approvers for checkout deploys?"],
+        thread="release",
+        user="bob",
+        generator=ScriptedChatGenerator([recalls]),
+    )
 
     # The answer (rendered as a bullet) and the note after it.
     assert asked.output.count("checkout deploys need two approvers") == 2
@@ -47,8 +56,12 @@ def test_a_persons_memory_is_never_used_for_another_and_forget_works(harness):
 
     listed = harness.chat(["/memory list"], thread="c", user="ana")
     [memory_id] = re.findall(r"([0-9a-f]{16})  my staging cluster is eu-2", listed.output)
-    ana = harness.chat(["which staging cluster?", f"/memory forget {memory_id}", "which staging cluster?"],
-                       thread="c", user="ana", generator=ScriptedChatGenerator([recalls, recalls]))
+    ana = harness.chat(
+        ["which staging cluster?", f"/memory forget {memory_id}", "which staging cluster?"],
+        thread="c",
+        user="ana",
+        generator=ScriptedChatGenerator([recalls, recalls]),
+    )
 
     assert "my staging cluster is eu-2" in ana.output[: ana.output.index("Forgotten")]
     assert f"Forgotten: {memory_id}." in ana.output

@@ -81,8 +81,7 @@ async def test_an_approved_call_waiting_for_its_resume_is_stopped_by_a_deny_set_
     [approval] = await h.paused_approvals("delete a.txt")
     # Approved while no process could resume it (the decision alone is durable), then denied: the sweep resumes it.
     storage = h.engine.storage
-    assert await storage.approvals.decide(approval.approval_id, status="approved", decided_by=REQUESTER,
-                                          now=h.clock())
+    assert await storage.approvals.decide(approval.approval_id, status="approved", decided_by=REQUESTER, now=h.clock())
     await admin(h, "policy set delete_file deny")
 
     await h.engine.recover()  # the sweep's resume of decided, paused runs
@@ -115,8 +114,11 @@ async def test_a_conditional_deny_stops_an_approved_call_only_when_its_arguments
     assert dangling_calls(await h.history()) == []
 
 
-@pytest.mark.parametrize(("denied", "edited_to", "runs"), [("b.txt", "b.txt", False), ("a.txt", "b.txt", True)],
-                         ids=["edited_into_a_denied_call", "edited_out_of_a_denied_call"])
+@pytest.mark.parametrize(
+    ("denied", "edited_to", "runs"),
+    [("b.txt", "b.txt", False), ("a.txt", "b.txt", True)],
+    ids=["edited_into_a_denied_call", "edited_out_of_a_denied_call"],
+)
 async def test_an_edited_call_is_judged_on_the_arguments_it_would_run_with(harnesses, denied, edited_to, runs):
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     [approval] = await h.paused_approvals("delete a.txt")
@@ -152,10 +154,12 @@ async def test_an_approved_call_runs_exactly_once_whatever_other_mode_is_set_mea
 
 
 async def test_a_call_the_policy_let_run_at_the_pause_is_stopped_too_and_the_approved_one_runs(harnesses):
-    h = await harnesses.open(replies=[
-        asks(call("read_logs", service="web"), call("delete_file", path="a.txt")),  # read_logs is declared never
-        echoes_results,
-    ])
+    h = await harnesses.open(
+        replies=[
+            asks(call("read_logs", service="web"), call("delete_file", path="a.txt")),  # read_logs is declared never
+            echoes_results,
+        ]
+    )
     [approval] = await h.paused_approvals("read the logs, then delete a.txt")
 
     await admin(h, "policy set read_logs deny")
@@ -165,15 +169,19 @@ async def test_a_call_the_policy_let_run_at_the_pause_is_stopped_too_and_the_app
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
     read_logs_blocked = BLOCKED_AFTER_APPROVAL_FEEDBACK.format(tool_name="read_logs")
     assert sorted(tool_results(sent_to_llm(h.generator))) == [
-        ("delete_file", "deleted a.txt", False), ("read_logs", read_logs_blocked, True),
+        ("delete_file", "deleted a.txt", False),
+        ("read_logs", read_logs_blocked, True),
     ]
     [entry] = await blocked_entries(h)
     assert (entry.subject, entry.details["tool"]) == (approval.run_id, "read_logs")  # no approval: the run
     assert dangling_calls(await h.history()) == []
 
 
-@pytest.mark.parametrize(("write_step", "started"), [(False, False), (False, True), (True, True)],
-                         ids=["after_claim_of_a_resume", "after_claim_of_a_decision", "before_ledger"])
+@pytest.mark.parametrize(
+    ("write_step", "started"),
+    [(False, False), (False, True), (True, True)],
+    ids=["after_claim_of_a_resume", "after_claim_of_a_decision", "before_ledger"],
+)
 async def test_a_recovered_approved_call_is_stopped_by_a_deny_set_before_the_recovery(harnesses, write_step, started):
     before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
     approval = await approved_and_claimed_by_a_dead_process(before, write_step=write_step, started=started)
@@ -199,8 +207,9 @@ async def test_a_call_that_ran_before_the_crash_keeps_its_result_when_a_deny_is_
     # The dead process ran the call (its outcome is in the ledger) and died before writing the result to the thread.
     storage = before.engine.storage
     key = ledger_key(approval.run_id, (await storage.approvals.get(approval.approval_id)).tool_call_id)
-    assert await storage.ledger.begin(key, args_digest({"path": "a.txt"}), run_id=approval.run_id,
-                                      tool_name="delete_file")
+    assert await storage.ledger.begin(
+        key, args_digest({"path": "a.txt"}), run_id=approval.run_id, tool_name="delete_file"
+    )
     assert await storage.ledger.finish(key, ok=True, result="deleted a.txt")
     await admin(before, "policy set delete_file deny")
 
@@ -241,8 +250,9 @@ async def test_a_tool_that_no_rule_could_deny_is_not_judged_again_before_its_app
         runs_seen.append(len(ran))
         return True
 
-    h = await harnesses.open(extra_tools=[judged_tool(judge, ran)],
-                             replies=[asks_for("deploy", env="prod"), echoes_results])
+    h = await harnesses.open(
+        extra_tools=[judged_tool(judge, ran)], replies=[asks_for("deploy", env="prod"), echoes_results]
+    )
     [approval] = await h.paused_approvals("deploy prod")
     await h.engine.decide(decision(approval))
     await h.engine.wait_idle()

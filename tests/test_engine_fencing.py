@@ -40,9 +40,11 @@ async def test_a_stalled_owner_whose_run_was_taken_over_adds_no_second_result_an
         return f"job {name} done"
 
     a = await harnesses.open(
-        replies=[asks_for("slow_job", name="stall"), says("A's answer")], extra_tools=[slow_job],
+        replies=[asks_for("slow_job", name="stall"), says("A's answer")],
+        extra_tools=[slow_job],
         # A's heartbeat never notices the takeover: the fence alone must hold.
-        heartbeat_seconds=3600.0, database_url=database_url,
+        heartbeat_seconds=3600.0,
+        database_url=database_url,
     )
     working = asyncio.create_task(a.engine.handle_message(a.inbound("run job stall")))
     await bounded(started.wait())
@@ -94,8 +96,10 @@ async def test_a_recovery_cut_short_after_marking_a_call_unknown_still_tells_the
         return f"job {name} done"
 
     a = await harnesses.open(
-        replies=[asks_for("slow_job", name="stall")], extra_tools=[slow_job],
-        heartbeat_seconds=3600.0, database_url=database_url,
+        replies=[asks_for("slow_job", name="stall")],
+        extra_tools=[slow_job],
+        heartbeat_seconds=3600.0,
+        database_url=database_url,
     )
     working = asyncio.create_task(a.engine.handle_message(a.inbound("run job stall")))
     await bounded(started.wait())

@@ -32,10 +32,13 @@ async def command(h, text: str, actor: str = REQUESTER, channel: str = CHANNEL) 
 
 
 async def test_a_fact_remembered_in_one_thread_answers_in_another_of_the_same_channel(harnesses):
-    h = await harnesses.open(replies=[
-        asks_for("remember", fact="checkout deploys need two approvers", for_channel=True), says("Noted."),
-        recalls,
-    ])
+    h = await harnesses.open(
+        replies=[
+            asks_for("remember", fact="checkout deploys need two approvers", for_channel=True),
+            says("Noted."),
+            recalls,
+        ]
+    )
     [approval] = await h.paused_approvals("remember for the channel: checkout deploys need two approvers")
     assert approval.tool_name == "remember"  # a channel's shared memory is asked about first
     await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
@@ -55,9 +58,14 @@ async def test_a_fact_remembered_in_one_thread_answers_in_another_of_the_same_ch
 
 
 async def test_saving_to_ones_own_memory_asks_nobody_and_stays_private(harnesses):
-    h = await harnesses.open(replies=[
-        asks_for("remember", fact="my staging cluster is eu-2"), says("Noted."), recalls, recalls,
-    ])
+    h = await harnesses.open(
+        replies=[
+            asks_for("remember", fact="my staging cluster is eu-2"),
+            says("Noted."),
+            recalls,
+            recalls,
+        ]
+    )
     await h.say("remember my staging cluster is eu-2")
     assert h.surface.renders == []
     await h.say("which staging cluster?", thread="1700000002.000100", user=OTHER)
@@ -85,11 +93,13 @@ async def test_a_deny_policy_blocks_remember(harnesses):
 async def test_memory_list_forget_and_clear_manage_ones_own_memories(harnesses):
     h = await harnesses.open(replies=[recalls])
     memories = h.engine.storage.memories
-    [mine, other] = await memories.add_memories(["deploy window is 10:00", "billing is Ana's"],
-                                                user_id=f"slack:T1:{REQUESTER}")
+    [mine, other] = await memories.add_memories(
+        ["deploy window is 10:00", "billing is Ana's"], user_id=f"slack:T1:{REQUESTER}"
+    )
     [theirs] = await memories.add_memories(["OTHER's secret plan"], user_id=f"slack:T1:{OTHER}")
-    [shared] = await memories.add_memories(["freeze on Fridays"],
-                                           metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"})
+    [shared] = await memories.add_memories(
+        ["freeze on Fridays"], metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"}
+    )
 
     listing = await command(h, "memory list")
     assert f"  {mine}  deploy window is 10:00" in listing and f"  {shared}  freeze on Fridays" in listing
@@ -113,22 +123,25 @@ async def test_memory_list_forget_and_clear_manage_ones_own_memories(harnesses):
 async def test_only_admins_manage_a_channels_shared_memories(harnesses):
     h = await harnesses.open()
     memories = h.engine.storage.memories
-    [shared] = await memories.add_memories(["freeze on Fridays"],
-                                           metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"})
+    [shared] = await memories.add_memories(
+        ["freeze on Fridays"], metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"}
+    )
     assert await command(h, f"memory clear #{CHANNEL}") == f"Only admins manage #{CHANNEL}'s shared memories."
     assert [a.actor for a in await h.audit("memory change refused")] == [REQUESTER]
     assert await memories.count_memories() == 1
     assert f"  {shared}  freeze on Fridays" in await command(h, f"memory list #{CHANNEL}", actor=OTHER)
 
     assert await command(h, f"memory forget {shared}", actor=ADMIN) == f"Forgotten: {shared}."
-    await memories.add_memories(["freeze on Fridays"],
-                                metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"})
+    await memories.add_memories(
+        ["freeze on Fridays"], metadata={"channel": f"slack:T1:{CHANNEL}", "workspace": "slack:T1"}
+    )
     assert await command(h, f"memory clear #{CHANNEL}", actor=ADMIN) == f"Forgot 1 memories of #{CHANNEL}."
     assert await memories.count_memories() == 0
 
 
-@pytest.mark.parametrize("text", ["memory", "memory forget", "memory forget a'b", "memory clear everyone",
-                                  "memory list #a #b"])
+@pytest.mark.parametrize(
+    "text", ["memory", "memory forget", "memory forget a'b", "memory clear everyone", "memory list #a #b"]
+)
 async def test_a_malformed_memory_command_gets_the_usage(harnesses, text):
     h = await harnesses.open()
     assert "memory list [#channel]" in await command(h, text)

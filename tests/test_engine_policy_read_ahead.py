@@ -61,8 +61,9 @@ class AdminActsWhileThinking:
         if self.change is not None and len(self.scripted.calls) == self.answer:
             change, self.change = self.change, None
             await change()
-        return await self.scripted.run_async(messages, tools=tools, generation_kwargs=generation_kwargs,
-                                             streaming_callback=streaming_callback)
+        return await self.scripted.run_async(
+            messages, tools=tools, generation_kwargs=generation_kwargs, streaming_callback=streaming_callback
+        )
 
 
 async def _open(
@@ -75,8 +76,9 @@ async def _open(
         for text in commands:
             assert (await admin(holder["h"], text)).startswith("Rule updated"), text
 
-    h = holder["h"] = await harnesses.open(generator=AdminActsWhileThinking(replies, change, answer),
-                                           database_url=database_url)
+    h = holder["h"] = await harnesses.open(
+        generator=AdminActsWhileThinking(replies, change, answer), database_url=database_url
+    )
     for text in before:
         assert (await admin(h, text)).startswith("Rule updated"), text
     return h
@@ -92,8 +94,13 @@ async def _nothing_paused(h) -> None:
 async def test_a_policy_tightened_to_deny_while_the_model_thinks_blocks_the_call_and_nothing_waits(
     harnesses, database_url, mode_at_start
 ):
-    h = await _open(harnesses, database_url, [asks_for("delete_file", path="a.txt"), echoes_results],
-                    ["policy set delete_file deny"], before=[f"policy set delete_file {mode_at_start}"])
+    h = await _open(
+        harnesses,
+        database_url,
+        [asks_for("delete_file", path="a.txt"), echoes_results],
+        ["policy set delete_file deny"],
+        before=[f"policy set delete_file {mode_at_start}"],
+    )
 
     await h.say("delete a.txt")
 
@@ -108,8 +115,12 @@ async def test_a_policy_tightened_to_deny_while_the_model_thinks_blocks_the_call
 async def test_a_policy_loosened_to_never_while_the_model_thinks_runs_the_call_once_without_asking(
     harnesses, database_url
 ):
-    h = await _open(harnesses, database_url, [asks_for("delete_file", path="a.txt"), echoes_results],
-                    ["policy set delete_file never"])
+    h = await _open(
+        harnesses,
+        database_url,
+        [asks_for("delete_file", path="a.txt"), echoes_results],
+        ["policy set delete_file never"],
+    )
 
     await h.say("delete a.txt")
 
@@ -125,10 +136,16 @@ async def test_approvers_quorum_and_ttl_changed_while_the_model_thinks_are_those
     harnesses, database_url
 ):
     h = await _open(
-        harnesses, database_url, [asks_for("delete_file", path="a.txt"), echoes_results],
+        harnesses,
+        database_url,
+        [asks_for("delete_file", path="a.txt"), echoes_results],
         ["approvers delete_file @U_BOB @U_CAROL", "quorum delete_file 1", "ttl delete_file 2h"],
-        before=["policy set delete_file always", "approvers delete_file @U_ANA @U_BEN", "quorum delete_file 2",
-                "ttl delete_file 10m"],
+        before=[
+            "policy set delete_file always",
+            "approvers delete_file @U_ANA @U_BEN",
+            "quorum delete_file 2",
+            "ttl delete_file 10m",
+        ],
     )
 
     [approval] = await h.paused_approvals("delete a.txt")
@@ -137,7 +154,9 @@ async def test_approvers_quorum_and_ttl_changed_while_the_model_thinks_are_those
     assert approval.expires_at - approval.created_at == timedelta(hours=2)
     [stored] = await h.engine.storage.approvals.for_run(approval.run_id)
     assert (stored.approvers, stored.quorum, stored.expires_at - stored.created_at) == (
-        ("U_BOB", "U_CAROL"), 1, timedelta(hours=2),
+        ("U_BOB", "U_CAROL"),
+        1,
+        timedelta(hours=2),
     )
     assert h.tools.executed == [] and len(h.generator.calls) == 1
 
@@ -151,8 +170,14 @@ async def test_a_refused_pause_loses_none_of_the_runs_earlier_results_and_counts
     second = asks(call("delete_file", path="a.txt"))
     second.meta["usage"] = dict(usage)
     # The change lands while the model thinks about its second reply: read_logs ran, its result waits for a write.
-    h = await _open(harnesses, database_url, [first, second, echoes_results],
-                    ["approvers delete_file @U_BOB"], before=["policy set delete_file always"], answer=1)
+    h = await _open(
+        harnesses,
+        database_url,
+        [first, second, echoes_results],
+        ["approvers delete_file @U_BOB"],
+        before=["policy set delete_file always"],
+        answer=1,
+    )
 
     [approval] = await h.paused_approvals("read the logs, then delete a.txt")
 
@@ -172,9 +197,13 @@ async def test_a_refused_pause_loses_none_of_the_runs_earlier_results_and_counts
 
 
 async def test_a_policy_unchanged_since_the_run_started_pauses_with_no_read_of_its_own(harnesses, database_url):
-    h = await _open(harnesses, database_url, [asks_for("delete_file", path="a.txt"), echoes_results],
-                    ["policy set scale_service deny"],
-                    before=["policy set delete_file always", "approvers delete_file @U_BOB"])
+    h = await _open(
+        harnesses,
+        database_url,
+        [asks_for("delete_file", path="a.txt"), echoes_results],
+        ["policy set scale_service deny"],
+        before=["policy set delete_file always", "approvers delete_file @U_BOB"],
+    )
 
     [approval] = await h.paused_approvals("delete a.txt")  # another tool's policy changed: this one did not
 

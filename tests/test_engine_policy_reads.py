@@ -53,7 +53,10 @@ def tightening_tool(holder: dict):
     async def tighten() -> str:
         """Make delete_file ask U_BOB in this channel."""
         await holder["storage"].policies.set_rule(
-            scope_channel(PLATFORM, WORKSPACE, CHANNEL), "delete_file", updated_by=ADMIN, mode="always",
+            scope_channel(PLATFORM, WORKSPACE, CHANNEL),
+            "delete_file",
+            updated_by=ADMIN,
+            mode="always",
             approvers=["U_BOB"],
         )
         return "tightened"
@@ -104,14 +107,22 @@ async def test_a_paused_call_is_stored_with_the_policy_its_check_read(harnesses)
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     await admin(h, "policy set delete_file always")
     await h.engine.storage.policies.set_rule(
-        scope_channel(PLATFORM, WORKSPACE, CHANNEL), "delete_file", updated_by=ADMIN, approvers=["U_BOB"], quorum=2,
-        four_eyes=True, ttl_seconds=600,
+        scope_channel(PLATFORM, WORKSPACE, CHANNEL),
+        "delete_file",
+        updated_by=ADMIN,
+        approvers=["U_BOB"],
+        quorum=2,
+        four_eyes=True,
+        ttl_seconds=600,
     )
 
     [approval] = await h.paused_approvals("delete a.txt")
 
     assert (approval.policy_mode, approval.approvers, approval.quorum, approval.four_eyes) == (
-        "always", ("U_BOB",), 2, True,
+        "always",
+        ("U_BOB",),
+        2,
+        True,
     )
     assert (approval.expires_at - approval.created_at).total_seconds() == 600
 
@@ -142,8 +153,10 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     # The step is read in the decision's batch (after its claim, which starts the run too), with the history its
     # snapshot refers to and the policies of the calls it may run (a deny set since stops them); the re-render and
     # the resume reuse them: the resume has no round trip of its own to start, nor to check the policies again.
-    decision = ("batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
-                " + policies.views + audit.append")
+    decision = (
+        "batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
+        " + policies.views + audit.append"
+    )
     assert reads(decision) == 1
     assert reads("batch: runs.transition + messages.retrieve_messages") == reads("SQLiteRunStore.transition") == 0
     assert reads("SQLiteApprovalStore.step") == 0
@@ -173,8 +186,10 @@ async def test_on_postgresql_the_bench_counts_each_top_level_storage_call_once_a
         return per_conversation.get(name, 0)
 
     # A batch is one round trip, named by its entries as on SQLite; the store methods it calls are part of it.
-    decision = ("batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
-                " + policies.views + audit.append")
+    decision = (
+        "batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
+        " + policies.views + audit.append"
+    )
     assert calls(decision) == 1
     assert calls("batch: ledger.finish + runs.get + policies.view") == 1
     assert calls("reads: runs.latest_for_thread + access.rules") == 1
@@ -193,10 +208,19 @@ async def test_a_decision_resumes_only_the_step_it_decided_never_a_later_pause_o
     # Meanwhile the run paused again at a later step (as a recovered run does), with a call still to decide.
     storage = h.engine.storage
     assert await storage.runs.transition(approval.run_id, "paused", "paused", step=FIRST_STEP + 1)
-    [later] = await storage.approvals.create_many([new_approval(
-        approval.run_id, "call_later", step=FIRST_STEP + 1, chat_history_id=h.thread().key,
-        requester=REQUESTER, created_at=h.clock(), expires_at=h.clock() + timedelta(hours=1),
-    )])
+    [later] = await storage.approvals.create_many(
+        [
+            new_approval(
+                approval.run_id,
+                "call_later",
+                step=FIRST_STEP + 1,
+                chat_history_id=h.thread().key,
+                requester=REQUESTER,
+                created_at=h.clock(),
+                expires_at=h.clock() + timedelta(hours=1),
+            )
+        ]
+    )
 
     await h.engine.decide(decision(approval))
     await h.engine.wait_idle()

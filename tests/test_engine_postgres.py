@@ -131,7 +131,8 @@ async def test_messages_to_a_thread_whose_run_is_active_on_another_replica_are_q
     await bounded(second.engine.handle_message(last))
     assert [q.message_id for q in second.surface.queued] == [later.message_id, last.message_id]
     assert [i.message["text"] for i in await first.engine.storage.inbox.waiting(first.thread().key)] == [
-        "and then?", "and finally?"
+        "and then?",
+        "and finally?",
     ]
     assert second.generator.calls == []
 
@@ -143,9 +144,12 @@ async def test_messages_to_a_thread_whose_run_is_active_on_another_replica_are_q
     assert replies == ["results: migrated to v2", "second answer", "third answer"]
     history = await first.history()
     assert [(m.role.value, m.text) for m in history if m.text] == [
-        ("user", "migrate to v2"), ("assistant", "results: migrated to v2"),
-        ("user", "and then?"), ("assistant", "second answer"),
-        ("user", "and finally?"), ("assistant", "third answer"),
+        ("user", "migrate to v2"),
+        ("assistant", "results: migrated to v2"),
+        ("user", "and then?"),
+        ("assistant", "second answer"),
+        ("user", "and finally?"),
+        ("assistant", "third answer"),
     ]
     assert dangling_calls(history) == []
     assert await first.engine.storage.inbox.waiting(first.thread().key) == []
@@ -206,7 +210,8 @@ async def test_messages_left_waiting_by_a_replica_that_stops_after_its_run_are_s
         return f"migrated to {target}"
 
     first = await harnesses.open(
-        database_url=postgres_url, replies=[asks_for("migrate_db", target="v2"), echoes_results],
+        database_url=postgres_url,
+        replies=[asks_for("migrate_db", target="v2"), echoes_results],
         extra_tools=[migrate_db],
     )
     second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("second answer")]))
@@ -223,8 +228,10 @@ async def test_messages_left_waiting_by_a_replica_that_stops_after_its_run_are_s
     await second.engine.wait_idle()
     assert first.surface.replies_in(first.thread()) == ["results: migrated to v2"]
     history = await second.history()
-    assert [(m.role.value, m.text) for m in history if m.text][-2:] == [("user", "and then?"),
-                                                                         ("assistant", "second answer")]
+    assert [(m.role.value, m.text) for m in history if m.text][-2:] == [
+        ("user", "and then?"),
+        ("assistant", "second answer"),
+    ]
 
 
 async def test_a_run_released_past_the_grace_period_is_taken_over_at_once_by_a_replica_woken_by_notify(
@@ -243,7 +250,9 @@ async def test_a_run_released_past_the_grace_period_is_taken_over_at_once_by_a_r
         return f"migrated to {target}"
 
     first = await harnesses.open(
-        database_url=postgres_url, replies=[asks_for("migrate_db", target="v2")], extra_tools=[migrate_db],
+        database_url=postgres_url,
+        replies=[asks_for("migrate_db", target="v2")],
+        extra_tools=[migrate_db],
     )
     second = await harnesses.reopen(first, generator=ScriptedChatGenerator([says("carried on elsewhere")]))
     running = asyncio.create_task(first.engine.handle_message(first.inbound("migrate to v2")))

@@ -60,8 +60,9 @@ async def approved_and_claimed_by_a_dead_process(h: Harness, *, write_step: bool
     [approval] = await h.paused_approvals("delete a.txt")
     storage = h.engine.storage
     assert await storage.approvals.decide(approval.approval_id, status="approved", decided_by=REQUESTER, now=h.clock())
-    assert await storage.leases.claim_paused(approval.run_id, DEAD, h.clock() + timedelta(seconds=30),
-                                             step=1, start=started or write_step)
+    assert await storage.leases.claim_paused(
+        approval.run_id, DEAD, h.clock() + timedelta(seconds=30), step=1, start=started or write_step
+    )
     if write_step:
         snapshot = await load_snapshot(await storage.runs.snapshot(approval.run_id), storage.messages)
         await storage.messages.write_messages(h.thread().key, [snapshot.step_message])
@@ -72,8 +73,11 @@ def lease_runs_out(h: Harness) -> None:
     h.clock.advance(seconds=h.engine.config.lease_seconds + 1)
 
 
-@pytest.mark.parametrize(("write_step", "started"), [(False, False), (False, True), (True, True)],
-                         ids=["after_claim_of_a_resume", "after_claim_of_a_decision", "before_ledger"])
+@pytest.mark.parametrize(
+    ("write_step", "started"),
+    [(False, False), (False, True), (True, True)],
+    ids=["after_claim_of_a_resume", "after_claim_of_a_decision", "before_ledger"],
+)
 async def test_an_approved_call_whose_resume_died_before_it_started_runs_exactly_once(harnesses, write_step, started):
     before = await harnesses.open(replies=[asks_for("delete_file", path="a.txt")])
     approval = await approved_and_claimed_by_a_dead_process(before, write_step=write_step, started=started)
@@ -114,8 +118,9 @@ async def test_two_processes_recovering_at_once_run_the_call_once_and_tell_the_t
     told = first.surface.replies_in(first.thread()) + second.surface.replies_in(second.thread())
     assert len(told) == 2 and told[1] == "results: deleted a.txt"
     assert (await first.run_of(approval.run_id)).recoveries == 1
-    takeovers = [h.engine.observer.registry.get_sample_value("countersign_lease_takeovers_total")
-                 for h in (first, second)]
+    takeovers = [
+        h.engine.observer.registry.get_sample_value("countersign_lease_takeovers_total") for h in (first, second)
+    ]
     assert sorted(takeovers) == [0, 1]  # counted by the one process that took the run over
 
 
@@ -170,11 +175,22 @@ async def test_a_process_that_died_while_pausing_leaves_no_undecidable_approval_
     # The dead process took the message from the inbox, asked the model, stored the approval ... and died.
     await storage.inbox.enqueue(address_of(thread), REQUESTER, ChatMessage.from_user("delete a.txt").to_dict())
     run, _ = await storage.inbox.start_next(thread.key, "run-dead", DEAD, before.clock() + timedelta(seconds=30))
-    [orphan] = await storage.approvals.create_many([NewApproval(
-        run_id="run-dead", step=1, tool_call_id="call_orphan", tool_name="delete_file", arguments={"path": "a.txt"},
-        requester=REQUESTER, platform=thread.platform, chat_history_id=thread.key,
-        expires_at=before.clock() + timedelta(hours=1), created_at=before.clock(),
-    )])
+    [orphan] = await storage.approvals.create_many(
+        [
+            NewApproval(
+                run_id="run-dead",
+                step=1,
+                tool_call_id="call_orphan",
+                tool_name="delete_file",
+                arguments={"path": "a.txt"},
+                requester=REQUESTER,
+                platform=thread.platform,
+                chat_history_id=thread.key,
+                expires_at=before.clock() + timedelta(hours=1),
+                created_at=before.clock(),
+            )
+        ]
+    )
     # ... and had shown it in the thread, so a click can come from there.
     await storage.places.record([orphan.approval_id], thread.place, now=before.clock())
 

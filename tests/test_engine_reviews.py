@@ -122,10 +122,16 @@ async def test_an_expired_review_withholds_the_result(harnesses):
 
 
 async def test_review_decisions_are_audited_as_reviews_and_say_whether_the_result_was_edited(harnesses):
-    h = await harnesses.open(replies=[
-        asks_for("delete_file", path="a.txt"), echoes_results, asks_for("delete_file", path="b.txt"), echoes_results,
-        asks_for("delete_file", path="c.txt"), echoes_results,
-    ])
+    h = await harnesses.open(
+        replies=[
+            asks_for("delete_file", path="a.txt"),
+            echoes_results,
+            asks_for("delete_file", path="b.txt"),
+            echoes_results,
+            asks_for("delete_file", path="c.txt"),
+            echoes_results,
+        ]
+    )
     await admin(h, "policy set delete_file review")
     secret_edit = "gone; api token=hunter2hunter2"
     [edited] = await h.paused_approvals("delete a.txt")
@@ -142,7 +148,8 @@ async def test_review_decisions_are_audited_as_reviews_and_say_whether_the_resul
     assert by_subject[edited.approval_id].details["kind"] == "review"
     assert by_subject[edited.approval_id].details["edited"] is True
     assert (by_subject[approved.approval_id].details["kind"], by_subject[approved.approval_id].details["edited"]) == (
-        "review", False
+        "review",
+        False,
     )
     assert by_subject[expired.approval_id].details["kind"] == "review"
     audited = str([e.details for e in await h.audit()])
@@ -178,7 +185,9 @@ async def test_exactly_one_decision_wins_and_four_eyes_and_approvers_apply(harne
 
     assert tool_results(sent_to_llm(h.generator)) == [("delete_file", "deleted a.txt", False)]
     assert [(e.actor, e.action) for e in await h.audit() if e.subject == review.approval_id] == [
-        ("U_ADMIN", "decision refused"), ("U_ADMIN", "approved"), ("U_REQ", "decision refused")
+        ("U_ADMIN", "decision refused"),
+        ("U_ADMIN", "approved"),
+        ("U_REQ", "decision refused"),
     ]
 
 

@@ -286,7 +286,9 @@ async def test_a_superseded_run_closes_its_step_from_the_referenced_snapshot(bac
 def test_agent_snapshot_from_dict_refuses_the_referenced_form_by_name() -> None:
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": "a.txt"}, id="c1")])
     snapshot = AgentSnapshot(
-        run_id="r1", messages=[ChatMessage.from_user("hi"), reply], pending_tool_calls=reply.tool_calls,
+        run_id="r1",
+        messages=[ChatMessage.from_user("hi"), reply],
+        pending_tool_calls=reply.tool_calls,
         history_id="slack:T1:C1:1.1",
     )
     data = stored_snapshot_data(snapshot)
@@ -306,7 +308,9 @@ async def test_an_old_self_contained_snapshot_loads_without_reading_any_history(
     expected = AgentSnapshot.from_dict(data)
     assert as_data(loaded.messages) == as_data(expected.messages)
     assert (loaded.run_id, loaded.pending_tool_calls, loaded.decisions) == (
-        expected.run_id, expected.pending_tool_calls, expected.decisions,
+        expected.run_id,
+        expected.pending_tool_calls,
+        expected.decisions,
     )
     assert stored_step(json.loads(OLD_SNAPSHOT.read_text(encoding="utf-8"))).step_message == expected.step_message
 

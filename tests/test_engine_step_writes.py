@@ -47,8 +47,11 @@ async def test_a_calls_reply_is_stored_with_its_ledger_entry_before_the_tool_run
     seen: dict = {}
     reply = asks_for("peek", name="disk")
     reply.tool_calls[0].id = "call_peek"
-    h = await harnesses.open(replies=[reply, says("done")], database_url=database_url,
-                             extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)])
+    h = await harnesses.open(
+        replies=[reply, says("done")],
+        database_url=database_url,
+        extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)],
+    )
 
     await h.say("peek at the disk")
 
@@ -62,8 +65,11 @@ async def test_a_calls_reply_is_stored_with_its_ledger_entry_before_the_tool_run
 
 async def test_a_run_that_fails_after_its_tool_ran_keeps_the_result_in_its_history(harnesses, database_url):
     seen: dict = {}
-    h = await harnesses.open(replies=[asks_for("peek", name="api"), RuntimeError("model down")],
-                             database_url=database_url, extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)])
+    h = await harnesses.open(
+        replies=[asks_for("peek", name="api"), RuntimeError("model down")],
+        database_url=database_url,
+        extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)],
+    )
 
     await h.say("peek at the api")
 
@@ -87,8 +93,9 @@ async def test_a_stop_asked_elsewhere_while_a_tool_runs_stops_the_run_after_that
         assert await storage.runs.request_stop(run.run_id, "U_OTHER")  # as another process would
         return f"job {name} done"
 
-    h = await harnesses.open(replies=[asks_for("long_job", name="x"), says("never said")], extra_tools=[long_job],
-                             database_url=database_url)
+    h = await harnesses.open(
+        replies=[asks_for("long_job", name="x"), says("never said")], extra_tools=[long_job], database_url=database_url
+    )
 
     await h.say("run job x")
 
@@ -108,7 +115,9 @@ async def test_a_run_started_on_arrival_reads_its_history_and_memories_as_it_wou
 
     sent = sent_to_llm(h.generator)
     assert [m.text for m in sent if m.role.value in ("user", "assistant")] == [
-        "hello", "first answer", "where is staging?",
+        "hello",
+        "first answer",
+        "where is staging?",
     ]
     assert any(m.role.value == "system" and "staging is eu-2" in m.text for m in sent)
     assert h.surface.replies_in(h.thread())[-1].startswith("- staging is eu-2")
@@ -126,8 +135,11 @@ async def test_a_message_that_arrives_while_a_run_works_starts_after_it_ends(har
         assert received is not None and received.started is None
         return "noted"
 
-    h = await harnesses.open(replies=[asks_for("note", text="a"), says("first"), says("second")],
-                             extra_tools=[note], database_url=database_url)
+    h = await harnesses.open(
+        replies=[asks_for("note", text="a"), says("first"), says("second")],
+        extra_tools=[note],
+        database_url=database_url,
+    )
 
     await h.say("note a")
     await h.engine.wait_idle()
@@ -140,12 +152,16 @@ async def test_a_run_whose_end_cannot_be_written_keeps_its_results_in_its_histor
     seen: dict = {}
     opened = Harnesses(tmp_path)
     try:
-        h = await opened.open(replies=[asks_for("peek", name="db"), says("all fine")],
-                              extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)])
+        h = await opened.open(
+            replies=[asks_for("peek", name="db"), says("all fine")],
+            extra_tools=[_peeking_tool(seen, lambda: h.engine.storage)],
+        )
         # The run's end (its answer owed, its audit entry) is refused: the history it carried is written on failing.
         with sqlite3.connect(h.db_path) as raw:
-            raw.execute("CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'finished' "
-                        "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+            raw.execute(
+                "CREATE TRIGGER audit_down BEFORE INSERT ON audit WHEN NEW.action = 'finished' "
+                "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+            )
 
         await h.say("peek at the db")
 

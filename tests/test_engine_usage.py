@@ -51,8 +51,10 @@ async def test_a_paused_and_resumed_run_stores_its_whole_usage_and_audits_it_whe
 
 async def test_usage_sums_the_workspace_or_one_channel_over_the_days_asked(harnesses):
     h = await harnesses.open(
-        replies=[ChatMessage.from_assistant("one", meta=used(1000, 200)),
-                 ChatMessage.from_assistant("two", meta=used(30, 3))]
+        replies=[
+            ChatMessage.from_assistant("one", meta=used(1000, 200)),
+            ChatMessage.from_assistant("two", meta=used(30, 3)),
+        ]
     )
     await h.say("hello")
     h.clock.advance(days=10)

@@ -38,14 +38,10 @@ def captured() -> Iterator[dict[str, io.StringIO]]:
 
 
 async def test_json_lines_parse_and_carry_the_context_of_the_run(tmp_path, captured):
-    h = await Harness.open(
-        tmp_path, replies=[asks_for("set_secret", name="db", api_key=SECRET), says("Stored.")]
-    )
+    h = await Harness.open(tmp_path, replies=[asks_for("set_secret", name="db", api_key=SECRET), says("Stored.")])
     try:
         [approval] = await h.paused_approvals("store the db key")
-        await h.engine.decide(
-            DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place)
-        )
+        await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
         await h.engine.wait_idle()
     finally:
         await h.close()
@@ -59,7 +55,9 @@ async def test_json_lines_parse_and_carry_the_context_of_the_run(tmp_path, captu
     assert paused["level"] == "info" and paused["timestamp"].endswith("Z")
     decided = by_event["decision recorded"]
     assert (decided["approval_id"], decided["tool"], decided["run_id"]) == (
-        approval.approval_id, "set_secret", approval.run_id
+        approval.approval_id,
+        "set_secret",
+        approval.run_id,
     )
     assert by_event["run finished"]["run_id"] == approval.run_id
     everything = captured["json"].getvalue() + captured["text"].getvalue()

@@ -16,8 +16,28 @@ from storage.memories import SQLiteMemoryStore
 from storage.memory_rows import memory_rows
 from storage.migrations import _memory_stems
 
-WORDS = ["deploys", "deploy", "approvers", "approved", "staging", "clusters", "eu", "2", "billing", "owns",
-         "rotation", "mondays", "logs", "kept", "days", "checkout", "nightly", "backups", "Ana", "déployer"]
+WORDS = [
+    "deploys",
+    "deploy",
+    "approvers",
+    "approved",
+    "staging",
+    "clusters",
+    "eu",
+    "2",
+    "billing",
+    "owns",
+    "rotation",
+    "mondays",
+    "logs",
+    "kept",
+    "days",
+    "checkout",
+    "nightly",
+    "backups",
+    "Ana",
+    "déployer",
+]
 
 
 def reference_bm25(terms: list[str], texts: list[str], n_docs: int) -> list[float]:
@@ -31,8 +51,12 @@ def reference_bm25(terms: list[str], texts: list[str], n_docs: int) -> list[floa
     for doc in docs:
         counts = Counter(w for w in doc if w in wanted)
         norm = K1 * (1.0 - B + B * len(doc) / average)
-        scores.append(sum(math.log((total - df[t] + 0.5) / (df[t] + 0.5) + 1.0) * tf * (K1 + 1.0) / (tf + norm)
-                          for t, tf in counts.items()))
+        scores.append(
+            sum(
+                math.log((total - df[t] + 0.5) / (df[t] + 0.5) + 1.0) * tf * (K1 + 1.0) / (tf + norm)
+                for t, tf in counts.items()
+            )
+        )
     return scores
 
 
@@ -43,8 +67,10 @@ def test_bm25_over_stored_stems_scores_as_bm25_over_the_texts():
         terms = [w.lower() for w in rng.sample(WORDS, rng.randint(1, 5))]
         n_docs = len(texts) + rng.randint(0, 50)
         expected = reference_bm25(terms, texts, n_docs)
-        for scores in (bm25_scores_of_stems(terms, [stems(t) for t in texts], n_docs),
-                       bm25_scores(terms, texts, n_docs)):
+        for scores in (
+            bm25_scores_of_stems(terms, [stems(t) for t in texts], n_docs),
+            bm25_scores(terms, texts, n_docs),
+        ):
             assert all(math.isclose(s, e, rel_tol=1e-12, abs_tol=1e-12) for s, e in zip(scores, expected, strict=True))
 
 
@@ -59,8 +85,10 @@ def test_every_memory_keeps_the_stems_its_ranking_counts(tmp_path):
     store.add_memories(["Checkout deploys need 2 approvers", "our staging clusters are in eu-2"], user_id="U_ANA")
     with store.connector.reading() as db:
         stored = db.execute("SELECT text, terms FROM memories ORDER BY seq").fetchall()
-    assert stored == [("Checkout deploys need 2 approvers", "checkout deploy need 2 approv"),
-                      ("our staging clusters are in eu-2", "our stag clust are in eu 2")]
+    assert stored == [
+        ("Checkout deploys need 2 approvers", "checkout deploy need 2 approv"),
+        ("our staging clusters are in eu-2", "our stag clust are in eu 2"),
+    ]
     store.close()
 
 
@@ -84,8 +112,10 @@ def write_memories_as_the_previous_schema(path, texts: list[str]) -> None:
     db.conn.executemany(
         "INSERT INTO memories (id, text, user_id, run_id, agent_id, metadata, created_at, scope_tokens) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [(row.id, row.text, row.user_id, row.run_id, row.agent_id, dumps(row.metadata), 1.0, row.scope_tokens)
-         for row in memory_rows(texts, user_id="U_ANA", run_id=None, agent_id=None, metadata=None)],
+        [
+            (row.id, row.text, row.user_id, row.run_id, row.agent_id, dumps(row.metadata), 1.0, row.scope_tokens)
+            for row in memory_rows(texts, user_id="U_ANA", run_id=None, agent_id=None, metadata=None)
+        ],
     )
     db.execute("COMMIT")
     db.conn.close()
@@ -93,8 +123,12 @@ def write_memories_as_the_previous_schema(path, texts: list[str]) -> None:
 
 def test_memories_written_before_the_upgrade_get_their_stems_and_rank_as_before(tmp_path):
     path = tmp_path / "m.db"
-    facts = ["checkout deploys need two approvers", "the checkout page is owned by Ana",
-             "our staging cluster is eu-2", "deploys to staging happen nightly"]
+    facts = [
+        "checkout deploys need two approvers",
+        "the checkout page is owned by Ana",
+        "our staging cluster is eu-2",
+        "deploys to staging happen nightly",
+    ]
     write_memories_as_the_previous_schema(path, facts)
 
     store = SQLiteMemoryStore(path)
@@ -114,7 +148,8 @@ def test_memories_written_before_the_upgrade_get_their_stems_and_rank_as_before(
     # and what is added after the upgrade is found beside them
     store.add_memories(["checkout approvers are Ana and Bob"], user_id="U_ANA")
     assert [m.text for m in store.search_memories("approvers Bob", user_id="U_ANA", top_k=1)] == [
-        "checkout approvers are Ana and Bob"]
+        "checkout approvers are Ana and Bob"
+    ]
     store.close()
 
 

@@ -15,8 +15,10 @@ async def test_a_postgres_store_from_a_url_round_trips_and_serves_an_agent(postg
     store = PostgresMemoryStore(postgres_url)
     await store.add_memories(["our staging cluster is eu-2"], user_id="U_ANA")
     again = PostgresMemoryStore.from_dict(store.to_dict())
-    assert again.to_dict() == {"type": "storage.postgres.memories.PostgresMemoryStore",
-                               "init_parameters": {"db_or_url": postgres_url}}
+    assert again.to_dict() == {
+        "type": "storage.postgres.memories.PostgresMemoryStore",
+        "init_parameters": {"db_or_url": postgres_url},
+    }
     gen = ScriptedChatGenerator([says("eu-2")])
     agent = Agent.from_dict(Agent(gen, memory_store=again).to_dict())
     await agent.run_async([ChatMessage.from_user("staging cluster?")], memory_store_kwargs={"user_id": "U_ANA"})

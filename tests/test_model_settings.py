@@ -127,8 +127,10 @@ def test_gateway_headers_are_a_json_object_of_strings_kept_out_of_the_config_rep
         (f'["{GATEWAY_SECRET}"]', "COUNTERSIGN_LLM_HEADERS must be a JSON object like"),
         ('{"bad header": "x"}', "COUNTERSIGN_LLM_HEADERS: 'bad header' is not a valid HTTP header name"),
         ('{"X-Retries": 3}', "COUNTERSIGN_LLM_HEADERS: the value of X-Retries must be a string, got a int"),
-        (f'{{"api-key": "{GATEWAY_SECRET}\\r\\nX-Evil: 1"}}',
-         "COUNTERSIGN_LLM_HEADERS: the value of api-key holds line breaks or control characters"),
+        (
+            f'{{"api-key": "{GATEWAY_SECRET}\\r\\nX-Evil: 1"}}',
+            "COUNTERSIGN_LLM_HEADERS: the value of api-key holds line breaks or control characters",
+        ),
     ],
 )
 def test_bad_gateway_headers_are_refused_without_echoing_a_value(value, problem):
@@ -192,8 +194,12 @@ async def test_a_model_error_never_shows_a_gateway_header_value():
     async with FakeOpenAIServer() as llm:
         llm.enqueue_error(401, {"error": {"message": f"bad gateway key {GATEWAY_SECRET}"}})
         config = Config.from_env(
-            {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "test",
-             "COUNTERSIGN_LLM_RETRIES": "0", "COUNTERSIGN_LLM_HEADERS": f'{{"api-key": "{GATEWAY_SECRET}"}}'}
+            {
+                "OPENAI_BASE_URL": llm.base_url,
+                "OPENAI_API_KEY": "test",
+                "COUNTERSIGN_LLM_RETRIES": "0",
+                "COUNTERSIGN_LLM_HEADERS": f'{{"api-key": "{GATEWAY_SECRET}"}}',
+            }
         )
         generator = config.build_generator()
         try:

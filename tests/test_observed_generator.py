@@ -16,8 +16,9 @@ class HaystackStyle:
     """A generator as Haystack users write them: ``run(messages)`` only, no tools."""
 
     def run(self, messages: list[ChatMessage]) -> dict:
-        return {"replies": [ChatMessage.from_assistant("hi", meta={"usage": {"prompt_tokens": 3,
-                                                                              "completion_tokens": 1}})]}
+        return {
+            "replies": [ChatMessage.from_assistant("hi", meta={"usage": {"prompt_tokens": 3, "completion_tokens": 1}})]
+        }
 
 
 async def test_it_shows_the_wrapped_signatures_and_counts_calls_tokens_and_errors():

@@ -94,7 +94,7 @@ def test_audit_verify_reports_an_edited_entry_and_export_writes_jsonl_and_csv(tm
 
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TRIGGER audit_no_update")
-        conn.execute("UPDATE audit SET details_json = '{\"tool\": \"read_file\", \"n\": 1}' WHERE id = 2")
+        conn.execute('UPDATE audit SET details_json = \'{"tool": "read_file", "n": 1}\' WHERE id = 2')
     tampered = countersign(tmp_path, "audit", "verify")
     assert tampered.returncode == 1
     assert "audit log TAMPERED" in tampered.stderr
@@ -117,8 +117,13 @@ def test_db_backup_points_postgres_users_to_pg_dump(tmp_path, postgres_url):
 
 def test_help_documents_the_operations_settings_and_commands(tmp_path):
     top = countersign(tmp_path, "--help").stdout
-    for name in ("COUNTERSIGN_LOG_FORMAT", "COUNTERSIGN_SNAPSHOT_RETENTION", "COUNTERSIGN_RETENTION_DAYS",
-                 "COUNTERSIGN_AUDIT_RETENTION_DAYS", "{chat,serve,db,audit}"):
+    for name in (
+        "COUNTERSIGN_LOG_FORMAT",
+        "COUNTERSIGN_SNAPSHOT_RETENTION",
+        "COUNTERSIGN_RETENTION_DAYS",
+        "COUNTERSIGN_AUDIT_RETENTION_DAYS",
+        "{chat,serve,db,audit}",
+    ):
         assert name in top
     db_help = countersign(tmp_path, "db", "--help").stdout
     for part in ("migrate", "check", "backup PATH", "vacuum", "prune --older-than 90d", "pg_dump"):

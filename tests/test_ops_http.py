@@ -28,7 +28,11 @@ ALICE = "U0ALICE"
 async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock) -> SlackStack:
     generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
     return await SlackStack.start(
-        db_path=tmp_path / "cs.db", slack=slack, generator=generator, tools=Ops().tools(), clock=clock,
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=Ops().tools(),
+        clock=clock,
         default_ttl_seconds=3600,
     )
 
@@ -81,7 +85,11 @@ async def test_one_approval_flow_moves_the_metrics(
     [approval_id] = button_values(approval.args["blocks"], "cs_approve")
     for _click in range(2):  # the second click is refused, and counted as such
         await stack.requests.click(
-            "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"],
+            "cs_approve",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
             thread_ts=mention_ts,
         )
         await stack.settle()
@@ -100,9 +108,7 @@ async def test_one_approval_flow_moves_the_metrics(
     assert value(after, "countersign_tool_duration_seconds_count", tool="delete_file") == 1
     assert value(after, "countersign_llm_latency_seconds_count") == 2
     assert value(after, "countersign_llm_tokens_total", kind="prompt") == 2 * DEFAULT_USAGE["prompt_tokens"]
-    assert value(after, "countersign_llm_tokens_total", kind="completion") == (
-        2 * DEFAULT_USAGE["completion_tokens"]
-    )
+    assert value(after, "countersign_llm_tokens_total", kind="completion") == (2 * DEFAULT_USAGE["completion_tokens"])
     assert value(after, "countersign_inbox_depth") == 0
     # No label carries a user, a thread or an argument.
     labels = {v for (_name, pairs) in after for _k, v in pairs}
@@ -191,8 +197,12 @@ async def test_teams_connector_errors_are_counted(tmp_path: Path, fakes):
 
 async def test_readyz_in_socket_mode_is_ready_while_the_socket_is_open(tmp_path: Path, slack: FakeSlackAPI):
     stack = await SlackStack.start(
-        db_path=tmp_path / "cs.db", slack=slack, generator=ScriptedChatGenerator([]), tools=Ops().tools(),
-        slack_signing_secret=None, slack_app_token="xapp-test-token",
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=ScriptedChatGenerator([]),
+        tools=Ops().tools(),
+        slack_signing_secret=None,
+        slack_app_token="xapp-test-token",
     )
     try:
         async with stack.session.get(stack.server.make_url("/readyz")) as response:

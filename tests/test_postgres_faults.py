@@ -194,9 +194,7 @@ async def test_in_slack_a_click_while_the_database_is_down_is_told_to_try_again_
     assert told.args["user"] == ALICE and told.args["text"] == TRY_AGAIN
 
     started = time.monotonic()
-    event = await stack.requests.event(
-        stack.requests.message(ALICE, CHANNEL, "are you there?", thread_ts=mention_ts)
-    )
+    event = await stack.requests.event(stack.requests.message(ALICE, CHANNEL, "are you there?", thread_ts=mention_ts))
     assert event.status == 503, "a message that could not be stored is redelivered by Slack"
     assert time.monotonic() - started < 3.0
     await stack.settle()

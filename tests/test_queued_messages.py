@@ -31,7 +31,6 @@ def echo(messages: list[ChatMessage]) -> ChatMessage:
     return ChatMessage.from_assistant(f"echo {users[-1].text}")
 
 
-
 @pytest.fixture
 async def stack(tmp_path: Path, slack: FakeSlackAPI) -> AsyncIterator[SlackStack]:
     running = await SlackStack.start(

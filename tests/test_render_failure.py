@@ -82,8 +82,9 @@ class FlakyRenderSurface(RecordingSurface):
 @pytest.fixture
 async def refused_once(harnesses, database_url):
     """A harness (on each backend) asked to delete a.txt, whose platform refuses its first approval card."""
-    harness = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")],
-                                   database_url=database_url)
+    harness = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")], database_url=database_url
+    )
     flaky = FlakyRenderSurface()
     harness.engine.register_surface("slack", flaky)
     await harness.say("delete a.txt")
@@ -105,9 +106,7 @@ async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons
     shown = await harness.engine.get_approval(card.approvals[0].approval_id)
     assert shown.message_ref, "where the card is was stored, so a decision updates it"
 
-    await harness.engine.decide(
-        DecisionRequest(shown.approval_id, REQUESTER, "confirm", place=shown.thread.place)
-    )
+    await harness.engine.decide(DecisionRequest(shown.approval_id, REQUESTER, "confirm", place=shown.thread.place))
     await harness.engine.wait_idle()
     assert harness.tools.runs_of("delete_file") == [{"path": "a.txt"}]
     assert flaky.updates and [v.status for v in flaky.updates[-1].approvals] == ["approved"]
@@ -119,9 +118,7 @@ async def test_a_card_the_platform_refused_is_shown_by_the_sweep_and_its_buttons
 async def test_an_owed_card_whose_step_was_decided_meanwhile_is_settled_without_showing_it(refused_once):
     harness, flaky = refused_once
     [listed] = await harness.engine.pending_for("slack", REQUESTER)
-    await harness.engine.decide(
-        DecisionRequest(listed.approval_id, REQUESTER, "confirm", place=listed.thread.place)
-    )
+    await harness.engine.decide(DecisionRequest(listed.approval_id, REQUESTER, "confirm", place=listed.thread.place))
     await harness.engine.wait_idle()
     harness.clock.advance(seconds=RETRY_AFTER_SECONDS + 1)
     assert await harness.engine.lifecycle.deliveries.deliver_due() == 1

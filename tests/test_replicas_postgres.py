@@ -135,12 +135,17 @@ async def test_messages_to_one_thread_on_three_replicas_are_answered_in_the_orde
     await shared.wait_for_reply(thread, "You said: fourth in line")
     await shared.assert_settled(thread)
     assert shared.replies_in(thread) == [
-        "Finished: job order-1 finished", "You said: second in line", "You said: third in line",
+        "Finished: job order-1 finished",
+        "You said: second in line",
+        "You said: third in line",
         "You said: fourth in line",
     ]
     history = shared.history(thread)
     assert [m["text"] for m in history if m["role"] == "user"] == [
-        "run job order-1", "second in line", "third in line", "fourth in line"
+        "run job order-1",
+        "second in line",
+        "third in line",
+        "fourth in line",
     ]
 
 

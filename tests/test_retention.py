@@ -23,8 +23,7 @@ async def test_the_sweep_drops_old_snapshots_and_prunes_ended_runs_but_not_a_pau
     try:
         # A finished run that had paused (so it has a snapshot), in one thread ...
         [approval] = await h.paused_approvals("delete a.txt", thread="1.1")
-        await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm",
-                                              place=approval.thread.place))
+        await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
         await h.engine.wait_idle()
         finished = approval.run_id
         assert (await h.run_of(finished)).has_snapshot
@@ -53,13 +52,18 @@ def test_retention_settings_are_read_and_bad_values_refused_at_start():
 
     default = read()
     assert (default.snapshot_retention_seconds, default.retention_seconds, default.audit_retention_seconds) == (
-        7 * 86400, None, None
+        7 * 86400,
+        None,
+        None,
     )
     assert read(COUNTERSIGN_SNAPSHOT_RETENTION="36h").snapshot_retention_seconds == 36 * 3600
     assert read(COUNTERSIGN_SNAPSHOT_RETENTION="never").snapshot_retention_seconds is None
     assert read(COUNTERSIGN_RETENTION_DAYS="90").retention_seconds == 90 * 86400
     assert read(COUNTERSIGN_AUDIT_RETENTION_DAYS="400").audit_retention_seconds == 400 * 86400
-    for name, raw in [("COUNTERSIGN_SNAPSHOT_RETENTION", "a week"), ("COUNTERSIGN_RETENTION_DAYS", "-1"),
-                      ("COUNTERSIGN_AUDIT_RETENTION_DAYS", "forever")]:
+    for name, raw in [
+        ("COUNTERSIGN_SNAPSHOT_RETENTION", "a week"),
+        ("COUNTERSIGN_RETENTION_DAYS", "-1"),
+        ("COUNTERSIGN_AUDIT_RETENTION_DAYS", "forever"),
+    ]:
         with pytest.raises(ConfigError, match=name):
             read(**{name: raw})

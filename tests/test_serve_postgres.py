@@ -47,8 +47,18 @@ class Replica:
     @classmethod
     async def start(cls, folder: Path, env: dict[str, str]) -> Replica:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-            cwd=folder, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            cwd=folder,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
         return cls(process)
@@ -78,11 +88,17 @@ class Replica:
 def replica_env(postgres_url: str, slack: FakeSlackAPI, llm: FakeOpenAIServer) -> dict[str, str]:
     """What both replicas share: the database, the fakes, and short leases and sweeps."""
     return {
-        "COUNTERSIGN_DATABASE_URL": postgres_url, "SLACK_BOT_TOKEN": "xoxb-test-token",
-        "SLACK_SIGNING_SECRET": SECRET, "COUNTERSIGN_SLACK_API_URL": slack.base_url,
-        "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "test", "COUNTERSIGN_MODEL": "fake-model",
-        "COUNTERSIGN_LEASE_SECONDS": "1", "COUNTERSIGN_HEARTBEAT_SECONDS": "0.3",
-        "COUNTERSIGN_SWEEP_SECONDS": "0.1", "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0",
+        "COUNTERSIGN_DATABASE_URL": postgres_url,
+        "SLACK_BOT_TOKEN": "xoxb-test-token",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "COUNTERSIGN_SLACK_API_URL": slack.base_url,
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test",
+        "COUNTERSIGN_MODEL": "fake-model",
+        "COUNTERSIGN_LEASE_SECONDS": "1",
+        "COUNTERSIGN_HEARTBEAT_SECONDS": "0.3",
+        "COUNTERSIGN_SWEEP_SECONDS": "0.1",
+        "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS": "0",
     }
 
 
@@ -118,9 +134,9 @@ async def crashed_at(
     B's exit status is in ``code_b`` afterwards.
     """
     common = replica_env(postgres_url, slack, llm)
-    a = await Replica.start(tmp_path, clean_env(
-        tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT=failpoint
-    ))
+    a = await Replica.start(
+        tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-a", COUNTERSIGN_FAILPOINT=failpoint)
+    )
     b = await Replica.start(tmp_path, clean_env(tmp_path, **common, COUNTERSIGN_INSTANCE_ID="replica-b"))
     crashed = None
     try:
@@ -152,8 +168,9 @@ async def test_a_replica_killed_while_its_tool_runs_is_taken_over_by_another_tha
     async with FakeSlackAPI() as slack, FakeOpenAIServer() as llm:
         llm.enqueue_tool_calls([("read_file", {"path": "notes.txt"})])
         llm.enqueue_text("I could not tell whether that worked.")
-        async with crashed_at("after_ledger", "<@U0BOT> what is in notes.txt?", tmp_path, postgres_url,
-                              slack, llm) as crashed:
+        async with crashed_at(
+            "after_ledger", "<@U0BOT> what is in notes.txt?", tmp_path, postgres_url, slack, llm
+        ) as crashed:
             crashed.thaw()
             in_thread = lambda call: call.args.get("thread_ts") == crashed.mention["ts"]  # noqa: E731
             posts = await slack.wait_for("chat.postMessage", count=2, where=in_thread, seconds=20)
@@ -179,8 +196,7 @@ async def test_a_replica_killed_before_posting_its_approval_card_leaves_it_owed_
     async with FakeSlackAPI() as slack, FakeOpenAIServer() as llm:
         llm.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
         llm.enqueue_text("Deleted old.log for you.")
-        async with crashed_at("after_pause", "<@U0BOT> delete old.log", tmp_path, postgres_url,
-                              slack, llm) as crashed:
+        async with crashed_at("after_pause", "<@U0BOT> delete old.log", tmp_path, postgres_url, slack, llm) as crashed:
             in_thread = lambda call: call.args.get("thread_ts") == crashed.mention["ts"]  # noqa: E731
             card_of = lambda call: in_thread(call) and bool(call.args.get("blocks"))  # noqa: E731
             assert slack.calls_to("chat.postMessage", card_of) == [], "A died before posting its card"
@@ -189,7 +205,11 @@ async def test_a_replica_killed_before_posting_its_approval_card_leaves_it_owed_
             [card] = await slack.wait_for("chat.postMessage", where=card_of, seconds=20)
             [approval_id] = button_values(card.args["blocks"], "cs_approve")
             reply = await crashed.to_b().click(
-                "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=card.response["ts"],
+                "cs_approve",
+                approval_id,
+                user=ALICE,
+                channel=CHANNEL,
+                message_ts=card.response["ts"],
                 thread_ts=crashed.mention["ts"],
             )
             assert reply.status == 200
@@ -213,9 +233,11 @@ async def settled(postgres_url: str, seconds: float = 20.0) -> None:
     while True:
         async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
             owed = await (await conn.execute("SELECT key FROM outbox WHERE delivered_at IS NULL")).fetchall()
-            active = await (await conn.execute(
-                "SELECT run_id FROM runs WHERE status NOT IN ('finished', 'failed', 'expired', 'stopped')"
-            )).fetchall()
+            active = await (
+                await conn.execute(
+                    "SELECT run_id FROM runs WHERE status NOT IN ('finished', 'failed', 'expired', 'stopped')"
+                )
+            ).fetchall()
         if not owed and not active:
             return
         assert asyncio.get_running_loop().time() < deadline, f"not settled: owed {owed}, active {active}"

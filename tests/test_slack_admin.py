@@ -38,7 +38,6 @@ class Restarts:
         return f"restarted {name}"
 
 
-
 @pytest.fixture
 def restarts() -> Restarts:
     return Restarts()

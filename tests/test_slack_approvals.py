@@ -82,8 +82,6 @@ class Ops:
         return f"{service} now has {replicas} replicas in {region}"
 
 
-
-
 @pytest.fixture
 def ops() -> Ops:
     return Ops()

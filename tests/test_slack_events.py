@@ -29,7 +29,6 @@ def echo(messages: list[ChatMessage]) -> ChatMessage:
     return ChatMessage.from_assistant(f"echo {users[-1].text} ({len(users)} seen)")
 
 
-
 @pytest.fixture
 def model() -> ScriptedChatGenerator:
     return ScriptedChatGenerator([echo] * 30)
@@ -243,8 +242,10 @@ async def test_the_status_line_says_the_bot_is_thinking_until_the_answer_is_in(
     await stack.requests.event(event)
     await stack.settle()
 
-    statuses = [(c.args["channel_id"], c.args["thread_ts"], c.args["status"])
-                for c in slack.calls_to("assistant.threads.setStatus")]
+    statuses = [
+        (c.args["channel_id"], c.args["thread_ts"], c.args["status"])
+        for c in slack.calls_to("assistant.threads.setStatus")
+    ]
     assert statuses == [(CHANNEL, event["ts"], "is thinking…"), (CHANNEL, event["ts"], "")]
     cleared = slack.calls_to("assistant.threads.setStatus")[-1]
     assert slack.calls.index(cleared) > slack.calls.index(replies(slack)[0])

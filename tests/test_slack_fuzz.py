@@ -175,11 +175,7 @@ async def fuzzed(tmp_path: Path, slack: FakeSlackAPI) -> AsyncIterator[Fuzzed]:
             "view": {
                 **view,
                 "id": "VMODAL",
-                "state": {
-                    "values": form(
-                        service=text_input("web"), replicas=number_input("5"), region=select(region)
-                    )
-                },
+                "state": {"values": form(service=text_input("web"), replicas=number_input("5"), region=select(region))},
             },
         },
         "command": {

@@ -60,7 +60,6 @@ class Scaler:
         return "scaled"
 
 
-
 @pytest.fixture
 def scaler() -> Scaler:
     return Scaler()

@@ -70,8 +70,9 @@ async def test_a_channel_fact_taught_in_one_thread_answers_in_another(
     openai.enqueue_text("Noted for the channel.")
     taught_ts, [approval] = await mention(stack, slack, ALICE, "remember for all: checkout deploys need two approvers")
     [approval_id] = button_values(approval.args["blocks"], "cs_approve")  # a channel memory asks first
-    await stack.requests.click("cs_approve", approval_id, user=ALICE, channel=CHANNEL,
-                               message_ts=approval.response["ts"], thread_ts=taught_ts)
+    await stack.requests.click(
+        "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=taught_ts
+    )
     await stack.settle()
 
     _, [answer] = await mention(stack, slack, BOB, "how many approvers do checkout deploys need?")

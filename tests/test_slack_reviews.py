@@ -65,8 +65,9 @@ async def test_the_tool_runs_at_once_and_approve_releases_its_result(
     assert button_values(message["blocks"], "cs_edit") == [review_id]
     assert any(b.get("text", {}).get("text") == "Edit result" for b in _buttons(message["blocks"]))
 
-    await stack.requests.click("cs_approve", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"],
-                               thread_ts=mention_ts)
+    await stack.requests.click(
+        "cs_approve", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"], thread_ts=mention_ts
+    )
     await stack.settle()
 
     assert tool_messages(openai) == ["deleted old.log"]
@@ -80,8 +81,9 @@ async def test_edit_result_opens_a_prefilled_modal_and_the_model_sees_the_edited
 ) -> None:
     mention_ts, review_id, message = await review_of(stack, slack, openai, "Noted.")
 
-    await stack.requests.click("cs_edit", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"],
-                               thread_ts=mention_ts)
+    await stack.requests.click(
+        "cs_edit", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"], thread_ts=mention_ts
+    )
     [opened] = await slack.wait_for("views.open")
     modal = opened.args["view"]
     [field] = [b for b in modal["blocks"] if b["type"] == "input"]
@@ -101,12 +103,14 @@ async def test_reject_with_feedback_gives_the_model_the_feedback_instead(
 ) -> None:
     mention_ts, review_id, message = await review_of(stack, slack, openai, "Understood.")
 
-    await stack.requests.click("cs_reject", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"],
-                               thread_ts=mention_ts)
+    await stack.requests.click(
+        "cs_reject", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"], thread_ts=mention_ts
+    )
     [opened] = await slack.wait_for("views.open")
     assert opened.args["view"]["title"]["text"] == "Reject result"
-    await stack.requests.submit(opened.args["view"], form("feedback", cs_feedback=text_input("do not mention it")),
-                                user=ALICE)
+    await stack.requests.submit(
+        opened.args["view"], form("feedback", cs_feedback=text_input("do not mention it")), user=ALICE
+    )
     await stack.settle()
 
     [told] = tool_messages(openai)
@@ -139,8 +143,9 @@ async def test_a_restart_between_the_tool_and_the_review_runs_nothing_twice(
 
     second = await start_stack(tmp_path, slack, openai, ops, clock)
     try:
-        await second.requests.click("cs_approve", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"],
-                                    thread_ts=mention_ts)
+        await second.requests.click(
+            "cs_approve", review_id, user=ALICE, channel=CHANNEL, message_ts=message["ts"], thread_ts=mention_ts
+        )
         await second.settle()
     finally:
         await second.stop()
@@ -191,8 +196,9 @@ async def test_the_app_home_shows_a_review_with_its_masked_result_and_approving_
     assert ran == ["old.log"]  # once
 
 
-async def test_the_pending_listing_names_a_review_as_one(stack: SlackStack, slack: FakeSlackAPI,
-                                                         openai: FakeOpenAIServer) -> None:
+async def test_the_pending_listing_names_a_review_as_one(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer
+) -> None:
     _, review_id, _ = await review_of(stack, slack, openai)
 
     listing = await slack_command(stack, slack, "pending", ADMIN)

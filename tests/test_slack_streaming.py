@@ -43,7 +43,10 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
 async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, tools: list[Tool] = ()) -> SlackStack:
     generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
     return await SlackStack.start(
-        db_path=tmp_path / "cs.db", slack=slack, generator=generator, tools=list(tools),
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=list(tools),
         stream_update_seconds=INTERVAL,
     )
 
@@ -150,13 +153,16 @@ async def test_text_before_a_paused_call_stays_the_approval_follows_and_the_resu
         [first] = slack.calls_to("chat.startStream")
         stop_first = slack.calls_to("chat.stopStream")[0]
         assert slack.streams[first.response["ts"]] == {
-            "text": "Let me remove old.log for you now.", "stopped": True, "channel": CHANNEL,
+            "text": "Let me remove old.log for you now.",
+            "stopped": True,
+            "channel": CHANNEL,
         }
         assert slack.calls.index(stop_first) < slack.calls.index(approval)
 
         [approval_id] = button_values(approval.args["blocks"], "cs_approve")
-        await stack.requests.click("cs_approve", approval_id, user=ALICE, channel=CHANNEL,
-                                   message_ts=approval.response["ts"], thread_ts=thread)
+        await stack.requests.click(
+            "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=thread
+        )
         await stack.settle()
     finally:
         await stack.stop()
@@ -180,11 +186,27 @@ async def test_the_stop_button_ends_the_run_after_the_running_tool(tmp_path, sla
         [offer] = await slack.wait_for("chat.postEphemeral")
         [run_id] = button_values(offer.args["blocks"], "cs_stop")
 
-        await stack.requests.click("cs_stop", run_id, user=BOB, channel=CHANNEL, message_ts=thread, thread_ts=thread,
-                                   ephemeral=True, response_url=slack.response_url("bob"))
+        await stack.requests.click(
+            "cs_stop",
+            run_id,
+            user=BOB,
+            channel=CHANNEL,
+            message_ts=thread,
+            thread_ts=thread,
+            ephemeral=True,
+            response_url=slack.response_url("bob"),
+        )
         await slack.wait_for("response_url", where=lambda c: c.args["name"] == "bob")
-        await stack.requests.click("cs_stop", run_id, user=ALICE, channel=CHANNEL, message_ts=thread, thread_ts=thread,
-                                   ephemeral=True, response_url=slack.response_url("alice"))
+        await stack.requests.click(
+            "cs_stop",
+            run_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=thread,
+            thread_ts=thread,
+            ephemeral=True,
+            response_url=slack.response_url("alice"),
+        )
         await slack.wait_for("response_url", where=lambda c: c.args["name"] == "alice")
         job.release.set()
         await stack.settle()

@@ -196,7 +196,9 @@ def test_an_upgrade_keeps_the_newest_active_run_of_a_thread_and_closes_older_one
         assert [storage.runs.get(f"run-{n}").status for n in (1, 2, 3)] == ["failed", "paused", "finished"]
         closed, kept = storage.approvals.get("appr-1"), storage.approvals.get("appr-2")
         assert (closed.status, closed.decided_by, closed.feedback) == (
-            "cancelled", "countersign", CLOSED_RUN_APPROVALS_REASON
+            "cancelled",
+            "countersign",
+            CLOSED_RUN_APPROVALS_REASON,
         ), "the closed run's approval can no longer be clicked"
         assert closed.decided_at is not None
         assert kept.status == "pending", "the kept run still waits on its approval"
@@ -232,11 +234,23 @@ def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
     assert [m.key for m in storage.outbox.undelivered(THREAD)] == ["answer:run-1"]
 
 
-
 def _pending_approval_row(approval_id: str, run_id: str, t: float) -> dict:
     return {
-        "approval_id": approval_id, "run_id": run_id, "step": 1, "tool_call_id": "call_1", "tool_name": "delete_file",
-        "arguments_json": "{}", "args_digest": "d", "requester": "U_ANA", "mode": "always", "approvers_json": "[]",
-        "quorum": 1, "four_eyes": 0, "platform": "slack", "chat_history_id": THREAD, "status": "pending",
-        "created_at": t, "expires_at": t + 3600,
+        "approval_id": approval_id,
+        "run_id": run_id,
+        "step": 1,
+        "tool_call_id": "call_1",
+        "tool_name": "delete_file",
+        "arguments_json": "{}",
+        "args_digest": "d",
+        "requester": "U_ANA",
+        "mode": "always",
+        "approvers_json": "[]",
+        "quorum": 1,
+        "four_eyes": 0,
+        "platform": "slack",
+        "chat_history_id": THREAD,
+        "status": "pending",
+        "created_at": t,
+        "expires_at": t + 3600,
     }

@@ -205,12 +205,24 @@ def test_the_thread_order_upgrade_keeps_messages_without_a_rowid_and_loses_none(
     db = Database(path)
     migrate(db, target=MIGRATIONS.index(_messages_in_thread_order))  # the version just before it
     other = ChatMessage.from_user("another thread, written in between")
-    db["messages"].insert({"chat_history_id": "slack:T1:C9:1.0", "seq": 1, "message_id": other.id, "role": "user",
-                           "data": json.dumps(other.to_dict()), "created_at": NOW.timestamp()})
+    db["messages"].insert(
+        {
+            "chat_history_id": "slack:T1:C9:1.0",
+            "seq": 1,
+            "message_id": other.id,
+            "role": "user",
+            "data": json.dumps(other.to_dict()),
+            "created_at": NOW.timestamp(),
+        }
+    )
     migrate(db, target=MIGRATIONS.index(_messages_in_thread_order) + 1)  # its own version: the schema it made
     sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
-    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'messages' "
-                                        "AND type = 'index' AND sql IS NOT NULL")}
+    indexes = {
+        r[0]
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type = 'index' AND sql IS NOT NULL"
+        )
+    }
     assert "WITHOUT ROWID" in sql and "PRIMARY KEY (chat_history_id, seq)" in sql
     assert indexes == {"messages_thread_id"}
     db.conn.close()
@@ -237,8 +249,10 @@ def test_the_thread_number_upgrade_keeps_every_message_exactly_and_shrinks_the_r
     rows = [(THREAD, seq, m.id, m.role.value, jsonio.dumps(message_data(m))) for seq, m in enumerate(history, 1)]
     rows.append(("slack:T1:C9:1.0", 1, other.id, "assistant", json.dumps(other.to_dict())))  # the stdlib's spacing
     rows.append(("slack:T1:C9:2.0", 1, "broken", "user", "{not json"))
-    db.conn.executemany("INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
-                        "VALUES (?, ?, ?, ?, ?, 0)", rows)
+    db.conn.executemany(
+        "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) VALUES (?, ?, ?, ?, ?, 0)",
+        rows,
+    )
     db.conn.commit()
     db.conn.close()
 
@@ -249,8 +263,12 @@ def test_the_thread_number_upgrade_keeps_every_message_exactly_and_shrinks_the_r
         assert [m.to_dict() for m in storage.messages.retrieve_messages("slack:T1:C9:1.0")] == [other.to_dict()]
         with pytest.raises(CorruptRecord, match="slack:T1:C9:2.0/broken"):
             storage.messages.retrieve_messages("slack:T1:C9:2.0")  # kept, and still refused as before
-        bodies = dict(storage.db.execute("SELECT t.key, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
-                                         "WHERE t.key LIKE 'slack:T1:C9:%'").fetchall())
+        bodies = dict(
+            storage.db.execute(
+                "SELECT t.key, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
+                "WHERE t.key LIKE 'slack:T1:C9:%'"
+            ).fetchall()
+        )
         assert bodies == {"slack:T1:C9:1.0": '{"text":"another thread"}', "slack:T1:C9:2.0": "{not json"}
         # ids stay unique per thread and appends continue each thread's sequence
         assert storage.messages.write_messages(THREAD, [history[0], ChatMessage.from_user("more")]) == 1

@@ -204,15 +204,24 @@ async def test_an_upgrade_from_the_first_schema_keeps_pending_buttons_and_one_ac
         assert runs[0].error == "closed at upgrade: a newer run was active in the thread"
         closed = await storage.approvals.get("appr-run-1")
         assert (closed.status, closed.decided_by, closed.feedback) == (
-            "cancelled", "countersign", CLOSED_RUN_APPROVALS_REASON
+            "cancelled",
+            "countersign",
+            CLOSED_RUN_APPROVALS_REASON,
         ), "the closed run's approval can no longer be clicked"
         assert closed.decided_at is not None
         assert (await storage.approvals.get("appr-run-2")).status == "approved"
         assert await storage.approvals.pending() == []
         assert (runs[1].owner, runs[1].lease_expires_at, runs[1].recoveries) == (None, None, 0)
         with pytest.raises(ActiveRunExists):
-            await storage.runs.create("run-4", chat_history_id="slack:T1:C1:1.1", platform="slack", workspace="T1",
-                                      channel="C1", thread="1.1", requester="U_ANA")
+            await storage.runs.create(
+                "run-4",
+                chat_history_id="slack:T1:C1:1.1",
+                platform="slack",
+                workspace="T1",
+                channel="C1",
+                thread="1.1",
+                requester="U_ANA",
+            )
 
 
 async def test_a_message_row_holds_a_compact_body_and_rows_written_whole_still_read(postgres_url):
@@ -240,8 +249,7 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
 
     thread = "slack:T1:C1:170.9"
     address = ThreadAddress(thread, "slack", "T1", "C1", "170.9")
-    async with await open_postgres_storage(postgres_url) as storage, \
-            await open_postgres_storage(postgres_url) as other:
+    async with await open_postgres_storage(postgres_url) as storage, await open_postgres_storage(postgres_url) as other:
         enqueued = asyncio.Event()
         commit = asyncio.Event()
 
@@ -253,14 +261,19 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
 
         writer = asyncio.create_task(enqueue_and_hold())
         await enqueued.wait()
-        batch = asyncio.create_task(storage.batches.apply([
-            Read("inbox", "waiting", (thread,)),
-            Write("events", "first_time", ("e-after",)),
-        ]))
+        batch = asyncio.create_task(
+            storage.batches.apply(
+                [
+                    Read("inbox", "waiting", (thread,)),
+                    Write("events", "first_time", ("e-after",)),
+                ]
+            )
+        )
         # The batch waits on the thread's lock (seen in pg_locks), not on a timer.
         while not await storage.db.fetchone(
             "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND objid = (hashtext(%s)::bigint & 4294967295)::oid", [thread]
+            "AND objid = (hashtext(%s)::bigint & 4294967295)::oid",
+            [thread],
         ):
             assert not batch.done()
             await asyncio.sleep(0)

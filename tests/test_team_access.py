@@ -19,7 +19,6 @@ NOT_AN_ADMIN = "Only countersign admins can change policies."
 DEFAULT = "Everyone may ask the bot, in every channel of this workspace (no access rules). Direct messages: allowed."
 
 
-
 async def command(h, text: str, actor: str = ADMIN) -> str:
     return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
 
@@ -116,11 +115,11 @@ async def test_every_access_change_is_audited(harnesses):
 # ---------------------------------------------------------------------- Slack, end to end
 
 
-
 async def test_slack_an_access_rule_refuses_and_allows_requests(tmp_path: Path, slack: FakeSlackAPI) -> None:
     model = ScriptedChatGenerator([says("on it")] * 3)
-    stack = await SlackStack.start(db_path=tmp_path / "cs.db", slack=slack, generator=model, tools=[],
-                                   admins={"U0ADMIN"})
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=model, tools=[], admins={"U0ADMIN"}
+    )
     try:
         answer = await slack_command(stack, slack, "access allow <#C0OPS|ops> <@U0ALICE>", "U0ADMIN")
         assert "U0ALICE may ask the bot in #C0OPS." in answer

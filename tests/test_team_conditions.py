@@ -13,7 +13,6 @@ from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPAC
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 
 
-
 async def command(h, text: str, actor: str = ADMIN, channel: str = CHANNEL) -> str:
     return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, channel, actor, text))
 
@@ -149,8 +148,12 @@ async def test_needs_approval_decides_from_the_arguments_after_the_admins_rules(
     calls: list[dict] = []
     h = await harnesses.open(
         extra_tools=[judged_tool(lambda args: args["env"] == "prod", calls)],
-        replies=[asks_for("deploy", env="prod"), asks_for("deploy", env="dev"), says("ok"),
-                 asks_for("deploy", env="dev")],
+        replies=[
+            asks_for("deploy", env="prod"),
+            asks_for("deploy", env="dev"),
+            says("ok"),
+            asks_for("deploy", env="dev"),
+        ],
     )
     assert await paused(h, "deploy prod")
     assert not await paused(h, "deploy dev")

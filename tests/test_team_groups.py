@@ -20,7 +20,6 @@ NOT_AN_ADMIN = "Only countersign admins can change policies."
 ANA, BEN = "U_ANA", "U_BEN"
 
 
-
 async def command(h, text: str, actor: str = ADMIN) -> str:
     return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
 
@@ -133,8 +132,6 @@ async def test_a_member_of_an_admin_group_may_change_policy(harnesses):
 # ---------------------------------------------------------------------- Slack user groups, end to end
 
 
-
-
 async def test_a_slack_user_group_whose_membership_changes_between_the_pause_and_the_click(
     tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
@@ -151,7 +148,11 @@ async def test_a_slack_user_group_whose_membership_changes_between_the_pause_and
         slack.usergroups["S0ONCALL"] = ["U0CAROL"]  # the on-call rotation moved on
         for user in ("U0BOB", "U0CAROL"):
             await stack.requests.click(
-                "cs_approve", approval_id, user=user, channel="C0OPS", message_ts=approval.response["ts"],
+                "cs_approve",
+                approval_id,
+                user=user,
+                channel="C0OPS",
+                message_ts=approval.response["ts"],
                 thread_ts=thread_ts,
             )
             await stack.settle()

@@ -26,7 +26,6 @@ from tests.test_slack_approvals import Clock, Ops, ask, start_stack
 ANA, BEN = "U_ANA", "U_BEN"
 
 
-
 async def command(h, text: str) -> str:
     return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, text))
 
@@ -119,8 +118,6 @@ async def test_reminders_can_be_turned_off(harnesses):
 # ---------------------------------------------------------------------- Slack, end to end
 
 
-
-
 async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_and_app_home_update(
     tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer
 ) -> None:
@@ -137,8 +134,9 @@ async def test_slack_the_approver_decides_in_their_dm_and_the_channel_message_an
         [approval_id] = button_values(dm.args["blocks"], "cs_approve")
         assert button_values(approval.args["blocks"], "cs_approve") == [approval_id]
 
-        await stack.requests.click("cs_approve", approval_id, user="U0BOB", channel="DU0BOB",
-                                   message_ts=dm.response["ts"])
+        await stack.requests.click(
+            "cs_approve", approval_id, user="U0BOB", channel="DU0BOB", message_ts=dm.response["ts"]
+        )
         await stack.settle()
     finally:
         await stack.stop()
@@ -178,8 +176,18 @@ async def test_slack_reminders_and_the_expiry_notice_name_the_requester_with_a_r
 
 
 def test_slack_notes_mention_only_the_ids_the_engine_names_and_escape_everything_else() -> None:
-    note = Note(("<!channel> <@U0EVIL> token=abc123 ", Mention("U0ANA"), ", ", Mention("<!here>"), ", ",
-                 Mention("usergroup:S0OPS|@ops"), ", ", Mention("group:oncall")))
+    note = Note(
+        (
+            "<!channel> <@U0EVIL> token=abc123 ",
+            Mention("U0ANA"),
+            ", ",
+            Mention("<!here>"),
+            ", ",
+            Mention("usergroup:S0OPS|@ops"),
+            ", ",
+            Mention("group:oncall"),
+        )
+    )
     assert note_markup(note) == "&lt;!channel&gt; &lt;@U0EVIL&gt; token=•••••• <@U0ANA>, &lt;!here&gt;, @ops, @oncall"
 
 
@@ -188,8 +196,12 @@ def test_slack_notes_mention_only_the_ids_the_engine_names_and_escape_everything
 
 async def test_only_an_admins_own_copy_offers_approve_and_always_allow_and_it_writes_an_audited_rule(harnesses):
     h = await harnesses.open(
-        replies=[asks_for("delete_file", path="a.txt"), says("Deleted."), asks_for("delete_file", path="b.txt"),
-                 says("Deleted b.")],
+        replies=[
+            asks_for("delete_file", path="a.txt"),
+            says("Deleted."),
+            asks_for("delete_file", path="b.txt"),
+            says("Deleted b."),
+        ],
     )
     h.surface.direct = {ADMIN, ANA}
     await command(h, "approvers delete_file @U_ADMIN @U_ANA")

@@ -25,8 +25,6 @@ from tests.test_slack_approvals import ADMIN, ALICE, CHANNEL, Clock, Ops, ask, s
 BOB = "U0BOB"
 
 
-
-
 @pytest.fixture
 async def stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer) -> AsyncIterator[SlackStack]:
     running = await start_stack(tmp_path, slack, openai, Ops(), Clock())
@@ -136,8 +134,9 @@ async def test_in_mention_mode_the_requesters_reply_without_a_mention_changes_no
 
 
 async def test_a_message_queued_by_someone_else_while_the_run_ran_does_not_supersede_it(tmp_path: Path) -> None:
-    harness = await Harness.open(tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Done."),
-                                                    says("Answer to the other.")])
+    harness = await Harness.open(
+        tmp_path, replies=[asks_for("delete_file", path="a.txt"), says("Done."), says("Answer to the other.")]
+    )
     try:
         [approval] = await harness.paused_approvals("delete a.txt")
         thread = harness.thread()

@@ -93,8 +93,9 @@ async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monke
         llm.enqueue_tool_calls([("backup", {"target": "orders"})], text="Backing up orders first, then the rest.")
         llm.enqueue_text("never asked")
         generator = OpenAIChatGenerator(api_key="test", api_base_url=llm.base_url, max_retries=0)
-        stack = await TeamsStack.open(tmp_path, connector, issuer, generator=generator, tools=Tools(),
-                                      stream_update_seconds=0.05)
+        stack = await TeamsStack.open(
+            tmp_path, connector, issuer, generator=generator, tools=Tools(), stream_update_seconds=0.05
+        )
         try:
             said = asyncio.create_task(
                 stack.say("back everything up", conversation=PERSONAL_CHAT, conversation_type="personal")
@@ -111,8 +112,14 @@ async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monke
         finally:
             await stack.aclose()
 
-    assert refused == (200, {"statusCode": 200, "type": "application/vnd.microsoft.activity.message",
-                             "value": "Only the person who asked, or an admin, can stop this."})
+    assert refused == (
+        200,
+        {
+            "statusCode": 200,
+            "type": "application/vnd.microsoft.activity.message",
+            "value": "Only the person who asked, or an admin, can stop this.",
+        },
+    )
     assert stopping[1]["value"] == "Stopping after the current step."
     assert run.requester == ANA.id and len(llm.requests) == 1
     assert connector.texts()[-1] == "(Stopped.)"

@@ -238,8 +238,9 @@ class ConsoleSurface:
 
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """A short note: the message waits for the answer to the previous one."""
-        self.console.print(Text(f"(queued: I'll answer this after the current one{self._elsewhere(thread)})",
-                                style="dim"))
+        self.console.print(
+            Text(f"(queued: I'll answer this after the current one{self._elsewhere(thread)})", style="dim")
+        )
 
     # --- for the chat loop -------------------------------------------------------------------
 

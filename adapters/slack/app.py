@@ -245,9 +245,7 @@ class SlackListeners:
         self.tasks.spawn(self._tell_clicker(body, UNREADABLE_CLICK), name="slack-unreadable-click")
         return True
 
-    async def _decide_click(
-        self, body: dict[str, Any], decision: Coroutine[Any, Any, Any], tell: bool = False
-    ) -> None:
+    async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any], tell: bool = False) -> None:
         try:
             result = await decision
         except EngineError as refusal:
@@ -314,7 +312,12 @@ class SlackListeners:
         # The Edit result modal has one field, the review's new result; the engine checks it is a review.
         result = edited.pop(RESULT_BLOCK, None) if set(edited) <= {RESULT_BLOCK} else None
         request = DecisionRequest(
-            approval_id, actor, MODIFY, edited_params=edited, actor_name=_actor_name(body), place=place,
+            approval_id,
+            actor,
+            MODIFY,
+            edited_params=edited,
+            actor_name=_actor_name(body),
+            place=place,
             edited_result=result if isinstance(result, str) else None,
         )
         await self._decide_in_modal(ack, view, request)

@@ -128,9 +128,7 @@ def stop_offer_blocks(run_id: str) -> list[dict[str, Any]]:
 
 
 def _stop_button(run_id: str) -> ButtonElement:
-    return ButtonElement(
-        text="Stop", action_id=ACTION_STOP, value=run_id[:BUTTON_VALUE_LIMIT], style="danger"
-    )
+    return ButtonElement(text="Stop", action_id=ACTION_STOP, value=run_id[:BUTTON_VALUE_LIMIT], style="danger")
 
 
 def tool_step_blocks(line: str) -> list[dict[str, Any]]:
@@ -307,8 +305,11 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
             confirm="Approve and allow",
             deny="Cancel",
         )
-        buttons.append(ButtonElement(text="Approve and always allow here", action_id=ACTION_APPROVE_ALWAYS,
-                                     value=aid, confirm=always))
+        buttons.append(
+            ButtonElement(
+                text="Approve and always allow here", action_id=ACTION_APPROVE_ALWAYS, value=aid, confirm=always
+            )
+        )
     return ActionsBlock(block_id=f"cs_actions:{aid}", elements=buttons)
 
 

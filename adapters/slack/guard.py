@@ -67,6 +67,8 @@ _INNER_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 _NESTED = ("event", "message", "previous_message", "item", "assistant_thread")
 _MAX_DEPTH = 4
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A request that does not reach Bolt: the HTTP status to answer and why (for the log, never the client)."""

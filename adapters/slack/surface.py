@@ -225,18 +225,26 @@ class SlackSurface:
         if ts is not None:
             try:
                 response = await self.client.chat_startStream(
-                    channel=thread.channel, thread_ts=ts, recipient_user_id=requester,
+                    channel=thread.channel,
+                    thread_ts=ts,
+                    recipient_user_id=requester,
                     recipient_team_id=thread.workspace,
                 )
             except SlackApiError as exc:  # not available to this app or workspace: post and update instead
-                logger.info("streaming unavailable; updating a message instead",
-                            extra={"error": exc.response.get("error")})
+                logger.info(
+                    "streaming unavailable; updating a message instead", extra={"error": exc.response.get("error")}
+                )
             else:
                 await self._offer_stop(thread, requester, run_id)
                 return {"mode": NATIVE, "channel": response.get("channel") or thread.channel, "ts": response["ts"]}
         response = await self.client.chat_postMessage(
-            channel=thread.channel, thread_ts=ts, text="…", blocks=streaming_blocks("…", run_id),
-            link_names=False, unfurl_links=False, unfurl_media=False,
+            channel=thread.channel,
+            thread_ts=ts,
+            text="…",
+            blocks=streaming_blocks("…", run_id),
+            link_names=False,
+            unfurl_links=False,
+            unfurl_media=False,
         )
         return {"mode": UPDATE, "channel": response["channel"], "ts": response["ts"], "run_id": run_id}
 
@@ -254,7 +262,9 @@ class SlackSurface:
                 return
             mrkdwn = markdown_to_mrkdwn(mask_text(text))
             await self.client.chat_update(
-                channel=stream["channel"], ts=stream["ts"], text=mrkdwn,
+                channel=stream["channel"],
+                ts=stream["ts"],
+                text=mrkdwn,
                 blocks=streaming_blocks(mrkdwn, stream.get("run_id")),
             )
 
@@ -278,15 +288,23 @@ class SlackSurface:
         """A call that ran without approval, as one context line in the thread."""
         line = tool_step_line(step)
         await self.client.chat_postMessage(
-            channel=thread.channel, thread_ts=thread_ts(thread), text=escape(line), blocks=tool_step_blocks(line),
-            link_names=False, unfurl_links=False, unfurl_media=False,
+            channel=thread.channel,
+            thread_ts=thread_ts(thread),
+            text=escape(line),
+            blocks=tool_step_blocks(line),
+            link_names=False,
+            unfurl_links=False,
+            unfurl_media=False,
         )
 
     async def _offer_stop(self, thread: ThreadRef, requester: str, run_id: str) -> None:
         try:
             await self.client.chat_postEphemeral(
-                channel=thread.channel, user=requester, thread_ts=thread_ts(thread),
-                text="I'm working on your request.", blocks=stop_offer_blocks(run_id),
+                channel=thread.channel,
+                user=requester,
+                thread_ts=thread_ts(thread),
+                text="I'm working on your request.",
+                blocks=stop_offer_blocks(run_id),
             )
         except SlackApiError as exc:  # the answer streams all the same
             logger.info("stop button not offered", extra={"error": exc.response.get("error")})
@@ -297,9 +315,7 @@ class SlackSurface:
         if ts is None:
             return
         try:
-            await self.client.assistant_threads_setStatus(
-                channel_id=thread.channel, thread_ts=ts, status=QUEUED_STATUS
-            )
+            await self.client.assistant_threads_setStatus(channel_id=thread.channel, thread_ts=ts, status=QUEUED_STATUS)
         except SlackApiError as exc:  # cosmetic: the message is queued either way
             logger.info("status line not set", extra={"error": exc.response.get("error")})
 

@@ -232,9 +232,7 @@ class TeamsAgent(ActivityHandler):
         if action.verb == VERB_APPROVE_ALL:
             return await engine.approve_all(action.approval_id, actor, actor_name=actor_name, place=place)
         if action.verb == VERB_APPROVE_ALWAYS:
-            return await engine.approve_and_always_allow(
-                action.approval_id, actor, actor_name=actor_name, place=place
-            )
+            return await engine.approve_and_always_allow(action.approval_id, actor, actor_name=actor_name, place=place)
         request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name, place=place)
         if action.verb == VERB_REJECT:
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None

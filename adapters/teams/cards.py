@@ -659,8 +659,11 @@ def _refresh(approvals: Sequence[ApprovalView], users: Sequence[str]) -> dict[st
     if not users or not pending:
         return None
     return {
-        "action": {"type": "Action.Execute", "verb": VERB_REFRESH, "data": action_data(pending[0].approval_id,
-                                                                                        VERB_REFRESH)},
+        "action": {
+            "type": "Action.Execute",
+            "verb": VERB_REFRESH,
+            "data": action_data(pending[0].approval_id, VERB_REFRESH),
+        },
         "userIds": list(users)[:MAX_REFRESH_USERS],
     }
 
@@ -690,14 +693,25 @@ def stop_card(run_id: str | None) -> dict[str, Any]:
         "$schema": CARD_SCHEMA,
         "version": CARD_VERSION,
         "fallbackText": "countersign is working on your request.",
-        "body": [{"type": "TextBlock", "text": "Working on your request." if run_id else "Done.", "wrap": True,
-                  "isSubtle": run_id is None}],
+        "body": [
+            {
+                "type": "TextBlock",
+                "text": "Working on your request." if run_id else "Done.",
+                "wrap": True,
+                "isSubtle": run_id is None,
+            }
+        ],
     }
     if run_id:
-        card["actions"] = [{
-            "type": "Action.Execute", "title": "Stop", "verb": VERB_STOP, "style": "destructive",
-            "data": {"run_id": run_id, "verb": VERB_STOP},
-        }]
+        card["actions"] = [
+            {
+                "type": "Action.Execute",
+                "title": "Stop",
+                "verb": VERB_STOP,
+                "style": "destructive",
+                "data": {"run_id": run_id, "verb": VERB_STOP},
+            }
+        ]
     return card
 
 

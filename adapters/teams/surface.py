@@ -112,8 +112,10 @@ def api_error_kind(error: BaseException) -> str:
     """The metrics ``kind`` of a failed connector call: by its HTTP status when it carries one."""
     if isinstance(error, aiohttp.ClientConnectionError | TimeoutError):
         return "connection"
-    status = next((getattr(error, name) for name in ("status", "status_code")
-                   if isinstance(getattr(error, name, None), int)), None)
+    status = next(
+        (getattr(error, name) for name in ("status", "status_code") if isinstance(getattr(error, name, None), int)),
+        None,
+    )
     if status == 429:
         return "rate_limited"
     if status is not None and status >= 500:

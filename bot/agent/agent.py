@@ -474,9 +474,7 @@ class Agent:
             outcome = await confirmation.decide(event) if confirmation is not None else None
             runs = outcome is None or (isinstance(outcome, ToolExecutionDecision) and outcome.execute)
             if runs and event.approval_reason is not None:  # a user hook asked a human, and no policy refused
-                outcome = HITLBreakpointException(
-                        event.approval_reason, tool_name=call.tool_name, tool_call_id=call.id
-                    )
+                outcome = HITLBreakpointException(event.approval_reason, tool_name=call.tool_name, tool_call_id=call.id)
             if isinstance(outcome, HITLBreakpointException):
                 pending.append(call)
                 first_pause = first_pause or outcome

@@ -94,9 +94,7 @@ class ToolRunner:
         with log_context(tool=call.tool_name):
             return await self._run_one_bound(call, run_id=run_id, call_key=call_key, state=state)
 
-    async def _run_one_bound(
-        self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]
-    ) -> ChatMessage:
+    async def _run_one_bound(self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]) -> ChatMessage:
         tool = self.tools.get(call.tool_name)
         if tool is None:
             available = ", ".join(sorted(self.tools)) or "none"

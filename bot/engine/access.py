@@ -72,7 +72,7 @@ class AccessControl:
             by_scope.setdefault(rule.scope, []).append(group_label(rule.principal))
         lines = ["Who may ask (admins always may):"]
         for where, who in by_scope.items():
-            place = "the whole workspace" if where == scope else "#" + where[len(prefix):]
+            place = "the whole workspace" if where == scope else "#" + where[len(prefix) :]
             lines.append(f"  {place}: {', '.join(who)}")
         if scope not in by_scope:
             lines.append("  elsewhere in the workspace: everyone")
@@ -83,6 +83,8 @@ class AccessControl:
 def _scopes(inbound: Inbound) -> list[str]:
     """The scopes whose access rules apply to ``inbound``, most specific first."""
     workspace = scope_workspace(inbound.platform, inbound.workspace)
-    return [workspace] if inbound.is_direct else [
-        scope_channel(inbound.platform, inbound.workspace, inbound.channel), workspace
-    ]
+    return (
+        [workspace]
+        if inbound.is_direct
+        else [scope_channel(inbound.platform, inbound.workspace, inbound.channel), workspace]
+    )

@@ -147,7 +147,9 @@ class AdminCommands:
     async def _usage(self, request: AdminRequest, channel: str | None, days: int) -> str:
         """The tokens the model used for this workspace's (or one channel's) runs over the last ``days``."""
         totals = await self.storage.runs.usage(
-            platform=request.platform, workspace=request.workspace, channel=channel,
+            platform=request.platform,
+            workspace=request.workspace,
+            channel=channel,
             since=self.clock() - timedelta(days=days),
         )
         where = f"#{channel}" if channel else "this workspace"

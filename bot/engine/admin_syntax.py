@@ -48,11 +48,35 @@ USAGE = """countersign admin commands:
 Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories."""
 
 COMMAND_WORDS = (
-    "policy", "approvers", "quorum", "four-eyes", "ttl", "group", "access", "dm", "pending", "audit", "memory",
-    "usage", "help",
+    "policy",
+    "approvers",
+    "quorum",
+    "four-eyes",
+    "ttl",
+    "group",
+    "access",
+    "dm",
+    "pending",
+    "audit",
+    "memory",
+    "usage",
+    "help",
 )
-CHANGES = frozenset({"policy set", "policy reset", "approvers", "quorum", "four-eyes", "ttl", "group set",
-                     "group delete", "access allow", "access revoke", "dm"})
+CHANGES = frozenset(
+    {
+        "policy set",
+        "policy reset",
+        "approvers",
+        "quorum",
+        "four-eyes",
+        "ttl",
+        "group set",
+        "group delete",
+        "access allow",
+        "access revoke",
+        "dm",
+    }
+)
 EVERYONE = "everyone"
 DEFAULT_USAGE_DAYS, MAX_USAGE_DAYS = 7, 366
 _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-]+))$")
@@ -166,9 +190,7 @@ def parse_command(text: str) -> AdminCommand:
                 "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
             )
         if sub == "reset" and len(rest) in (1, 2):
-            return AdminCommand(
-                "policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition
-            )
+            return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition)
     if head == "memory" and args:
         return _memory_command(args[0].lower(), args[1:])
     if head == "approvers" and len(args) >= 2:
@@ -225,7 +247,7 @@ def _split_when(words: list[str]) -> tuple[list[str], Condition | None]:
     if "when" not in lowered:
         return words, None
     at = lowered.index("when")
-    before, after = words[:at], words[at + 1:]
+    before, after = words[:at], words[at + 1 :]
     if after and _CHANNEL.match(after[-1]):  # "… when env=prod #ops": the channel may come last
         before, after = [*before, after[-1]], after[:-1]
     return before, parse_condition(" ".join(after))

@@ -85,8 +85,14 @@ class PoliciesRead:
         """Forget the views read ahead: every later check reads storage afresh."""
         self._ahead = None
 
-    def note(self, tool_name: str, tool_call_id: str | None, arguments: Mapping[str, Any],
-             policy: EffectivePolicy, ahead: PolicyView | None = None) -> None:
+    def note(
+        self,
+        tool_name: str,
+        tool_call_id: str | None,
+        arguments: Mapping[str, Any],
+        policy: EffectivePolicy,
+        ahead: PolicyView | None = None,
+    ) -> None:
         """Remember the policy a call was just decided with (a later read of the same call replaces it); ``ahead``:
         the view read ahead that it was computed from, for the pause to check (``None``: read just now)."""
         self._read[(tool_name, tool_call_id)] = (dict(arguments), policy, ahead)
@@ -108,8 +114,13 @@ class PoliciesRead:
         self._read.clear()
 
 
-def note_policy(context: Mapping[str, Any] | None, tool_name: str, tool_call_id: str | None,
-                arguments: Mapping[str, Any], policy: EffectivePolicy) -> None:
+def note_policy(
+    context: Mapping[str, Any] | None,
+    tool_name: str,
+    tool_call_id: str | None,
+    arguments: Mapping[str, Any],
+    policy: EffectivePolicy,
+) -> None:
     """Note ``policy`` in the run's :class:`PoliciesRead`, when its context carries one (the engine's runs do)."""
     read = context.get(POLICIES_READ) if context else None
     if isinstance(read, PoliciesRead):
@@ -282,8 +293,9 @@ class PolicyConfirmationStrategy:
             if policy.mode in ASKING_MODES:
                 read.note(tool_name, tool_call_id, tool_params, policy, ahead=ahead)  # type: ignore[union-attr]
                 raise _ask(tool_name, tool_call_id, policy)
-            fresh = await self.storage.policies.view(tool_name, platform=context["platform"],
-                                                     workspace=context["workspace"], channel=context["channel"])
+            fresh = await self.storage.policies.view(
+                tool_name, platform=context["platform"], workspace=context["workspace"], channel=context["channel"]
+            )
             if fresh != ahead:  # changed since the run started (unchanged: the policy computed above stands)
                 policy = await policy_of(fresh, tool, context, self.default_ttl, arguments=tool_params)
         else:

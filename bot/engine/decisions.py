@@ -81,9 +81,7 @@ async def authorize_now(roles: Any, record: Any, actor: str, *, fresh: bool = Tr
     """
     approver = bool(record.approvers) and await roles.includes(record.approvers, actor, record.platform, fresh=fresh)
     admin = (
-        not record.approvers
-        and actor != record.requester
-        and await roles.is_admin(actor, record.platform, fresh=fresh)
+        not record.approvers and actor != record.requester and await roles.is_admin(actor, record.platform, fresh=fresh)
     )
     authorize(lambda _: admin, record, actor, approver=approver)
 
@@ -192,18 +190,27 @@ async def step_decisions(
         if policy.mode != DENY:
             continue
         approval_id = records[i - len(decided)].approval_id if i >= len(decided) else None
-        blocked.append(BlockedCall(decision.tool_name, decision.tool_call_id, approval_id,
-                                   await _denied_by(storage, view, context, arguments)))
+        blocked.append(
+            BlockedCall(
+                decision.tool_name,
+                decision.tool_call_id,
+                approval_id,
+                await _denied_by(storage, view, context, arguments),
+            )
+        )
         decisions[i] = ToolExecutionDecision(
-            decision.tool_name, False, decision.tool_call_id,
+            decision.tool_name,
+            False,
+            decision.tool_call_id,
             feedback=BLOCKED_AFTER_APPROVAL_FEEDBACK.format(tool_name=decision.tool_name),
         )
     for call in blocked:
         logger.info("approved call blocked by policy", extra={"tool": call.tool_name, "approval_id": call.approval_id})
         await storage.audit.append(
-            "countersign", BLOCKED_AFTER_APPROVAL, call.approval_id or run_id,
-            {"tool": call.tool_name, "run_id": run_id, "tool_call_id": call.tool_call_id,
-             "policy": call.denied_by},
+            "countersign",
+            BLOCKED_AFTER_APPROVAL,
+            call.approval_id or run_id,
+            {"tool": call.tool_name, "run_id": run_id, "tool_call_id": call.tool_call_id, "policy": call.denied_by},
             now=now,
         )
     return decisions

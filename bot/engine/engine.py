@@ -133,6 +133,7 @@ MAX_STEP_REDECISIONS = 2
 """How often a run decides a step again after its pause was refused because a policy read ahead had changed (the
 second decision reads every policy afresh, so one is all it takes; past this the run fails closed)."""
 
+
 @dataclass(frozen=True)
 class ClaimedStep:
     """What the decision that completed a step read in its own transaction, whose claim started the run.
@@ -184,8 +185,9 @@ class Engine:
             generator = generator.inner
         self.history = StepHistory(storage)
         """The agent's chat store: a run's history writes join its step's next batch (:mod:`bot.engine.history`)."""
-        self.ledger = StorageExecutionLedger(storage, lambda run: self.lifecycle.fence(run), observer=self.observer,
-                                             history=self.history)
+        self.ledger = StorageExecutionLedger(
+            storage, lambda run: self.lifecycle.fence(run), observer=self.observer, history=self.history
+        )
         """The tool-execution ledger of the agent's runs (it also notes stop requests read with each outcome)."""
         self.agent = Agent(
             ObservedChatGenerator(generator, self.observer),
@@ -198,8 +200,12 @@ class Engine:
             memory_store=self.history.memories,
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
-            hooks={"after_tool": [PolicyReviewHook(storage, self.tools, config.default_ttl_seconds, self.ledger),
-                                  StopFromChat(self._live)]},
+            hooks={
+                "after_tool": [
+                    PolicyReviewHook(storage, self.tools, config.default_ttl_seconds, self.ledger),
+                    StopFromChat(self._live),
+                ]
+            },
         )
         self.surfaces: dict[str, Surface] = {}
         self.roles = Roles(storage, config.admins, self.surfaces)
@@ -354,8 +360,10 @@ class Engine:
             )
             surface = self._surface(inbound.platform)
             if surface is not None:
-                self.spawn(_quietly(surface.tell_user(inbound.thread_ref, inbound.user, refusal)),
-                           name=f"refuse-{inbound.event_id}")
+                self.spawn(
+                    _quietly(surface.tell_user(inbound.thread_ref, inbound.user, refusal)),
+                    name=f"refuse-{inbound.event_id}",
+                )
             return None
         return await self.lifecycle.receive(inbound)
 
@@ -363,24 +371,44 @@ class Engine:
         """What a run started for ``inbound`` (``message``: as stored) reads first (its history, then its memories),
         exactly as the agent will ask: read in the write that starts the run, handed to it (StepHistory.prefetched)."""
         thread = inbound.thread_ref
-        reads = [Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k}),
-                 self._policies_ahead(thread)]
+        reads = [
+            Read("messages", "retrieve_messages", (thread.key,), {"last_k": self.config.history_last_k}),
+            self._policies_ahead(thread),
+        ]
         query = (message or user_message(inbound)).text
         if query:
-            context = {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
-                       "requester": inbound.user}
+            context = {
+                "platform": thread.platform,
+                "workspace": thread.workspace,
+                "channel": thread.channel,
+                "requester": inbound.user,
+            }
             criteria = run_memory_kwargs(context)["search_criteria"]
-            reads.append(Read("memories", "search_memories", (query,), {
-                "filters": criteria.get("filters"), "top_k": criteria.get("top_k", DEFAULT_TOP_K),
-                "user_id": None, "run_id": None, "agent_id": None,
-            }))
+            reads.append(
+                Read(
+                    "memories",
+                    "search_memories",
+                    (query,),
+                    {
+                        "filters": criteria.get("filters"),
+                        "top_k": criteria.get("top_k", DEFAULT_TOP_K),
+                        "user_id": None,
+                        "run_id": None,
+                        "agent_id": None,
+                    },
+                )
+            )
         return reads
 
     def _policies_ahead(self, thread: ThreadRef) -> Read:
         """The policy views of the agent's tools in the thread's channel, read ahead with the write that starts a run:
         a call they say to ask about pauses without a read of its own, checked by its pause (:class:`PoliciesRead`)."""
-        return Read("policies", "views", (tuple(self.tools),),
-                    {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel})
+        return Read(
+            "policies",
+            "views",
+            (tuple(self.tools),),
+            {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel},
+        )
 
     async def _note_pending(self, inbound: Inbound, record: Any) -> None:
         """Tell someone privately, once per approval, that it waits and who can decide it."""
@@ -409,8 +437,11 @@ class Engine:
 
     def _store_kwargs(self, run_id: str, thread: ThreadRef) -> dict[str, Any]:
         """Where the agent keeps the run's history, and the fence every write of it is made under."""
-        return {"chat_history_id": thread.key, "last_k": self.config.history_last_k,
-                "fence": self.lifecycle.fence(run_id)}
+        return {
+            "chat_history_id": thread.key,
+            "last_k": self.config.history_last_k,
+            "fence": self.lifecycle.fence(run_id),
+        }
 
     async def run_agent(
         self,
@@ -441,8 +472,11 @@ class Engine:
         surface = self._surface(thread.platform)
         self.lifecycle.forget_waiting(thread)
         self.history.open(run_id, thread.key)
-        self.ledger.channels[run_id] = {"platform": thread.platform, "workspace": thread.workspace,
-                                        "channel": thread.channel}
+        self.ledger.channels[run_id] = {
+            "platform": thread.platform,
+            "workspace": thread.workspace,
+            "channel": thread.channel,
+        }
         # A run started on a message's arrival read its tools' policies ahead (reads_ahead); a resume did not.
         ahead = self.history.take_read(run_id, self._policies_ahead(thread))
         policies_read = PoliciesRead(None if ahead is UNREAD else ahead)
@@ -457,9 +491,16 @@ class Engine:
         }
         live = None
         if surface:
-            live = LiveAnswer(surface, thread, requester, run_id, interval=self.config.stream_update_seconds,
-                              message_id=message_id, decided_calls=decided_calls,
-                              stop_check=lambda: self._stop_requested(run_id))
+            live = LiveAnswer(
+                surface,
+                thread,
+                requester,
+                run_id,
+                interval=self.config.stream_update_seconds,
+                message_id=message_id,
+                decided_calls=decided_calls,
+                stop_check=lambda: self._stop_requested(run_id),
+            )
             self._live[run_id] = live
             await live.status(THINKING)
         paused = False
@@ -511,10 +552,14 @@ class Engine:
                 )
             )
             sentence = _failure_sentence(exc)
-            await _quietly(self.lifecycle.deliveries.say(
-                thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
-                via=live.deliver if live else None,
-            ))
+            await _quietly(
+                self.lifecycle.deliveries.say(
+                    thread,
+                    live.with_streamed(sentence) if live else sentence,
+                    f"failed:{run_id}",
+                    via=live.deliver if live else None,
+                )
+            )
         finally:
             self.ledger.forget(run_id)  # a step with no stop or review check leaves nothing for a later run
             self.history.close(run_id)  # written with the run's last batch, or not at all (taken over)
@@ -523,7 +568,11 @@ class Engine:
                 await _quietly(live.close(keep_status=paused))
 
     def _decide_again(
-        self, run_id: str, thread: ThreadRef, pause: HITLBreakpointException, context: dict[str, Any],
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        pause: HITLBreakpointException,
+        context: dict[str, Any],
         live: LiveAnswer | None,
     ) -> Any:
         """The agent deciding a paused step's calls again, from the pause's snapshot, without asking the model again.
@@ -536,8 +585,13 @@ class Engine:
         assert snapshot is not None
         visits = dict(snapshot.component_visits)
         visits[TOOL_INVOKER] = max(0, visits.get(TOOL_INVOKER, 0) - 1)  # the resume counts this visit again
-        again = replace(snapshot, stage=TOOL_INVOKER_STAGE, decisions=[], component_visits=visits,
-                        pending_tool_calls=list(snapshot.step_message.tool_calls))
+        again = replace(
+            snapshot,
+            stage=TOOL_INVOKER_STAGE,
+            decisions=[],
+            component_visits=visits,
+            pending_tool_calls=list(snapshot.step_message.tool_calls),
+        )
         return self.agent.run_async(
             [],
             snapshot=again,
@@ -560,8 +614,9 @@ class Engine:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.lifecycle.fence(run_id)
         if not text:
-            finished = Write("runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence},
-                             required=True)
+            finished = Write(
+                "runs", "transition", (run_id, ("running", "resuming"), "finished"), {"fence": fence}, required=True
+            )
             if (await self._end(run_id, thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
                 self.observer.run_ended("finished")
             return
@@ -585,7 +640,7 @@ class Engine:
         if not outcome.applied:
             return outcome
         self.lifecycle.saw_waiting(thread, outcome.results[0])
-        return BatchOutcome(applied=True, results=outcome.results[1 + len(history):])
+        return BatchOutcome(applied=True, results=outcome.results[1 + len(history) :])
 
     async def _write_history(self, run_id: str) -> None:
         """Write what waits of the run's history now (a run failing): best effort, the failure is told anyway."""
@@ -593,15 +648,16 @@ class Engine:
         if waiting:
             await _quietly(self.storage.batches.apply(waiting))
 
-    def _end_writes(
-        self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign"
-    ) -> list[Write]:
+    def _end_writes(self, run_id: str, status: str, result: dict[str, Any], actor: str = "countersign") -> list[Write]:
         """The run's token usage and the audit entry of its end, written with the end itself (before anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
             return []
         usage = TokenUsage.of(result.get("token_usage"))
-        details = {"exit_reason": result.get("exit_reason"), "steps": result.get("step_count"),
-                   "usage": usage.as_dict()}
+        details = {
+            "exit_reason": result.get("exit_reason"),
+            "steps": result.get("step_count"),
+            "usage": usage.as_dict(),
+        }
         return [
             Write("runs", "record_usage", (run_id, usage)),
             Write("audit", "append", (actor, status, run_id, details), {"now": self.clock()}),
@@ -611,9 +667,12 @@ class Engine:
         """Mark the run failed, close its dangling calls, and tell the thread (ending its stream with the notice)."""
         fence = self.lifecycle.fence(run_id)
         await self._write_history(run_id)  # what the run said and got so far stays in the thread
-        if not await self.storage.runs.transition(
-            run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
-        ) and fence is not None:
+        if (
+            not await self.storage.runs.transition(
+                run_id, ("running", "resuming"), "failed", fence=fence, error=type(exc).__name__
+            )
+            and fence is not None
+        ):
             self.lifecycle.dropped(run_id)  # taken over: the new owner tells the thread what happened
             return
         self.observer.run_ended("failed")
@@ -621,7 +680,9 @@ class Engine:
         await self._close_dangling(thread, "not run: the run failed")
         sentence = _failure_sentence(exc)
         await self.lifecycle.deliveries.say(
-            thread, live.with_streamed(sentence) if live else sentence, f"failed:{run_id}",
+            thread,
+            live.with_streamed(sentence) if live else sentence,
+            f"failed:{run_id}",
             via=live.deliver if live else None,
         )
 
@@ -631,8 +692,13 @@ class Engine:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
         actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.lifecycle.fence(run_id)
-        stopped = Write("runs", "transition", (run_id, ("running", "resuming"), "stopped"),
-                        {"fence": fence, "error": f"stopped by {actor}"}, required=True)
+        stopped = Write(
+            "runs",
+            "transition",
+            (run_id, ("running", "resuming"), "stopped"),
+            {"fence": fence, "error": f"stopped by {actor}"},
+            required=True,
+        )
         outcome = await self._end(run_id, thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
         if not outcome.applied:
             if fence is not None:
@@ -640,7 +706,9 @@ class Engine:
             return
         self.observer.run_ended("stopped")
         await self.lifecycle.deliveries.say(
-            thread, live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE, f"stopped:{run_id}",
+            thread,
+            live.with_streamed(STOPPED_NOTICE) if live else STOPPED_NOTICE,
+            f"stopped:{run_id}",
             via=live.deliver if live else None,
         )
 
@@ -677,10 +745,12 @@ class Engine:
             return NOTHING_TO_STOP
         # Stored (with its audit entry, in one write), so the process that runs it (this one or another) stops it at
         # its next step boundary.
-        stopping = await self.storage.batches.apply([
-            Write("runs", "request_stop", (run_id, actor), required=True),
-            Write("audit", "append", (actor, "stop requested", run_id, {}), {"now": self.clock()}),
-        ])
+        stopping = await self.storage.batches.apply(
+            [
+                Write("runs", "request_stop", (run_id, actor), required=True),
+                Write("audit", "append", (actor, "stop requested", run_id, {}), {"now": self.clock()}),
+            ]
+        )
         if not stopping.applied:
             return NOTHING_TO_STOP
         live = self._live.get(run_id)
@@ -707,7 +777,11 @@ class Engine:
     # --- pausing ------------------------------------------------------------------------------------
 
     async def _on_pause(
-        self, run_id: str, thread: ThreadRef, requester: str, pause: HITLBreakpointException,
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        pause: HITLBreakpointException,
         policies_read: PoliciesRead | None = None,
     ) -> bool:
         """Store the snapshot and one approval per pending call, then render them.
@@ -742,11 +816,17 @@ class Engine:
             if noted is not None:
                 policy, seen = noted
                 if seen is not None:
-                    checks[call.tool_name] = Write("policies", "unchanged", (call.tool_name, seen), context,
-                                                   required=True)
+                    checks[call.tool_name] = Write(
+                        "policies", "unchanged", (call.tool_name, seen), context, required=True
+                    )
             else:
-                policy = await effective_policy(self.storage, self.tools.get(call.tool_name), context,
-                                                self.config.default_ttl_seconds, arguments=call.arguments)
+                policy = await effective_policy(
+                    self.storage,
+                    self.tools.get(call.tool_name),
+                    context,
+                    self.config.default_ttl_seconds,
+                    arguments=call.arguments,
+                )
             new_approvals.append(
                 NewApproval(
                     run_id=run_id,
@@ -784,8 +864,13 @@ class Engine:
             # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
             Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
             Write("approvals", "create_many", (new_approvals,)),
-            Write("runs", "transition", (run_id, "running", "paused"),
-                  {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step}, required=True),
+            Write(
+                "runs",
+                "transition",
+                (run_id, "running", "paused"),
+                {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step},
+                required=True,
+            ),
         ]
         card_key = None
         if surface is not None and approval_ids:
@@ -794,8 +879,14 @@ class Engine:
             # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
             card_key, card = owed_card(run_id, step)
             writes.append(self.lifecycle.deliveries.owing(thread, card, card_key, required=False))
-        writes.append(Write("audit", "append", (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
-                            {"now": now}))
+        writes.append(
+            Write(
+                "audit",
+                "append",
+                (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
+                {"now": now},
+            )
+        )
         failpoints.failpoint("while_pausing")
         try:
             outcome = await self.storage.batches.apply(writes)
@@ -804,8 +895,10 @@ class Engine:
             raise
         if not outcome.applied and outcome.refused is not None and 1 <= outcome.refused <= len(checks):
             self.history.give_back(run_id, history)  # the run is still ours: they go with its next batch
-            logger.info("policy changed since the run started; deciding the step again",
-                        extra={"step": step, "tools": ",".join(sorted(checks))})
+            logger.info(
+                "policy changed since the run started; deciding the step again",
+                extra={"step": step, "tools": ",".join(sorted(checks))},
+            )
             return True
         if not outcome.applied and fence is not None and not fence.holds_for(await self.storage.runs.get(run_id)):
             # Taken over in the moment since the check above: closing the run's pending approvals could close
@@ -819,8 +912,10 @@ class Engine:
             return False
         self.lifecycle.saw_waiting(thread, outcome.results[0])
         records = outcome.results[2 + len(checks) + len(history)]
-        logger.info("run paused for approval", extra={"step": step, "approvals": len(records),
-                                                      "tools": ",".join(sorted({r.tool_name for r in records}))})
+        logger.info(
+            "run paused for approval",
+            extra={"step": step, "approvals": len(records), "tools": ",".join(sorted({r.tool_name for r in records}))},
+        )
         failpoints.failpoint("after_pause")
         if surface is None or card_key is None:
             return False
@@ -856,8 +951,10 @@ class Engine:
         statuses = (await self.storage.batches.apply(writes)).results[0]
         await _quietly(self.notices.send_direct(thread, records))
         if any(r.approvers for r in records):  # copies went to named approvers: a click meanwhile missed them
-            statuses = {r.approval_id: r.status for r in await self.storage.approvals.for_run(
-                records[0].run_id, step=records[0].step)}
+            statuses = {
+                r.approval_id: r.status
+                for r in await self.storage.approvals.for_run(records[0].run_id, step=records[0].step)
+            }
         # A click that landed while the message was being posted found no reference to update: catch up.
         if any(status != PENDING for status in statuses.values()):
             await self._update_rendering(records[0])
@@ -945,8 +1042,9 @@ class Engine:
         """
         clicked = await self._clicked(request.approval_id, request.place)  # the approval and its places: one read
         record = clicked.record
-        with log_context(approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id,
-                         surface=record.platform):
+        with log_context(
+            approval_id=record.approval_id, tool=record.tool_name, run_id=record.run_id, surface=record.platform
+        ):
             return await self._decide(clicked, request, render_later)
 
     async def _decide(self, clicked: ClickedApproval, request: DecisionRequest, render_later: bool) -> DecisionResult:
@@ -979,23 +1077,34 @@ class Engine:
                 if counted is not None:
                     return counted
             # The decision (exactly one wins) and its audit entry: one write, durable before anyone is told.
-            decision = Write("approvals", "decide", (record.approval_id,), {
-                "status": STATUS_OF_ACTION[action],
-                "decided_by": request.actor,
-                "feedback": request.feedback,
-                "final_arguments": final_arguments,
-                "now": self.clock(),
-                "final_result": final_result,
-            }, required=True)
+            decision = Write(
+                "approvals",
+                "decide",
+                (record.approval_id,),
+                {
+                    "status": STATUS_OF_ACTION[action],
+                    "decided_by": request.actor,
+                    "feedback": request.feedback,
+                    "final_arguments": final_arguments,
+                    "now": self.clock(),
+                    "final_result": final_result,
+                },
+                required=True,
+            )
             writes: list[Write | Read] = [decision]
             claiming = not self.lifecycle.stopping  # when stopping, another process's sweep resumes the run
             if claiming:
                 # If this decision completes the step, the run is claimed for its resume and started (paused ->
                 # running, owned and leased) in the same write: the resume has no start of its own to make.
                 # Pinned to this decision's step: a run paused again since is never resumed with it.
-                writes.append(Write("leases", "claim_paused",
-                                    (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
-                                    {"decided": True, "step": record.step, "start": True}))
+                writes.append(
+                    Write(
+                        "leases",
+                        "claim_paused",
+                        (record.run_id, self.lifecycle.owner, self.lifecycle.lease_until()),
+                        {"decided": True, "step": record.step, "start": True},
+                    )
+                )
             # The step as of this decision (and its claim), read in the same transaction: the re-render and the
             # resume use it, with no read of their own.
             writes.append(Read("approvals", "step", (record.run_id, record.step)))
@@ -1034,7 +1143,12 @@ class Engine:
             raise DecidedButUnfinished() from exc
 
     async def _after_won_decision(
-        self, record: Any, request: DecisionRequest, action: str, final_arguments: Any, render_later: bool,
+        self,
+        record: Any,
+        request: DecisionRequest,
+        action: str,
+        final_arguments: Any,
+        render_later: bool,
         claimed: ClaimedStep | None,
     ) -> DecisionResult:
         """Remember an ask-once confirmation, re-render and resume, once ``decide`` won (and audited) the approval.
@@ -1061,8 +1175,7 @@ class Engine:
             if not render_later:
                 resumes_later = True  # _after_decision starts a claimed run's resume (once), whatever happens in it
                 return await self._after_decision(record, message, claimed)
-            self.spawn(self._after_decision_logged(record, message, claimed),
-                       name=f"decided-{record.approval_id}")
+            self.spawn(self._after_decision_logged(record, message, claimed), name=f"decided-{record.approval_id}")
             resumes_later = True
             views = await self.step_approvals(record.approval_id)
             clicked = next(v for v in views if v.approval_id == record.approval_id)
@@ -1082,8 +1195,12 @@ class Engine:
         }
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
-        return Write("audit", "append", (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
-                     {"now": self.clock()})
+        return Write(
+            "audit",
+            "append",
+            (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
+            {"now": self.clock()},
+        )
 
     @refused_while_storage_fails
     async def approve_all(
@@ -1157,9 +1274,14 @@ class Engine:
             condition = None
             await self.storage.policies.set_rule(scope, record.tool_name, updated_by=actor, mode=NEVER)
         await self.storage.audit.append(
-            actor, "policy set", f"{scope}/{record.tool_name}",
-            {"fields": {"mode": NEVER, "condition": condition}, "from_approval": approval_id,
-             "platform": record.platform},
+            actor,
+            "policy set",
+            f"{scope}/{record.tool_name}",
+            {
+                "fields": {"mode": NEVER, "condition": condition},
+                "from_approval": approval_id,
+                "platform": record.platform,
+            },
             now=self.clock(),
         )
         where = f" when {condition}" if condition else ""
@@ -1188,7 +1310,10 @@ class Engine:
             return None
         self.observer.decision(CONFIRM, "voted")
         await self.storage.audit.append(
-            request.actor, "voted", record.approval_id, {"tool": record.tool_name, "kind": record.kind, "votes": count},
+            request.actor,
+            "voted",
+            record.approval_id,
+            {"tool": record.tool_name, "kind": record.kind, "votes": count},
             now=self.clock(),
         )
         views = await self._update_rendering(record)
@@ -1283,8 +1408,8 @@ class Engine:
         run = paused.run if paused is not None else await self.storage.runs.get(run_id)
         thread = _thread_of_run(run)
         async with self.thread_lock(thread.key):
-            records = paused.approvals if paused is not None else await self.storage.approvals.for_run(
-                run_id, step=run.step
+            records = (
+                paused.approvals if paused is not None else await self.storage.approvals.for_run(run_id, step=run.step)
             )
             if claimed is not None:
                 current: Any = run  # read after the claim (by the caller, or just above)
@@ -1314,13 +1439,19 @@ class Engine:
                 if fence is not None:
                     # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.
-                    await self._resume_claimed(run_id, thread, run.requester, records,
-                                               paused.snapshot if paused is not None else None, claimed)
+                    await self._resume_claimed(
+                        run_id, thread, run.requester, records, paused.snapshot if paused is not None else None, claimed
+                    )
         await self.lifecycle.drain(thread)  # messages that arrived meanwhile
 
     async def _resume_claimed(
-        self, run_id: str, thread: ThreadRef, requester: str, records: list[Any],
-        snapshot_data: dict[str, Any] | None = None, claimed: ClaimedStep | None = None,
+        self,
+        run_id: str,
+        thread: ThreadRef,
+        requester: str,
+        records: list[Any],
+        snapshot_data: dict[str, Any] | None = None,
+        claimed: ClaimedStep | None = None,
     ) -> None:
         """Resume a claimed run from its stored snapshot (``snapshot_data``: already read with its step).
 
@@ -1349,11 +1480,24 @@ class Engine:
                 # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a
                 # second start of the same claim, or an owner whose run was taken over, gets False and does nothing).
                 # The history the snapshot refers to is read back in the same round trip, once.
-                writes: list[Write | Read] = [Write("runs", "transition", (run_id, "resuming", "running"),
-                                                    {"fence": self.lifecycle.fence(run_id)}, required=True)]
+                writes: list[Write | Read] = [
+                    Write(
+                        "runs",
+                        "transition",
+                        (run_id, "resuming", "running"),
+                        {"fence": self.lifecycle.fence(run_id)},
+                        required=True,
+                    )
+                ]
                 if ref is not None:
-                    writes.append(Read("messages", "retrieve_messages", (snapshot.history_id,),
-                                       {"last_k": ref.count, "up_to": ref.up_to}))
+                    writes.append(
+                        Read(
+                            "messages",
+                            "retrieve_messages",
+                            (snapshot.history_id,),
+                            {"last_k": ref.count, "up_to": ref.up_to},
+                        )
+                    )
                 begun = await self.storage.batches.apply(writes)
                 if not begun.applied:
                     return
@@ -1366,9 +1510,16 @@ class Engine:
                 outcome = {"tool_result_reviews": [review_from_record(r) for r in records]}
             else:
                 decided = await step_decisions(
-                    self.storage, snapshot.step_message.tool_calls, snapshot.decisions, records, run_id=run_id,
-                    tools=self.tools, context=_channel_of(thread), default_ttl=self.config.default_ttl_seconds,
-                    now=self.clock(), views=claimed.policies if claimed is not None else None,
+                    self.storage,
+                    snapshot.step_message.tool_calls,
+                    snapshot.decisions,
+                    records,
+                    run_id=run_id,
+                    tools=self.tools,
+                    context=_channel_of(thread),
+                    default_ttl=self.config.default_ttl_seconds,
+                    now=self.clock(),
+                    views=claimed.policies if claimed is not None else None,
                 )
                 snapshot = replace(snapshot, decisions=[])  # all of them are handed over, checked, below
                 outcome = {"tool_execution_decisions": decided}
@@ -1437,8 +1588,10 @@ class Engine:
         now = self.clock()
         claimed: list[Any] = []
         # Each batch of expiries and its audit entries are one write: no approval expires unaudited.
-        expiring = [Write("approvals", "expire_due", (), {"now": now, "limit": batch}),
-                    Write("audit", "append_many", args_from=lambda done: _expiry_audit(done[0], now))]
+        expiring = [
+            Write("approvals", "expire_due", (), {"now": now, "limit": batch}),
+            Write("audit", "append_many", args_from=lambda done: _expiry_audit(done[0], now)),
+        ]
         while True:
             records = (await self.storage.batches.apply(expiring)).results[0]
             for _record in records:
@@ -1620,8 +1773,11 @@ def _claimed_policies(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str,
     if isinstance(data, dict):
         names += [d["tool_name"] for d in data.get("decisions") or () if d.get("execute") is True]
     run = paused.run
-    return (tuple(dict.fromkeys(names)),), {"platform": run.platform, "workspace": run.workspace,
-                                            "channel": run.channel}
+    return (tuple(dict.fromkeys(names)),), {
+        "platform": run.platform,
+        "workspace": run.workspace,
+        "channel": run.channel,
+    }
 
 
 def _channel_of(thread: ThreadRef) -> dict[str, str]:
@@ -1639,8 +1795,10 @@ def _expiry_audit(records: list[Any], now: datetime) -> tuple[tuple[Any, ...], d
     ``None`` when it claimed none."""
     if not records:
         return None
-    entries = [("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind})
-               for r in records]
+    entries = [
+        ("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind})
+        for r in records
+    ]
     return (entries,), {"now": now}
 
 

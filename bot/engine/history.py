@@ -103,8 +103,9 @@ class StepHistory:
 
     async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None, **kwargs: Any) -> list[Any]:
         """The thread's stored history (as ``storage.messages`` reads it; read ahead at the run's start)."""
-        ahead = self._ahead(self._runs.get(chat_history_id), "retrieve_messages", (chat_history_id,),
-                            {"last_k": last_k, **kwargs})
+        ahead = self._ahead(
+            self._runs.get(chat_history_id), "retrieve_messages", (chat_history_id,), {"last_k": last_k, **kwargs}
+        )
         if ahead is not UNREAD:
             return list(ahead)
         return await self.storage.messages.retrieve_messages(chat_history_id, last_k, **kwargs)

@@ -42,7 +42,10 @@ class StorageExecutionLedger:
     """
 
     def __init__(
-        self, storage: Any, fences: Callable[[str], RunFence | None] = _no_fence, observer: Observer | None = None,
+        self,
+        storage: Any,
+        fences: Callable[[str], RunFence | None] = _no_fence,
+        observer: Observer | None = None,
         history: StepHistory | None = None,
     ) -> None:
         self.storage = storage
@@ -67,8 +70,12 @@ class StorageExecutionLedger:
         failpoints.failpoint("before_ledger")
         # Fenced: an owner whose run was taken over (it stalled past its lease) starts no call of it, not even one
         # the ledger has never seen (the new owner may be running the run's next step, with other call ids).
-        begin = Write("ledger", "begin", (key, args_digest(call.arguments)),
-                      {"run_id": run_id, "tool_name": call.tool_name, "fence": self.fences(run_id)})
+        begin = Write(
+            "ledger",
+            "begin",
+            (key, args_digest(call.arguments)),
+            {"run_id": run_id, "tool_name": call.tool_name, "fence": self.fences(run_id)},
+        )
         # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
         # entry: both durable, in one transaction, before the tool runs. The step's calls begin one after another,
         # so none of them runs before the batch carrying the reply has committed.
@@ -143,10 +150,14 @@ class StorageExecutionLedger:
         if finished:
             return
         # The run was taken over (or the call closed) meanwhile: the ledger keeps what the thread was told.
-        logger.warning("a tool result came after the run was taken over; kept in the audit log only",
-                       extra={"run_id": run_id, "call_key": call_key})
+        logger.warning(
+            "a tool result came after the run was taken over; kept in the audit log only",
+            extra={"run_id": run_id, "call_key": call_key},
+        )
         await self.storage.audit.append(
-            fence.owner if fence is not None else "countersign", "late_result", key,
+            fence.owner if fence is not None else "countersign",
+            "late_result",
+            key,
             {"run_id": run_id, "ok": ok, "result": result[:LATE_RESULT_LIMIT]},
         )
         if fence is not None and not fence.holds_for(run):

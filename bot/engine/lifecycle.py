@@ -137,7 +137,10 @@ class RunLifecycle:
         self.owner: str = engine.config.instance_id
         self.clock: Callable[[], datetime] = engine.clock
         self.deliveries = Deliveries(
-            engine.storage, engine.surfaces, owner=self.owner, clock=engine.clock,
+            engine.storage,
+            engine.surfaces,
+            owner=self.owner,
+            clock=engine.clock,
             claim_seconds=engine.config.lease_seconds,
         )
         self.retention = Retention(engine.storage, engine.config, engine.clock)
@@ -188,8 +191,10 @@ class RunLifecycle:
 
     def dropped(self, run_id: str) -> None:
         """Log, once, that this process's write for a run was fenced out and its work on the run dropped."""
-        logger.warning("run taken over by another process; this process's work on it was dropped",
-                       extra={"run_id": run_id, "owner": self.owner})
+        logger.warning(
+            "run taken over by another process; this process's work on it was dropped",
+            extra={"run_id": run_id, "owner": self.owner},
+        )
 
     # --- leases -------------------------------------------------------------------------------------
 
@@ -333,8 +338,11 @@ class RunLifecycle:
         now = self.clock()
         message = user_message(inbound)
         enqueue = Write(
-            "inbox", "enqueue", (address_of(thread), inbound.user, message.to_dict(), inbound.message_id),
-            {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"}, required=True,
+            "inbox",
+            "enqueue",
+            (address_of(thread), inbound.user, message.to_dict(), inbound.message_id),
+            {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"},
+            required=True,
         )
         started = None
         if self.stopping or self.engine.thread_lock(thread.key).locked():
@@ -382,7 +390,9 @@ class RunLifecycle:
         await self.drain(received.thread, waiting=(received.item_id, received.message_id), started=received.started)
 
     async def drain(
-        self, thread: ThreadRef, waiting: tuple[int, str | None] | None = None,
+        self,
+        thread: ThreadRef,
+        waiting: tuple[int, str | None] | None = None,
         started: tuple[RunRecord, InboxItem] | None = None,
     ) -> None:
         """Start runs for the thread's waiting messages, oldest first, while the thread is free.
@@ -427,7 +437,10 @@ class RunLifecycle:
                 async with self.holding(run) as fence:
                     if fence is not None:
                         await self.engine.run_agent(
-                            run.run_id, thread, run.requester, self.engine.from_history(run.run_id, thread),
+                            run.run_id,
+                            thread,
+                            run.requester,
+                            self.engine.from_history(run.run_id, thread),
                             message_id=item.message_ref,
                         )
             # Stopping: what still waits for the thread is another process's to start.
@@ -458,8 +471,7 @@ class RunLifecycle:
         for run in await self.storage.leases.decided_paused():
             self.engine.spawn(self.engine.resume(run.run_id), name=f"resume-{run.run_id}")
         for item in await self.storage.inbox.orphaned():
-            thread = ThreadRef(item.address.platform, item.address.workspace, item.address.channel,
-                               item.address.thread)
+            thread = ThreadRef(item.address.platform, item.address.workspace, item.address.channel, item.address.thread)
             self.engine.spawn(self.drain(thread), name=f"drain-{thread.key}")
         await self.deliveries.deliver_due()
 
@@ -489,7 +501,9 @@ class RunLifecycle:
             await self._finish_decided_step(run, thread, report)
         await self._close_dangling(run, thread, report)
         await self.storage.audit.append(
-            "countersign", "recovered", run.run_id,
+            "countersign",
+            "recovered",
+            run.run_id,
             {"unknown_outcome": sorted(report.unknown), "ran": sorted(report.ran), "owner": self.owner},
             now=self.clock(),
         )
@@ -518,12 +532,22 @@ class RunLifecycle:
         step = snapshot.step_message
         # Each call still to run is checked against its policy now, as any resume does: a deny set since stops it.
         # One that started already (the ledger has it) is not about to run: its outcome is what the ledger says.
-        started = [i for i, c in enumerate(step.tool_calls)
-                   if await self.storage.ledger.get(ledger_key(run.run_id, c.id or f"{step.id}:{i}")) is not None]
+        started = [
+            i
+            for i, c in enumerate(step.tool_calls)
+            if await self.storage.ledger.get(ledger_key(run.run_id, c.id or f"{step.id}:{i}")) is not None
+        ]
         decisions = await step_decisions(
-            self.storage, step.tool_calls, snapshot.decisions, records, run_id=run.run_id, tools=self.engine.tools,
+            self.storage,
+            step.tool_calls,
+            snapshot.decisions,
+            records,
+            run_id=run.run_id,
+            tools=self.engine.tools,
             context={"platform": run.platform, "workspace": run.workspace, "channel": run.channel},
-            default_ttl=self.engine.config.default_ttl_seconds, now=self.clock(), started=started,
+            default_ttl=self.engine.config.default_ttl_seconds,
+            now=self.clock(),
+            started=started,
         )
         applied = apply_decisions(step, decisions, self.engine.tools)
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
@@ -571,8 +595,9 @@ class RunLifecycle:
 
     async def _release_reviewed(self, run: Any, thread: ThreadRef, snapshot: AgentSnapshot, records: list[Any]) -> None:
         """A step held for review whose resume died: give the model what the reviews decided (its tools ran)."""
-        released = apply_reviews(snapshot.held_results, snapshot.pending_tool_calls,
-                                 [review_from_record(r) for r in records])
+        released = apply_reviews(
+            snapshot.held_results, snapshot.pending_tool_calls, [review_from_record(r) for r in records]
+        )
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         open_ids = {c.id for c in dangling_tool_calls(history)}
         missing = [m for m in released if m.tool_call_result is not None and m.tool_call_result.origin.id in open_ids]
@@ -615,7 +640,11 @@ class RunLifecycle:
     async def _under_review(self, run: Any, call: Any) -> bool:
         context = {"platform": run.platform, "workspace": run.workspace, "channel": run.channel}
         return await needs_review(
-            self.storage, self.engine.tools, call.tool_name, context, self.engine.config.default_ttl_seconds,
+            self.storage,
+            self.engine.tools,
+            call.tool_name,
+            context,
+            self.engine.config.default_ttl_seconds,
             arguments=call.arguments,
         )
 

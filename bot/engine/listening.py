@@ -87,8 +87,11 @@ class Listening:
 
 def pending_note(record: Any) -> Note:
     """The private note for someone who writes while ``record`` waits and may not start something new."""
-    return Note((
-        f"An approval is pending in this thread ({record.tool_name}), so I am not acting on your message. "
-        "It can be decided by ", *who_decides(record), ". Only the person who asked or an admin can start "
-        "something new here.",
-    ))
+    return Note(
+        (
+            f"An approval is pending in this thread ({record.tool_name}), so I am not acting on your message. "
+            "It can be decided by ",
+            *who_decides(record),
+            ". Only the person who asked or an admin can start something new here.",
+        )
+    )

@@ -104,8 +104,12 @@ def remember_tool(storage: Any, clock: Callable[[], datetime]) -> Tool:
             raise ValueError("remember works only in a conversation with the bot")
         platform, workspace, channel = scope["platform"], scope["workspace"], scope["channel"]
         if for_channel:
-            kwargs: dict[str, Any] = {"metadata": {"channel": channel_key(platform, workspace, channel),
-                                                   "workspace": f"{platform}:{workspace}"}}
+            kwargs: dict[str, Any] = {
+                "metadata": {
+                    "channel": channel_key(platform, workspace, channel),
+                    "workspace": f"{platform}:{workspace}",
+                }
+            }
         else:
             kwargs = {"user_id": person_key(platform, workspace, scope["requester"])}
         ids = await storage.memories.add_memories([fact], **kwargs)
@@ -139,8 +143,9 @@ class RememberConfirmation:
         confirmation_strategy_context: dict[str, Any] | None = None,
     ) -> ToolExecutionDecision:
         """Ask for a channel save (unless denied); otherwise decide as the policy strategy does."""
-        decision = await _decide(self.policy_strategy, tool_name, tool_description, tool_params, tool_call_id,
-                                 confirmation_strategy_context)
+        decision = await _decide(
+            self.policy_strategy, tool_name, tool_description, tool_params, tool_call_id, confirmation_strategy_context
+        )
         if decision is not None and decision.execute and tool_params.get("for_channel") is True:
             raise HITLBreakpointException(
                 "Saving to the channel's shared memory needs approval.", tool_name=tool_name, tool_call_id=tool_call_id
@@ -161,13 +166,22 @@ class RememberConfirmation:
 
 
 async def _decide(
-    strategy: Any, tool_name: str, description: str, params: dict[str, Any], call_id: str | None,
+    strategy: Any,
+    tool_name: str,
+    description: str,
+    params: dict[str, Any],
+    call_id: str | None,
     context: dict[str, Any] | None,
 ) -> ToolExecutionDecision | None:
     """The policy strategy's decision, or ``None`` when it would ask."""
     try:
-        return await strategy.run_async(tool_name=tool_name, tool_description=description, tool_params=params,
-                                        tool_call_id=call_id, confirmation_strategy_context=context)
+        return await strategy.run_async(
+            tool_name=tool_name,
+            tool_description=description,
+            tool_params=params,
+            tool_call_id=call_id,
+            confirmation_strategy_context=context,
+        )
     except HITLBreakpointException:
         return None
 
@@ -178,8 +192,12 @@ def memory_note(result: Mapping[str, Any], answer: str) -> str:
     A memory counts as used when the answer shares a word with it (beyond stop words): the model was shown
     more memories than it may use, and a note on every one would be noise.
     """
-    shown = [m for message in result.get("messages") or () if message.role == ChatRole.SYSTEM
-             for m in message.meta.get(MEMORY_META_KEY) or ()]
+    shown = [
+        m
+        for message in result.get("messages") or ()
+        if message.role == ChatRole.SYSTEM
+        for m in message.meta.get(MEMORY_META_KEY) or ()
+    ]
     answer_words = set(query_terms(answer))
     lines = []
     for data in shown:

@@ -70,8 +70,7 @@ class ApproverNotices:
                 views = offered(await self.engine.step_approvals(records[0].approval_id), always)
                 ref = await surface.render_approvals(direct, views)
             except Exception:
-                logger.warning("approval not sent to an approver", extra={"run_id": records[0].run_id},
-                               exc_info=True)
+                logger.warning("approval not sent to an approver", extra={"run_id": records[0].run_id}, exc_info=True)
                 continue
             copies.append({"person": person, "thread": _thread_dict(direct), "ref": ref, "always": always})
         if copies:
@@ -123,17 +122,18 @@ class ApproverNotices:
             voted = {v.voter for v in await self.storage.approvals.votes(record.approval_id)}
             people = [p for p in await self.approvers_of([record], fresh=True) if p not in voted]
             thread = await self.engine._thread_of(record)
-            text = Note((
-                f"Reminder: a call of {record.tool_name} asked by ", Mention(record.requester),
-                f" is waiting for your decision. It expires at {record.expires_at:%Y-%m-%d %H:%M} UTC "
-                "and is rejected if nobody decides.",
-            ))
+            text = Note(
+                (
+                    f"Reminder: a call of {record.tool_name} asked by ",
+                    Mention(record.requester),
+                    f" is waiting for your decision. It expires at {record.expires_at:%Y-%m-%d %H:%M} UTC "
+                    "and is rejected if nobody decides.",
+                )
+            )
             for person in people:
                 await self._tell(thread, person, text)
                 reminded += 1
-            await self.storage.audit.append(
-                "countersign", "reminded", record.approval_id, {"people": people}, now=now
-            )
+            await self.storage.audit.append("countersign", "reminded", record.approval_id, {"people": people}, now=now)
         return reminded
 
     async def tell_expired(self, records: Sequence[Any]) -> None:
@@ -142,8 +142,12 @@ class ApproverNotices:
             try:
                 thread = await self.engine._thread_of(record)
                 names = ", ".join(sorted({r.tool_name for r in records if r.run_id == record.run_id}))
-                text = Note((Mention(record.requester),
-                             f": the approval for {names} expired without a decision, so it was not run."))
+                text = Note(
+                    (
+                        Mention(record.requester),
+                        f": the approval for {names} expired without a decision, so it was not run.",
+                    )
+                )
                 await self.engine.lifecycle.deliveries.say(thread, text, f"expired:{record.run_id}:{record.step}")
             except Exception:
                 logger.warning("expiry notice not sent", extra={"run_id": record.run_id}, exc_info=True)
@@ -169,5 +173,9 @@ def offered(views: Sequence[ApprovalView], always: bool) -> list[ApprovalView]:
 
 
 def _thread_dict(thread: ThreadRef) -> dict[str, str]:
-    return {"platform": thread.platform, "workspace": thread.workspace, "channel": thread.channel,
-            "thread": thread.thread}
+    return {
+        "platform": thread.platform,
+        "workspace": thread.workspace,
+        "channel": thread.channel,
+        "thread": thread.thread,
+    }

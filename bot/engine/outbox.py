@@ -90,7 +90,11 @@ class Deliveries:
         """How an owed approval card is shown (set by the engine); ``None``: cards wait for a process that can."""
 
     async def owe(
-        self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
+        self,
+        thread: ThreadRef,
+        text: str | Note,
+        key: str,
+        finishes_run: str | None = None,
         fence: RunFence | None = None,
     ) -> bool:
         """Store the message durably, claimed by this process if it can post it; ``False`` if already owed.
@@ -102,8 +106,14 @@ class Deliveries:
         return bool(await self.storage.outbox.add(*write.args, **write.kwargs))
 
     def owing(
-        self, thread: ThreadRef, text: str | Note, key: str, finishes_run: str | None = None,
-        fence: RunFence | None = None, *, required: bool = True,
+        self,
+        thread: ThreadRef,
+        text: str | Note,
+        key: str,
+        finishes_run: str | None = None,
+        fence: RunFence | None = None,
+        *,
+        required: bool = True,
     ) -> Write:
         """:meth:`owe` as a write for a batch (``storage.batches.apply``). ``required`` (the default): a message owed
         already (or a fence that no longer holds) writes nothing of the batch; else the batch goes on without it."""
@@ -111,7 +121,9 @@ class Deliveries:
         can_post = thread.platform in self.surfaces
         key, stored = _stored(key, text)
         return Write(
-            "outbox", "add", (key, address_of(thread), stored),
+            "outbox",
+            "add",
+            (key, address_of(thread), stored),
             {
                 "claimed_by": self.owner if can_post else None,
                 "claim_until": now + timedelta(seconds=self.claim_seconds) if can_post else None,
@@ -161,8 +173,10 @@ class Deliveries:
     async def _deliver(self, key: str, thread: ThreadRef, text: str, attempts: int) -> bool:
         surface = self.surfaces.get(thread.platform)
         if surface is None:
-            logger.warning("no surface for the platform; the message waits in the outbox",
-                           extra={"platform": thread.platform, "key": key})
+            logger.warning(
+                "no surface for the platform; the message waits in the outbox",
+                extra={"platform": thread.platform, "key": key},
+            )
             return False
         try:
             if key.startswith(CARD_KEY_PREFIX):

@@ -59,5 +59,6 @@ class Retention:
                 older_than=now - timedelta(seconds=self.config.audit_retention_seconds)
             )
             if pruned:
-                logger.info("retention: pruned old audit entries (the chain keeps its anchor)",
-                            extra={"entries": pruned})
+                logger.info(
+                    "retention: pruned old audit entries (the chain keeps its anchor)", extra={"entries": pruned}
+                )

@@ -66,15 +66,15 @@ def group_label(entry: str) -> str:
     ('@oncall', '@sre', 'user group S0X')
     """
     if entry.startswith(GROUP_PREFIX):
-        return "@" + entry[len(GROUP_PREFIX):]
+        return "@" + entry[len(GROUP_PREFIX) :]
     if entry.startswith(USERGROUP_PREFIX):
-        group_id, _, handle = entry[len(USERGROUP_PREFIX):].partition("|")
+        group_id, _, handle = entry[len(USERGROUP_PREFIX) :].partition("|")
         return handle or f"user group {group_id}"
     return entry
 
 
 def _platform_group_id(entry: str) -> str:
-    return entry[len(USERGROUP_PREFIX):].partition("|")[0]
+    return entry[len(USERGROUP_PREFIX) :].partition("|")[0]
 
 
 class Roles:
@@ -104,7 +104,7 @@ class Roles:
     async def members(self, entry: str, platform: str, *, fresh: bool = True) -> frozenset[str]:
         """The people ``entry`` stands for: itself for a person, a group's members, nobody if unknown."""
         if entry.startswith(GROUP_PREFIX):
-            group = await self.storage.approver_groups.get(entry[len(GROUP_PREFIX):])
+            group = await self.storage.approver_groups.get(entry[len(GROUP_PREFIX) :])
             return frozenset(group.members) if group is not None else frozenset()
         if entry.startswith(USERGROUP_PREFIX):
             return await self._platform_members(_platform_group_id(entry), platform, fresh=fresh)

@@ -93,7 +93,7 @@ def masked_growth(text: str, shown: int) -> str:
     'password=•••••• '
     """
     before, after = mask_text(text[:shown]), mask_text(text)
-    return after[len(before):] if after.startswith(before) else after[len(_common_prefix(before, after)):]
+    return after[len(before) :] if after.startswith(before) else after[len(_common_prefix(before, after)) :]
 
 
 def _common_prefix(a: str, b: str) -> str:
@@ -232,8 +232,11 @@ class LiveAnswer:
         try:
             return await method(self.thread, self.requester, self.run_id) if method is not None else None
         except Exception:  # the answer is posted once at the end instead
-            logger.warning("could not start a stream; the answer is posted when complete",
-                           extra={"run_id": self.run_id}, exc_info=True)
+            logger.warning(
+                "could not start a stream; the answer is posted when complete",
+                extra={"run_id": self.run_id},
+                exc_info=True,
+            )
             return None
 
     async def _wait_turn(self) -> None:
@@ -261,8 +264,11 @@ class LiveAnswer:
                     continue
                 except Exception:
                     segment.broken = True
-                    logger.warning("stream update failed; the text is delivered whole at the end",
-                                   extra={"run_id": self.run_id}, exc_info=True)
+                    logger.warning(
+                        "stream update failed; the text is delivered whole at the end",
+                        extra={"run_id": self.run_id},
+                        exc_info=True,
+                    )
                     return
                 segment.shown = len(text)
                 self._not_before = asyncio.get_running_loop().time() + self.interval
@@ -282,8 +288,11 @@ class LiveAnswer:
                     self._not_before = asyncio.get_running_loop().time() + limited.retry_after
                     continue
                 except Exception:
-                    logger.warning("could not finish a stream; its text is posted again whole",
-                                   extra={"run_id": self.run_id}, exc_info=True)
+                    logger.warning(
+                        "could not finish a stream; its text is posted again whole",
+                        extra={"run_id": self.run_id},
+                        exc_info=True,
+                    )
                     return False
                 segment.shown = len(text)
                 self._not_before = asyncio.get_running_loop().time() + self.interval

@@ -86,6 +86,7 @@ class Surface(Protocol):
     async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
         """Show a call that ran without approval as one compact line (render it with ``tool_step_line``)."""
         ...
+
     async def direct_thread(self, workspace: str, user: str) -> ThreadRef | None:
         """The direct-message conversation with ``user`` (opened if needed), to show them approvals and
         reminders; ``None`` when there is none (Teams: no personal chat with the bot yet).

@@ -52,8 +52,9 @@ class TeamCommands:
             return await self._access(command, request)
         if command.name == "dm":
             scope = scope_workspace(request.platform, request.workspace)
-            await self.storage.access.set_direct_messages(scope, command.value, updated_by=request.actor,
-                                                          now=self.clock())
+            await self.storage.access.set_direct_messages(
+                scope, command.value, updated_by=request.actor, now=self.clock()
+            )
             await self._audit(request, "dm", scope, {"allowed": command.value}, subject=scope)
             return "Direct messages to the bot are " + ("allowed." if command.value else "turned off.")
         raise CommandError(f"unknown command {command.name}")
@@ -90,8 +91,9 @@ class TeamCommands:
         if not await self.storage.approver_groups.delete_group(name):
             return f"There is no approver group @{name}."
         await self._audit(request, "group delete", name, {})
-        users = sorted({r.tool_key for r in await self.storage.policies.list_rules()
-                        if named_group(name) in (r.approvers or ())})
+        users = sorted(
+            {r.tool_key for r in await self.storage.policies.list_rules() if named_group(name) in (r.approvers or ())}
+        )
         warning = f" Rules that name it ({', '.join(users)}) now have no members from it." if users else ""
         return f"Approver group @{name} deleted.{warning}"
 
@@ -127,7 +129,10 @@ class TeamCommands:
         self, request: AdminRequest, action: str, name: str, details: dict[str, Any], subject: str | None = None
     ) -> None:
         await self.storage.audit.append(
-            request.actor, action, subject or f"group:{name}", {**details, "platform": request.platform},
+            request.actor,
+            action,
+            subject or f"group:{name}",
+            {**details, "platform": request.platform},
             now=self.clock(),
         )
 
@@ -138,7 +143,7 @@ def approver_count(entries: Sequence[str], groups: Mapping[str, Sequence[str]]) 
     people: set[str] = set()
     for entry in entries:
         if entry.startswith("group:"):
-            people.update(groups.get(entry[len("group:"):], ()))
+            people.update(groups.get(entry[len("group:") :], ()))
         elif is_group(entry):
             return 10**6
         else:

@@ -27,9 +27,7 @@ MODIFICATION_FEEDBACK_TEMPLATE = (
 )
 USER_FEEDBACK_TEMPLATE = "With user feedback: {feedback}"
 
-CONFIRMATION_FAILED_TEMPLATE = (
-    "Tool execution for '{tool_name}' was rejected: the confirmation failed ({error_type})."
-)
+CONFIRMATION_FAILED_TEMPLATE = "Tool execution for '{tool_name}' was rejected: the confirmation failed ({error_type})."
 UNKNOWN_ACTION_TEMPLATE = (
     "Tool execution for '{tool_name}' was rejected: the confirmation answer {action} was not understood."
 )

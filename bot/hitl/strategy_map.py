@@ -22,9 +22,7 @@ StrategyKey = str | tuple[str, ...]
 ConfirmationStrategies = Mapping[StrategyKey, ConfirmationStrategy]
 
 
-def resolve_strategy(
-    strategies: ConfirmationStrategies | None, tool_name: str
-) -> ConfirmationStrategy | None:
+def resolve_strategy(strategies: ConfirmationStrategies | None, tool_name: str) -> ConfirmationStrategy | None:
     """The strategy for ``tool_name``: exact name, else a tuple naming it, else ``"*"``, else ``None``.
 
     >>> resolve_strategy({("a", "b"): tuple_strategy, "*": default}, "b") is tuple_strategy
@@ -53,15 +51,12 @@ def validate_strategy_keys(strategies: ConfirmationStrategies | None, tool_names
     for key, strategy in (strategies or {}).items():
         # Only ``run`` is essential; serialisation and ``run_async`` are checked where they are used.
         if not callable(getattr(strategy, "run", None)):
-            raise TypeError(
-                f"The value for confirmation strategy key {key!r} is not a strategy: {strategy!r}"
-            )
+            raise TypeError(f"The value for confirmation strategy key {key!r} is not a strategy: {strategy!r}")
         for name in _named_tools(key):
             if name not in known:
                 available = ", ".join(sorted(known)) or "(none)"
                 raise ValueError(
-                    f"Confirmation strategy key {key!r} names unknown tool '{name}'. "
-                    f"Available tools: {available}"
+                    f"Confirmation strategy key {key!r} names unknown tool '{name}'. Available tools: {available}"
                 )
             if isinstance(key, tuple):
                 other = claimed_by.setdefault(name, key)

@@ -114,8 +114,7 @@ def finalize_local_reply(reply: ChatMessage, *, model: str) -> ChatMessage:
         role=reply.role,
         text=reply.text,
         tool_calls=[
-            ToolCall(tc.tool_name, _fresh(tc.arguments), tc.id or f"call_{new_id()[:24]}")
-            for tc in reply.tool_calls
+            ToolCall(tc.tool_name, _fresh(tc.arguments), tc.id or f"call_{new_id()[:24]}") for tc in reply.tool_calls
         ],
         tool_call_result=ToolCallResult.from_dict(result.to_dict()) if result else None,
         meta=meta,
@@ -183,7 +182,9 @@ class LocalChatGenerator(ABC):
                 for i, call in enumerate(reply.tool_calls)
             ]
             chunk = StreamingChunk(
-                content=reply.text or "", tool_call_deltas=deltas, meta=meta,
+                content=reply.text or "",
+                tool_call_deltas=deltas,
+                meta=meta,
                 finish_reason=reply.meta.get("finish_reason"),
             )
             await emit_chunk(streaming_callback, chunk)

@@ -81,9 +81,7 @@ class OfflineDemoChatGenerator(LocalChatGenerator):
     ) -> ChatMessage:
         available = set(tool_names(tools))
         if messages and messages[-1].role is ChatRole.TOOL:
-            reply = ChatMessage.from_assistant(
-                self._announced(messages, _summarise(_trailing_results(messages)))
-            )
+            reply = ChatMessage.from_assistant(self._announced(messages, _summarise(_trailing_results(messages))))
         else:
             user_text = next((m.text or "" for m in reversed(messages) if m.role is ChatRole.USER), "")
             calls, missing = _calls_for(user_text, available)

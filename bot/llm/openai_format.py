@@ -29,9 +29,7 @@ def to_openai_message(message: ChatMessage) -> dict[str, Any]:
         if result is None:
             raise ValueError(f"Tool message {message.id} has no tool_call_result.")
         if not result.origin.id:
-            raise ValueError(
-                f"Tool result for '{result.origin.tool_name}' has no tool call id; OpenAI needs one."
-            )
+            raise ValueError(f"Tool result for '{result.origin.tool_name}' has no tool call id; OpenAI needs one.")
         return {"role": "tool", "tool_call_id": result.origin.id, "content": result.result}
     if message.role is ChatRole.ASSISTANT:
         out: dict[str, Any] = {"role": "assistant", "content": message.text}
@@ -43,9 +41,7 @@ def to_openai_message(message: ChatMessage) -> dict[str, Any]:
 
 def _tool_call_to_openai(call: ToolCall) -> dict[str, Any]:
     if not call.id:
-        raise ValueError(
-            f"Tool call '{call.tool_name}' has no id; OpenAI needs one to pair it with its result."
-        )
+        raise ValueError(f"Tool call '{call.tool_name}' has no id; OpenAI needs one to pair it with its result.")
     return {
         "id": call.id,
         "type": "function",
@@ -64,13 +60,11 @@ def parse_arguments(tool_name: str, raw: str | None) -> dict[str, Any]:
         value = json.loads(raw)
     except json.JSONDecodeError as err:
         raise LLMResponseError(
-            f"The model sent arguments for tool '{tool_name}' that are not valid JSON "
-            f"({err.msg} at {err.pos})."
+            f"The model sent arguments for tool '{tool_name}' that are not valid JSON ({err.msg} at {err.pos})."
         ) from err
     if not isinstance(value, dict):
         raise LLMResponseError(
-            f"The model sent arguments for tool '{tool_name}' that are a JSON "
-            f"{type(value).__name__}, not an object."
+            f"The model sent arguments for tool '{tool_name}' that are a JSON {type(value).__name__}, not an object."
         )
     return value
 

@@ -146,8 +146,7 @@ class OpenAIChatGenerator:
             return openai.AsyncOpenAI(**kwargs)
         except openai.OpenAIError as err:
             raise LLMError(
-                "No credentials for the model server: "
-                "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)."
+                "No credentials for the model server: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)."
             ) from err
 
     def _client_for_running_loop(self) -> openai.AsyncOpenAI:
@@ -243,9 +242,7 @@ class OpenAIChatGenerator:
                 if chunk.usage is not None:
                     usage = usage_to_dict(chunk.usage)
                     if not chunk.choices:  # the final usage-only chunk
-                        await emit_chunk(
-                            callback, StreamingChunk(content="", meta={"model": model, "usage": usage})
-                        )
+                        await emit_chunk(callback, StreamingChunk(content="", meta={"model": model, "usage": usage}))
                 for choice in chunk.choices:
                     assembler = assemblers.setdefault(choice.index, StreamAssembler(index=choice.index))
                     deltas = assembler.add_delta(choice.delta, choice.finish_reason)

@@ -84,8 +84,7 @@ class ScriptedChatGenerator(LocalChatGenerator):
         """Serialise the replies; callables and exceptions cannot be serialised and raise ``TypeError``."""
         if not all(isinstance(r, ChatMessage) for r in self.replies):
             raise TypeError(
-                "ScriptedChatGenerator.to_dict() can only serialise ChatMessage replies, "
-                "not callables or exceptions."
+                "ScriptedChatGenerator.to_dict() can only serialise ChatMessage replies, not callables or exceptions."
             )
         return {
             "type": "bot.llm.ScriptedChatGenerator",

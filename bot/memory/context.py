@@ -90,8 +90,11 @@ def memory_message(memories: Sequence[Memory], *, include_metadata: bool = False
     for memory in memories:
         line = f"- {memory.text}"
         if include_metadata:
-            scope = {k: v for k, v in (("user_id", memory.user_id), ("run_id", memory.run_id),
-                                       ("agent_id", memory.agent_id)) if v is not None}
+            scope = {
+                k: v
+                for k, v in (("user_id", memory.user_id), ("run_id", memory.run_id), ("agent_id", memory.agent_id))
+                if v is not None
+            }
             line += f" (metadata: {canonical_json({'id': memory.id, **scope, **memory.metadata})})"
         lines.append(line)
     message = ChatMessage.from_system("\n".join(lines))

@@ -52,12 +52,46 @@ _INSERT_COLUMNS = (
 
 def _insert_values(new: NewApproval, now: float) -> list[Any]:
     """The shared validation of :func:`storage.approvals._row_values`, as PostgreSQL column values."""
-    (approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode, approvers, quorum,
-     four_eyes, platform, chat_history_id, created, expires, kind, result) = _row_values(new, now)
+    (
+        approval_id,
+        run_id,
+        step,
+        tool_call_id,
+        tool_name,
+        arguments,
+        digest,
+        requester,
+        mode,
+        approvers,
+        quorum,
+        four_eyes,
+        platform,
+        chat_history_id,
+        created,
+        expires,
+        kind,
+        result,
+    ) = _row_values(new, now)
     return [
-        approval_id, run_id, step, tool_call_id, tool_name, arguments, digest, requester, mode,
-        Jsonb(list(new.approvers)), quorum, bool(four_eyes), platform, chat_history_id,
-        instant(created), instant(expires), kind, result, "pending",
+        approval_id,
+        run_id,
+        step,
+        tool_call_id,
+        tool_name,
+        arguments,
+        digest,
+        requester,
+        mode,
+        Jsonb(list(new.approvers)),
+        quorum,
+        bool(four_eyes),
+        platform,
+        chat_history_id,
+        instant(created),
+        instant(expires),
+        kind,
+        result,
+        "pending",
     ]
 
 
@@ -157,7 +191,7 @@ class PostgresApprovalStore:
         if not rows:
             raise NotFound(f"run {run_id!r} not found")
         width = len(_RUN_FIELDS)
-        approvals = [approval_record(row[width + 1:], POSTGRES_TIMES) for row in rows if row[width + 1] is not None]
+        approvals = [approval_record(row[width + 1 :], POSTGRES_TIMES) for row in rows if row[width + 1] is not None]
         snapshot = decided_snapshot(rows[0][width], run_id) if approvals else None
         return ApprovalStep(run_from_row(rows[0][:width]), approvals, snapshot)
 

@@ -20,9 +20,7 @@ class PostgresAuditLog:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
 
-    async def append(
-        self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None
-    ) -> int:
+    async def append(self, actor: str, action: str, subject: str, details: dict[str, Any], now: Instant = None) -> int:
         """Append one entry and return its id (ids increase with time).
 
         >>> await storage.audit.append("U2", "approval.approved", approval_id, {"tool": "delete_file"})
@@ -48,8 +46,13 @@ class PostgresAuditLog:
             "SELECT %s, actor, action, subject, details::json "
             "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
             "WITH ORDINALITY AS t(actor, action, subject, details, ord) ORDER BY ord",
-            [instant(now), [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-             [dumps(r[3]) for r in rows]],
+            [
+                instant(now),
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+                [dumps(r[3]) for r in rows],
+            ],
         )
 
     async def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
@@ -91,8 +94,16 @@ class PostgresAuditLog:
             [*params, limit],
         )
         return [
-            AuditEntry(id=r[0], at=utc(r[1]), actor=r[2], action=r[3], subject=r[4],
-                       details=loads(r[5], kind="audit entry", record_id=str(r[0])), prev_hash=r[6], hash=r[7])
+            AuditEntry(
+                id=r[0],
+                at=utc(r[1]),
+                actor=r[2],
+                action=r[3],
+                subject=r[4],
+                details=loads(r[5], kind="audit entry", record_id=str(r[0])),
+                prev_hash=r[6],
+                hash=r[7],
+            )
             for r in rows
         ]
 

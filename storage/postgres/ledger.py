@@ -30,7 +30,11 @@ class PostgresToolLedger:
         self.db = db
 
     async def begin(
-        self, tool_call_id: str, args_digest: str, run_id: str | None = None, tool_name: str | None = None,
+        self,
+        tool_call_id: str,
+        args_digest: str,
+        run_id: str | None = None,
+        tool_name: str | None = None,
         fence: RunFence | None = None,
     ) -> bool:
         """Claim the right to execute the call; ``True`` once per ``tool_call_id``, ever.

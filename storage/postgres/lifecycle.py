@@ -37,7 +37,13 @@ class PostgresRunLeases:
         self.db = db
 
     async def claim_paused(
-        self, run_id: str, owner: str, until: Instant, *, step: int | None = None, decided: bool = False,
+        self,
+        run_id: str,
+        owner: str,
+        until: Instant,
+        *,
+        step: int | None = None,
+        decided: bool = False,
         start: bool = False,
     ) -> RunRecord | None:
         """``paused → resuming``, owned by ``owner`` until ``until``; the run as claimed for exactly one caller,
@@ -128,8 +134,7 @@ class PostgresRunLeases:
 
 
 _INBOX_COLUMNS = (
-    "id, chat_history_id, platform, workspace, channel, thread, requester, message_json::text, message_ref, "
-    "received_at"
+    "id, chat_history_id, platform, workspace, channel, thread, requester, message_json::text, message_ref, received_at"
 )
 
 
@@ -178,8 +183,17 @@ class PostgresThreadInbox:
             cursor = await conn.execute(
                 "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
                 "message_json, message_ref, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 requester, Json(message), message_ref, instant(now)],
+                [
+                    address.chat_history_id,
+                    address.platform,
+                    address.workspace,
+                    address.channel,
+                    address.thread,
+                    requester,
+                    Json(message),
+                    message_ref,
+                    instant(now),
+                ],
             )
             row = await cursor.fetchone()
             # The message waits behind another process's run: wake that process (delivered at commit) rather
@@ -215,8 +229,19 @@ class PostgresThreadInbox:
                 "status, step, created_at, updated_at, owner, lease_expires_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', 0, %s, %s, %s, %s) "
                 f"ON CONFLICT DO NOTHING RETURNING {RUN_COLUMNS}",
-                [run_id, chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 item.requester, at, at, owner, instant(until)],
+                [
+                    run_id,
+                    chat_history_id,
+                    address.platform,
+                    address.workspace,
+                    address.channel,
+                    address.thread,
+                    item.requester,
+                    at,
+                    at,
+                    owner,
+                    instant(until),
+                ],
             )
             created = await cursor.fetchone()
             if created is None:
@@ -326,8 +351,19 @@ class PostgresOutbox:
                 "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
                 "attempts, next_attempt_at, claimed_by, claimed_until) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
-                [key, address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-                 text, at, at, claimed_by, claimed],
+                [
+                    key,
+                    address.chat_history_id,
+                    address.platform,
+                    address.workspace,
+                    address.channel,
+                    address.thread,
+                    text,
+                    at,
+                    at,
+                    claimed_by,
+                    claimed,
+                ],
             )
             return cursor.rowcount == 1
 

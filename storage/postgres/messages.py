@@ -25,9 +25,7 @@ _TOOL = ChatRole.TOOL.value
 THREAD_LOCK = "countersign.messages"
 """With the thread's id, the key of the advisory lock that serialises writers to one thread."""
 
-_NEWEST = (
-    "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s ORDER BY seq DESC LIMIT %s"
-)
+_NEWEST = "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s ORDER BY seq DESC LIMIT %s"
 # The same window as the thread was when one message (by id) was its newest.
 _NEWEST_UP_TO = (
     "SELECT seq, role, message_id, data::text FROM messages WHERE chat_history_id = %s AND seq <= "
@@ -171,4 +169,3 @@ class PostgresChatMessageStore:
         2
         """
         return await self.db.execute("DELETE FROM messages WHERE chat_history_id = %s", [chat_history_id])
-

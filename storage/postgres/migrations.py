@@ -462,9 +462,7 @@ async def migrate(
             raise StorageError(
                 "the PostgreSQL search_path names no existing schema: create it, or fix the URL's search_path"
             )
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [MIGRATION_LOCK, schema]
-        )
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [MIGRATION_LOCK, schema])
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
         )

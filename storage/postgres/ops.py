@@ -77,6 +77,7 @@ class PostgresOperations:
         """Delete what retention allows, older than ``older_than`` (one transaction); ``dry_run`` only counts."""
         params: dict[str, Any] = {"cutoff": instant(older_than)}
         async with self.db.transaction() as conn:
+
             async def count(select: str) -> int:
                 cursor = await conn.execute(f"SELECT COUNT(*) FROM ({select}) AS selected", params)
                 row = await cursor.fetchone()

@@ -141,9 +141,9 @@ class PostgresPolicyStore:
         >>> await storage.policies.reset_rule(scope_channel("slack", "T1", "C1"), "delete_file")
         True
         """
-        return await self.db.execute(
-            "DELETE FROM policy_rules WHERE scope = %s AND tool_key = %s", [scope, tool_key]
-        ) == 1
+        return (
+            await self.db.execute("DELETE FROM policy_rules WHERE scope = %s AND tool_key = %s", [scope, tool_key]) == 1
+        )
 
     async def list_rules(self, scope: str | None = None) -> list[PolicyRule]:
         """Every rule (of one scope, if given), sorted by scope and tool key.
@@ -171,8 +171,9 @@ class PostgresPolicyStore:
         ('always', ('channel:slack:T1:C1', 'delete_file'))
         """
         scopes = channel_scopes(platform, workspace, channel)
-        rows = await self.db.fetchall(f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}",
-                                      [scopes, tool_name, ANY_TOOL, tool_name])
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM policy_rules WHERE {_APPLIES}", [scopes, tool_name, ANY_TOOL, tool_name]
+        )
         return effective_rule(tool_name, scopes, [_rule(row) for row in rows])
 
     async def view(self, tool_name: str, *, platform: str, workspace: str, channel: str) -> PolicyView:
@@ -218,9 +219,7 @@ class PostgresPolicyStore:
             [ConditionalRule(r[2], r[3], r[1], r[4], r[9], utc(r[10])) for r in rows if r[0] == "condition"],
         )
 
-    async def unchanged(
-        self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str
-    ) -> bool:
+    async def unchanged(self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str) -> bool:
         """Whether :meth:`view` of the tool in the channel is still ``view``: a compare-and-set for a batch that stores
         what was decided with ``view`` (a pause), refused when an admin changed the policy since it was read.
 

@@ -100,7 +100,12 @@ class PostgresRunStore:
         return _record(row)
 
     async def transition(
-        self, run_id: str, from_status: str | tuple[str, ...], to_status: str, *, fence: RunFence | None = None,
+        self,
+        run_id: str,
+        from_status: str | tuple[str, ...],
+        to_status: str,
+        *,
+        fence: RunFence | None = None,
         **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
@@ -242,9 +247,7 @@ class PostgresRunStore:
             await self.get(run_id)  # NotFound for an unknown run
         return changed == 1
 
-    async def usage(
-        self, *, platform: str, workspace: str, since: Instant, channel: str | None = None
-    ) -> TokenUsage:
+    async def usage(self, *, platform: str, workspace: str, since: Instant, channel: str | None = None) -> TokenUsage:
         """The summed token usage of the runs created since ``since`` in a workspace (or one channel of it).
 
         >>> (await storage.runs.usage(platform="slack", workspace="T1", since=time.time() - 86400)).total_tokens

@@ -81,9 +81,10 @@ class PostgresAccessStore:
 
     async def revoke(self, scope: str, principal: str) -> bool:
         """Remove one rule; whether it existed."""
-        return await self.db.execute(
-            "DELETE FROM access_rules WHERE scope = %s AND principal = %s", [scope, principal]
-        ) > 0
+        return (
+            await self.db.execute("DELETE FROM access_rules WHERE scope = %s AND principal = %s", [scope, principal])
+            > 0
+        )
 
     async def rules(self, scopes: Sequence[str] | None = None) -> list[AccessRule]:
         """The rules of ``scopes`` (all when ``None``), by scope then principal."""
@@ -140,10 +141,13 @@ class PostgresConditionalRules:
 
     async def reset_rule(self, scope: str, tool_name: str, condition: str) -> bool:
         """Remove one rule; whether it existed."""
-        return await self.db.execute(
-            "DELETE FROM conditional_rules WHERE scope = %s AND tool_name = %s AND condition = %s",
-            [scope, tool_name, condition],
-        ) > 0
+        return (
+            await self.db.execute(
+                "DELETE FROM conditional_rules WHERE scope = %s AND tool_name = %s AND condition = %s",
+                [scope, tool_name, condition],
+            )
+            > 0
+        )
 
     async def rules(self, scopes: Sequence[str] | None = None, tool_name: str | None = None) -> list[ConditionalRule]:
         """The rules of ``scopes`` (all when ``None``), of ``tool_name`` when given."""

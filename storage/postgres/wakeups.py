@@ -30,7 +30,11 @@ LISTEN_TIMEOUT_SECONDS = 10.0
 RECONNECT_FIRST_DELAY = 0.05
 RECONNECT_MAX_DELAY = 5.0
 CONNECTION = {
-    "connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
 }
 """A connect attempt gives up after 5 s; a peer that vanished without closing the connection is noticed within
 about 25 s (TCP keepalives: the listening connection never sends anything by itself)."""
@@ -44,10 +48,16 @@ def payload(address: ThreadAddress | None, owner: str | None = None) -> str:
     """
     if address is None:
         return "{}"
-    return json.dumps({
-        "id": address.chat_history_id, "platform": address.platform, "workspace": address.workspace,
-        "channel": address.channel, "thread": address.thread, "owner": owner,
-    })
+    return json.dumps(
+        {
+            "id": address.chat_history_id,
+            "platform": address.platform,
+            "workspace": address.workspace,
+            "channel": address.channel,
+            "thread": address.thread,
+            "owner": owner,
+        }
+    )
 
 
 def parse(text: str) -> Wakeup:
@@ -144,5 +154,11 @@ NOTIFY_OWNER_SQL = (
 
 def notify_owner_params(address: ThreadAddress) -> list[Any]:
     """The parameters of :data:`NOTIFY_OWNER_SQL` for ``address``."""
-    return [address.chat_history_id, address.platform, address.workspace, address.channel, address.thread,
-            address.chat_history_id]
+    return [
+        address.chat_history_id,
+        address.platform,
+        address.workspace,
+        address.channel,
+        address.thread,
+        address.chat_history_id,
+    ]

@@ -228,9 +228,7 @@ class Harness:
         )
         surface = RecordingSurface()
         engine.register_surface(PLATFORM, surface)
-        harness = cls(
-            engine, surface, generator, tools, clock, db_path, tool_list, admins, config.get("database_url")
-        )
+        harness = cls(engine, surface, generator, tools, clock, db_path, tool_list, admins, config.get("database_url"))
         if start:
             await engine.start(sweep=False)
         return harness
@@ -247,8 +245,17 @@ class Harness:
         surface = surface or RecordingSurface()
         engine.register_surface(PLATFORM, surface)
         await engine.start(sweep=False)
-        return Harness(engine, surface, engine.agent.chat_generator, self.tools, self.clock, self.db_path,
-                       self.tool_list, self.admins, self.database_url)
+        return Harness(
+            engine,
+            surface,
+            engine.agent.chat_generator,
+            self.tools,
+            self.clock,
+            self.db_path,
+            self.tool_list,
+            self.admins,
+            self.database_url,
+        )
 
     def thread(self, name: str = "1700000000.000100", channel: str = CHANNEL) -> ThreadRef:
         """A thread in the test workspace."""

@@ -169,14 +169,18 @@ class FakeOpenAIServer:
 
     def enqueue_no_choices(self) -> None:
         """Answer a later request with a well-formed completion that has no choices at all."""
-        self.enqueue(RawResponse({
-            "id": f"chatcmpl-{next(self._ids)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": "fake-model",
-            "choices": [],
-            "usage": DEFAULT_USAGE,
-        }))
+        self.enqueue(
+            RawResponse(
+                {
+                    "id": f"chatcmpl-{next(self._ids)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": "fake-model",
+                    "choices": [],
+                    "usage": DEFAULT_USAGE,
+                }
+            )
+        )
 
     def enqueue_hang(self) -> None:
         """Hold a later request without ever answering (until the server stops)."""

@@ -255,8 +255,9 @@ class StreamingRecordingSurface(RecordingSurface):
     ``fail_finish`` makes every ``finish_stream`` raise it. Timestamps are the loop's monotonic time.
     """
 
-    def __init__(self, *, fail_appends: dict[int, Exception] | None = None,
-                 fail_finish: Exception | None = None) -> None:
+    def __init__(
+        self, *, fail_appends: dict[int, Exception] | None = None, fail_finish: Exception | None = None
+    ) -> None:
         super().__init__()
         self.fail_appends = dict(fail_appends or {})
         self.fail_finish = fail_finish
@@ -274,8 +275,9 @@ class StreamingRecordingSurface(RecordingSurface):
         self._appends += 1
         failure = self.fail_appends.get(self._appends)
         if failure is not None:
-            await self._record(StreamCall("refused", thread, dict(stream), text, shown,
-                                          asyncio.get_running_loop().time()))
+            await self._record(
+                StreamCall("refused", thread, dict(stream), text, shown, asyncio.get_running_loop().time())
+            )
             raise failure
         await self._record(StreamCall("append", thread, dict(stream), text, shown, asyncio.get_running_loop().time()))
 

@@ -503,8 +503,11 @@ class ServeCluster:
         env.update(
             {
                 "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                **({"COUNTERSIGN_DATABASE_URL": self.database_url} if self.database_url
-                   else {"COUNTERSIGN_DB": str(self.db_path)}),
+                **(
+                    {"COUNTERSIGN_DATABASE_URL": self.database_url}
+                    if self.database_url
+                    else {"COUNTERSIGN_DB": str(self.db_path)}
+                ),
                 "COUNTERSIGN_TOOLS": "tests.fakes.crash_tools:tools",
                 "COUNTERSIGN_ADMINS": ",".join(self.admins),
                 "SLACK_BOT_TOKEN": BOT_TOKEN,
@@ -829,11 +832,12 @@ class ServeCluster:
         """The stored messages of ``thread`` in order (``ChatMessage.to_dict()`` shapes)."""
         # Rows hold a compact body (storage.message_rows); on SQLite under the thread's integer id.
         if self.database_url:
-            sql = ("SELECT role, message_id, data::text AS data FROM messages WHERE chat_history_id = ? "
-                   "ORDER BY seq")
+            sql = "SELECT role, message_id, data::text AS data FROM messages WHERE chat_history_id = ? ORDER BY seq"
         else:
-            sql = ("SELECT m.role, m.message_id, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
-                   "WHERE t.key = ? ORDER BY m.seq")
+            sql = (
+                "SELECT m.role, m.message_id, m.data FROM messages m JOIN threads t ON t.id = m.thread_id "
+                "WHERE t.key = ? ORDER BY m.seq"
+            )
         rows = self.query(sql, [thread.key])
         return [message_from_row(thread.key, row["role"], row["message_id"], row["data"]).to_dict() for row in rows]
 
@@ -890,8 +894,12 @@ class ServeCluster:
         assert dangling_calls(self.history(thread)) == [], self.describe(thread)
         posted = " ".join(self.replies_in(thread))
         # Approval cards owed with a pause (key card:…) are shown as cards, not as replies with their text.
-        owed = [row["text"] for row in self.query(
-            "SELECT text FROM outbox WHERE chat_history_id = ? AND key NOT LIKE ?", [thread.key, "card:%"])]
+        owed = [
+            row["text"]
+            for row in self.query(
+                "SELECT text FROM outbox WHERE chat_history_id = ? AND key NOT LIKE ?", [thread.key, "card:%"]
+            )
+        ]
         assert all(_slack_text(text) in posted for text in owed), f"owed {owed}, posted {self.replies_in(thread)}"
         assert not any(RESEND in text for text in self.replies_in(thread)), self.replies_in(thread)
 

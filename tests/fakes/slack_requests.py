@@ -169,8 +169,12 @@ class SlackRequests:
             message["thread_ts"] = thread_ts
         payload = {
             **self.interaction_base("block_actions", user),
-            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel,
-                          "is_ephemeral": ephemeral},
+            "container": {
+                "type": "message",
+                "message_ts": message_ts,
+                "channel_id": channel,
+                "is_ephemeral": ephemeral,
+            },
             "channel": {"id": channel, "name": "ops"},
             "message": message,
             "response_url": response_url,

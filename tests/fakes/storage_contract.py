@@ -9,7 +9,12 @@ from tests.fakes.storage_data import NOW, THREAD
 
 
 async def create_run(
-    storage: Any, run_id: str = "run-1", *, thread: str = THREAD, status: str = "running", now: Any = NOW,
+    storage: Any,
+    run_id: str = "run-1",
+    *,
+    thread: str = THREAD,
+    status: str = "running",
+    now: Any = NOW,
     requester: str = "U_ANA",
 ) -> RunRecord:
     """A run started by ``requester`` (U_ANA) in #C1 of workspace T1, on any backend."""

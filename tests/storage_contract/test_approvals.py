@@ -59,8 +59,12 @@ async def test_create_many_stores_all_or_nothing(approvals):
 
 async def test_the_first_decision_wins_and_later_ones_change_nothing(approvals, approval):
     assert await approvals.decide(
-        approval.approval_id, status="modified", decided_by="U_BOB", feedback="only the copy",
-        final_arguments={"path": "/srv/app/a.txt.bak"}, now=LATER,
+        approval.approval_id,
+        status="modified",
+        decided_by="U_BOB",
+        feedback="only the copy",
+        final_arguments={"path": "/srv/app/a.txt.bak"},
+        now=LATER,
     )
     assert not await approvals.decide(approval.approval_id, status="rejected", decided_by="U_CAROL", now=LATER)
     decided = await approvals.get(approval.approval_id)
@@ -166,7 +170,7 @@ async def test_pending_filters_by_platform_thread_and_approver(approvals):
 
 async def test_a_review_keeps_the_full_result_and_its_edited_version(approvals):
     full = "line\n" * 5000  # far longer than any surface shows: storage keeps all of it
-    review, = await approvals.create_many(
+    (review,) = await approvals.create_many(
         [new_approval(tool_call_id="call_9", kind="review", result=full, mode="review")]
     )
     assert (review.kind, review.result, review.final_result, review.mode) == ("review", full, None, "review")
@@ -181,14 +185,15 @@ async def test_a_review_keeps_the_full_result_and_its_edited_version(approvals):
 
 
 async def test_an_approval_and_a_review_of_the_same_call_live_side_by_side(approvals):
-    before, = await approvals.create_many([new_approval(tool_call_id="call_1", mode="always+review")])
+    (before,) = await approvals.create_many([new_approval(tool_call_id="call_1", mode="always+review")])
     assert (before.kind, before.result) == ("approval", None)
     assert await approvals.decide(before.approval_id, status="approved", decided_by="U_BOB", now=LATER)
-    after, = await approvals.create_many(
+    (after,) = await approvals.create_many(
         [new_approval(tool_call_id="call_1", step=2, kind="review", result="done", mode="always+review")]
     )
     assert [(a.step, a.kind, a.status) for a in await approvals.for_run("run-1")] == [
-        (1, "approval", "approved"), (2, "review", "pending")
+        (1, "approval", "approved"),
+        (2, "review", "pending"),
     ]
     expired = await approvals.expire_due(now=EXPIRY + timedelta(hours=1))
     assert [(a.approval_id, a.kind) for a in expired] == [(after.approval_id, "review")]
@@ -248,7 +253,8 @@ async def test_marking_approvals_rendered_returns_their_statuses_as_they_are_now
     await approvals.decide(b.approval_id, status="rejected", decided_by="U_BOB", now=LATER)  # a click before
     ref = {"channel": "C1", "ts": "1700000000.000300"}
     assert await approvals.mark_rendered([b.approval_id, a.approval_id], ref) == {
-        b.approval_id: "rejected", a.approval_id: "pending",
+        b.approval_id: "rejected",
+        a.approval_id: "pending",
     }
     assert [(await approvals.get(x.approval_id)).message_ref for x in (a, b)] == [ref, ref]
     assert await approvals.mark_rendered([], ref) == {}
@@ -271,8 +277,12 @@ async def test_a_fully_decided_step_is_read_with_its_snapshot_and_only_then(back
     decided = await storage.approvals.step("run-1", 1)
     assert decided.snapshot == await storage.runs.snapshot("run-1") == {"stage": "decide", "n": 1}
     # An older step's snapshot was replaced by this one: an older step never comes with a snapshot.
-    await storage.approvals.decide((await storage.approvals.step("run-1", 0)).approvals[0].approval_id,
-                                   status="approved", decided_by="U_BOB", now=LATER)
+    await storage.approvals.decide(
+        (await storage.approvals.step("run-1", 0)).approvals[0].approval_id,
+        status="approved",
+        decided_by="U_BOB",
+        now=LATER,
+    )
     assert (await storage.approvals.step("run-1", 0)).snapshot is None
     assert (await storage.approvals.step("run-1", 2)).snapshot is None  # a step without approvals
     # A damaged snapshot (not a JSON object) is not handed over: reading it alone says why.

@@ -26,8 +26,13 @@ def _pause(run_id: str = "run-1", *, approval_id: str = "a-1", fence: RunFence |
     return [
         Write("runs", "record_usage", (run_id, TokenUsage(21, 7, 28))),
         Write("approvals", "create_many", ([new_approval(run_id, f"call_{approval_id}", approval_id=approval_id)],)),
-        Write("runs", "transition", (run_id, "running", "paused"), {"fence": fence, "step": 1,
-                                                                   "snapshot_json": {"step": 1}}, required=True),
+        Write(
+            "runs",
+            "transition",
+            (run_id, "running", "paused"),
+            {"fence": fence, "step": 1, "snapshot_json": {"step": 1}},
+            required=True,
+        ),
         Write("audit", "append", ("U_ANA", "paused", run_id, {"approvals": [approval_id]}), {"now": NOW}),
     ]
 
@@ -111,11 +116,19 @@ async def test_the_audit_chain_stays_valid_around_batched_and_refused_appends(st
     await create_run(storage, "run-1")
     await create_run(storage, "run-2", thread=THREAD + "2")
     await storage.audit.append("U_ANA", "asked", "run-1", {}, now=NOW)
-    assert (await storage.batches.apply([
-        *_pause("run-1"),
-        Write("audit", "append_many", ([("U_BOB", "seen", "a-1", {"n": 1}), ("U_BOB", "seen", "a-1", {"n": 2})],),
-              {"now": NOW}),
-    ])).applied
+    assert (
+        await storage.batches.apply(
+            [
+                *_pause("run-1"),
+                Write(
+                    "audit",
+                    "append_many",
+                    ([("U_BOB", "seen", "a-1", {"n": 1}), ("U_BOB", "seen", "a-1", {"n": 2})],),
+                    {"now": NOW},
+                ),
+            ]
+        )
+    ).applied
     assert not (await storage.batches.apply(_pause("run-1", approval_id="a-9"))).applied  # paused already
     assert (await storage.batches.apply(_pause("run-2", approval_id="a-2"))).applied
     await storage.audit.append("U_ANA", "asked", "run-2", {}, now=NOW)
@@ -143,14 +156,20 @@ async def test_a_batch_is_checked_before_anything_is_written(storage):
 
 async def test_a_decision_batch_claims_the_run_only_with_the_decision_that_completes_the_step(storage):
     await create_run(storage)
-    await storage.approvals.create_many([new_approval(approval_id="a-1"), new_approval("run-1", "call_2",
-                                                                                       approval_id="a-2")])
+    await storage.approvals.create_many(
+        [new_approval(approval_id="a-1"), new_approval("run-1", "call_2", approval_id="a-2")]
+    )
     assert await storage.runs.transition("run-1", "running", "paused", step=1)
 
     def decision(approval_id: str, voter: str) -> list[Write]:
         return [
-            Write("approvals", "decide", (approval_id,), {"status": "approved", "decided_by": voter, "now": NOW},
-                  required=True),
+            Write(
+                "approvals",
+                "decide",
+                (approval_id,),
+                {"status": "approved", "decided_by": voter, "now": NOW},
+                required=True,
+            ),
             Write("leases", "claim_paused", ("run-1", "host-a", NOW + LEASE), {"decided": True}),
             Write("audit", "append", (voter, "approved", approval_id, {}), {"now": NOW}),
         ]
@@ -171,10 +190,12 @@ async def test_a_decision_batch_that_completes_the_step_starts_the_run_and_reads
     await create_run(storage)
     history = [ChatMessage.from_user("delete a.txt and b.txt"), ChatMessage.from_assistant("on it")]
     await storage.messages.write_messages(THREAD, history)
-    await storage.approvals.create_many([new_approval(approval_id="a-1"), new_approval("run-1", "call_2",
-                                                                                       approval_id="a-2")])
-    assert await storage.runs.transition("run-1", "running", "paused", step=1,
-                                         snapshot_json={"history_id": THREAD, "up_to": history[-1].id})
+    await storage.approvals.create_many(
+        [new_approval(approval_id="a-1"), new_approval("run-1", "call_2", approval_id="a-2")]
+    )
+    assert await storage.runs.transition(
+        "run-1", "running", "paused", step=1, snapshot_json={"history_id": THREAD, "up_to": history[-1].id}
+    )
     seen: list[tuple] = []
 
     def history_of_claimed_step(done: tuple) -> tuple[tuple, dict] | None:
@@ -186,10 +207,16 @@ async def test_a_decision_batch_that_completes_the_step_starts_the_run_and_reads
 
     def decision(approval_id: str, voter: str) -> list[Write | Read]:
         return [
-            Write("approvals", "decide", (approval_id,), {"status": "approved", "decided_by": voter, "now": NOW},
-                  required=True),
-            Write("leases", "claim_paused", ("run-1", "host-a", NOW + LEASE), {"decided": True, "step": 1,
-                                                                                "start": True}),
+            Write(
+                "approvals",
+                "decide",
+                (approval_id,),
+                {"status": "approved", "decided_by": voter, "now": NOW},
+                required=True,
+            ),
+            Write(
+                "leases", "claim_paused", ("run-1", "host-a", NOW + LEASE), {"decided": True, "step": 1, "start": True}
+            ),
             Read("approvals", "step", ("run-1", 1)),
             Read("messages", "retrieve_messages", args_from=history_of_claimed_step),
             Write("audit", "append", (voter, "approved", approval_id, {}), {"now": NOW}),
@@ -215,13 +242,15 @@ async def test_a_read_whose_arguments_cannot_be_worked_out_is_skipped_and_the_ba
     def malformed(done: tuple) -> tuple[tuple, dict] | None:
         return (done[0]["history_id"],), {}  # the usage write returned None: a TypeError, as bad data would give
 
-    outcome = await storage.batches.apply([
-        *_pause()[:3],
-        Read("messages", "retrieve_messages", args_from=malformed),
-        Read("runs", "get", args_from=lambda done: None),
-        Read("runs", "get", ("ignored",), args_from=lambda done: (("run-1",), {})),
-        _pause()[3],
-    ])
+    outcome = await storage.batches.apply(
+        [
+            *_pause()[:3],
+            Read("messages", "retrieve_messages", args_from=malformed),
+            Read("runs", "get", args_from=lambda done: None),
+            Read("runs", "get", ("ignored",), args_from=lambda done: (("run-1",), {})),
+            _pause()[3],
+        ]
+    )
 
     assert outcome.applied
     assert outcome.results[3:6] == (None, None, await storage.runs.get("run-1"))
@@ -233,14 +262,16 @@ async def test_a_read_whose_arguments_cannot_be_worked_out_is_skipped_and_the_ba
 
 async def test_a_read_in_a_batch_sees_the_writes_before_it_and_not_those_after_and_its_result_is_in_place(storage):
     message = ChatMessage.from_user("delete a.txt").to_dict()
-    outcome = await storage.batches.apply([
-        Read("inbox", "waiting", (THREAD,)),
-        Write("inbox", "enqueue", (ADDRESS, "U_ANA", message), {"now": NOW}, required=True),
-        Read("inbox", "waiting", (THREAD,)),
-        Write("inbox", "start_next", (THREAD, "run-1", "host-a", NOW + LEASE), {"now": NOW}),
-        Read("messages", "retrieve_messages", (THREAD,), {"last_k": 5}),
-        Read("runs", "get", ("run-1",)),
-    ])
+    outcome = await storage.batches.apply(
+        [
+            Read("inbox", "waiting", (THREAD,)),
+            Write("inbox", "enqueue", (ADDRESS, "U_ANA", message), {"now": NOW}, required=True),
+            Read("inbox", "waiting", (THREAD,)),
+            Write("inbox", "start_next", (THREAD, "run-1", "host-a", NOW + LEASE), {"now": NOW}),
+            Read("messages", "retrieve_messages", (THREAD,), {"last_k": 5}),
+            Read("runs", "get", ("run-1",)),
+        ]
+    )
 
     assert outcome.applied
     before, item_id, waiting, (run, item), history, read_run = outcome.results
@@ -265,11 +296,13 @@ async def test_a_read_batch_makes_every_read_in_one_call_and_returns_each_result
     await storage.access.allow("slack:T1", "U_ANA", updated_by="U_ADMIN", now=NOW)
     run = await storage.runs.get("run-1")
 
-    latest, rules, waiting = await storage.batches.read([
-        Read("runs", "latest_for_thread", (run.chat_history_id,)),
-        Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
-        Read("inbox", "waiting", (run.chat_history_id,)),
-    ])
+    latest, rules, waiting = await storage.batches.read(
+        [
+            Read("runs", "latest_for_thread", (run.chat_history_id,)),
+            Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
+            Read("inbox", "waiting", (run.chat_history_id,)),
+        ]
+    )
 
     assert latest == await storage.runs.latest_for_thread(run.chat_history_id)
     assert [(r.scope, r.principal) for r in rules] == [("slack:T1", "U_ANA")]
@@ -302,11 +335,13 @@ async def test_a_dependent_read_that_finds_a_corrupt_record_is_skipped_and_the_b
     with pytest.raises(CorruptRecord):
         await storage.messages.retrieve_messages(THREAD)
 
-    outcome = await storage.batches.apply([
-        *_pause()[:3],
-        Read("messages", "retrieve_messages", args_from=lambda done: ((THREAD,), {"last_k": 5})),
-        _pause()[3],
-    ])
+    outcome = await storage.batches.apply(
+        [
+            *_pause()[:3],
+            Read("messages", "retrieve_messages", args_from=lambda done: ((THREAD,), {"last_k": 5})),
+            _pause()[3],
+        ]
+    )
     assert outcome.applied and outcome.results[3] is None
     assert (await storage.runs.get("run-1")).status == "paused"
 
@@ -317,24 +352,29 @@ async def test_a_dependent_read_that_finds_a_corrupt_record_is_skipped_and_the_b
 async def test_a_write_can_take_its_arguments_from_the_writes_before_it_or_be_skipped(storage):
     # An expiry sweep's batch: the approvals one write expired, and their audit entries from its result.
     await create_run(storage)
-    await storage.approvals.create_many([new_approval("run-1", "call_1", approval_id="a-1",
-                                                      expires_at=NOW + timedelta(seconds=1))])
+    await storage.approvals.create_many(
+        [new_approval("run-1", "call_1", approval_id="a-1", expires_at=NOW + timedelta(seconds=1))]
+    )
 
     def audited(done: tuple) -> tuple[tuple, dict] | None:
         return (([("countersign", "expired", r.approval_id, {}) for r in done[0]],), {"now": NOW}) if done[0] else None
 
-    expiring = [Write("approvals", "expire_due", (), {"now": NOW + LEASE}),
-                Write("audit", "append_many", args_from=audited)]
+    expiring = [
+        Write("approvals", "expire_due", (), {"now": NOW + LEASE}),
+        Write("audit", "append_many", args_from=audited),
+    ]
     first = await storage.batches.apply(expiring)
     assert first.applied and [r.approval_id for r in first.results[0]] == ["a-1"] and first.results[1] == 1
     assert [e.subject for e in await storage.audit.recent(5, subject="a-1")] == ["a-1"]
 
     again = await storage.batches.apply(expiring)  # nothing due: the audit write is skipped
     assert again.applied and again.results == ([], None)
-    refused = await storage.batches.apply([
-        Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
-        Write("runs", "get", args_from=lambda done: None, required=True),
-    ])
+    refused = await storage.batches.apply(
+        [
+            Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
+            Write("runs", "get", args_from=lambda done: None, required=True),
+        ]
+    )
     assert (refused.applied, refused.refused) == (False, 1), "a required write skipped refuses the batch"
     assert (await storage.runs.usage(platform="slack", workspace="T1", since=NOW - LEASE)).total_tokens == 0
 
@@ -342,6 +382,10 @@ async def test_a_write_can_take_its_arguments_from_the_writes_before_it_or_be_sk
         raise KeyError("history_id")
 
     with pytest.raises(KeyError):  # a write's arguments are never guessed: the batch fails, nothing is written
-        await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
-                                     Write("audit", "append", args_from=broken)])
+        await storage.batches.apply(
+            [
+                Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28))),
+                Write("audit", "append", args_from=broken),
+            ]
+        )
     assert (await storage.runs.usage(platform="slack", workspace="T1", since=NOW - LEASE)).total_tokens == 0

@@ -45,24 +45,30 @@ async def test_a_stale_fence_is_refused_by_every_write_and_the_new_owners_fence_
     before = await storage.messages.count_messages(THREAD)
     step = ChatMessage.from_assistant(tool_calls=[call])
     with pytest.raises(FencedOut) as refused:
-        await storage.messages.write_messages(THREAD, [step, ChatMessage.from_tool("deployed", origin=call)],
-                                              fence=stale)
+        await storage.messages.write_messages(
+            THREAD, [step, ChatMessage.from_tool("deployed", origin=call)], fence=stale
+        )
     assert refused.value.run_id == "run-1"
     assert await storage.messages.count_messages(THREAD) == before
 
     assert not await storage.runs.transition("run-1", ("running", "resuming"), "finished", fence=stale)
-    assert not await storage.outbox.add("answer:run-1:a", ADDRESS, "Deployed.", now=LATER,
-                                        finishes_run="run-1", fence=stale)
+    assert not await storage.outbox.add(
+        "answer:run-1:a", ADDRESS, "Deployed.", now=LATER, finishes_run="run-1", fence=stale
+    )
     run = await storage.runs.get("run-1")
     assert (run.status, run.owner) == ("running", "host-b")
     assert await storage.outbox.undelivered(THREAD) == []
 
     # The same writes under the new owner's fence go through.
-    assert await storage.messages.write_messages(
-        THREAD, [step, ChatMessage.from_tool(UNKNOWN, origin=call, error=True)], fence=current
-    ) == 2
-    assert await storage.outbox.add("answer:run-1:b", ADDRESS, "Outcome unknown.", now=LATER,
-                                    finishes_run="run-1", fence=current)
+    assert (
+        await storage.messages.write_messages(
+            THREAD, [step, ChatMessage.from_tool(UNKNOWN, origin=call, error=True)], fence=current
+        )
+        == 2
+    )
+    assert await storage.outbox.add(
+        "answer:run-1:b", ADDRESS, "Outcome unknown.", now=LATER, finishes_run="run-1", fence=current
+    )
     assert (await storage.runs.get("run-1")).status == "finished"
     # A finished run fences out everyone, its last owner included.
     assert not await storage.runs.transition("run-1", ("running", "resuming"), "failed", fence=current)
@@ -81,10 +87,10 @@ async def test_an_unfinished_call_is_finished_under_a_holding_fence_only(storage
 async def test_a_process_that_takes_over_its_own_run_fences_out_its_earlier_work(storage):
     stale, current = await _started_and_taken_over(storage, new_owner="host-a")
     assert (stale.owner, current.owner) == ("host-a", "host-a")
-    assert not await storage.runs.transition("run-1", "running", "paused", fence=stale,
-                                             snapshot_json={"step": 1}, step=1)
-    assert await storage.runs.transition("run-1", "running", "paused", fence=current,
-                                         snapshot_json={"step": 1}, step=1)
+    assert not await storage.runs.transition(
+        "run-1", "running", "paused", fence=stale, snapshot_json={"step": 1}, step=1
+    )
+    assert await storage.runs.transition("run-1", "running", "paused", fence=current, snapshot_json={"step": 1}, step=1)
 
 
 async def test_a_fence_guards_only_its_own_run(storage):
@@ -102,8 +108,9 @@ async def test_a_stale_fence_begins_no_call_and_the_new_owners_fence_does(storag
     assert refused.value.run_id == "run-1"
     assert await storage.ledger.get("run-1:call_2") is None, "nothing written"
     assert await storage.ledger.begin("run-1:call_2", "digest", run_id="run-1", tool_name="deploy", fence=current)
-    assert not await storage.ledger.begin("run-1:call_2", "digest", run_id="run-1", tool_name="deploy",
-                                          fence=current), "still once per call under a holding fence"
+    assert not await storage.ledger.begin(
+        "run-1:call_2", "digest", run_id="run-1", tool_name="deploy", fence=current
+    ), "still once per call under a holding fence"
     assert (await storage.ledger.get("run-1:call_2")).status == "executing"
 
 
@@ -113,9 +120,11 @@ async def test_a_fenced_begin_in_a_batch_rolls_the_batch_back(storage):
     before = await storage.messages.count_messages(THREAD)
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name="deploy", arguments={}, id="call_3")])
     with pytest.raises(FencedOut):
-        await storage.batches.apply([
-            Write("messages", "write_messages", (THREAD, [reply])),
-            Write("ledger", "begin", ("run-1:call_3", "digest"), {"run_id": "run-1", "fence": stale}),
-        ])
+        await storage.batches.apply(
+            [
+                Write("messages", "write_messages", (THREAD, [reply])),
+                Write("ledger", "begin", ("run-1:call_3", "digest"), {"run_id": "run-1", "fence": stale}),
+            ]
+        )
     assert await storage.messages.count_messages(THREAD) == before
     assert await storage.ledger.get("run-1:call_3") is None

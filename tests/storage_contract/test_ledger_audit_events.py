@@ -109,9 +109,18 @@ async def test_naive_times_are_refused(storage):
 
 async def test_every_protocol_method_is_awaitable_on_every_store(backend):
     stores = {
-        "messages": ChatMessageStore, "runs": RunStore, "approvals": ApprovalStore, "ledger": ToolLedger,
-        "policies": PolicyStore, "audit": AuditLog, "events": EventDedupe, "conversations": ConversationStore,
-        "places": ApprovalPlaces, "leases": RunLeases, "inbox": ThreadInbox, "outbox": Outbox,
+        "messages": ChatMessageStore,
+        "runs": RunStore,
+        "approvals": ApprovalStore,
+        "ledger": ToolLedger,
+        "policies": PolicyStore,
+        "audit": AuditLog,
+        "events": EventDedupe,
+        "conversations": ConversationStore,
+        "places": ApprovalPlaces,
+        "leases": RunLeases,
+        "inbox": ThreadInbox,
+        "outbox": Outbox,
     }
     for attribute, protocol in stores.items():
         store = getattr(backend.storage, attribute)

@@ -92,8 +92,10 @@ async def test_two_processes_taking_over_an_expired_run_at_once_have_one_winner(
     later = NOW + LEASE + timedelta(seconds=1)
     owners = [f"host-{n}" for n in range(CONTENDERS)]
     taken = await asyncio.gather(
-        *((backend.storage, other)[n % 2].leases.claim_expired("run-1", owner, later + LEASE, now=later)
-          for n, owner in enumerate(owners))
+        *(
+            (backend.storage, other)[n % 2].leases.claim_expired("run-1", owner, later + LEASE, now=later)
+            for n, owner in enumerate(owners)
+        )
     )
     [winner] = [run for run in taken if run is not None]
     assert winner.recoveries == 1
@@ -122,8 +124,10 @@ async def test_two_processes_resuming_one_paused_run_at_once_have_one_winner(bac
     await create_run(backend.storage, status="paused")
     other = await backend.open_another()
     won = await asyncio.gather(
-        *((backend.storage, other)[n % 2].leases.claim_paused("run-1", f"host-{n}", NOW + LEASE)
-          for n in range(CONTENDERS))
+        *(
+            (backend.storage, other)[n % 2].leases.claim_paused("run-1", f"host-{n}", NOW + LEASE)
+            for n in range(CONTENDERS)
+        )
     )
     winners = [run for run in won if run is not None]
     assert len(winners) == 1
@@ -138,7 +142,11 @@ async def test_a_claim_returns_the_run_as_claimed_and_with_a_step_only_takes_the
     claimed = await storage.leases.claim_paused("run-1", "host-c", NOW + LEASE, step=2)
     assert claimed == await storage.runs.get("run-1")  # exactly the row the claim wrote: its owner can fence with it
     assert (claimed.status, claimed.owner, claimed.lease_expires_at, claimed.step) == (
-        "resuming", "host-c", NOW + LEASE, 2)
+        "resuming",
+        "host-c",
+        NOW + LEASE,
+        2,
+    )
     assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE, step=2) is None
 
 
@@ -153,7 +161,11 @@ async def test_a_claim_that_starts_moves_the_paused_run_to_running_owned_and_lea
 
     assert claimed == await storage.runs.get("run-1")  # never seen resuming: the claim and the start are one
     assert (claimed.status, claimed.owner, claimed.lease_expires_at, claimed.step) == (
-        "running", "host-c", NOW + LEASE, 1)
+        "running",
+        "host-c",
+        NOW + LEASE,
+        1,
+    )
     assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE, step=1, start=True) is None
     assert await storage.leases.claim_paused("run-1", "host-d", NOW + LEASE) is None
     # Its owner works under the fence it claimed with (its lease renews, its next status change passes the fence),
@@ -168,8 +180,9 @@ async def test_claiming_a_paused_run_when_decided_waits_for_every_approval_of_it
     await create_run(storage, "run-1")
     await storage.approvals.create_many([new_approval(approval_id="a-old", step=1)])
     await storage.approvals.decide("a-old", status="approved", decided_by="U_BOB", now=NOW)
-    await storage.approvals.create_many([new_approval(approval_id="a-1", step=2), new_approval(
-        "run-1", "call_2", approval_id="a-2", step=2)])
+    await storage.approvals.create_many(
+        [new_approval(approval_id="a-1", step=2), new_approval("run-1", "call_2", approval_id="a-2", step=2)]
+    )
     await storage.runs.transition("run-1", "running", "paused", step=2)
 
     assert not await storage.leases.claim_paused("run-1", "host-a", NOW + LEASE, decided=True)
@@ -265,8 +278,10 @@ async def test_two_processes_draining_one_thread_at_once_start_one_run(backend):
     for n in range(3):
         await backend.storage.inbox.enqueue(ADDRESS, "U_ANA", user(f"m{n}"), now=NOW)
     outcomes = await asyncio.gather(
-        *((backend.storage, other)[n % 2].inbox.start_next(THREAD, f"run-{n}", f"host-{n}", NOW + LEASE, now=NOW)
-          for n in range(CONTENDERS))
+        *(
+            (backend.storage, other)[n % 2].inbox.start_next(THREAD, f"run-{n}", f"host-{n}", NOW + LEASE, now=NOW)
+            for n in range(CONTENDERS)
+        )
     )
     [(run, item)] = [o for o in outcomes if o is not None]
     assert item.message["text"] == "m0"
@@ -307,8 +322,10 @@ async def test_a_redelivered_event_is_stored_in_the_inbox_once(storage):
 async def test_a_redelivery_racing_the_first_delivery_on_two_processes_is_stored_once(backend):
     other = await backend.open_another()
     ids = await asyncio.gather(
-        *((backend.storage, other)[n % 2].inbox.enqueue(ADDRESS, "U_ANA", user("deploy"), event_key="slack:event:Ev2")
-          for n in range(CONTENDERS))
+        *(
+            (backend.storage, other)[n % 2].inbox.enqueue(ADDRESS, "U_ANA", user("deploy"), event_key="slack:event:Ev2")
+            for n in range(CONTENDERS)
+        )
     )
     [stored] = [i for i in ids if i is not None]
     assert [i.id for i in await other.inbox.waiting(THREAD)] == [stored]
@@ -348,7 +365,12 @@ async def test_an_outbox_message_is_owed_until_delivered_and_claimed_by_one_proc
 async def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(storage):
     await started(storage)
     assert await storage.outbox.add(
-        "answer:run-1", ADDRESS, "Deployed.", claimed_by="host-a", claim_until=NOW + LEASE, now=NOW,
+        "answer:run-1",
+        ADDRESS,
+        "Deployed.",
+        claimed_by="host-a",
+        claim_until=NOW + LEASE,
+        now=NOW,
         finishes_run="run-1",
     )
     run = await storage.runs.get("run-1")
@@ -374,8 +396,10 @@ async def test_two_processes_claiming_one_outbox_message_at_once_have_one_winner
     await backend.storage.outbox.add("answer:run-1", ADDRESS, "Deleted.", now=NOW)
     other = await backend.open_another()
     won = await asyncio.gather(
-        *((backend.storage, other)[n % 2].outbox.claim("answer:run-1", f"host-{n}", NOW + LEASE, now=NOW)
-          for n in range(CONTENDERS))
+        *(
+            (backend.storage, other)[n % 2].outbox.claim("answer:run-1", f"host-{n}", NOW + LEASE, now=NOW)
+            for n in range(CONTENDERS)
+        )
     )
     assert won.count(True) == 1
     [owed] = await other.outbox.undelivered()
@@ -404,7 +428,9 @@ async def test_two_processes_sweeping_at_once_expire_each_approval_exactly_once(
     await create_run(backend.storage, status="paused")
     await backend.storage.approvals.create_many([new_approval(tool_call_id=f"call_{n}") for n in range(300)])
     await backend.storage.approvals.decide(
-        (await backend.storage.approvals.for_run("run-1"))[0].approval_id, status="approved", decided_by="U_BOB",
+        (await backend.storage.approvals.for_run("run-1"))[0].approval_id,
+        status="approved",
+        decided_by="U_BOB",
         now=NOW,
     )
     other = await backend.open_another()

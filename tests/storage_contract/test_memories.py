@@ -89,12 +89,15 @@ async def test_agent_scope_narrows(storage):
 
 
 async def test_filters_nest_and_or_not_over_metadata_and_scope(storage):
-    await storage.memories.add_memories(["service alpha runs 3 replicas"], user_id="U_ANA",
-                                        metadata={"channel": "C1", "replicas": 3, "prod": True})
-    await storage.memories.add_memories(["service beta runs 5 replicas"], user_id="U_BOB",
-                                        metadata={"channel": "C1", "replicas": 5, "prod": False})
-    await storage.memories.add_memories(["service gamma runs 9 replicas"], user_id="U_ANA",
-                                        metadata={"channel": "C2", "replicas": 9})
+    await storage.memories.add_memories(
+        ["service alpha runs 3 replicas"], user_id="U_ANA", metadata={"channel": "C1", "replicas": 3, "prod": True}
+    )
+    await storage.memories.add_memories(
+        ["service beta runs 5 replicas"], user_id="U_BOB", metadata={"channel": "C1", "replicas": 5, "prod": False}
+    )
+    await storage.memories.add_memories(
+        ["service gamma runs 9 replicas"], user_id="U_ANA", metadata={"channel": "C2", "replicas": 9}
+    )
 
     async def matching(filters: dict) -> list[str]:
         return sorted(m.text.split()[1] for m in await storage.memories.search_memories("service", filters=filters))
@@ -106,10 +109,12 @@ async def test_filters_nest_and_or_not_over_metadata_and_scope(storage):
     assert await matching({"field": "meta.prod", "operator": "==", "value": None}) == ["gamma"]
     assert await matching({"field": "user_id", "operator": "in", "value": ["U_BOB", "U_CAT"]}) == ["beta"]
     assert await matching({"field": "meta.channel", "operator": "not in", "value": ["C2"]}) == ["alpha", "beta"]
-    assert await matching({"operator": "AND", "conditions": [channel("C1"), {
-        "field": "user_id", "operator": "==", "value": "U_ANA"}]}) == ["alpha"]
-    assert await matching({"operator": "OR", "conditions": [channel("C2"), {
-        "field": "meta.replicas", "operator": "==", "value": 5}]}) == ["beta", "gamma"]
+    assert await matching(
+        {"operator": "AND", "conditions": [channel("C1"), {"field": "user_id", "operator": "==", "value": "U_ANA"}]}
+    ) == ["alpha"]
+    assert await matching(
+        {"operator": "OR", "conditions": [channel("C2"), {"field": "meta.replicas", "operator": "==", "value": 5}]}
+    ) == ["beta", "gamma"]
     assert await matching({"operator": "NOT", "conditions": [channel("C1")]}) == ["gamma"]
     assert await storage.memories.count_memories(filters={"operator": "NOT", "conditions": [channel("C1")]}) == 1
 
@@ -159,7 +164,8 @@ async def test_adding_the_same_text_or_message_again_adds_nothing(storage):
 
 async def test_secrets_are_masked_before_a_memory_is_stored(storage):
     [memory_id] = await storage.memories.add_memories(
-        ["the deploy API key is sk-proj-abcdefghijklmnopqrstuvwx1234"], user_id="U_ANA",
+        ["the deploy API key is sk-proj-abcdefghijklmnopqrstuvwx1234"],
+        user_id="U_ANA",
         metadata={"password": "hunter2", "note": "token=abc123def"},
     )
     [memory] = await storage.memories.search_memories("deploy key", user_id="U_ANA")
@@ -195,9 +201,9 @@ async def test_an_empty_query_lists_the_newest_memories_in_scope(storage):
 
 
 async def test_a_query_of_punctuation_or_quotes_is_harmless(storage):
-    await storage.memories.add_memories(["O'Brien owns the \"edge\" proxy"], user_id="U_ANA")
-    found = await storage.memories.search_memories("O'Brien \"edge\" OR NEAR(*) -- ; & | !", user_id="U_ANA")
-    assert await texts(found) == ["O'Brien owns the \"edge\" proxy"]
+    await storage.memories.add_memories(['O\'Brien owns the "edge" proxy'], user_id="U_ANA")
+    found = await storage.memories.search_memories('O\'Brien "edge" OR NEAR(*) -- ; & | !', user_id="U_ANA")
+    assert await texts(found) == ['O\'Brien owns the "edge" proxy']
     assert await storage.memories.search_memories("' \" * ( )", user_id="U_ANA", top_k=1) != []
 
 

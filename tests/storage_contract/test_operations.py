@@ -73,7 +73,8 @@ async def test_pruning_deletes_ended_work_and_leaves_active_runs_and_pending_app
 
     assert await storage.ops.prune(older_than=_future()) == expected
     assert [r.run_id for r in await storage.runs.list_by_status("running", "paused", "finished")] == [
-        "run-active", "run-odd"
+        "run-active",
+        "run-odd",
     ]
     assert [a.tool_call_id for a in await storage.approvals.pending()] == ["call_new", "call_odd"]
     assert await storage.ledger.get("run-ended:call_x") is None

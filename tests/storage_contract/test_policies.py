@@ -37,7 +37,9 @@ async def test_channel_beats_workspace_beats_global(policies):
     await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
     rule = await policies.resolve("delete_file", **WHERE)
     assert (rule.mode, rule.sources["mode"], rule.sources["quorum"]) == (
-        "deny", (CHANNEL, "delete_file"), (WORKSPACE, "*"),
+        "deny",
+        (CHANNEL, "delete_file"),
+        (WORKSPACE, "*"),
     )
 
 
@@ -60,7 +62,11 @@ async def test_each_field_is_inherited_from_the_most_specific_rule_that_sets_it(
     await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", four_eyes=True)
     rule = await policies.resolve("delete_file", **WHERE)
     assert (rule.mode, rule.approvers, rule.quorum, rule.four_eyes, rule.ttl_seconds) == (
-        "always", ("U_BOB", "U_CAROL"), 2, True, 3600,
+        "always",
+        ("U_BOB", "U_CAROL"),
+        2,
+        True,
+        3600,
     )
     assert rule.sources == {
         "mode": (GLOBAL, "*"),
@@ -84,7 +90,11 @@ async def test_set_rule_changes_only_the_given_fields_and_reset_inherits_again(p
     await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="always", quorum=2, four_eyes=False)
     rule = await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ROOT", ttl_seconds=600)
     assert (rule.mode, rule.quorum, rule.four_eyes, rule.ttl_seconds, rule.updated_by) == (
-        "always", 2, False, 600, "U_ROOT",
+        "always",
+        2,
+        False,
+        600,
+        "U_ROOT",
     )
     rule = await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ROOT", quorum=None)
     assert (rule.mode, rule.quorum) == ("always", None)
@@ -100,14 +110,23 @@ async def test_rules_are_listed_by_scope_and_tool_key(policies):
     await policies.set_rule(CHANNEL, "Backup", updated_by="U_ADMIN", mode="never")
     await policies.set_rule(CHANNEL, "backup", updated_by="U_ADMIN", mode="never")
     assert [(r.scope, r.tool_key) for r in await policies.list_rules()] == [
-        (CHANNEL, "Backup"), (CHANNEL, "backup"), (CHANNEL, "deploy"), (GLOBAL, "*"),
+        (CHANNEL, "Backup"),
+        (CHANNEL, "backup"),
+        (CHANNEL, "deploy"),
+        (GLOBAL, "*"),
     ]
     assert [r.tool_key for r in await policies.list_rules(CHANNEL)] == ["Backup", "backup", "deploy"]
 
 
 INVALID_FIELDS = [
-    {"mode": "sometimes"}, {"quorum": 0}, {"quorum": True}, {"ttl_seconds": -5}, {"four_eyes": "yes"},
-    {"approvers": "U_BOB"}, {"colour": "red"}, {},
+    {"mode": "sometimes"},
+    {"quorum": 0},
+    {"quorum": True},
+    {"ttl_seconds": -5},
+    {"four_eyes": "yes"},
+    {"approvers": "U_BOB"},
+    {"colour": "red"},
+    {},
 ]
 
 
@@ -162,7 +181,9 @@ async def test_a_policy_view_is_the_resolved_rule_and_the_tools_conditional_rule
     # Only this tool, only this channel's three scopes; in the order conditions.rules lists them.
     assert view.conditions == tuple(await storage.conditions.rules([CHANNEL, WORKSPACE, GLOBAL], "delete_file"))
     assert [(c.scope, c.condition, c.mode) for c in view.conditions] == [
-        (CHANNEL, "replicas>10", "never"), (GLOBAL, "env=prod", "never"), (WORKSPACE, "env in dev,qa", "never"),
+        (CHANNEL, "replicas>10", "never"),
+        (GLOBAL, "env=prod", "never"),
+        (WORKSPACE, "env in dev,qa", "never"),
     ]
     assert view.conditions[0].updated_by == "U_ADMIN" and view.conditions[0].updated_at == NOW
     # Read afresh each time: a rule changed since the last view is in the next one.
@@ -193,8 +214,10 @@ async def _rules_everywhere(storage, policies) -> None:
     await policies.set_rule(scope_channel("slack", "T1", "C2"), "delete_file", updated_by="U_ADMIN", mode="never")
     await policies.set_rule(scope_workspace("slack", "T2"), "*", updated_by="U_ADMIN", quorum=3)
     for scope, tool_name, condition, mode in [
-        (GLOBAL, "delete_file", "env=prod", "deny"), (CHANNEL, "delete_file", "replicas>10", "never"),
-        (WORKSPACE, "deploy", "env in dev,qa", "never"), (scope_channel("slack", "T1", "C2"), "deploy", "x=1", "deny"),
+        (GLOBAL, "delete_file", "env=prod", "deny"),
+        (CHANNEL, "delete_file", "replicas>10", "never"),
+        (WORKSPACE, "deploy", "env in dev,qa", "never"),
+        (scope_channel("slack", "T1", "C2"), "deploy", "x=1", "deny"),
     ]:
         await storage.conditions.set_rule(scope, tool_name, condition, mode, updated_by="U_ADMIN", now=NOW)
 
@@ -209,7 +232,9 @@ async def test_the_views_of_several_tools_are_each_tools_view_in_every_channel(s
             assert views[name] == await policies.view(name, **where), (name, where)
     views = await policies.views(TOOLS, **WHERE)
     assert (views["drop_table"].rule.mode, views["list_files"].rule.mode, views["delete_file"].rule.quorum) == (
-        "deny", "never", 2,
+        "deny",
+        "never",
+        2,
     )
     assert [c.condition for c in views["delete_file"].conditions] == ["replicas>10", "env=prod"]
     with pytest.raises(KeyError):

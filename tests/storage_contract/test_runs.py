@@ -157,10 +157,26 @@ async def test_a_runs_token_usage_is_stored_and_summed_per_workspace_channel_and
 
     await create_run(storage, "run-old", thread="slack:T1:C1:1.0", now=NOW - timedelta(days=10), status="finished")
     await create_run(storage, "run-1", thread="slack:T1:C1:2.0")
-    await storage.runs.create("run-2", chat_history_id="slack:T1:C2:3.0", platform="slack", workspace="T1",
-                              channel="C2", thread="3.0", requester="U_BO", now=NOW)
-    await storage.runs.create("run-x", chat_history_id="slack:T9:C1:4.0", platform="slack", workspace="T9",
-                              channel="C1", thread="4.0", requester="U_BO", now=NOW)
+    await storage.runs.create(
+        "run-2",
+        chat_history_id="slack:T1:C2:3.0",
+        platform="slack",
+        workspace="T1",
+        channel="C2",
+        thread="3.0",
+        requester="U_BO",
+        now=NOW,
+    )
+    await storage.runs.create(
+        "run-x",
+        chat_history_id="slack:T9:C1:4.0",
+        platform="slack",
+        workspace="T9",
+        channel="C1",
+        thread="4.0",
+        requester="U_BO",
+        now=NOW,
+    )
     await storage.runs.record_usage("run-old", TokenUsage(1000, 1000, 2000))
     await storage.runs.record_usage("run-1", TokenUsage(10, 5, 15))
     await storage.runs.record_usage("run-1", TokenUsage(21, 7, 28))  # the total so far replaces the last one

@@ -62,7 +62,11 @@ async def test_direct_messages_are_allowed_until_turned_off_per_workspace(storag
 async def test_conditional_rules_are_set_replaced_listed_by_scope_and_tool_and_reset(storage):
     rule = await storage.conditions.set_rule("global", "deploy", "env=prod", "always", updated_by="U_ADMIN", now=NOW)
     assert (rule.scope, rule.tool_name, rule.condition, rule.mode, rule.updated_at) == (
-        "global", "deploy", "env=prod", "always", NOW
+        "global",
+        "deploy",
+        "env=prod",
+        "always",
+        NOW,
     )
     await storage.conditions.set_rule("global", "deploy", "env=prod", "deny", updated_by="U_ADMIN", now=NOW)
     await storage.conditions.set_rule(CHANNEL_SCOPE, "deploy", "replicas>10", "always", updated_by="U_ADMIN", now=NOW)
@@ -72,7 +76,9 @@ async def test_conditional_rules_are_set_replaced_listed_by_scope_and_tool_and_r
         ("env=prod", "deny")
     ]
     assert [(r.scope, r.tool_name) for r in await storage.conditions.rules()] == [
-        (CHANNEL_SCOPE, "deploy"), ("global", "deploy"), ("global", "scale")
+        (CHANNEL_SCOPE, "deploy"),
+        ("global", "deploy"),
+        ("global", "scale"),
     ]
     assert [r.tool_name for r in await storage.conditions.rules(tool_name="scale")] == ["scale"]
     assert await storage.conditions.rules([]) == []
