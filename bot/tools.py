@@ -367,8 +367,9 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             continue
         match = _PARAM_LINE.match(line)
         if match and (match.group(1) or in_args):
-            current = match.group(1) or match.group(2)
-            params[current] = match.group(3).strip()
+            name: str = match.group(1) or match.group(2)  # one of the two alternatives matched
+            params[name] = match.group(3).strip()
+            current = name
             continue
         if current and stripped and (in_args or line.startswith((" ", "\t"))):
             params[current] = f"{params[current]} {stripped}".strip()
@@ -480,10 +481,9 @@ def _adapter(hint: Any) -> TypeAdapter[Any]:
     if is_typeddict(hint) and type(hint).__module__ == "typing" and sys.version_info < (3, 12):
         fields = typing.get_type_hints(hint, include_extras=True)
         required = getattr(hint, "__required_keys__", frozenset(fields))
-        hint = typing_extensions.TypedDict(  # type: ignore[operator]
-            hint.__name__,
-            {k: (t if k in required else typing_extensions.NotRequired[t]) for k, t in fields.items()},
-        )
+        rebuilt = {k: (t if k in required else typing_extensions.NotRequired[t]) for k, t in fields.items()}
+        # Type checkers accept the functional form only with a literal name and field dict; these are read at run time.
+        hint = typing_extensions.TypedDict(hint.__name__, rebuilt)  # pyright: ignore[reportArgumentType, reportGeneralTypeIssues]
     return TypeAdapter(hint)
 
 
