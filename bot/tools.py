@@ -418,6 +418,15 @@ def schema_from_signature(
     return result
 
 
+_SCALAR_SCHEMA_TYPES: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
 def type_to_schema(hint: Any) -> dict[str, Any]:
     """The JSON schema of one Python type hint."""
     origin = get_origin(hint)
@@ -431,25 +440,15 @@ def type_to_schema(hint: Any) -> dict[str, Any]:
             schema["description"] = extra[0]
         return schema
     if origin in (Union, types.UnionType):
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            inner = type_to_schema(non_none[0])
-            return {"anyOf": [inner, {"type": "null"}]} if len(args) > 1 else inner
-        return {"anyOf": [type_to_schema(a) for a in args]}
+        return _union_schema(args)
     if origin is Literal:
         values = list(args)
         return {"enum": values, **_scalar_type(values)}
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         values = [m.value for m in hint]
         return {"enum": values, **_scalar_type(values)}
-    if hint is str:
-        return {"type": "string"}
-    if hint is bool:
-        return {"type": "boolean"}
-    if hint is int:
-        return {"type": "integer"}
-    if hint is float:
-        return {"type": "number"}
+    if isinstance(hint, type) and hint in _SCALAR_SCHEMA_TYPES:
+        return {"type": _SCALAR_SCHEMA_TYPES[hint]}
     if hint in (list, tuple, set) or origin in (list, tuple, set, Iterable, typing.Sequence):
         item = type_to_schema(args[0]) if args else {}
         return {"type": "array", "items": item} if item else {"type": "array"}
@@ -457,9 +456,16 @@ def type_to_schema(hint: Any) -> dict[str, Any]:
         if len(args) == 2:
             return {"type": "object", "additionalProperties": type_to_schema(args[1]) or True}
         return {"type": "object"}
-    if hint is type(None):
-        return {"type": "null"}
     return _pydantic_schema(hint)
+
+
+def _union_schema(args: tuple[Any, ...]) -> dict[str, Any]:
+    """``X | None`` as X or null; any other union as any of its members."""
+    non_none = [a for a in args if a is not type(None)]
+    if len(non_none) == 1:
+        inner = type_to_schema(non_none[0])
+        return {"anyOf": [inner, {"type": "null"}]} if len(args) > 1 else inner
+    return {"anyOf": [type_to_schema(a) for a in args]}
 
 
 def _scalar_type(values: list[Any]) -> dict[str, Any]:
