@@ -12,7 +12,7 @@ import asyncio
 import csv
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -94,7 +94,7 @@ def _duration(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _run(work: Callable[[], Awaitable[int]]) -> int:
+def _run(work: Callable[[], Coroutine[Any, Any, int]]) -> int:
     from storage import StorageError, UnknownSchemaVersion
 
     try:
@@ -235,7 +235,7 @@ def write_entries(entries: list[Any], fmt: str, out: TextIO) -> None:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, sort_keys=False) + "\n")
         return
-    writer = csv.DictWriter(out, fieldnames=EXPORT_FIELDS)
+    writer: csv.DictWriter[str] = csv.DictWriter(out, fieldnames=EXPORT_FIELDS)
     writer.writeheader()
     for row in rows:
         writer.writerow({**row, "details": json.dumps(row["details"], ensure_ascii=False)})

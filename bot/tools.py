@@ -367,8 +367,9 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             continue
         match = _PARAM_LINE.match(line)
         if match and (match.group(1) or in_args):
-            current = match.group(1) or match.group(2)
-            params[current] = match.group(3).strip()
+            name: str = match.group(1) or match.group(2)  # one of the two alternatives matched
+            params[name] = match.group(3).strip()
+            current = name
             continue
         if current and stripped and (in_args or line.startswith((" ", "\t"))):
             params[current] = f"{params[current]} {stripped}".strip()
@@ -417,6 +418,15 @@ def schema_from_signature(
     return result
 
 
+_SCALAR_SCHEMA_TYPES: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
 def type_to_schema(hint: Any) -> dict[str, Any]:
     """The JSON schema of one Python type hint."""
     origin = get_origin(hint)
@@ -430,25 +440,15 @@ def type_to_schema(hint: Any) -> dict[str, Any]:
             schema["description"] = extra[0]
         return schema
     if origin in (Union, types.UnionType):
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            inner = type_to_schema(non_none[0])
-            return {"anyOf": [inner, {"type": "null"}]} if len(args) > 1 else inner
-        return {"anyOf": [type_to_schema(a) for a in args]}
+        return _union_schema(args)
     if origin is Literal:
         values = list(args)
         return {"enum": values, **_scalar_type(values)}
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         values = [m.value for m in hint]
         return {"enum": values, **_scalar_type(values)}
-    if hint is str:
-        return {"type": "string"}
-    if hint is bool:
-        return {"type": "boolean"}
-    if hint is int:
-        return {"type": "integer"}
-    if hint is float:
-        return {"type": "number"}
+    if isinstance(hint, type) and hint in _SCALAR_SCHEMA_TYPES:
+        return {"type": _SCALAR_SCHEMA_TYPES[hint]}
     if hint in (list, tuple, set) or origin in (list, tuple, set, Iterable, typing.Sequence):
         item = type_to_schema(args[0]) if args else {}
         return {"type": "array", "items": item} if item else {"type": "array"}
@@ -456,9 +456,16 @@ def type_to_schema(hint: Any) -> dict[str, Any]:
         if len(args) == 2:
             return {"type": "object", "additionalProperties": type_to_schema(args[1]) or True}
         return {"type": "object"}
-    if hint is type(None):
-        return {"type": "null"}
     return _pydantic_schema(hint)
+
+
+def _union_schema(args: tuple[Any, ...]) -> dict[str, Any]:
+    """``X | None`` as X or null; any other union as any of its members."""
+    non_none = [a for a in args if a is not type(None)]
+    if len(non_none) == 1:
+        inner = type_to_schema(non_none[0])
+        return {"anyOf": [inner, {"type": "null"}]} if len(args) > 1 else inner
+    return {"anyOf": [type_to_schema(a) for a in args]}
 
 
 def _scalar_type(values: list[Any]) -> dict[str, Any]:
@@ -480,10 +487,9 @@ def _adapter(hint: Any) -> TypeAdapter[Any]:
     if is_typeddict(hint) and type(hint).__module__ == "typing" and sys.version_info < (3, 12):
         fields = typing.get_type_hints(hint, include_extras=True)
         required = getattr(hint, "__required_keys__", frozenset(fields))
-        hint = typing_extensions.TypedDict(  # type: ignore[operator]
-            hint.__name__,
-            {k: (t if k in required else typing_extensions.NotRequired[t]) for k, t in fields.items()},
-        )
+        rebuilt = {k: (t if k in required else typing_extensions.NotRequired[t]) for k, t in fields.items()}
+        # Type checkers accept the functional form only with a literal name and field dict; these are read at run time.
+        hint = typing_extensions.TypedDict(hint.__name__, rebuilt)  # pyright: ignore[reportArgumentType, reportGeneralTypeIssues]
     return TypeAdapter(hint)
 
 

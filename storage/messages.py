@@ -18,7 +18,7 @@ from sqlite_utils import Database
 
 from bot.messages import ChatMessage, ChatRole
 from storage.connection import connector_for
-from storage.errors import FencedOut
+from storage.errors import FencedOut, StorageError
 from storage.message_rows import id_key, message_body, message_from_row
 from storage.protocols import RunFence
 from storage.runs import fence_holds
@@ -131,7 +131,11 @@ class SQLiteChatMessageStore:
     def _thread_id(self, db: Database, chat_history_id: str) -> int:
         """The thread's id, given to it now if it has none (inside the caller's write transaction)."""
         row = db.execute("SELECT id FROM threads WHERE key = ?", [chat_history_id]).fetchone()
-        thread = row[0] if row else db.execute("INSERT INTO threads (key) VALUES (?)", [chat_history_id]).lastrowid
+        thread: int | None = (
+            row[0] if row else db.execute("INSERT INTO threads (key) VALUES (?)", [chat_history_id]).lastrowid
+        )
+        if thread is None:  # sqlite3 gives every successful INSERT a rowid; None would mean no row was written
+            raise StorageError(f"thread {chat_history_id!r} was given no id")
         if len(self._thread_ids) >= THREAD_IDS_CACHED:
             self._thread_ids.clear()
         self._thread_ids[chat_history_id] = thread

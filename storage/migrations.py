@@ -23,7 +23,7 @@ Migration = Callable[[Database], None]
 
 def _initial_schema(db: Database) -> None:
     """Version 1: history, runs, approvals, ledger, policies, audit, event dedupe, conversations."""
-    db["messages"].create(
+    db.table("messages").create(
         {
             "id": int,
             "chat_history_id": str,
@@ -37,10 +37,10 @@ def _initial_schema(db: Database) -> None:
         not_null=["chat_history_id", "seq", "message_id", "role", "data", "created_at"],
     )
     # The last k messages of a thread are one descending range scan of this index.
-    db["messages"].create_index(["chat_history_id", "seq"], index_name="messages_thread_seq", unique=True)
-    db["messages"].create_index(["chat_history_id", "message_id"], index_name="messages_thread_id", unique=True)
+    db.table("messages").create_index(["chat_history_id", "seq"], index_name="messages_thread_seq", unique=True)
+    db.table("messages").create_index(["chat_history_id", "message_id"], index_name="messages_thread_id", unique=True)
 
-    db["runs"].create(
+    db.table("runs").create(
         {
             "run_id": str,
             "chat_history_id": str,
@@ -60,10 +60,10 @@ def _initial_schema(db: Database) -> None:
         not_null=["chat_history_id", "platform", "status", "step", "created_at", "updated_at"],
         defaults={"step": 0},
     )
-    db["runs"].create_index(["chat_history_id", "status"], index_name="runs_thread_status")
-    db["runs"].create_index(["status", "updated_at"], index_name="runs_status")
+    db.table("runs").create_index(["chat_history_id", "status"], index_name="runs_thread_status")
+    db.table("runs").create_index(["status", "updated_at"], index_name="runs_status")
 
-    db["approvals"].create(
+    db.table("approvals").create(
         {
             "approval_id": str,
             "run_id": str,
@@ -109,16 +109,16 @@ def _initial_schema(db: Database) -> None:
         ],
     )
     # due_for_expiry() and decide()'s expiry check read this index.
-    db["approvals"].create_index(["status", "expires_at"], index_name="approvals_status_expiry")
-    db["approvals"].create_index(["run_id", "step"], index_name="approvals_run_step")
-    db["approvals"].create_index(["chat_history_id", "status"], index_name="approvals_thread_status")
+    db.table("approvals").create_index(["status", "expires_at"], index_name="approvals_status_expiry")
+    db.table("approvals").create_index(["run_id", "step"], index_name="approvals_run_step")
+    db.table("approvals").create_index(["chat_history_id", "status"], index_name="approvals_thread_status")
     # At most one pending approval per tool call of a run.
     db.execute(
         "CREATE UNIQUE INDEX approvals_one_pending_per_call ON approvals (run_id, tool_call_id) "
         "WHERE status = 'pending'"
     )
 
-    db["ledger"].create(
+    db.table("ledger").create(
         {
             "tool_call_id": str,
             "run_id": str,
@@ -132,9 +132,9 @@ def _initial_schema(db: Database) -> None:
         pk="tool_call_id",
         not_null=["args_digest", "status", "started_at"],
     )
-    db["ledger"].create_index(["status", "run_id"], index_name="ledger_status_run")
+    db.table("ledger").create_index(["status", "run_id"], index_name="ledger_status_run")
 
-    db["policy_rules"].create(
+    db.table("policy_rules").create(
         {
             "scope": str,
             "tool_key": str,
@@ -149,20 +149,20 @@ def _initial_schema(db: Database) -> None:
         pk=("scope", "tool_key"),
         not_null=["updated_by", "updated_at"],
     )
-    db["tool_groups"].create({"group_name": str, "tool_name": str}, pk=("group_name", "tool_name"))
-    db["tool_groups"].create_index(["tool_name"], index_name="tool_groups_tool")
-    db["confirmations"].create(
+    db.table("tool_groups").create({"group_name": str, "tool_name": str}, pk=("group_name", "tool_name"))
+    db.table("tool_groups").create_index(["tool_name"], index_name="tool_groups_tool")
+    db.table("confirmations").create(
         {"scope": str, "tool_name": str, "args_digest": str, "confirmed_by": str, "confirmed_at": float},
         pk=("scope", "tool_name", "args_digest"),
         not_null=["confirmed_by", "confirmed_at"],
     )
 
-    db["audit"].create(
+    db.table("audit").create(
         {"id": int, "at": float, "actor": str, "action": str, "subject": str, "details_json": str},
         pk="id",
         not_null=["at", "actor", "action", "subject", "details_json"],
     )
-    db["audit"].create_index(["subject", "id"], index_name="audit_subject")
+    db.table("audit").create_index(["subject", "id"], index_name="audit_subject")
     # Append-only, enforced by the database itself and not only by the absence of an update method.
     db.execute(
         "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit "
@@ -173,24 +173,24 @@ def _initial_schema(db: Database) -> None:
         "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
     )
 
-    db["events"].create({"event_key": str, "seen_at": float}, pk="event_key", not_null=["seen_at"])
-    db["events"].create_index(["seen_at"], index_name="events_seen_at")
+    db.table("events").create({"event_key": str, "seen_at": float}, pk="event_key", not_null=["seen_at"])
+    db.table("events").create_index(["seen_at"], index_name="events_seen_at")
 
-    db["conversations"].create(
+    db.table("conversations").create(
         {"key": str, "data_json": str, "updated_at": float}, pk="key", not_null=["data_json", "updated_at"]
     )
 
 
 def _votes_and_message_refs(db: Database) -> None:
     """Version 2: per-approver votes for quorum, where each approval was rendered, audit by actor."""
-    db["votes"].create(
+    db.table("votes").create(
         {"approval_id": str, "voter": str, "vote": str, "voted_at": float},
         pk=("approval_id", "voter"),
         foreign_keys=[("approval_id", "approvals", "approval_id")],
         not_null=["vote", "voted_at"],
     )
-    db["approvals"].add_column("message_ref_json", str)
-    db["audit"].create_index(["actor", "id"], index_name="audit_actor")
+    db.table("approvals").add_column("message_ref_json", str)
+    db.table("audit").create_index(["actor", "id"], index_name="audit_actor")
 
 
 def _approval_places(db: Database) -> None:
@@ -199,7 +199,7 @@ def _approval_places(db: Database) -> None:
     Approvals still pending at the upgrade were shown in their own thread: that place is filled in, so
     their buttons keep working.
     """
-    db["approval_places"].create(
+    db.table("approval_places").create(
         {"approval_id": str, "place": str, "shown_at": float},
         pk=("approval_id", "place"),
         foreign_keys=[("approval_id", "approvals", "approval_id")],
@@ -214,9 +214,9 @@ def _approval_places(db: Database) -> None:
 
 def _run_lifecycle(db: Database) -> None:
     """Version 4: run owners and leases, one active run per thread, the thread inbox and the outbox."""
-    db["runs"].add_column("owner", str)
-    db["runs"].add_column("lease_expires_at", float)
-    db["runs"].add_column("recoveries", int, not_null_default=0)
+    db.table("runs").add_column("owner", str)
+    db.table("runs").add_column("lease_expires_at", float)
+    db.table("runs").add_column("recoveries", int, not_null_default=0)
     # Before the database enforced it, two processes could both open a run in one thread: keep the newest
     # active run of each thread and close the older ones, so that the unique index below can be built.
     db.execute(
@@ -233,7 +233,7 @@ def _run_lifecycle(db: Database) -> None:
     # The recovery scan: active runs by lease expiry.
     db.execute("CREATE INDEX runs_lease ON runs (status, lease_expires_at)")
 
-    db["inbox"].create(
+    db.table("inbox").create(
         {
             "id": int,
             "chat_history_id": str,
@@ -259,9 +259,9 @@ def _run_lifecycle(db: Database) -> None:
         ],
     )
     # AUTOINCREMENT-free rowids only grow while rows exist; order by id within a thread is arrival order.
-    db["inbox"].create_index(["chat_history_id", "id"], index_name="inbox_thread")
+    db.table("inbox").create_index(["chat_history_id", "id"], index_name="inbox_thread")
 
-    db["outbox"].create(
+    db.table("outbox").create(
         {
             "key": str,
             "chat_history_id": str,
@@ -296,9 +296,9 @@ def _run_lifecycle(db: Database) -> None:
 
 def _approval_reviews(db: Database) -> None:
     """Version 5: reviews after acting: an approval's kind, the result it holds back, and an edited result."""
-    db["approvals"].add_column("kind", str, not_null_default="approval")
-    db["approvals"].add_column("result", str)
-    db["approvals"].add_column("final_result", str)
+    db.table("approvals").add_column("kind", str, not_null_default="approval")
+    db.table("approvals").add_column("result", str)
+    db.table("approvals").add_column("final_result", str)
 
 
 CLOSED_RUN_APPROVALS_REASON = "closed at upgrade: its run had ended"
@@ -377,8 +377,8 @@ def _memories(db: Database) -> None:
 def _run_token_usage(db: Database) -> None:
     """Version 9: the tokens each run used (summed by the ``usage`` command); runs may be stopped from chat."""
     for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        db["runs"].add_column(column, int, not_null_default=0)
-    db["runs"].add_column("stop_requested_by", str)
+        db.table("runs").add_column(column, int, not_null_default=0)
+    db.table("runs").add_column("stop_requested_by", str)
     # The usage command sums a workspace's runs since a day.
     db.execute("CREATE INDEX runs_usage ON runs (platform, workspace, created_at)")
 
@@ -391,8 +391,8 @@ def _audit_chain(db: Database) -> None:
     """
     db.execute("DROP TRIGGER audit_no_update")
     db.execute("DROP TRIGGER audit_no_delete")
-    db["audit"].add_column("prev_hash", str)
-    db["audit"].add_column("hash", str)
+    db.table("audit").add_column("prev_hash", str)
+    db.table("audit").add_column("hash", str)
     previous = GENESIS
     last_id = 0
     rows = db.execute("SELECT id, at, actor, action, subject, details_json FROM audit ORDER BY id").fetchall()
@@ -427,7 +427,7 @@ def _audit_chain(db: Database) -> None:
 
 def _approval_reminders(db: Database) -> None:
     """Version 11: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned)."""
-    db["approvals"].add_column("reminded_at", float)
+    db.table("approvals").add_column("reminded_at", float)
 
 
 def _messages_in_thread_order(db: Database) -> None:
@@ -461,7 +461,7 @@ def _memory_stems(db: Database) -> None:
     memories that left 8-10 segments, and a search's text match seeks every word in every segment (0.4-0.6
     ms of a search). Merging two at a time keeps about 5 (0.15-0.2 ms); ``optimize`` merges what is there now.
     """
-    db["memories"].add_column("terms", str, not_null_default="")
+    db.table("memories").add_column("terms", str, not_null_default="")
     last = 0  # in batches, so a large table is never held in memory at once
     batch = "SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq LIMIT 10000"
     while rows := db.execute(batch, [last]).fetchall():

@@ -92,7 +92,7 @@ class ApprovalDialog:
             self._say("Nothing is changed now; choose again.", "yellow")
         return await self._ask(view, index, total)
 
-    async def _ask(self, view: ApprovalView, index: int, total: int) -> DecisionRequest | None:
+    async def _ask(self, view: ApprovalView, index: int, total: int) -> DecisionRequest:
         label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
         if view.is_review:
             return await self._ask_review(view, label)

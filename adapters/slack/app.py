@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -56,6 +56,7 @@ from bot.engine.model import (
     REJECT,
     AdminRequest,
     DecisionRequest,
+    DecisionResult,
     Inbound,
     ThreadRef,
     conversation_place,
@@ -245,7 +246,9 @@ class SlackListeners:
         self.tasks.spawn(self._tell_clicker(body, UNREADABLE_CLICK), name="slack-unreadable-click")
         return True
 
-    async def _decide_click(self, body: dict[str, Any], decision: Coroutine[Any, Any, Any], tell: bool = False) -> None:
+    async def _decide_click(
+        self, body: dict[str, Any], decision: Awaitable[DecisionResult], tell: bool = False
+    ) -> None:
         try:
             result = await decision
         except EngineError as refusal:
@@ -254,8 +257,8 @@ class SlackListeners:
         if result.refused or tell:  # Approve all, partly refused: say which calls still wait
             await self._tell_clicker(body, result.message)
             return
-        if _from_home(body):
-            await self._publish_home(_actor(body), _team(body))
+        if _from_home(body) and (actor := _actor(body)):
+            await self._publish_home(actor, _team(body))
 
     async def on_open_reject(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Reject: open the feedback modal (if this person may decide)."""
@@ -449,7 +452,8 @@ def _team(body: Mapping[str, Any]) -> str:
 def _place(body: Mapping[str, Any]) -> str | None:
     """Where a button was clicked: the clicker's App Home, or the conversation of the message (else ``None``)."""
     if _from_home(body):
-        return home_place(PLATFORM, _actor(body))
+        actor = _actor(body)
+        return home_place(PLATFORM, actor) if actor else None
     channel = (body.get("channel") or {}).get("id")
     return conversation_place(PLATFORM, channel) if channel else None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -133,7 +134,7 @@ class SlackPlugin:
             logger.warning("slack request refused (%s): %s", checked.status, checked.reason)
             return web.Response(status=checked.status)
         try:
-            headers = dict(request.headers)
+            headers: dict[str, str | Sequence[str]] = dict(request.headers)
             bolt_request = AsyncBoltRequest(body=checked.body, query=request.query_string, headers=headers)
             if bolt_request.body != checked.payload:
                 # Bolt reads any form containing the word "payload" as an interactivity payload, so a slash command

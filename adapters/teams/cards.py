@@ -245,46 +245,69 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
     the click must decide nothing, rather than have the value dropped or stored. ``"_"`` keys a
     problem that belongs to no parameter.
     """
-    problems: dict[str, str] = {}
     if verb == VERB_REJECT:
-        feedback = data.get(feedback_input_id(view.approval_id))
-        if feedback is not None and not isinstance(feedback, str):
-            problems["_"] = "the feedback was not sent as text"
-        elif feedback is not None and len(feedback) > FEEDBACK_LIMIT:
-            problems["_"] = f"the feedback is longer than {FEEDBACK_LIMIT} characters"
-        return problems
+        return _unoffered_feedback(view, data)
     if verb != VERB_EDIT:
-        return problems
+        return {}
     if view.is_review:  # the only input of Edit result is the result's text
-        for key, raw in data.items():
-            if key == result_input_id(view.approval_id):
-                if not isinstance(raw, str):
-                    problems["result"] = "was not sent as text"
-                elif len(raw) > RESULT_INPUT_LIMIT:
-                    problems["result"] = f"is longer than {RESULT_INPUT_LIMIT} characters"
-            elif isinstance(key, str) and key.startswith(param_input_id(view.approval_id, "")):
-                problems[key.rsplit(".", 1)[-1]] = "cannot be edited on this card"
-        return problems
+        return _unoffered_result_inputs(view, data)
+    return _unoffered_param_inputs(view, data)
+
+
+def _unoffered_feedback(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]:
+    """The problem of a Reject click's feedback: not text, or over-long."""
+    feedback = data.get(feedback_input_id(view.approval_id))
+    if feedback is not None and not isinstance(feedback, str):
+        return {"_": "the feedback was not sent as text"}
+    if feedback is not None and len(feedback) > FEEDBACK_LIMIT:
+        return {"_": f"the feedback is longer than {FEEDBACK_LIMIT} characters"}
+    return {}
+
+
+def _unoffered_result_inputs(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]:
+    """The problems of an Edit result click: a result that is not text or too long, any parameter input."""
+    problems: dict[str, str] = {}
+    for key, raw in data.items():
+        if key == result_input_id(view.approval_id):
+            if not isinstance(raw, str):
+                problems["result"] = "was not sent as text"
+            elif len(raw) > RESULT_INPUT_LIMIT:
+                problems["result"] = f"is longer than {RESULT_INPUT_LIMIT} characters"
+        elif isinstance(key, str) and key.startswith(param_input_id(view.approval_id, "")):
+            problems[key.rsplit(".", 1)[-1]] = "cannot be edited on this card"
+    return problems
+
+
+def _unoffered_param_inputs(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]:
+    """The problems of an Edit click's parameter inputs, by parameter name."""
     fields = {f.name: f for f in form_fields(view)}
     prefix = param_input_id(view.approval_id, "")
+    problems: dict[str, str] = {}
     for key, raw in data.items():
         if not isinstance(key, str) or not key.startswith(prefix):
             continue  # the approval id, the verb, and inputs of other approvals on the same card
         name = key[len(prefix) :]
-        f = fields.get(name)
-        if f is None or f.note is not None:
-            problems[name] = "cannot be edited on this card"
-        elif not isinstance(raw, str):
-            problems[name] = "was not sent as text"
-        elif raw == f.prefill:
-            continue
-        elif f.kind == "enum" and f.choices and raw not in f.choices:
-            problems[name] = "must be one of: " + ", ".join(f.choices)
-        elif f.kind == "boolean" and raw not in ("true", "false"):
-            problems[name] = "must be true or false"
-        elif f.kind in ("integer", "number") and not _finite_or_not_a_number(raw):
-            problems[name] = "must be a finite number"  # a number input never sends nan or inf
+        problem = _param_input_problem(fields.get(name), raw)
+        if problem is not None:
+            problems[name] = problem
     return problems
+
+
+def _param_input_problem(f: FormField | None, raw: Any) -> str | None:
+    """Why one parameter input could not have come from the card's form, or ``None`` if it could."""
+    if f is None or f.note is not None:
+        return "cannot be edited on this card"
+    if not isinstance(raw, str):
+        return "was not sent as text"
+    if raw == f.prefill:
+        return None
+    if f.kind == "enum" and f.choices and raw not in f.choices:
+        return "must be one of: " + ", ".join(f.choices)
+    if f.kind == "boolean" and raw not in ("true", "false"):
+        return "must be true or false"
+    if f.kind in ("integer", "number") and not _finite_or_not_a_number(raw):
+        return "must be a finite number"  # a number input never sends nan or inf
+    return None
 
 
 def _finite_or_not_a_number(text: str) -> bool:

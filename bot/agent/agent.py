@@ -540,7 +540,8 @@ class Agent:
         for position, call in enumerate(calls):
             if call.tool_name in self.exit_conditions:
                 result = outcome_by_position.get(position)
-                succeeded = result is not None and not result.tool_call_result.error
+                tool_result = result.tool_call_result if result is not None else None
+                succeeded = tool_result is not None and not tool_result.error
                 return call.tool_name if succeeded else None
         return None
 

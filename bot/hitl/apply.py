@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from bot.canonical import canonical_json
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE
@@ -28,15 +29,26 @@ def call_key(call: ToolCall) -> str:
     return call.id or f"<{call.tool_name} without id>"
 
 
-def bind_decisions(
-    calls: Sequence[ToolCall], decisions: Iterable[ToolExecutionDecision]
-) -> dict[int, ToolExecutionDecision]:
+class CallDecision(Protocol):
+    """What binds a decision to its call: the tool it names and, when the call has one, the call's id."""
+
+    @property
+    def tool_name(self) -> str: ...
+
+    @property
+    def tool_call_id(self) -> str | None: ...
+
+
+DecisionT = TypeVar("DecisionT", bound=CallDecision)
+
+
+def bind_decisions(calls: Sequence[ToolCall], decisions: Iterable[DecisionT]) -> dict[int, DecisionT]:
     """Map each call's position to its one decision.
 
     Raises ``ValueError`` naming the call when a call has no decision, two decisions, or a decision
     matches no call of the step.
     """
-    by_position: dict[int, ToolExecutionDecision] = {}
+    by_position: dict[int, DecisionT] = {}
     for decision in decisions:
         if decision.tool_call_id is not None:
             matches = [i for i, c in enumerate(calls) if c.id == decision.tool_call_id]

@@ -81,11 +81,11 @@ def import_path(path: str) -> Any:
             if exc.name is not None and not module_name.startswith(exc.name):
                 raise  # the module exists but one of its own imports is missing
             continue
-        try:
-            for attr in parts[cut:]:
+        for attr in parts[cut:]:
+            try:
                 obj = getattr(obj, attr)
-        except AttributeError:
-            raise ImportError(f"Cannot import {path!r}: no attribute {attr!r} in {module_name!r}.") from None
+            except AttributeError:
+                raise ImportError(f"Cannot import {path!r}: no attribute {attr!r} in {module_name!r}.") from None
         return obj
     raise ImportError(f"Cannot import {path!r}: expected a dotted 'module.name' path.")
 
@@ -118,7 +118,10 @@ def component_to_dict(obj: Any) -> dict[str, Any]:
     to_dict = getattr(obj, "to_dict", None)
     if not callable(to_dict):
         raise TypeError(f"{type(obj).__name__} cannot be serialised: it has no to_dict().")
-    return {"type": class_path(type(obj)), "init_parameters": to_dict().get("init_parameters", {})}
+    data = to_dict()
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(obj).__name__}.to_dict() returned {type(data).__name__}, not a dict.")
+    return {"type": class_path(type(obj)), "init_parameters": data.get("init_parameters", {})}
 
 
 def component_from_dict(data: dict[str, Any]) -> Any:

@@ -75,7 +75,7 @@ class ConfirmationHook:
     def from_dict(cls, data: dict[str, Any]) -> ConfirmationHook:
         """Inverse of :meth:`to_dict`."""
         params = data.get("init_parameters") or {}
-        return cls(strategies_from_dict(params.get("confirmation_strategies") or []))
+        return cls(strategies_from_dict(params.get("confirmation_strategies") or []) or {})
 
 
 async def _run_strategy(

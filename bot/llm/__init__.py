@@ -7,10 +7,15 @@
 Every failure of a model call is an :class:`LLMError`; a malformed answer is an :class:`LLMResponseError`.
 """
 
+from typing import TYPE_CHECKING
+
 from bot.llm.base import ChatGenerator, LLMError, LLMResponseError, StreamingCallback, StreamingChunk
 from bot.llm.offline_demo import ANNOUNCEMENT, OfflineDemoChatGenerator
 from bot.llm.scripted import ScriptedChatGenerator
 from bot.llm.serde import chat_generator_from_dict
+
+if TYPE_CHECKING:  # imported lazily at run time (below); type checkers see it as a plain name
+    from bot.llm.openai_generator import OpenAIChatGenerator
 
 
 def __getattr__(name: str) -> object:

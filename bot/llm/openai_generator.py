@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionStreamOptionsParam
 
 from bot.aio import run_sync
 from bot.llm.base import LLMError, LLMResponseError, StreamingCallback, StreamingChunk, emit_chunk
@@ -215,9 +216,7 @@ class OpenAIChatGenerator:
         return self.timeout * (retries + 1) + pauses
 
     def _replies_from_completion(self, client: openai.AsyncOpenAI, completion: Any) -> list[ChatMessage]:
-        if not isinstance(completion, openai.types.chat.ChatCompletion) or not isinstance(
-            getattr(completion, "choices", None), list
-        ):
+        if not isinstance(completion, ChatCompletion) or not isinstance(getattr(completion, "choices", None), list):
             # the client does not validate: any JSON body (a list, a string) comes back as it is
             where = _without_userinfo(str(client.base_url)).rstrip("/")
             raise LLMResponseError(f"The model server at {where} answered with JSON that is not a chat completion.")
@@ -228,7 +227,8 @@ class OpenAIChatGenerator:
     async def _stream(
         self, client: openai.AsyncOpenAI, request: dict[str, Any], callback: StreamingCallback
     ) -> list[ChatMessage]:
-        stream_options = {"include_usage": True, **(request.pop("stream_options", None) or {})}
+        stream_options = ChatCompletionStreamOptionsParam(include_usage=True)
+        stream_options.update(request.pop("stream_options", None) or {})  # the caller's options win
         # Only opening the stream is bounded in total: a long answer that keeps arriving is not hung, and
         # a silent gap between chunks is bounded by the client's read timeout.
         async with asyncio.timeout(self._total_wait()):

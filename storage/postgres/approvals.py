@@ -8,7 +8,7 @@ and then re-checks the condition against the new row, so any number of replicas 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
@@ -113,7 +113,8 @@ class PostgresApprovalStore:
         if not rows:
             return []
         run_ids = list(dict.fromkeys(row[1] for row in rows))
-        placeholders = ", ".join(f"({', '.join(['%s'] * len(rows[0]))})" for _ in rows)
+        marks: list[LiteralString] = ["%s"] * len(rows[0])
+        placeholders = ", ".join(f"({', '.join(marks)})" for _ in rows)
         async with self.db.transaction() as conn:
             cursor = await conn.execute("SELECT run_id FROM runs WHERE run_id = ANY(%s)", [run_ids])
             found = {row[0] for row in await cursor.fetchall()}
@@ -130,8 +131,8 @@ class PostgresApprovalStore:
                 raise AlreadyExists(
                     "an approval with one of these ids, or a pending approval for one of these tool calls, exists"
                 ) from exc
-            records = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
-            created = {record.approval_id: record for record in records}
+            stored = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
+            created = {record.approval_id: record for record in stored}
         return [created[row[0]] for row in rows]
 
     async def get(self, approval_id: str) -> ApprovalRecord:

@@ -13,14 +13,14 @@ Times are ``timestamptz``; structured values are ``json`` (kept as written, key 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
 from storage.errors import StorageError, UnknownSchemaVersion
 from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
-Migration = Sequence[str]
+Migration = Sequence[LiteralString]
 """The statements of one migration, run in order."""
 
 _INITIAL_SCHEMA: Migration = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, LiteralString
 
 from storage.errors import StorageError
 from storage.postgres.database import PostgresDatabase, instant
@@ -78,7 +78,7 @@ class PostgresOperations:
         params: dict[str, Any] = {"cutoff": instant(older_than)}
         async with self.db.transaction() as conn:
 
-            async def count(select: str) -> int:
+            async def count(select: LiteralString) -> int:
                 cursor = await conn.execute(f"SELECT COUNT(*) FROM ({select}) AS selected", params)
                 row = await cursor.fetchone()
                 return int(row[0]) if row else 0

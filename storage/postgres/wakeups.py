@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from typing_extensions import TypedDict
 
 from storage.errors import StorageError
 from storage.postgres.database import PostgresDatabase
@@ -29,13 +30,28 @@ CHANNEL_SQL = "'countersign_inbox_' || left(md5(current_schema()), 16)"
 LISTEN_TIMEOUT_SECONDS = 10.0
 RECONNECT_FIRST_DELAY = 0.05
 RECONNECT_MAX_DELAY = 5.0
-CONNECTION = {
-    "connect_timeout": 5,
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
+
+
+class ConnectionSettings(TypedDict, closed=True):
+    """The libpq parameters of the listening connection.
+
+    Closed (no other keys), so a type checker can match ``**CONNECTION`` to ``connect()``'s keyword parameters.
+    """
+
+    connect_timeout: int
+    keepalives: int
+    keepalives_idle: int
+    keepalives_interval: int
+    keepalives_count: int
+
+
+CONNECTION = ConnectionSettings(
+    connect_timeout=5,
+    keepalives=1,
+    keepalives_idle=10,
+    keepalives_interval=5,
+    keepalives_count=3,
+)
 """A connect attempt gives up after 5 s; a peer that vanished without closing the connection is noticed within
 about 25 s (TCP keepalives: the listening connection never sends anything by itself)."""
 
@@ -121,7 +137,7 @@ class PostgresWakeups:
         connected_before = False
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.db.pool.conninfo, autocommit=True, **CONNECTION)
+                conn = await psycopg.AsyncConnection.connect(self.db.conninfo, autocommit=True, **CONNECTION)
                 async with conn:
                     cursor = await conn.execute(f"SELECT {CHANNEL_SQL}")
                     channel = (await cursor.fetchone())[0]  # type: ignore[index]

@@ -259,67 +259,100 @@ class FakeSlackAPI:
             return {"ok": False, "error": "invalid_auth"}
         if call.method in self.failures:
             return {"ok": False, "error": self.failures[call.method]}
-        args = call.args
-        if call.method == "auth.test":
-            return {
-                "ok": True,
-                "url": "https://countersign-test.slack.com/",
-                "team": "Test Team",
-                "user": "countersign",
-                "team_id": self.team_id,
-                "user_id": self.bot_user_id,
-                "bot_id": self.bot_id,
-                "is_enterprise_install": False,
-            }
-        if call.method in ("chat.postMessage", "chat.update"):
-            if not args.get("channel"):
-                return {"ok": False, "error": "channel_not_found"}
-            if not args.get("text") and not args.get("blocks"):
-                return {"ok": False, "error": "no_text"}
-            problem = _blocks_problem(args.get("blocks"))
-            if problem:
-                return {"ok": False, "error": problem}
-            ts = self._next_ts() if call.method == "chat.postMessage" else args.get("ts")
-            if call.method == "chat.update" and not ts:
-                return {"ok": False, "error": "message_not_found"}
-            message = {"type": "message", "text": args.get("text", ""), "ts": ts, "bot_id": self.bot_id}
-            return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
-        if call.method == "chat.postEphemeral":
-            if not args.get("channel") or not args.get("user"):
-                return {"ok": False, "error": "invalid_arguments"}
-            return {"ok": True, "message_ts": self._next_ts()}
-        if call.method in ("views.open", "views.publish", "views.update", "views.push"):
-            view = args.get("view")
-            if not isinstance(view, dict) or not view.get("blocks"):
-                return {"ok": False, "error": "invalid_arguments"}
-            return {"ok": True, "view": {"id": f"V{next(self._ts):08d}", **view}}
-        if call.method in ("reactions.add", "reactions.remove"):
-            if not args.get("channel") or not args.get("timestamp") or not args.get("name"):
-                return {"ok": False, "error": "invalid_arguments"}
-            return {"ok": True}
-        if call.method == "assistant.threads.setStatus":
-            if not args.get("channel_id") or not args.get("thread_ts") or "status" not in args:
-                return {"ok": False, "error": "invalid_arguments"}
-            return {"ok": True}
-        if call.method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
-            return self._stream_answer(call.method, args)
-        if call.method == "apps.connections.open":
-            return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
-        if call.method == "usergroups.users.list":
-            group = args.get("usergroup", "")
-            if group not in self.usergroups:
-                return {"ok": False, "error": "no_such_subteam"}
-            return {"ok": True, "users": list(self.usergroups[group])}
-        if call.method == "conversations.open":
-            users = str(args.get("users", ""))
-            if not users:
-                return {"ok": False, "error": "users_list_not_supplied"}
-            return {"ok": True, "channel": {"id": "D" + users.replace(",", "")}}
-        if call.method == "users.info":
-            user_id = args.get("user", "")
-            user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}
-            return {"ok": True, "user": user}
-        return {"ok": False, "error": "unknown_method"}
+        method = self._methods().get(call.method)
+        if method is None:
+            return {"ok": False, "error": "unknown_method"}
+        return method(call.method, call.args)
+
+    def _methods(self) -> dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]]:
+        """The Web API methods the fake answers, each by the handler of its family."""
+        return {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._post_or_update,
+            "chat.update": self._post_or_update,
+            "chat.postEphemeral": self._post_ephemeral,
+            "views.open": self._view,
+            "views.publish": self._view,
+            "views.update": self._view,
+            "views.push": self._view,
+            "reactions.add": self._reaction,
+            "reactions.remove": self._reaction,
+            "assistant.threads.setStatus": self._set_status,
+            "chat.startStream": self._stream_answer,
+            "chat.appendStream": self._stream_answer,
+            "chat.stopStream": self._stream_answer,
+            "apps.connections.open": self._connections_open,
+            "usergroups.users.list": self._usergroup_users,
+            "conversations.open": self._conversations_open,
+            "users.info": self._users_info,
+        }
+
+    def _auth_test(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://countersign-test.slack.com/",
+            "team": "Test Team",
+            "user": "countersign",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _post_or_update(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel"):
+            return {"ok": False, "error": "channel_not_found"}
+        if not args.get("text") and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        problem = _blocks_problem(args.get("blocks"))
+        if problem:
+            return {"ok": False, "error": problem}
+        ts = self._next_ts() if method == "chat.postMessage" else args.get("ts")
+        if method == "chat.update" and not ts:
+            return {"ok": False, "error": "message_not_found"}
+        message = {"type": "message", "text": args.get("text", ""), "ts": ts, "bot_id": self.bot_id}
+        return {"ok": True, "channel": args["channel"], "ts": ts, "message": message}
+
+    def _post_ephemeral(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel") or not args.get("user"):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True, "message_ts": self._next_ts()}
+
+    def _view(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        view = args.get("view")
+        if not isinstance(view, dict) or not view.get("blocks"):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True, "view": {"id": f"V{next(self._ts):08d}", **view}}
+
+    def _reaction(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel") or not args.get("timestamp") or not args.get("name"):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
+    def _set_status(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel_id") or not args.get("thread_ts") or "status" not in args:
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
+    def _connections_open(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": f"ws://127.0.0.1:{self._port}/socket"}
+
+    def _usergroup_users(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        group = args.get("usergroup", "")
+        if group not in self.usergroups:
+            return {"ok": False, "error": "no_such_subteam"}
+        return {"ok": True, "users": list(self.usergroups[group])}
+
+    def _conversations_open(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        users = str(args.get("users", ""))
+        if not users:
+            return {"ok": False, "error": "users_list_not_supplied"}
+        return {"ok": True, "channel": {"id": "D" + users.replace(",", "")}}
+
+    def _users_info(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        user_id = args.get("user", "")
+        user = self.users.get(user_id) or {"id": user_id, "name": user_id.lower(), "real_name": f"User {user_id}"}
+        return {"ok": True, "user": user}
 
 
 STREAM_TEXT_LIMIT = 12_000
