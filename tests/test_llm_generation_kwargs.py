@@ -18,7 +18,8 @@ import pytest
 
 from bot.agent import Agent
 from bot.config import Config, ConfigError
-from bot.llm import OpenAIChatGenerator, StreamingChunk
+from bot.llm import StreamingChunk
+from bot.llm.openai_generator import OpenAIChatGenerator
 from bot.llm.openai_params import create_arguments
 from bot.messages import ChatMessage
 from tests.fakes.openai_server import FakeOpenAIServer
