@@ -334,11 +334,18 @@ def _json_object(env: Mapping[str, str], name: str, example: str) -> dict[str, A
 
 
 def _generation_kwargs(env: Mapping[str, str], name: str) -> dict[str, Any]:
-    """Extra chat-completion parameters; the ones countersign sets itself are refused."""
+    """Extra chat-completion parameters; refused: the ones countersign sets, and a type the client would refuse."""
     value = _json_object(env, name, '{"temperature": 0.2, "max_tokens": 800}')
     reserved = sorted(RESERVED_GENERATION_KWARGS & set(value))
     if reserved:
         raise ConfigError(f"{name}: {', '.join(reserved)} cannot be set here (countersign sets them itself)")
+    if value:
+        # The types come from the openai client's own signature (imported only when there is something to check).
+        from bot.llm.openai_params import generation_kwargs_problem
+
+        problem = generation_kwargs_problem(value)
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
     return value
 
 

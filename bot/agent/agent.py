@@ -173,14 +173,15 @@ class Agent:
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Sync twin of :meth:`run_async`; works whether or not an event loop is running.
 
-        Takes the keywords of :meth:`run_async`; a ``streaming_callback`` must be a plain function.
+        Takes the keywords of :meth:`run_async`; streaming callbacks (the agent's and the run's) must be plain
+        functions.
         """
-        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=False)
+        _check_callback_kinds(self.streaming_callback, kwargs.get("streaming_callback"), requires_async=False)
         return run_sync(self._run(messages, **kwargs))
 
     async def run_async(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
-        """Run the agent; see :meth:`_run` for the keywords. A ``streaming_callback`` must be async."""
-        _check_callback_kind(kwargs.get("streaming_callback"), requires_async=True)
+        """Run the agent; see :meth:`_run` for the keywords. Streaming callbacks (the agent's, the run's) are async."""
+        _check_callback_kinds(self.streaming_callback, kwargs.get("streaming_callback"), requires_async=True)
         return await self._run(messages, **kwargs)
 
     async def _run(
@@ -796,15 +797,22 @@ def _pause_exception(
     return exc
 
 
-def _check_callback_kind(callback: Callable[..., Any] | None, *, requires_async: bool) -> None:
-    """Haystack's rule: ``run_async`` takes an async streaming callback, ``run`` a plain one."""
-    if callback is None:
-        return
-    is_async = inspect.iscoroutinefunction(callback)
-    if requires_async and not is_async:
-        raise ValueError("The runtime callback must be async compatible.")
-    if not requires_async and is_async:
-        raise ValueError("The runtime callback cannot be a coroutine.")
+def _check_callback_kinds(
+    init_callback: Callable[..., Any] | None, runtime_callback: Callable[..., Any] | None, *, requires_async: bool
+) -> None:
+    """Haystack's rule: ``run_async`` takes async streaming callbacks, ``run`` plain ones.
+
+    The agent's own (init) callback is checked first, then the run's, each named in its error as in
+    Haystack's ``select_streaming_callback``, whose texts its users' tests match on.
+    """
+    for which, callback in (("init", init_callback), ("runtime", runtime_callback)):
+        if callback is None:
+            continue
+        is_async = inspect.iscoroutinefunction(callback)
+        if requires_async and not is_async:
+            raise ValueError(f"The {which} callback must be async compatible.")
+        if not requires_async and is_async:
+            raise ValueError(f"The {which} callback cannot be a coroutine.")
 
 
 def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:

@@ -18,11 +18,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionStreamOptionsParam
+from openai.types.chat import ChatCompletion
 
 from bot.aio import run_sync
 from bot.llm.base import LLMError, LLMResponseError, StreamingCallback, StreamingChunk, emit_chunk
 from bot.llm.openai_format import StreamAssembler, reply_from_choice, to_openai_messages, usage_to_dict
+from bot.llm.openai_params import create_arguments
 from bot.messages import ChatMessage
 from bot.tools import Tool, Toolset, flatten_tools
 
@@ -41,6 +42,9 @@ class OpenAIChatGenerator:
     ``api_key`` / ``api_base_url`` default to the client's own ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``.
     ``timeout`` (seconds) and ``max_retries`` default to the client's (600 s, 2 retries).
     ``default_headers`` go with every request (an LLM gateway's key, a routing header).
+    ``generation_kwargs`` (and a run's, which win) go with every call: the client's own keywords
+    (``temperature``) as keywords, any other key (a server's ``top_k``) in ``extra_body``; explicit
+    ``extra_body``, ``extra_query`` and ``extra_headers`` are merged, not replaced.
     The API key and the headers' values are never serialised nor shown in an error.
     """
 
@@ -181,7 +185,8 @@ class OpenAIChatGenerator:
         generation_kwargs: dict[str, Any] | None,
         streaming_callback: StreamingCallback | None,
     ) -> dict[str, list[ChatMessage]]:
-        request: dict[str, Any] = {**self.generation_kwargs, **(generation_kwargs or {})}
+        # The client's own keywords as keywords, server-specific ones (top_k, min_p) in extra_body.
+        request = create_arguments(self.generation_kwargs, generation_kwargs)
         request.pop("stream", None)  # streaming is chosen by passing a streaming_callback
         request["model"] = self.model
         request["messages"] = to_openai_messages(messages)
@@ -227,12 +232,11 @@ class OpenAIChatGenerator:
     async def _stream(
         self, client: openai.AsyncOpenAI, request: dict[str, Any], callback: StreamingCallback
     ) -> list[ChatMessage]:
-        stream_options = ChatCompletionStreamOptionsParam(include_usage=True)
-        stream_options.update(request.pop("stream_options", None) or {})  # the caller's options win
+        request["stream_options"] = {"include_usage": True, **(request.get("stream_options") or {})}
         # Only opening the stream is bounded in total: a long answer that keeps arriving is not hung, and
         # a silent gap between chunks is bounded by the client's read timeout.
         async with asyncio.timeout(self._total_wait()):
-            stream = await client.chat.completions.create(**request, stream=True, stream_options=stream_options)
+            stream = await client.chat.completions.create(**request, stream=True)
         assemblers: dict[int, StreamAssembler] = {}
         usage = usage_to_dict(None)
         model = self.model

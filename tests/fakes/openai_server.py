@@ -3,8 +3,9 @@
 It answers ``POST /v1/chat/completions`` like OpenAI, as JSON or as a server-sent-event stream
 (``data: {...}`` chunks, tool-call deltas split into name/id then argument fragments, a usage-only
 chunk when ``stream_options.include_usage``, then ``data: [DONE]``). Every request body is kept in
-:attr:`FakeOpenAIServer.requests`. Answers come from a queue the test fills, then from
-:attr:`FakeOpenAIServer.responder` when the queue is empty.
+:attr:`FakeOpenAIServer.requests` (its headers and query in ``request_headers`` and ``request_queries``).
+Answers come from a queue the test fills, then from :attr:`FakeOpenAIServer.responder` when the queue
+is empty.
 
 From async tests::
 
@@ -123,6 +124,8 @@ class FakeOpenAIServer:
         self.responder: Responder | None = responder
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        self.request_queries: list[dict[str, str]] = []
+        """Each request's URL query parameters (what a client's ``extra_query`` adds)."""
         self.piece_delay = 0.0
         """Seconds between two streamed text pieces, as a model that writes at its own pace."""
         self.port: int | None = None
@@ -267,6 +270,7 @@ class FakeOpenAIServer:
             return web.json_response({"error": {"message": "body is not JSON", "type": "invalid_request"}}, status=400)
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
+        self.request_queries.append(dict(request.query))
         if self._arrived is not None:
             self._arrived.set()
         spec = await self._next_spec(body)
