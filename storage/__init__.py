@@ -15,6 +15,7 @@ from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
 from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
+from storage.batch import Batch, Call, Results, StoreMethod, Stores, call, stores
 from storage.batches import SQLiteWriteBatches
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
@@ -50,6 +51,7 @@ from storage.protocols import (
     ConversationStore,
     EffectiveRule,
     EventDedupe,
+    Handle,
     InboxItem,
     LedgerEntry,
     Memory,
@@ -103,7 +105,15 @@ __all__ = [
     "SQLiteOperations",
     "AuditLog",
     "ApprovalStep",
+    "Batch",
     "BatchOutcome",
+    "Call",
+    "Handle",
+    "Results",
+    "StoreMethod",
+    "Stores",
+    "call",
+    "stores",
     "Read",
     "Write",
     "WriteBatches",
