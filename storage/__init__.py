@@ -13,6 +13,7 @@ sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several 
 
 from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
+from storage.async_protocols import AsyncStores
 from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
 from storage.batch import Batch, Call, Results, StoreMethod, Stores, call, stores
@@ -98,6 +99,7 @@ __all__ = [
     "ApprovalStore",
     "AsyncStorage",
     "AsyncStore",
+    "AsyncStores",
     "AuditEntry",
     "AuditVerification",
     "Operations",

@@ -39,10 +39,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from storage.errors import CorruptRecord
 from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
+
+if TYPE_CHECKING:
+    from storage.batch import Batch
 
 SAVEPOINT = "countersign_batch"
 
@@ -53,7 +56,13 @@ class SQLiteWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    def read(self, reads: Sequence[Read]) -> Any:
+    @overload
+    def read(self, reads: Batch) -> BatchOutcome: ...
+
+    @overload
+    def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
+
+    def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
         """Make ``reads`` in one read transaction (one hop to a reader thread); see :class:`WriteBatches.read`.
 
         >>> storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])

@@ -1173,19 +1173,20 @@ class WriteBatches(Protocol):
         ...
 
 
-def read_outcome(reads: Sequence[Read], results: tuple[Any, ...]) -> Any:
+def read_outcome(reads: Sequence[Write | Read], results: tuple[Any, ...]) -> Any:
     """What a read batch returns: for a :class:`~storage.batch.Batch`, an outcome read by handle; else the results."""
     if isinstance(reads, HandleSource):
         return BatchOutcome(applied=True, results=results, source=reads)
     return results
 
 
-def checked_reads(reads: Sequence[Read]) -> list[Read]:
+def checked_reads(reads: Sequence[Write | Read]) -> list[Read]:
     """A read batch's reads, checked before any is made: only :class:`Read` values, of known stores, public methods."""
-    checked = list(reads)
-    for read in checked:
+    checked: list[Read] = []
+    for read in reads:
         if not isinstance(read, Read):
             raise ValueError(f"a read batch takes only reads, not {read!r}")
+        checked.append(read)
         if read.args_from is not None:  # a read batch's reads are independent of each other
             raise ValueError("a read batch's reads take their arguments as given, not args_from")
         if read.store not in STORE_NAMES or read.store == "batches":

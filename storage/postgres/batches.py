@@ -10,10 +10,13 @@ the whole transaction back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from storage.errors import CorruptRecord
 from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
+
+if TYPE_CHECKING:
+    from storage.batch import Batch
 
 
 class _Refused(Exception):
@@ -30,7 +33,13 @@ class PostgresWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    async def read(self, reads: Sequence[Read]) -> Any:
+    @overload
+    async def read(self, reads: Batch) -> BatchOutcome: ...
+
+    @overload
+    async def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
+
+    async def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
         """Make ``reads`` in order on one connection, in one transaction; see :class:`WriteBatches.read`.
 
         >>> await storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
