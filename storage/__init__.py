@@ -13,8 +13,10 @@ sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several 
 
 from storage.aio import AsyncStorage, AsyncStore
 from storage.approvals import SQLiteApprovalStore
+from storage.async_protocols import AsyncStores
 from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
+from storage.batch import Batch, Call, Results, StoreMethod, Stores, call, stores
 from storage.batches import SQLiteWriteBatches
 from storage.conversations import SQLiteConversationStore
 from storage.database import Storage, open_storage
@@ -50,6 +52,7 @@ from storage.protocols import (
     ConversationStore,
     EffectiveRule,
     EventDedupe,
+    Handle,
     InboxItem,
     LedgerEntry,
     Memory,
@@ -96,6 +99,7 @@ __all__ = [
     "ApprovalStore",
     "AsyncStorage",
     "AsyncStore",
+    "AsyncStores",
     "AuditEntry",
     "AuditVerification",
     "Operations",
@@ -103,7 +107,15 @@ __all__ = [
     "SQLiteOperations",
     "AuditLog",
     "ApprovalStep",
+    "Batch",
     "BatchOutcome",
+    "Call",
+    "Handle",
+    "Results",
+    "StoreMethod",
+    "Stores",
+    "call",
+    "stores",
     "Read",
     "Write",
     "WriteBatches",

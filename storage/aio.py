@@ -15,6 +15,26 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
+from storage.async_protocols import (
+    AsyncAccessStore,
+    AsyncApprovalPlaces,
+    AsyncApprovalStore,
+    AsyncApproverGroupStore,
+    AsyncAuditLog,
+    AsyncChatMessageStore,
+    AsyncConditionalRuleStore,
+    AsyncConversationStore,
+    AsyncEventDedupe,
+    AsyncMemoryStore,
+    AsyncOperations,
+    AsyncOutbox,
+    AsyncPolicyStore,
+    AsyncRunLeases,
+    AsyncRunStore,
+    AsyncThreadInbox,
+    AsyncToolLedger,
+    AsyncWriteBatches,
+)
 from storage.connection import ThreadLocalConnector
 from storage.database import Storage
 from storage.group_commit import GroupCommitWriter
@@ -124,24 +144,25 @@ class AsyncStorage:
     >>> await db.aclose()
     """
 
-    messages: Any
-    runs: Any
-    approvals: Any
-    ledger: Any
-    policies: Any
-    audit: Any
-    events: Any
-    conversations: Any
-    places: Any
-    approver_groups: Any
-    access: Any
-    conditions: Any
-    leases: Any
-    inbox: Any
-    outbox: Any
-    memories: Any
-    ops: Any
-    batches: Any
+    # Typed as the async twins of the store protocols: each is an AsyncStore at run time (set below).
+    messages: AsyncChatMessageStore
+    runs: AsyncRunStore
+    approvals: AsyncApprovalStore
+    ledger: AsyncToolLedger
+    policies: AsyncPolicyStore
+    audit: AsyncAuditLog
+    events: AsyncEventDedupe
+    conversations: AsyncConversationStore
+    places: AsyncApprovalPlaces
+    approver_groups: AsyncApproverGroupStore
+    access: AsyncAccessStore
+    conditions: AsyncConditionalRuleStore
+    leases: AsyncRunLeases
+    inbox: AsyncThreadInbox
+    outbox: AsyncOutbox
+    memories: AsyncMemoryStore
+    ops: AsyncOperations
+    batches: AsyncWriteBatches
 
     def __init__(self, storage: Storage, executor: Executor | None = None) -> None:
         self.storage = storage

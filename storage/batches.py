@@ -39,10 +39,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from storage.errors import CorruptRecord
-from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
+from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
+
+if TYPE_CHECKING:
+    from storage.batch import Batch
 
 SAVEPOINT = "countersign_batch"
 
@@ -53,7 +56,13 @@ class SQLiteWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+    @overload
+    def read(self, reads: Batch) -> BatchOutcome: ...
+
+    @overload
+    def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
+
+    def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
         """Make ``reads`` in one read transaction (one hop to a reader thread); see :class:`WriteBatches.read`.
 
         >>> storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
@@ -66,7 +75,7 @@ class SQLiteWriteBatches:
             if own:
                 db.execute("BEGIN")
             try:
-                return tuple(method(*read.args, **read.kwargs) for read, method in calls)
+                return read_outcome(reads, tuple(method(*read.args, **read.kwargs) for read, method in calls))
             finally:
                 if own and db.conn.in_transaction:
                     db.execute("COMMIT")
@@ -92,13 +101,13 @@ class SQLiteWriteBatches:
                         value = None  # bad data a dependent read found skips the read, never the batch (see Read)
                     if write.required and not value:
                         _undo(db)
-                        return BatchOutcome(applied=False, refused=index)
+                        return BatchOutcome(applied=False, refused=index, source=writes)
                     results.append(value)
             except BaseException:
                 _undo(db)
                 raise
             db.execute(f"RELEASE {SAVEPOINT}")
-        return BatchOutcome(applied=True, results=tuple(results))
+        return BatchOutcome(applied=True, results=tuple(results), source=writes)
 
 
 def _undo(db: Any) -> None:

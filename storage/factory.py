@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from typing import Any
 
 from storage.aio import AsyncStorage
+from storage.async_protocols import AsyncStores
 from storage.database import open_storage
 
 
@@ -21,7 +21,7 @@ async def open_async_storage(
     database_url: str | None = None,
     last_k: int = 10,
     pool_size: int | None = None,
-) -> Any:
+) -> AsyncStores:
     """Open PostgreSQL at ``database_url`` when given, else the SQLite file ``db_path``; run pending migrations.
 
     ``pool_size`` caps PostgreSQL's connections from this process (default 10); SQLite ignores it.

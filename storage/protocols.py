@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
     from storage.audit_chain import AuditVerification
+    from storage.batch import Batch
+
+T = TypeVar("T")
 
 Instant = datetime | float | None
 """A moment passed to a store: an aware datetime, epoch seconds, or None for "now"."""
@@ -953,6 +956,7 @@ class Operations(Protocol):
     def prune(self, older_than: Instant, *, dry_run: bool = False) -> PruneCounts:
         """Delete ended runs (with their approvals and ledger entries), idle threads' messages and delivered
         outbox rows older than ``older_than``; with ``dry_run`` only count them."""
+        ...
 
 
 STORE_NAMES: tuple[str, ...] = (
@@ -1059,15 +1063,65 @@ class Read:
             return None
 
 
+@runtime_checkable
+class HandleSource(Protocol):
+    """What handles point into: a batch, whose ``handles`` are in the order of its writes and reads."""
+
+    @property
+    def handles(self) -> Sequence[Handle[Any]]: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Handle(Generic[T]):
+    """Names one write or read of a :class:`~storage.batch.Batch`; its result is ``outcome[handle]``, a ``T``.
+
+    Made only by the batch (``batch.write(...)`` and the like); ``index`` is its place in the batch, for the
+    backends, never for callers.
+    """
+
+    batch: HandleSource = field(repr=False)
+    index: int
+
+
 @dataclass(frozen=True)
 class BatchOutcome:
-    """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused``: which one said no)."""
+    """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused``: which one said no).
+
+    For a :class:`storage.batch.Batch`, read each result through the handle its write or read returned
+    (``outcome[handle]``), never by position: another write added to the batch shifts no handle's result.
+
+    >>> outcome[moved], outcome.refused_by is moved
+    """
 
     applied: bool
     results: tuple[Any, ...] = ()
     """Each write's result, in order (empty when nothing was applied)."""
     refused: int | None = None
     """The index of the required write whose compare-and-set failed."""
+    source: Sequence[Write | Read] | None = field(default=None, compare=False, repr=False)
+    """The writes (or :class:`~storage.batch.Batch`) this is the outcome of: a handle must come from it."""
+
+    def __getitem__(self, handle: Handle[T]) -> T:
+        """The result of ``handle``'s write or read; :class:`LookupError` if the batch was refused."""
+        if not self.applied:
+            raise LookupError("the batch was refused: nothing of it was written, it has no results")
+        return self.results[self._index_of(handle)]
+
+    def get(self, handle: Handle[T]) -> T | None:
+        """The result of ``handle``'s write or read, or ``None`` if the batch was refused."""
+        return self[handle] if self.applied else None
+
+    @property
+    def refused_by(self) -> Handle[Any] | None:
+        """The handle of the required write that answered no (``None``: the batch applied)."""
+        if self.refused is None or not isinstance(self.source, HandleSource):
+            return None
+        return self.source.handles[self.refused]
+
+    def _index_of(self, handle: Handle[Any]) -> int:
+        if handle.batch is not self.source:
+            raise ValueError("this handle belongs to another batch than the one this is the outcome of")
+        return handle.index
 
 
 class WriteBatches(Protocol):
@@ -1088,10 +1142,17 @@ class WriteBatches(Protocol):
     locks in the same order (rows first, the chain's head last), never deadlocking against another.
     """
 
-    def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+    @overload
+    def read(self, reads: Batch) -> BatchOutcome: ...
+
+    @overload
+    def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
+
+    def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
         """Make ``reads`` (read methods only) in order, in one round trip and one read transaction: SQLite on one
         reader thread (``BEGIN`` … ``COMMIT``: one snapshot of the database), PostgreSQL on one connection. Each
-        result is what the store method returns alone; an error in any read raises.
+        result is what the store method returns alone; an error in any read raises. Given a
+        :class:`~storage.batch.Batch` of reads, the results come as a :class:`BatchOutcome`, read by handle.
 
         >>> latest, rules = storage.batches.read([
         ...     Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",)),
@@ -1112,12 +1173,20 @@ class WriteBatches(Protocol):
         ...
 
 
-def checked_reads(reads: Sequence[Read]) -> list[Read]:
+def read_outcome(reads: Sequence[Write | Read], results: tuple[Any, ...]) -> Any:
+    """What a read batch returns: for a :class:`~storage.batch.Batch`, an outcome read by handle; else the results."""
+    if isinstance(reads, HandleSource):
+        return BatchOutcome(applied=True, results=results, source=reads)
+    return results
+
+
+def checked_reads(reads: Sequence[Write | Read]) -> list[Read]:
     """A read batch's reads, checked before any is made: only :class:`Read` values, of known stores, public methods."""
-    checked = list(reads)
-    for read in checked:
+    checked: list[Read] = []
+    for read in reads:
         if not isinstance(read, Read):
             raise ValueError(f"a read batch takes only reads, not {read!r}")
+        checked.append(read)
         if read.args_from is not None:  # a read batch's reads are independent of each other
             raise ValueError("a read batch's reads take their arguments as given, not args_from")
         if read.store not in STORE_NAMES or read.store == "batches":

@@ -10,10 +10,13 @@ the whole transaction back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from storage.errors import CorruptRecord
-from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes
+from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
+
+if TYPE_CHECKING:
+    from storage.batch import Batch
 
 
 class _Refused(Exception):
@@ -30,7 +33,13 @@ class PostgresWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    async def read(self, reads: Sequence[Read]) -> tuple[Any, ...]:
+    @overload
+    async def read(self, reads: Batch) -> BatchOutcome: ...
+
+    @overload
+    async def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
+
+    async def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
         """Make ``reads`` in order on one connection, in one transaction; see :class:`WriteBatches.read`.
 
         >>> await storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
@@ -38,7 +47,7 @@ class PostgresWriteBatches:
         """
         calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(reads)]
         async with self.storage.db.bound():
-            return tuple([await method(*read.args, **read.kwargs) for read, method in calls])
+            return read_outcome(reads, tuple([await method(*read.args, **read.kwargs) for read, method in calls]))
 
     async def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
         """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
@@ -62,5 +71,5 @@ class PostgresWriteBatches:
                         raise _Refused(index)
                     results.append(value)
         except _Refused as refused:
-            return BatchOutcome(applied=False, refused=refused.index)
-        return BatchOutcome(applied=True, results=tuple(results))
+            return BatchOutcome(applied=False, refused=refused.index, source=writes)
+        return BatchOutcome(applied=True, results=tuple(results), source=writes)
