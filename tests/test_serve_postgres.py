@@ -28,7 +28,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_requests import SlackRequests
 from tests.fakes.slack_stack import button_values
-from tests.test_cli import clean_env
+from tests.unit.bot.test_cli import clean_env
 
 SECRET = "replica-signing-secret"
 CHANNEL = "C0OPS"

@@ -12,7 +12,7 @@ from pathlib import Path
 from bot.messages import ChatMessage
 from storage import ThreadAddress, open_storage
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.test_cli import clean_env
+from tests.unit.bot.test_cli import clean_env
 
 CHANNEL = "C0OPS"
 THREAD_TS = "1700000000.000100"

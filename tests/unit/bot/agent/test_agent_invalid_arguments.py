@@ -15,7 +15,7 @@ from bot.redaction import MASK
 from bot.tools import Tool
 from tests.fakes.agent_kit import ToolBox, approve, asks, blocking, call, says
 from tests.fakes.engine_kit import Harnesses, asks_for, dangling_calls, echoes_results
-from tests.typed_tools import RECEIVED, schedule_change
+from tests.fakes.typed_tools import RECEIVED, schedule_change
 
 USER = ChatMessage.from_user("rotate the key")
 SECRET = "hunter2-not-long-enough"

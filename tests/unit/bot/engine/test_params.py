@@ -12,7 +12,7 @@ from bot.engine.params import merge_edit
 from bot.hitl.serialization import component_from_dict, component_to_dict
 from bot.hitl.ui import SimpleConsoleUI
 from bot.tools import tool
-from tests.typed_tools import schedule_change
+from tests.fakes.typed_tools import schedule_change
 
 
 @tool

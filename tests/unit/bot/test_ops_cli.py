@@ -11,7 +11,7 @@ import threading
 import psycopg
 
 from storage import LATEST_VERSION, open_storage
-from tests.test_cli import countersign
+from tests.unit.bot.test_cli import countersign
 
 
 def _database(tmp_path, entries: int = 3):

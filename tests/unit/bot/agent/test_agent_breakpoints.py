@@ -461,7 +461,7 @@ class ExplodingStrategy:
         raise ConnectionError("approval service unreachable")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "tests.test_agent_breakpoints.ExplodingStrategy", "init_parameters": {}}
+        return {"type": "tests.unit.bot.agent.test_agent_breakpoints.ExplodingStrategy", "init_parameters": {}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExplodingStrategy:

@@ -29,7 +29,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
-from tests.test_engine_decisions import admin, decision, harnesses  # noqa: F401 - harnesses is a fixture
+from tests.unit.bot.engine.test_decisions import admin, decision, harnesses  # noqa: F401 - harnesses is a fixture
 
 
 async def reviewed(harnesses, mode: str = "review", **open_kwargs):

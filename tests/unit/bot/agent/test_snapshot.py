@@ -122,7 +122,7 @@ async def test_the_pending_calls_and_their_descriptions_can_be_read_from_a_snaps
     json.dumps([calls, descriptions])  # ready to render or to send
 
 
-OLD_SNAPSHOT = Path(__file__).parent / "fixtures" / "snapshot_v1_stdlib_json.json"
+OLD_SNAPSHOT = Path(__file__).parents[3] / "fixtures" / "snapshot_v1_stdlib_json.json"
 """A snapshot as countersign wrote it before orjson: json.dumps's spacing, and a NaN in its state."""
 
 

@@ -33,7 +33,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
-from tests.test_engine_decisions import admin, decision
+from tests.unit.bot.engine.test_decisions import admin, decision
 
 
 class AdminActsWhileThinking:

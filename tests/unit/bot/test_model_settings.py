@@ -15,7 +15,7 @@ from bot.engine.model import Inbound
 from bot.messages import ChatMessage
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.recording_surface import RecordingSurface
-from tests.test_cli import terminal  # noqa: F401  (the in-process fixture of the CLI tests)
+from tests.unit.bot.test_cli import terminal  # noqa: F401  (the in-process fixture of the CLI tests)
 
 GATEWAY_SECRET = "gw-Zq81-very-secret-value"
 

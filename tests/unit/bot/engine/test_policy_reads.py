@@ -33,7 +33,7 @@ from tests.fakes.engine_kit import (
 )
 from tests.fakes.recording_surface import RecordingSurface, Rendering, Update
 from tests.fakes.storage_data import new_approval
-from tests.test_engine_decisions import admin, decision
+from tests.unit.bot.engine.test_decisions import admin, decision
 
 FIRST_STEP = 1
 """The step number of a run's first pause."""

@@ -21,8 +21,8 @@ from bot.tools import (
     tool,
     tools_fingerprint,
 )
-from tests.typed_tools import RECEIVED, Change, Label, Window, book_window, plant_tree, schedule_change
-from tests.typed_tools import Severity as RichSeverity
+from tests.fakes.typed_tools import RECEIVED, Change, Label, Window, book_window, plant_tree, schedule_change
+from tests.fakes.typed_tools import Severity as RichSeverity
 
 
 class Severity(enum.Enum):
@@ -414,7 +414,7 @@ def test_a_module_level_decorated_tool_round_trips_through_json() -> None:
     restored = Tool.from_dict(data)
 
     assert data["type"] == "bot.tools.Tool"
-    assert data["init_parameters"]["function"] == "tests.test_tools:restart_service"
+    assert data["init_parameters"]["function"] == "tests.unit.bot.test_tools:restart_service"
     assert restored.name == restart_service.name
     assert restored.parameters == restart_service.parameters
     assert restored.invoke(service="nginx") == "nginx restarted (force=False)"
@@ -429,7 +429,7 @@ def test_a_toolset_round_trips_with_its_tools() -> None:
 
 def test_import_attribute_reads_module_colon_attribute_paths() -> None:
     assert import_attribute("json:dumps") is json.dumps
-    assert import_attribute("tests.test_tools:Severity.HIGH") is Severity.HIGH
+    assert import_attribute("tests.unit.bot.test_tools:Severity.HIGH") is Severity.HIGH
     with pytest.raises(ValueError, match="module:attribute"):
         import_attribute("json.dumps")
 

@@ -168,11 +168,17 @@ def test_the_stored_form_lists_keys_and_strategies() -> None:
     assert strategies_to_dict({("read_file", "list_files"): EXACT, "*": ANY}) == [
         {
             "key": ["read_file", "list_files"],
-            "strategy": {"type": "tests.test_hitl_strategy_map.NamedStrategy", "init_parameters": {"name": "exact"}},
+            "strategy": {
+                "type": "tests.unit.bot.hitl.test_strategy_map.NamedStrategy",
+                "init_parameters": {"name": "exact"},
+            },
         },
         {
             "key": "*",
-            "strategy": {"type": "tests.test_hitl_strategy_map.NamedStrategy", "init_parameters": {"name": "any"}},
+            "strategy": {
+                "type": "tests.unit.bot.hitl.test_strategy_map.NamedStrategy",
+                "init_parameters": {"name": "any"},
+            },
         },
     ]
 
@@ -207,9 +213,11 @@ def test_component_to_dict_refuses_an_object_without_to_dict() -> None:
 
 
 def test_import_class_reaches_nested_classes() -> None:
-    assert import_class("tests.test_hitl_strategy_map.NamedStrategy.Nested") is NamedStrategy.Nested
+    assert import_class("tests.unit.bot.hitl.test_strategy_map.NamedStrategy.Nested") is NamedStrategy.Nested
     assert (
-        component_from_dict({"type": "tests.test_hitl_strategy_map.NamedStrategy.Nested", "init_parameters": {"x": 1}})
+        component_from_dict(
+            {"type": "tests.unit.bot.hitl.test_strategy_map.NamedStrategy.Nested", "init_parameters": {"x": 1}}
+        )
         == "nested:1"
     )
 

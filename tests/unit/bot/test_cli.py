@@ -654,7 +654,7 @@ def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path
 
 
 def test_the_readme_tool_example_loads_from_the_working_folder_through_the_installed_script(tmp_path):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     example = re.search(r"```python\n# mytools\.py\n(.*?)```", readme, re.DOTALL)
     assert example, "README.md lost its mytools.py example"
     (tmp_path / "mytools.py").write_text(example.group(1), encoding="utf-8")

@@ -11,7 +11,7 @@ from bot.heap import YOUNG_THRESHOLD
 from bot.hitl import HITLBreakpointException
 from bot.messages import ChatMessage
 from tests.fakes.agent_kit import ToolBox, says
-from tests.test_agent_breakpoints import three_call_agent
+from tests.unit.bot.agent.test_agent_breakpoints import three_call_agent
 
 
 def _run(code: str) -> str:

@@ -131,7 +131,7 @@ def test_default_demo_tools_create_their_sandbox_in_the_working_folder_on_first_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A fresh interpreter shows that importing the module creates nothing in the working folder.
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(repo)}
     subprocess.run([sys.executable, "-c", "import bot.demo_tools"], cwd=tmp_path, env=env, check=True)
     assert not (tmp_path / "countersign-sandbox").exists()

@@ -42,11 +42,11 @@ from tests.fakes.engine_kit import (
     tool_results,
 )
 from tests.fakes.recording_surface import RecordingSurface
-from tests.test_engine_decisions import admin
+from tests.unit.bot.engine.test_decisions import admin
 
 THREAD = "1700000000.000100"
 
-OLD_SNAPSHOT = Path(__file__).parent / "fixtures" / "snapshot_v1_stdlib_json.json"
+OLD_SNAPSHOT = Path(__file__).parents[3] / "fixtures" / "snapshot_v1_stdlib_json.json"
 """A snapshot as countersign wrote it before orjson (and before snapshots referred to the history)."""
 
 
