@@ -15,7 +15,7 @@ from storage import AlreadyExists, CorruptRecord, NotFound
 from tests.fakes.storage_contract import create_run
 from tests.fakes.storage_data import NOW, THREAD
 
-OLD_SNAPSHOT = Path(__file__).parents[1] / "fixtures" / "snapshot_v1_stdlib_json.json"
+OLD_SNAPSHOT = Path(__file__).parents[3] / "fixtures" / "snapshot_v1_stdlib_json.json"
 SNAPSHOT = {"schema_version": 1, "messages": [{"role": "user", "text": "delete a.txt"}], "step": 1}
 
 
