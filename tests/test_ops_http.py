@@ -14,13 +14,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
+from tests.adapters.slack.test_approvals import CHANNEL, Clock, Ops, ask
+from tests.adapters.teams.test_flow import fakes as fakes  # noqa: F401  (the fake Bot Connector and token issuer)
 from tests.fakes.engine_kit import says
 from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, button_values
 from tests.fakes.teams_stack import TeamsStack
-from tests.test_slack_approvals import CHANNEL, Clock, Ops, ask
-from tests.test_teams_flow import fakes as fakes  # noqa: F401  (the fake Bot Connector and token issuer)
 
 ALICE = "U0ALICE"
 

@@ -22,6 +22,7 @@ from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from bot.messages import ChatMessage
 from storage import StorageError
 from storage.postgres import open_postgres_storage
+from tests.adapters.slack.test_approvals import ALICE, CHANNEL, Ops, ask
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import REQUESTER, Harnesses, asks_for, bounded, echoes_results
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -29,7 +30,6 @@ from tests.fakes.private_postgres import PrivatePostgres
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, assert_every_payload_valid, button_values
 from tests.fakes.teams_stack import ANA, TeamsStack
-from tests.test_slack_approvals import ALICE, CHANNEL, Ops, ask
 
 TRY_AGAIN = "I can't reach my database right now; nothing was decided — please try again in a minute."
 

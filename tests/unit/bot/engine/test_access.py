@@ -10,10 +10,10 @@ import pytest
 from bot.engine.access import DM_REFUSED, REFUSED
 from bot.engine.model import AdminRequest
 from bot.llm import ScriptedChatGenerator
+from tests.adapters.slack.test_admin import command as slack_command
 from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, says
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack
-from tests.test_slack_admin import command as slack_command
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 DEFAULT = "Everyone may ask the bot, in every channel of this workspace (no access rules). Direct messages: allowed."

@@ -14,13 +14,13 @@ import pytest
 
 from bot.engine.model import DecisionRequest
 from bot.llm import OpenAIChatGenerator
+from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, Clock, Ops, ask, start_stack
 from tests.fakes.engine_kit import ADMIN as ENGINE_ADMIN
 from tests.fakes.engine_kit import OTHER, REQUESTER, Harness, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
 from tests.fakes.slack_stack import SlackStack, button_values
 from tests.fakes.teams_stack import ANA, BEN, TeamsStack, approval_ids, running_teams
-from tests.test_slack_approvals import ADMIN, ALICE, CHANNEL, Clock, Ops, ask, start_stack
 
 BOB = "U0BOB"
 

@@ -12,6 +12,8 @@ import pytest
 from adapters.slack.mrkdwn import note_markup
 from bot.engine.errors import NotAnAdmin
 from bot.engine.model import AdminRequest, DecisionRequest, Mention, Note
+from tests.adapters.slack.test_admin import command as slack_command
+from tests.adapters.slack.test_approvals import Clock, Ops, ask, start_stack
 from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
@@ -20,8 +22,6 @@ from tests.fakes.teams_stack import ADA as TEAMS_ADA
 from tests.fakes.teams_stack import ANA as TEAMS_ANA
 from tests.fakes.teams_stack import BEN as TEAMS_BEN
 from tests.fakes.teams_stack import TENANT, TeamsStack, approval_ids, execute_actions, running_teams, texts_of
-from tests.test_slack_admin import command as slack_command
-from tests.test_slack_approvals import Clock, Ops, ask, start_stack
 
 ANA, BEN = "U_ANA", "U_BEN"
 

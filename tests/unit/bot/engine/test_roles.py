@@ -9,12 +9,12 @@ import pytest
 from bot.config import Config
 from bot.engine.errors import NotAnApprover
 from bot.engine.model import AdminRequest, DecisionRequest
+from tests.adapters.slack.test_admin import command as slack_command
+from tests.adapters.slack.test_approvals import ALICE, Clock, Ops, ask, start_stack
 from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, button_values
-from tests.test_slack_admin import command as slack_command
-from tests.test_slack_approvals import ALICE, Clock, Ops, ask, start_stack
 
 NOT_AN_ADMIN = "Only countersign admins can change policies."
 ANA, BEN = "U_ANA", "U_BEN"

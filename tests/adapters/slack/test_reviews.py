@@ -2,10 +2,10 @@
 Approve / Edit result / Reject, and what the reviewer decides is what the model sees.
 
 Real Bolt AsyncApp over HTTP, signed requests, the real Engine on SQLite, the fake Slack Web API and a fake
-OpenAI endpoint (the fixtures of ``tests/test_slack_approvals.py``).
+OpenAI endpoint (the fixtures of ``tests/adapters/slack/test_approvals.py``).
 """
 
-# ruff: noqa: F811 - the fixtures of tests/test_slack_approvals.py are imported, and test arguments name them
+# ruff: noqa: F811 - the fixtures of tests/adapters/slack/test_approvals.py are imported, and test arguments name them
 
 from __future__ import annotations
 
@@ -13,12 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from bot.engine.model import AdminRequest
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.fakes.slack_api import FakeSlackAPI
-from tests.fakes.slack_requests import form, text_input
-from tests.fakes.slack_stack import SlackStack, all_text, button_values
-from tests.test_slack_admin import command as slack_command
-from tests.test_slack_approvals import (  # noqa: F401 - fixtures
+from tests.adapters.slack.test_admin import command as slack_command
+from tests.adapters.slack.test_approvals import (  # noqa: F401 - fixtures
     ADMIN,
     ALICE,
     CHANNEL,
@@ -31,6 +27,10 @@ from tests.test_slack_approvals import (  # noqa: F401 - fixtures
     stack,
     start_stack,
 )
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_requests import form, text_input
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
 
 SECRET = "sk-live-" + "z" * 32
 

@@ -2,17 +2,17 @@
 Edit result / Reject, and what the reviewer decides is what the model sees.
 
 The real ``countersign serve`` app with the Teams plugin, signed activities, the fake Bot Connector and the
-real engine on SQLite (the fixtures of ``tests/test_teams_flow.py``).
+real engine on SQLite (the fixtures of ``tests/adapters/teams/test_flow.py``).
 """
 
-# ruff: noqa: F811 - the fixtures of tests/test_teams_flow.py are imported, and test arguments name them
+# ruff: noqa: F811 - the fixtures of tests/adapters/teams/test_flow.py are imported, and test arguments name them
 
 from __future__ import annotations
 
 from adapters.teams.cards import feedback_input_id, result_input_id
+from tests.adapters.teams.test_flow import fakes, open_stack  # noqa: F401 - fixtures
 from tests.fakes.engine_kit import asks_for, echoes_results
 from tests.fakes.teams_stack import ADA, ANA, TeamsStack, approval_ids, execute_actions, texts_of
-from tests.test_teams_flow import fakes, open_stack  # noqa: F401 - fixtures
 
 
 async def review_card(open_stack, **kwargs) -> tuple[TeamsStack, str, dict]:

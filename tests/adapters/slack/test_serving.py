@@ -22,7 +22,7 @@ from bot.tools import Tool
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import BOT_TOKEN, SlackStack, assert_every_payload_valid, button_values
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ALICE = "U0ALICE"
 CHANNEL = "C0OPS"
 
