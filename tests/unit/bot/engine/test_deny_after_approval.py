@@ -29,7 +29,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
-from tests.test_engine_recovery import approved_and_claimed_by_a_dead_process, lease_runs_out
+from tests.scenarios.test_recovery import approved_and_claimed_by_a_dead_process, lease_runs_out
 from tests.unit.bot.engine.test_conditions import judged_tool
 from tests.unit.bot.engine.test_decisions import admin, decision
 

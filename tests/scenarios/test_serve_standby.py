@@ -28,7 +28,7 @@ from tests.fakes.serve_processes import (
     tool_results,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_armed_stop_point_stops_the_process_until_it_is_continued_and_an_exit_point_still_exits() -> None:

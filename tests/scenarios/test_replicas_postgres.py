@@ -1,6 +1,6 @@
 """Three ``countersign serve`` replicas on one PostgreSQL schema: any of them may get any message or click.
 
-The same harness as ``tests/test_replicas.py`` (real processes, the fake Slack and OpenAI servers), with
+The same harness as ``tests/scenarios/test_replicas.py`` (real processes, the fake Slack and OpenAI servers), with
 the processes sharing a schema of the test server instead of a SQLite file, as replicas on several hosts
 behind a load balancer share one database. The restart tests use a PostgreSQL server of their own
 (``tests/fakes/private_postgres.py``) and restart it under the running replicas; the replicas are never
