@@ -54,11 +54,12 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
 async def harnesses(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harnesses]:
     """Engine harnesses on one folder, closed at the end.
 
-    In a test that also asks for ``database_url`` they are closed first: the engines stop (and release their
-    runs) before the test's PostgreSQL schema is dropped.
+    In a test that also asks for ``database_url`` or ``postgres_url`` they are closed first: the engines stop
+    (and release their runs) before the test's PostgreSQL schema is dropped.
     """
-    if "database_url" in request.fixturenames:
-        request.getfixturevalue("database_url")
+    for database in ("database_url", "postgres_url"):
+        if database in request.fixturenames:
+            request.getfixturevalue(database)
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from bot.engine.model import AdminRequest, DecisionRequest
 from bot.llm import ScriptedChatGenerator
 from bot.tools import tool
@@ -17,7 +15,6 @@ from storage.postgres import PostgresStorage
 from tests.fakes.engine_kit import (
     ADMIN,
     REQUESTER,
-    Harnesses,
     asks_for,
     bounded,
     dangling_calls,
@@ -25,14 +22,6 @@ from tests.fakes.engine_kit import (
     says,
     tool_results,
 )
-
-
-@pytest.fixture
-async def harnesses(tmp_path, postgres_url):
-    # Depends on postgres_url so the engines stop (and release their runs) before the schema is dropped.
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:

@@ -20,7 +20,6 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks,
     asks_for,
     bounded,
@@ -32,13 +31,6 @@ from tests.fakes.engine_kit import (
     tool_results,
 )
 from tests.fakes.openai_server import FakeOpenAIServer
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from bot.engine.confirmation import BLOCKED_FEEDBACK
 from bot.engine.model import AdminRequest, DecisionRequest
 from tests.fakes.engine_kit import (
@@ -14,19 +12,11 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks_for,
     echoes_results,
     sent_to_llm,
     tool_results,
 )
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def admin(h, text: str) -> str:

@@ -51,13 +51,6 @@ def database_url(server: PrivatePostgres) -> Iterator[str]:
         pass  # already running
 
 
-@pytest.fixture
-async def harnesses(tmp_path: Path, database_url: str) -> AsyncIterator[Harnesses]:
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
-
-
 async def test_the_pool_replaces_every_connection_a_restart_killed_and_the_next_statements_succeed(
     server: PrivatePostgres, database_url: str
 ):

@@ -26,7 +26,6 @@ from storage import NewApproval
 from tests.fakes.engine_kit import (
     REQUESTER,
     Harness,
-    Harnesses,
     asks_for,
     bounded,
     dangling_calls,
@@ -37,13 +36,6 @@ from tests.fakes.engine_kit import (
 from tests.fakes.recording_surface import RecordingSurface
 
 DEAD = "dead-host-1-abc"
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 def confirm(approval, actor: str = REQUESTER) -> DecisionRequest:

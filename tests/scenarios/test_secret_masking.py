@@ -22,7 +22,7 @@ from adapters.teams.text import markdown_message, plain_message
 from bot.engine.model import REJECTED, AdminRequest, ApprovalView, ThreadRef
 from bot.engine.presentation import display_arguments, outcome_sentence
 from bot.redaction import MASK, mask_for_display, mask_text
-from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, Harnesses, asks_for
+from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import all_text
 from tests.fakes.teams_stack import texts_of
@@ -237,13 +237,6 @@ async def test_the_console_masks_secret_values_in_answers_notes_and_approval_pan
 
 
 # --- the audit admin command -----------------------------------------------------------------------
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def test_the_audit_command_masks_a_secret_someone_typed_into_a_command(harnesses):

@@ -14,7 +14,7 @@ from bot.messages import ChatMessage, ChatRole
 from bot.redaction import MASK
 from bot.tools import Tool
 from tests.fakes.agent_kit import ToolBox, approve, asks, blocking, call, says
-from tests.fakes.engine_kit import Harnesses, asks_for, dangling_calls, echoes_results
+from tests.fakes.engine_kit import asks_for, dangling_calls, echoes_results
 from tests.fakes.typed_tools import RECEIVED, schedule_change
 
 USER = ChatMessage.from_user("rotate the key")
@@ -122,13 +122,6 @@ async def test_an_invalid_call_beside_a_valid_one_leaves_only_the_valid_one_pend
 
 
 # --- through the engine: no approval is created, nothing is rendered, nothing runs ---------------------
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def test_the_engine_creates_no_approval_for_a_call_with_invalid_arguments(harnesses) -> None:

@@ -15,7 +15,6 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks_for,
     echoes_results,
 )
@@ -34,13 +33,6 @@ CHANGES = [
     ("four-eyes delete_file on", {"four_eyes": True}, "four_eyes=on"),
     ("ttl delete_file 4h", {"ttl_seconds": 4 * 3600}, "ttl=4h"),
 ]
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str, actor: str = ADMIN, channel: str = CHANNEL) -> str:

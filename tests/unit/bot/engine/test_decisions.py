@@ -30,7 +30,6 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks,
     asks_for,
     bounded,
@@ -42,13 +41,6 @@ from tests.fakes.engine_kit import (
     tool_results,
 )
 from tests.fakes.recording_surface import RecordingSurface
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def admin(h, text: str, actor: str = ADMIN) -> str:

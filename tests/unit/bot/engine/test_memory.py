@@ -12,19 +12,11 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks_for,
     recalls,
     says,
     sent_to_llm,
 )
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def command(h, text: str, actor: str = REQUESTER, channel: str = CHANNEL) -> str:

@@ -23,7 +23,6 @@ from tests.fakes.engine_kit import (
     PLATFORM,
     REQUESTER,
     WORKSPACE,
-    Harnesses,
     asks,
     asks_for,
     call,
@@ -37,13 +36,6 @@ from tests.unit.bot.engine.test_decisions import admin, decision
 
 FIRST_STEP = 1
 """The step number of a run's first pause."""
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 def tightening_tool(holder: dict):

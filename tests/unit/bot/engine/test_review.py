@@ -3,8 +3,6 @@
 Real engine, real SQLite file, scripted model, recording surface; tools record every execution.
 """
 
-# ruff: noqa: F811 - the harnesses fixture is imported, and test arguments name it
-
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,7 +27,7 @@ from tests.fakes.engine_kit import (
     sent_to_llm,
     tool_results,
 )
-from tests.unit.bot.engine.test_decisions import admin, decision, harnesses  # noqa: F401 - harnesses is a fixture
+from tests.unit.bot.engine.test_decisions import admin, decision
 
 
 async def reviewed(harnesses, mode: str = "review", **open_kwargs):

@@ -12,7 +12,7 @@ from bot.engine.model import DecisionRequest
 from bot.engine.streaming import THINKING, WAITING_FOR_APPROVAL, StreamRateLimited, running
 from bot.llm import OpenAIChatGenerator
 from bot.tools import tool
-from tests.fakes.engine_kit import OTHER, PLATFORM, REQUESTER, Harnesses, bounded
+from tests.fakes.engine_kit import OTHER, PLATFORM, REQUESTER, bounded
 from tests.fakes.openai_server import CutStreamResponse, FakeOpenAIServer
 from tests.fakes.recording_surface import Rendering, StreamCall, StreamingRecordingSurface
 from tests.fakes.streaming_kit import BlockingBackup
@@ -25,13 +25,6 @@ async def llm():
     async with FakeOpenAIServer() as server:
         server.piece_delay = 0.02  # a model that writes for longer than the update interval: its text streams
         yield server
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 async def open_streaming(harnesses, llm, surface=None, interval=0.01, **kwargs):

@@ -11,18 +11,11 @@ from bot.engine.model import DecisionRequest
 from bot.engine.presentation import DEFAULT_VALUE_LIMIT, display_arguments, outcome_sentence
 from bot.messages import ChatRole
 from bot.redaction import MASK
-from tests.fakes.engine_kit import REQUESTER, Harnesses, asks_for, echoes_results, sent_to_llm
+from tests.fakes.engine_kit import REQUESTER, asks_for, echoes_results, sent_to_llm
 
 SECRET = "sk-live-7f3a9c0d1e2b4a5968"
 NEW_SECRET = "sk-live-rotated-000111222"
 LONG_NOTE = "<!channel> <@U_BOSS> <https://evil.example|click> " + "x" * 10_240
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
 
 
 @pytest.fixture

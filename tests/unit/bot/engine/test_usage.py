@@ -7,14 +7,7 @@ import pytest
 from bot.engine.model import AdminRequest, DecisionRequest
 from bot.messages import ChatMessage, ToolCall
 from storage import TokenUsage
-from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, Harnesses
-
-
-@pytest.fixture
-async def harnesses(tmp_path):
-    opened = Harnesses(tmp_path)
-    yield opened
-    await opened.aclose()
+from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE
 
 
 def used(prompt: int, completion: int) -> dict:
