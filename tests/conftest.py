@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import Harnesses
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
@@ -48,6 +49,14 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
     async with FakeSlackAPI() as api:
         yield api
         assert_every_payload_valid(api.calls)
+
+
+@pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[FakeBotConnector, FakeBotFrameworkIssuer]]:
+    """A fake Bot Connector and a token issuer the Agents SDK trusts, for the Teams suites."""
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        yield connector, issuer
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from tests.adapters.slack.test_approvals import CHANNEL, Clock, Ops, ask
-from tests.adapters.teams.test_flow import fakes as fakes  # noqa: F401  (the fake Bot Connector and token issuer)
 from tests.fakes.engine_kit import says
 from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI

@@ -24,11 +24,6 @@ APPROVAL_PROMPT = "Run delete_file?"
 REASK = "Enter alone does not approve"
 
 
-@pytest.fixture
-def harness(tmp_path) -> ConsoleHarness:
-    return ConsoleHarness(tmp_path)
-
-
 def asks_to_delete(path: str) -> ChatMessage:
     return ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": path})])
 

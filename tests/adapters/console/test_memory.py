@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ToolCall
-from tests.fakes.console_kit import ConsoleHarness
 from tests.fakes.engine_kit import recalls
-
-
-@pytest.fixture
-def harness(tmp_path) -> ConsoleHarness:
-    return ConsoleHarness(tmp_path)
 
 
 def remembers(fact: str, *, for_channel: bool = False) -> ChatMessage:

@@ -14,7 +14,7 @@ from bot.llm import OpenAIChatGenerator
 from bot.tools import Tool, tool
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
-from tests.fakes.slack_stack import SlackStack, all_text, assert_every_payload_valid, button_values
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
 from tests.fakes.streaming_kit import BlockingBackup
 
 ALICE = "U0ALICE"
@@ -31,13 +31,6 @@ async def openai() -> AsyncIterator[FakeOpenAIServer]:
     async with FakeOpenAIServer() as server:
         server.piece_delay = 0.02  # the model writes for longer than one update interval
         yield server
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-        assert_every_payload_valid(api.calls)
 
 
 async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, tools: list[Tool] = ()) -> SlackStack:

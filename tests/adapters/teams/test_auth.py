@@ -13,16 +13,9 @@ import pytest
 
 from adapters.teams.plugin import ANONYMOUS_WARNING, TeamsPlugin, build_connections
 from bot.config import Config
-from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, shared_key, trust_issuer
+from tests.fakes.bot_connector import shared_key
 from tests.fakes.engine_kit import says
 from tests.fakes.teams_stack import APP_ID, TeamsStack, teams_settings
-
-
-@pytest.fixture
-async def fakes(monkeypatch):
-    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
-        trust_issuer(monkeypatch, issuer)
-        yield connector, issuer
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from adapters.teams.cards import feedback_input_id, param_input_id
 from adapters.teams.surface import TeamsSurface
 from bot.engine.memory import person_key
 from bot.engine.model import ThreadRef
-from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
 from tests.fakes.teams_stack import (
     ADA,
@@ -37,13 +36,6 @@ from tests.fakes.teams_stack import (
     execute_actions,
     texts_of,
 )
-
-
-@pytest.fixture
-async def fakes(monkeypatch):
-    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
-        trust_issuer(monkeypatch, issuer)
-        yield connector, issuer
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import asks_for, says
 from tests.fakes.teams_stack import ADA, ANA, PERSONAL_CHAT, TeamsStack, action_value, approval_ids
 
@@ -114,13 +113,6 @@ def mutated(base: dict[str, Any], changes: list[tuple[Path, Any]]) -> dict[str, 
             else:
                 parent[last] = value
     return payload
-
-
-@pytest.fixture
-async def fakes(monkeypatch):
-    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
-        trust_issuer(monkeypatch, issuer)
-        yield connector, issuer
 
 
 async def fuzz(stack: TeamsStack, base: dict[str, Any], caplog: pytest.LogCaptureFixture) -> Counter[int]:

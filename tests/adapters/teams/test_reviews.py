@@ -10,7 +10,7 @@ real engine on SQLite (the fixtures of ``tests/adapters/teams/test_flow.py``).
 from __future__ import annotations
 
 from adapters.teams.cards import feedback_input_id, result_input_id
-from tests.adapters.teams.test_flow import fakes, open_stack  # noqa: F401 - fixtures
+from tests.adapters.teams.test_flow import open_stack  # noqa: F401 - a fixture
 from tests.fakes.engine_kit import asks_for, echoes_results
 from tests.fakes.teams_stack import ADA, ANA, TeamsStack, approval_ids, execute_actions, texts_of
 

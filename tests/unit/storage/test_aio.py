@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from bot.messages import ChatMessage
-from storage import AsyncStorage, NotFound, open_storage
+from storage import AsyncStorage, NotFound
 from storage.runs import SQLiteRunStore
 from tests.fakes.storage_data import THREAD, create_run
 
@@ -24,13 +24,6 @@ class ThreadRecordingRunStore(SQLiteRunStore):
     def get(self, run_id: str):
         self.threads.append(threading.current_thread().name)
         return super().get(run_id)
-
-
-@pytest.fixture
-def storage(tmp_path):
-    storage = open_storage(tmp_path / "countersign.db")
-    yield storage
-    storage.close()
 
 
 async def test_store_methods_are_awaitable_and_run_on_the_db_executor(storage):

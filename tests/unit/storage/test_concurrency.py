@@ -24,13 +24,6 @@ from tests.fakes.storage_workers import (
 DEADLINE = 120  # seconds; a bound for a hung child, not a synchronisation
 
 
-@pytest.fixture
-def storage(tmp_path):
-    storage = open_storage(tmp_path / "countersign.db")
-    yield storage
-    storage.close()
-
-
 def prepare_targets(storage) -> dict[str, str]:
     """A paused run with one pending approval; the ledger call has not begun."""
     create_run(storage, "run-1", status="paused")

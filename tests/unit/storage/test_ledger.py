@@ -6,17 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from storage import NotFound, StorageError, open_storage
+from storage import NotFound, StorageError
 from tests.fakes.storage_data import NOW
 
 UNKNOWN = "outcome unknown: the bot stopped while this tool was running"
-
-
-@pytest.fixture
-def storage(tmp_path):
-    storage = open_storage(tmp_path / "countersign.db")
-    yield storage
-    storage.close()
 
 
 def test_a_tool_call_begins_once(storage):

@@ -20,13 +20,6 @@ ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
 LEASE = timedelta(seconds=30)
 
 
-@pytest.fixture
-def storage(tmp_path):
-    storage = open_storage(tmp_path / "countersign.db")
-    yield storage
-    storage.close()
-
-
 def test_a_thread_never_gets_a_second_active_run(storage):
     create_run(storage, "run-1", status="paused")
     with pytest.raises(ActiveRunExists):

@@ -7,16 +7,8 @@ from datetime import UTC
 
 import pytest
 
-from storage import AlreadyExists, CorruptRecord, NotFound, open_storage
+from storage import AlreadyExists, CorruptRecord, NotFound
 from tests.fakes.storage_data import NOW, THREAD, create_run
-
-
-@pytest.fixture
-def storage(tmp_path):
-    storage = open_storage(tmp_path / "countersign.db")
-    yield storage
-    storage.close()
-
 
 SNAPSHOT = {"schema_version": 1, "messages": [{"role": "user", "text": "delete a.txt"}], "step": 1}
 
