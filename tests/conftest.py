@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.engine_kit import Harnesses
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
@@ -51,14 +52,23 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
 
 
 @pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[FakeBotConnector, FakeBotFrameworkIssuer]]:
+    """A fake Bot Connector and a token issuer the Agents SDK trusts, for the Teams suites."""
+    async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
+        trust_issuer(monkeypatch, issuer)
+        yield connector, issuer
+
+
+@pytest.fixture
 async def harnesses(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harnesses]:
     """Engine harnesses on one folder, closed at the end.
 
-    In a test that also asks for ``database_url`` they are closed first: the engines stop (and release their
-    runs) before the test's PostgreSQL schema is dropped.
+    In a test that also asks for ``database_url`` or ``postgres_url`` they are closed first: the engines stop
+    (and release their runs) before the test's PostgreSQL schema is dropped.
     """
-    if "database_url" in request.fixturenames:
-        request.getfixturevalue("database_url")
+    for database in ("database_url", "postgres_url"):
+        if database in request.fixturenames:
+            request.getfixturevalue(database)
     opened = Harnesses(tmp_path)
     yield opened
     await opened.aclose()
