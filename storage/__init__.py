@@ -11,13 +11,7 @@ sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several 
 ...     workspace="T1", channel="C1", thread="170.1", requester="U1")
 """
 
-from storage.aio import AsyncStorage, AsyncStore
-from storage.approvals import SQLiteApprovalStore
-from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
-from storage.batches import SQLiteWriteBatches
-from storage.conversations import SQLiteConversationStore
-from storage.database import Storage, open_storage
 from storage.errors import (
     ActiveRunExists,
     AlreadyExists,
@@ -27,16 +21,8 @@ from storage.errors import (
     StorageError,
     UnknownSchemaVersion,
 )
-from storage.events import SQLiteEventDedupe
 from storage.factory import open_async_storage
-from storage.ledger import SQLiteToolLedger
-from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
-from storage.memories import SQLiteMemoryStore
-from storage.messages import SQLiteChatMessageStore
-from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
-from storage.ops import SQLiteOperations
-from storage.places import SQLiteApprovalPlaces
-from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
+from storage.policy_rules import ANY_TOOL, scope_channel, scope_global, scope_workspace
 from storage.protocols import (
     ApprovalPlaces,
     ApprovalRecord,
@@ -75,6 +61,21 @@ from storage.protocols import (
     Write,
     WriteBatches,
 )
+from storage.sqlite.aio import AsyncStorage, AsyncStore
+from storage.sqlite.approvals import SQLiteApprovalStore
+from storage.sqlite.audit import SQLiteAuditLog
+from storage.sqlite.batches import SQLiteWriteBatches
+from storage.sqlite.conversations import SQLiteConversationStore
+from storage.sqlite.database import Storage, open_storage
+from storage.sqlite.events import SQLiteEventDedupe
+from storage.sqlite.ledger import SQLiteToolLedger
+from storage.sqlite.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.sqlite.memories import SQLiteMemoryStore
+from storage.sqlite.messages import SQLiteChatMessageStore
+from storage.sqlite.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.sqlite.ops import SQLiteOperations
+from storage.sqlite.places import SQLiteApprovalPlaces
+from storage.sqlite.policies import SQLitePolicyStore
 
 __all__ = [
     "ANY_TOOL",

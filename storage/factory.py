@@ -11,8 +11,8 @@ import asyncio
 import pathlib
 from typing import Any
 
-from storage.aio import AsyncStorage
-from storage.database import open_storage
+from storage.sqlite.aio import AsyncStorage
+from storage.sqlite.database import open_storage
 
 
 async def open_async_storage(

@@ -15,7 +15,7 @@ from bot.engine.errors import CommandError
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
-from storage.policies import channel_scopes, scope_channel
+from storage.policy_rules import channel_scopes, scope_channel
 from storage.protocols import ConditionalRule, PolicyView
 
 logger = logging.getLogger(__name__)

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
-from storage.connection import ThreadLocalConnector
-from storage.database import Storage
-from storage.group_commit import GroupCommitWriter
 from storage.protocols import STORE_NAMES
-from storage.readers import ReadWorkers
-from storage.wakeups import LocalWakeups
+from storage.sqlite.connection import ThreadLocalConnector
+from storage.sqlite.database import Storage
+from storage.sqlite.group_commit import GroupCommitWriter
+from storage.sqlite.readers import ReadWorkers
+from storage.sqlite.wakeups import LocalWakeups
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"
