@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.aio import run_sync
 from bot.canonical import args_digest
+from bot.durations import MAX_TTL_SECONDS
 from bot.engine.conditions import parse_condition
 from bot.engine.errors import CommandError
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -29,8 +30,6 @@ ASKING_MODES = (ALWAYS, ALWAYS_REVIEW)
 """The modes that always ask a human before the call (``once`` may not: it reads the ask-once memory)."""
 GLOBAL_DEFAULT_MODE = ALWAYS
 BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
-MAX_TTL_SECONDS = 90 * 86400
-"""The longest an approval may wait (the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL`` refuse more)."""
 
 
 @dataclass(frozen=True)
