@@ -1,6 +1,6 @@
 """Both backends have the same shape: the same stores, the same methods, the same signatures.
 
-Nothing here is listed by hand: the stores are :data:`storage.sqlite.aio.STORE_NAMES` (what the SQLite facade
+Nothing here is listed by hand: the stores are :data:`storage.protocols.STORE_NAMES` (what the SQLite facade
 wraps) and the protocols are every ``Protocol`` of :mod:`storage.protocols`. A store, a method or a
 protocol added on one side only fails here, before an engine test meets an ``AttributeError`` on
 PostgreSQL.
