@@ -3,8 +3,14 @@
 Everything countersign must not lose — thread history, runs and their snapshots, approvals and
 votes, the tool execution ledger, policies, the audit log, event dedupe keys and conversation
 references — behind the protocols of :mod:`storage.protocols`: in one SQLite file through
-sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several replicas;
-:func:`open_async_storage` chooses.
+sqlite-utils by default (:mod:`storage.sqlite`), or in PostgreSQL (:mod:`storage.postgres`) for several
+replicas; :func:`open_async_storage` (:mod:`storage.factory`) chooses.
+
+The top of the package holds what both backends share: the protocols and records, the errors, the codecs,
+and the rules they both apply (``policy_rules``, ``run_rules``, ``team_rules``, ``approval_rows``,
+``message_rows``, ``memory_rows``). It imports from ``bot`` only the leaf types (messages, canonical JSON,
+JSON I/O, redaction, ids); pyproject.toml's import contracts hold that. This module also names the SQLite
+classes, as API.md promises (``storage.SQLiteChatMessageStore``).
 
 >>> storage = open_storage("countersign.db")
 >>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
