@@ -50,7 +50,7 @@ class SQLiteMemoryStore:
     ``Database``. The scoping rules are those of :class:`storage.protocols.MemoryStore`.
     """
 
-    # Its public path, which saved agent configurations name (see storage/memories.py): the class moved to
+    # Its public path, which saved agent configurations name (see storage/memories/): the class moved to
     # storage.sqlite, the serialised "type" and pickles did not.
     __module__ = "storage.memories"
 
