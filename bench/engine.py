@@ -58,8 +58,8 @@ from bot.heap import settle_for_serving  # noqa: E402
 from bot.llm.base import finalize_local_reply  # noqa: E402
 from bot.messages import ChatMessage, ChatRole, ToolCall  # noqa: E402
 from bot.tools import Tool, Toolset, tool  # noqa: E402
-from storage.aio import EXECUTOR_THREADS  # noqa: E402
 from storage.protocols import STORE_NAMES  # noqa: E402
+from storage.sqlite.aio import EXECUTOR_THREADS  # noqa: E402
 
 TARGET_FACTOR = 2.0
 TARGET_CPU_MS = 2.0

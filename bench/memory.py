@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.aio import call_store  # noqa: E402
 from bot.engine.memory import channel_key, person_key, run_memory_kwargs  # noqa: E402
-from storage.memories import SQLiteMemoryStore  # noqa: E402
+from storage.sqlite.memories import SQLiteMemoryStore  # noqa: E402
 
 
 def _bench_module(name: str) -> Any:

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from bot.durations import DurationError, duration_seconds
+from bot.group_entries import named_group, platform_group
+
 DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
 DEFAULT_MODEL = "gpt-4o-mini"
 REPLY_MODES = ("requester", "mention", "all")
@@ -255,8 +258,6 @@ def _split(value: str | None) -> tuple[str, ...]:
 def _admins(raw: str | None) -> frozenset[str]:
     """``COUNTERSIGN_ADMINS``: people's ids, ``@name`` for a named approver group, ``<!subteam^S…>`` (or
     ``subteam^S…``) for a Slack user group."""
-    from bot.engine.roles import named_group, platform_group
-
     entries = set()
     for word in _split(raw):
         usergroup = re.match(r"^<?!?subteam\^([A-Za-z0-9]+)(?:\|[^>]*)?>?$", word)
@@ -411,9 +412,7 @@ def _default_ttl(env: Mapping[str, str]) -> int:
     raw = env.get("COUNTERSIGN_DEFAULT_TTL")
     if not raw:
         return 24 * 3600
-    # The ttl command's parser (one syntax, one bound); imported here, like the tools, to keep --help light.
-    from bot.engine.admin_syntax import DurationError, duration_seconds
-
+    # The ttl command's parser (one syntax, one bound).
     try:
         return duration_seconds(raw)
     except DurationError as exc:
@@ -485,8 +484,6 @@ def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if raw.lower() in ("never", "off"):
         snapshot_retention = None
     elif raw:
-        from bot.engine.admin_syntax import DurationError, duration_seconds
-
         try:
             snapshot_retention = duration_seconds(raw, maximum=MAX_RETENTION_SECONDS, what="A retention period")
         except DurationError as exc:

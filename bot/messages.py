@@ -9,10 +9,11 @@ Haystack, so transcripts compare with ``==``.
 from __future__ import annotations
 
 import copy
-import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from bot.ids import new_id
 
 
 class ChatRole(StrEnum):
@@ -22,16 +23,6 @@ class ChatRole(StrEnum):
     ASSISTANT = "assistant"
     SYSTEM = "system"
     TOOL = "tool"
-
-
-def new_id() -> str:
-    """Return a fresh unique identifier: 128 random bits as 32 hex digits.
-
-    Ids name messages, runs and snapshots; they are not secrets (approval ids, which travel in buttons,
-    come from :mod:`secrets`). ``random`` draws them without a system call per id, which uuid4's
-    ``os.urandom`` costs: measurable in bench/engine.py, where every message gets one.
-    """
-    return f"{random.getrandbits(128):032x}"
 
 
 @dataclass

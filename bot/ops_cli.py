@@ -86,7 +86,7 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
 
 
 def _duration(text: str) -> int:
-    from bot.engine.admin_syntax import DurationError, duration_seconds
+    from bot.durations import DurationError, duration_seconds
 
     try:
         return duration_seconds(text, maximum=MAX_RETENTION_SECONDS, what="An age")

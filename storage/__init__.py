@@ -3,23 +3,23 @@
 Everything countersign must not lose — thread history, runs and their snapshots, approvals and
 votes, the tool execution ledger, policies, the audit log, event dedupe keys and conversation
 references — behind the protocols of :mod:`storage.protocols`: in one SQLite file through
-sqlite-utils by default, or in PostgreSQL (:mod:`storage.postgres`) for several replicas;
-:func:`open_async_storage` chooses.
+sqlite-utils by default (:mod:`storage.sqlite`), or in PostgreSQL (:mod:`storage.postgres`) for several
+replicas; :func:`open_async_storage` (:mod:`storage.factory`) chooses.
+
+The top of the package holds what both backends share: the protocols and records, the errors, the codecs,
+and the rules they both apply (``policy_rules``, ``run_rules``, ``team_rules``, ``approval_rows``,
+``message_rows``, ``memory_rows``). It imports from ``bot`` only the leaf types (messages, canonical JSON,
+JSON I/O, redaction, ids); pyproject.toml's import contracts hold that. This module also names the SQLite
+classes, as API.md promises (``storage.SQLiteChatMessageStore``).
 
 >>> storage = open_storage("countersign.db")
 >>> storage.runs.create("run-1", chat_history_id="slack:T1:C1:170.1", platform="slack",
 ...     workspace="T1", channel="C1", thread="170.1", requester="U1")
 """
 
-from storage.aio import AsyncStorage, AsyncStore
-from storage.approvals import SQLiteApprovalStore
 from storage.async_protocols import AsyncStores
-from storage.audit import SQLiteAuditLog
 from storage.audit_chain import AuditVerification
 from storage.batch import Batch, Call, Results, StoreMethod, Stores, call, stores
-from storage.batches import SQLiteWriteBatches
-from storage.conversations import SQLiteConversationStore
-from storage.database import Storage, open_storage
 from storage.errors import (
     ActiveRunExists,
     AlreadyExists,
@@ -29,16 +29,8 @@ from storage.errors import (
     StorageError,
     UnknownSchemaVersion,
 )
-from storage.events import SQLiteEventDedupe
 from storage.factory import open_async_storage
-from storage.ledger import SQLiteToolLedger
-from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
-from storage.memories import SQLiteMemoryStore
-from storage.messages import SQLiteChatMessageStore
-from storage.migrations import LATEST_VERSION, MIGRATIONS, migrate
-from storage.ops import SQLiteOperations
-from storage.places import SQLiteApprovalPlaces
-from storage.policies import ANY_TOOL, SQLitePolicyStore, scope_channel, scope_global, scope_workspace
+from storage.policy_rules import ANY_TOOL, scope_channel, scope_global, scope_workspace
 from storage.protocols import (
     ApprovalPlaces,
     ApprovalRecord,
@@ -78,8 +70,32 @@ from storage.protocols import (
     Write,
     WriteBatches,
 )
+from storage.sqlite.aio import AsyncStorage, AsyncStore
+from storage.sqlite.approvals import SQLiteApprovalStore
+from storage.sqlite.audit import SQLiteAuditLog
+from storage.sqlite.batches import SQLiteWriteBatches
+from storage.sqlite.conversations import SQLiteConversationStore
+from storage.sqlite.database import Storage, open_storage
+from storage.sqlite.events import SQLiteEventDedupe
+from storage.sqlite.ledger import SQLiteToolLedger
+from storage.sqlite.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.sqlite.memories import SQLiteMemoryStore
+from storage.sqlite.messages import SQLiteChatMessageStore
+from storage.sqlite.migrations import LATEST_VERSION, MIGRATIONS, migrate
+from storage.sqlite.ops import SQLiteOperations
+from storage.sqlite.places import SQLiteApprovalPlaces
+from storage.sqlite.policies import SQLitePolicyStore
 
 __all__ = [
+    "AsyncStores",
+    "Batch",
+    "Call",
+    "Handle",
+    "Results",
+    "StoreMethod",
+    "Stores",
+    "call",
+    "stores",
     "ANY_TOOL",
     "ActiveRunExists",
     "InboxItem",
@@ -99,7 +115,6 @@ __all__ = [
     "ApprovalStore",
     "AsyncStorage",
     "AsyncStore",
-    "AsyncStores",
     "AuditEntry",
     "AuditVerification",
     "Operations",
@@ -107,15 +122,7 @@ __all__ = [
     "SQLiteOperations",
     "AuditLog",
     "ApprovalStep",
-    "Batch",
     "BatchOutcome",
-    "Call",
-    "Handle",
-    "Results",
-    "StoreMethod",
-    "Stores",
-    "call",
-    "stores",
     "Read",
     "Write",
     "WriteBatches",

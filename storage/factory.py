@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-from storage.aio import AsyncStorage
 from storage.async_protocols import AsyncStores
-from storage.database import open_storage
+from storage.sqlite.aio import AsyncStorage
+from storage.sqlite.database import open_storage
 
 
 async def open_async_storage(

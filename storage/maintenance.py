@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from storage.errors import StorageError
-from storage.migrations import LATEST_VERSION as SQLITE_LATEST
+from storage.sqlite.migrations import LATEST_VERSION as SQLITE_LATEST
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,9 @@ def message_from_row(thread_key: str, role: str, key: str | bytes, body: str) ->
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         record_id = f"{thread_key}/{id_from_key(key)}"
         raise CorruptRecord("message", record_id, f"not a chat message ({exc!r})") from exc
+
+
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"last_k must be a positive integer, not {k!r}")
+    return k

@@ -32,7 +32,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from adapters.slack.mrkdwn import approver_markup, escape, escape_truncated, mention, split_message
-from bot.engine.admin_syntax import format_duration
+from bot.durations import format_duration
 from bot.engine.model import (
     APPROVED,
     CANCELLED,

@@ -12,7 +12,7 @@ from typing import Any
 from bot.engine.admin_syntax import EVERYONE
 from bot.engine.model import UNREAD, Inbound
 from bot.engine.roles import group_label
-from storage.policies import scope_channel, scope_workspace
+from storage.policy_rules import scope_channel, scope_workspace
 from storage.protocols import Read
 
 REFUSED = "Sorry, you can't ask me to do things here: an admin has limited who may. Ask one of them for access."

@@ -19,7 +19,7 @@ from bot.engine.roles import Roles, group_label
 from bot.engine.team_commands import TeamCommands, approver_count
 from bot.redaction import mask_text
 from bot.tools import Tool
-from storage.policies import scope_channel, scope_global, scope_workspace
+from storage.policy_rules import scope_channel, scope_global, scope_workspace
 
 
 class AdminCommands:

@@ -17,8 +17,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from bot.durations import DURATION_SYNTAX, DurationError, duration_seconds, format_duration
 from bot.engine.conditions import Condition, parse_condition
-from bot.engine.confirmation import MAX_TTL_SECONDS, MODES
+from bot.engine.confirmation import MODES
 from bot.engine.errors import CommandError
 from bot.engine.roles import group_label, platform_group
 
@@ -83,9 +84,6 @@ _CHANNEL = re.compile(r"^(?:<#([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|#([A-Za-z0-9_.:@-
 _SLACK_USERGROUP = re.compile(r"^<!subteam\^([A-Za-z0-9]+)(?:\|@?([^>]*))?>$")
 _GROUP_NAME = re.compile(r"^@?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")
 _USER = re.compile(r"^(?:<@([A-Za-z0-9_.:@-]+)(?:\|[^>]*)?>|@?([A-Za-z0-9_.:@-]+))$")
-_DURATION = re.compile(r"^([+-]?\d+)\s*([smhd]?)$")
-_DURATION_DIGITS = 12  # far above the bound already; keeps a pasted wall of digits cheap to refuse
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _MEMORY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -112,38 +110,12 @@ def is_admin_command(text: str) -> bool:
     return bool(words) and words[0].lower().lstrip("/") in COMMAND_WORDS
 
 
-class DurationError(ValueError):
-    """A duration that is not one, or is outside 1 second … 90 days; ``str()`` is one sentence."""
-
-
-def duration_seconds(text: str, *, maximum: int = MAX_TTL_SECONDS, what: str = "A ttl") -> int:
-    """``90s``, ``30m``, ``4h``, ``2d`` or plain seconds → seconds, more than zero and at most ``maximum`` (90 days).
-
-    The one parser of durations: approval TTLs (the ``ttl`` command, ``COUNTERSIGN_DEFAULT_TTL``) and, with
-    their own ``maximum`` and ``what``, retention periods.
-
-    >>> duration_seconds("4h"), duration_seconds("90")
-    (14400, 90)
-    """
-    shown = text.strip()[:40]
-    match = _DURATION.match(text.strip().lower())
-    if not match:
-        raise DurationError(f"'{shown}' is not a duration; use e.g. 30m, 4h or 2d (a plain number is seconds)")
-    sign, digits, unit = match.group(1)[:1], match.group(1).lstrip("+-"), match.group(2)
-    if sign == "-" or not digits.strip("0"):
-        raise DurationError(f"{what} must be longer than zero, not '{shown}'")
-    if len(digits) > _DURATION_DIGITS or int(digits) * _UNIT_SECONDS[unit] > maximum:
-        days = f" ({maximum // 86400} days)" if maximum % 86400 == 0 else ""
-        raise DurationError(f"{what} can be at most {format_duration(maximum)}{days}, not '{shown}'")
-    return int(digits) * _UNIT_SECONDS[unit]
-
-
 def parse_duration(text: str) -> int:
     """:func:`duration_seconds` for admin commands: :class:`CommandError` with the reason (and usage for bad syntax)."""
     try:
         return duration_seconds(text)
     except DurationError as exc:
-        if _DURATION.match(text.strip().lower()):
+        if DURATION_SYNTAX.match(text.strip().lower()):
             raise CommandError(f"{exc}.") from None
         raise _usage(str(exc)) from None
 
@@ -308,11 +280,3 @@ def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
             name, value = "ttl", format_duration(value)
         shown.append(f"{name}={value}")
     return f"{tool_key} @ {scope}: {', '.join(shown) or '(inherits everything)'}"
-
-
-def format_duration(seconds: int) -> str:
-    """``86400`` → ``1d``; ``5400`` → ``90m``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

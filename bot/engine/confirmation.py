@@ -10,12 +10,13 @@ from typing import Any
 
 from bot.aio import run_sync
 from bot.canonical import args_digest
+from bot.durations import MAX_TTL_SECONDS
 from bot.engine.conditions import parse_condition
 from bot.engine.errors import CommandError
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
-from storage.policies import channel_scopes, scope_channel
+from storage.policy_rules import channel_scopes, scope_channel
 from storage.protocols import ConditionalRule, PolicyView
 
 logger = logging.getLogger(__name__)
@@ -29,8 +30,6 @@ ASKING_MODES = (ALWAYS, ALWAYS_REVIEW)
 """The modes that always ask a human before the call (``once`` may not: it reads the ask-once memory)."""
 GLOBAL_DEFAULT_MODE = ALWAYS
 BLOCKED_FEEDBACK = "Tool execution for '{tool_name}' was blocked by policy."
-MAX_TTL_SECONDS = 90 * 86400
-"""The longest an approval may wait (the ``ttl`` command and ``COUNTERSIGN_DEFAULT_TTL`` refuse more)."""
 
 
 @dataclass(frozen=True)

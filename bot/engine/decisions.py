@@ -18,7 +18,7 @@ from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.messages import ToolCall
 from bot.redaction import mask_secrets
 from bot.tools import Tool
-from storage.policies import channel_scopes
+from storage.policy_rules import channel_scopes
 from storage.protocols import PolicyView
 
 logger = logging.getLogger(__name__)

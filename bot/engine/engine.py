@@ -101,6 +101,7 @@ from bot.engine.surface import Surface
 from bot.hitl.apply import closing_results
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hooks.breakpoints import TOOL_INVOKER
+from bot.ids import new_approval_id
 from bot.llm import LLMError
 from bot.logs import log_context
 from bot.memory.context import DEFAULT_TOP_K
@@ -121,7 +122,6 @@ from storage import (
     Write,
     open_async_storage,
 )
-from storage.approvals import new_approval_id
 
 logger = logging.getLogger(__name__)
 

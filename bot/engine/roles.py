@@ -20,10 +20,13 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from bot.group_entries import GROUP_PREFIX, USERGROUP_PREFIX, is_group
+from bot.group_entries import group_label as group_label  # re-exported: roles is where the engine and adapters look
+from bot.group_entries import named_group as named_group
+from bot.group_entries import platform_group as platform_group
+
 logger = logging.getLogger(__name__)
 
-GROUP_PREFIX = "group:"
-USERGROUP_PREFIX = "usergroup:"
 CACHE_SECONDS = 60.0
 """How long a platform group's members may be reused for rendering (never for a decision)."""
 
@@ -34,43 +37,6 @@ class GroupSurface(Protocol):
     async def group_members(self, group_id: str) -> Sequence[str]:
         """The ids of the group's members; raises if the platform cannot tell."""
         ...
-
-
-def named_group(name: str) -> str:
-    """The entry of a named approver group.
-
-    >>> named_group("@OnCall")
-    'group:oncall'
-    """
-    return GROUP_PREFIX + name.strip().lstrip("@").lower()
-
-
-def platform_group(group_id: str, handle: str | None = None) -> str:
-    """The entry of a platform user group, with its handle for display when known.
-
-    >>> platform_group("S0ONCALL", "oncall")
-    'usergroup:S0ONCALL|@oncall'
-    """
-    return USERGROUP_PREFIX + group_id + (f"|@{handle.lstrip('@')}" if handle else "")
-
-
-def is_group(entry: str) -> bool:
-    """Whether ``entry`` names a group rather than a person."""
-    return entry.startswith((GROUP_PREFIX, USERGROUP_PREFIX))
-
-
-def group_label(entry: str) -> str:
-    """How a group entry reads to people: ``@oncall`` (a person's id is returned as it is).
-
-    >>> group_label("group:oncall"), group_label("usergroup:S0ONCALL|@sre"), group_label("usergroup:S0X")
-    ('@oncall', '@sre', 'user group S0X')
-    """
-    if entry.startswith(GROUP_PREFIX):
-        return "@" + entry[len(GROUP_PREFIX) :]
-    if entry.startswith(USERGROUP_PREFIX):
-        group_id, _, handle = entry[len(USERGROUP_PREFIX) :].partition("|")
-        return handle or f"user group {group_id}"
-    return entry
 
 
 def _platform_group_id(entry: str) -> str:

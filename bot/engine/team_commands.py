@@ -16,7 +16,7 @@ from bot.engine.errors import CommandError
 from bot.engine.model import AdminRequest
 from bot.engine.roles import group_label, is_group, named_group
 from bot.tools import Tool
-from storage.policies import scope_channel, scope_workspace
+from storage.policy_rules import scope_channel, scope_workspace
 
 RESERVED_GROUP_NAMES = frozenset({"everyone", "none", "all", "here", "channel"})
 

@@ -15,6 +15,27 @@ T = TypeVar("T")
 HAYSTACK_HITL_PACKAGES = ("haystack.human_in_the_loop.", "haystack_experimental.components.agents.human_in_the_loop.")
 """Where Haystack (and haystack-experimental) keep the classes ``bot.hitl`` mirrors."""
 
+HITL_CLASS_MODULES = {
+    "AlwaysAskPolicy": "bot.hitl.policies",
+    "AskOncePolicy": "bot.hitl.policies",
+    "NeverAskPolicy": "bot.hitl.policies",
+    "ConfirmationPolicy": "bot.hitl.policies",
+    "BlockingConfirmationStrategy": "bot.hitl.blocking",
+    "ConfirmationStrategy": "bot.hitl.blocking",
+    "BreakpointConfirmationStrategy": "bot.hitl.breakpoint",
+    "HITLBreakpointException": "bot.hitl.breakpoint",
+    "ConfirmationUI": "bot.hitl.ui",
+    "RichConsoleUI": "bot.hitl.ui",
+    "SimpleConsoleUI": "bot.hitl.ui",
+    "ConfirmationUIResult": "bot.hitl.dataclasses",
+    "ToolExecutionDecision": "bot.hitl.dataclasses",
+}
+"""The module of each class ``bot.hitl`` exports, by name: how a Haystack class path finds ours.
+
+Written out, not read from the ``bot.hitl`` package, because the package imports this module: looking it up
+there made all of ``bot.hitl`` one import cycle. A test holds the table to the package's exports.
+"""
+
 
 def class_path(cls: type) -> str:
     """The dotted import path of ``cls``.
@@ -42,10 +63,9 @@ def haystack_alias(path: str) -> str:
     """
     if not path.startswith(HAYSTACK_HITL_PACKAGES):
         return path
-    import bot.hitl  # here, not at the top: bot.hitl's modules import this one
-
-    cls = getattr(bot.hitl, path.rsplit(".", 1)[-1], None)
-    return class_path(cls) if isinstance(cls, type) else path
+    name = path.rsplit(".", 1)[-1]
+    module = HITL_CLASS_MODULES.get(name)
+    return path if module is None else f"{module}.{name}"
 
 
 def check_type(cls: type, data: dict[str, Any]) -> None:

@@ -6,8 +6,8 @@
 >>> agent.run([ChatMessage.from_user("which staging cluster?")], memory_store_kwargs={"user_id": "U_ANA"})
 
 The stores live in :mod:`storage` (SQLite FTS5 in the same file, PostgreSQL full-text search); this
-package names them for users. ``PostgresMemoryStore`` is imported on first use, so that SQLite users
-never load the PostgreSQL driver.
+package names them for users (through :mod:`bot.memory.stores`). ``PostgresMemoryStore`` is imported on first
+use, so that SQLite users never load the PostgreSQL driver.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.memory.context import MEMORY_HEADER, memory_message, search_for_run
-from storage.memories import SQLiteMemoryStore
+from bot.memory.stores import SQLiteMemoryStore, postgres_memory_store_class
 from storage.memory_filters import FilterError, validate_filter
 from storage.protocols import Memory, MemoryStore
 
@@ -34,7 +34,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "PostgresMemoryStore":
-        from storage.postgres.memories import PostgresMemoryStore
-
-        return PostgresMemoryStore
+        return postgres_memory_store_class()
     raise AttributeError(f"module 'bot.memory' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from typing import Any, LiteralString
 from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
 
-from storage.approvals import SYSTEM_ACTOR, _row_values
+from storage.approval_rows import SYSTEM_ACTOR, _row_values
 from storage.codec import epoch
 from storage.errors import AlreadyExists, NotFound
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
@@ -51,7 +51,7 @@ _INSERT_COLUMNS = (
 
 
 def _insert_values(new: NewApproval, now: float) -> list[Any]:
-    """The shared validation of :func:`storage.approvals._row_values`, as PostgreSQL column values."""
+    """The shared validation of :func:`storage.approval_rows._row_values`, as PostgreSQL column values."""
     (
         approval_id,
         run_id,

@@ -1,7 +1,7 @@
 """The run lifecycle on PostgreSQL: leases on runs, the per-thread inbox and the outbox.
 
 :class:`PostgresRunLeases`, :class:`PostgresThreadInbox` and :class:`PostgresOutbox` have the semantics
-of their SQLite counterparts in :mod:`storage.lifecycle`. Every claim is one conditional ``UPDATE …
+of their SQLite counterparts in :mod:`storage.sqlite.lifecycle`. Every claim is one conditional ``UPDATE …
 RETURNING``: under READ COMMITTED a second writer of the same row waits for the first to commit, then
 re-checks the condition against the new row, so any number of replicas agree on one winner. One active
 run per thread is the unique partial index ``runs_one_active_per_thread``.
@@ -16,13 +16,13 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
-from storage.lifecycle import STEP_DECIDED, claimed_status
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 from storage.records import inbox_item, outbox_message
+from storage.run_rules import STEP_DECIDED, claimed_status
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
@@ -165,7 +165,7 @@ class PostgresThreadInbox:
     ) -> int | None:
         """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
 
-        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        ``event_key`` is recorded as :meth:`storage.sqlite.events.first_time` would, in the same transaction, so
         a crash can neither lose the message after its event was marked seen nor store it twice.
 
         >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")

@@ -24,6 +24,7 @@ from storage.memory_rows import (
     search_conditions,
 )
 from storage.postgres.database import PostgresDatabase
+from storage.postgres.opening import open_migrated_database
 from storage.protocols import Memory
 
 _COLUMNS = "id, text, user_id, run_id, agent_id, metadata::text"
@@ -64,9 +65,7 @@ class PostgresMemoryStore:
             return self._db
         async with self._opening:
             if self._db is None:
-                from storage.postgres.storage import open_postgres_storage
-
-                self._db = (await open_postgres_storage(self.url or "")).db
+                self._db = await open_migrated_database(self.url or "")
         return self._db
 
     async def add_memories(

@@ -15,8 +15,7 @@ import psycopg
 
 from bot.messages import ChatMessage, ChatRole
 from storage.errors import FencedOut
-from storage.message_rows import message_body, message_from_row
-from storage.messages import _check_k
+from storage.message_rows import _check_k, message_body, message_from_row
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.runs import fence_holds
 from storage.protocols import RunFence

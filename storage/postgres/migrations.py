@@ -17,8 +17,8 @@ from typing import Any, LiteralString
 
 import psycopg
 
+from storage.approval_rows import CLOSED_RUN_APPROVALS_REASON
 from storage.errors import StorageError, UnknownSchemaVersion
-from storage.migrations import CLOSED_RUN_APPROVALS_REASON
 
 Migration = Sequence[LiteralString]
 """The statements of one migration, run in order."""

@@ -11,7 +11,7 @@ from storage.protocols import Instant, PruneCounts
 
 _ACTIVE = "('running', 'paused', 'resuming')"
 
-# The same selections as storage/ops.py (see there, and the Operations protocol, for what is kept and why).
+# The same selections as storage/sqlite/ops.py (see there, and the Operations protocol, for what is kept and why).
 _OLD_RUNS = (
     "SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired') AND updated_at < %(cutoff)s "
     "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.status = 'pending')"
@@ -31,7 +31,7 @@ _OLD_OUTBOX = "SELECT key FROM outbox WHERE delivered_at IS NOT NULL AND deliver
 
 
 class PostgresOperations:
-    """Counts for ``/metrics``, the ``/readyz`` probe and retention, as :class:`storage.ops.SQLiteOperations`."""
+    """Counts for ``/metrics``, the ``/readyz`` probe and retention, as :class:`storage.sqlite.ops.SQLiteOperations`."""
 
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db

@@ -1,6 +1,6 @@
 """Confirmation policies on PostgreSQL: :class:`PostgresPolicyStore`, the resolver, tool groups, ask-once memory.
 
-The same model as :mod:`storage.policies`: a rule is keyed by a scope and a tool key, each field is
+The same model as :mod:`storage.sqlite.policies`: a rule is keyed by a scope and a tool key, each field is
 nullable (``None`` inherits), and :meth:`PostgresPolicyStore.resolve` takes every field from the most
 specific rule that sets it: channel beats workspace beats global; a tool name beats a group beats ``"*"``.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from storage.policies import ANY_TOOL, PolicyViews, _check_fields, _check_scope, channel_scopes, effective_rule
+from storage.policy_rules import ANY_TOOL, PolicyViews, _check_fields, _check_scope, channel_scopes, effective_rule
 from storage.postgres.database import PostgresDatabase, instant, utc
 from storage.protocols import RULE_FIELDS, ConditionalRule, EffectiveRule, Instant, PolicyRule, PolicyView
 
@@ -30,7 +30,7 @@ _VIEWS = (
     "SELECT 'condition', condition, scope, tool_name, mode, NULL, NULL, NULL, NULL, updated_by, updated_at "
     "FROM conditional_rules WHERE scope = ANY(%s) AND tool_name = ANY(%s)"
 )
-"""As on SQLite (:func:`storage.policies._views_sql`): the plain rules that could apply to any of the tools, the
+"""As on SQLite (:func:`storage.sqlite.policies._views_sql`): the plain rules that could apply to any of the tools, the
 tools' groups, and their conditional rules, padded to one shape."""
 GROUP_LOCK = "countersign.tool_groups"
 """With the group's name, the key of the advisory lock that serialises redefinitions of one group."""
@@ -51,7 +51,7 @@ def _rule(row: Any) -> PolicyRule:
 
 
 def _columns(fields: dict[str, Any]) -> dict[str, Any]:
-    """The shared validation of :func:`storage.policies._check_fields`, as PostgreSQL column values."""
+    """The shared validation of :func:`storage.policy_rules._check_fields`, as PostgreSQL column values."""
     columns: dict[str, Any] = {}
     for name, value in _check_fields(fields).items():
         if name == "approvers_json":

@@ -11,7 +11,7 @@ from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFou
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
-from storage.runs import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
+from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
@@ -47,7 +47,7 @@ def run_from_row(row: Any) -> RunRecord:
 
 
 class PostgresRunStore:
-    """One row per agent invocation, with the semantics of :class:`storage.runs.SQLiteRunStore`."""
+    """One row per agent invocation, with the semantics of :class:`storage.sqlite.runs.SQLiteRunStore`."""
 
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db

@@ -24,7 +24,8 @@ from storage.postgres.ledger import PostgresToolLedger
 from storage.postgres.lifecycle import PostgresOutbox, PostgresRunLeases, PostgresThreadInbox
 from storage.postgres.memories import PostgresMemoryStore
 from storage.postgres.messages import PostgresChatMessageStore
-from storage.postgres.migrations import migrate, schema_version
+from storage.postgres.migrations import schema_version
+from storage.postgres.opening import open_migrated_database
 from storage.postgres.ops import PostgresOperations
 from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
@@ -105,18 +106,12 @@ async def open_postgres_storage(
     ...     await storage.schema_version()
     1
     """
-    db = await PostgresDatabase.open(
+    db = await open_migrated_database(
         url,
-        min_size=pool_min,
-        max_size=pool_max,
+        pool_min=pool_min,
+        pool_max=pool_max,
         statement_timeout_ms=statement_timeout_ms,
         connect_timeout=connect_timeout,
         acquire_timeout=acquire_timeout,
     )
-    try:
-        async with db.connection() as conn:
-            await migrate(conn)
-    except BaseException:
-        await db.close()
-        raise
     return PostgresStorage(db, last_k=last_k)

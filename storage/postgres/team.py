@@ -1,5 +1,5 @@
 """Team settings on PostgreSQL: :class:`PostgresApproverGroups` and :class:`PostgresAccessStore`, with the
-semantics of :mod:`storage.team`; and :class:`PostgresConditionalRules`."""
+semantics of :mod:`storage.sqlite.team`; and :class:`PostgresConditionalRules`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from psycopg.types.json import Json
 from storage.codec import loads
 from storage.postgres.database import PostgresDatabase, instant, utc
 from storage.protocols import AccessRule, ApproverGroup, ConditionalRule, Instant
-from storage.team import _members, group_name
+from storage.team_rules import _members, group_name
 
 
 class PostgresApproverGroups:
@@ -119,7 +119,10 @@ _CONDITIONAL_COLUMNS = "scope, tool_name, condition, mode, updated_by, updated_a
 
 
 class PostgresConditionalRules:
-    """Policy modes for calls whose arguments match a condition, as :class:`storage.team.SQLiteConditionalRules`."""
+    """Policy modes for calls whose arguments match a condition.
+
+    As :class:`storage.sqlite.team.SQLiteConditionalRules`.
+    """
 
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db

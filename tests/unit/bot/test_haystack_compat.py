@@ -36,7 +36,7 @@ from bot.llm import ScriptedChatGenerator
 from bot.llm.base import StreamingChunk
 from bot.messages import ChatMessage, ChatRole, ToolCall
 from bot.tools import Tool, tool
-from storage.messages import SQLiteChatMessageStore
+from storage.sqlite.messages import SQLiteChatMessageStore
 from tests.fakes.agent_kit import ToolBox, approve, asks, call, says
 
 USER = ChatMessage.from_user("What is the weather in Berlin?")

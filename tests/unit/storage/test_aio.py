@@ -10,7 +10,7 @@ import pytest
 
 from bot.messages import ChatMessage
 from storage import AsyncStorage, NotFound
-from storage.runs import SQLiteRunStore
+from storage.sqlite.runs import SQLiteRunStore
 from tests.fakes.storage_data import THREAD, create_run
 
 

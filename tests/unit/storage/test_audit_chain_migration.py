@@ -6,13 +6,13 @@ import psycopg
 from sqlite_utils import Database
 
 from storage import open_storage
-from storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
-from storage.migrations import _audit_chain
-from storage.migrations import migrate as migrate_sqlite
 from storage.postgres import open_postgres_storage
 from storage.postgres.migrations import _AUDIT_CHAIN
 from storage.postgres.migrations import MIGRATIONS as POSTGRES_MIGRATIONS
 from storage.postgres.migrations import migrate as migrate_postgres
+from storage.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
+from storage.sqlite.migrations import _audit_chain
+from storage.sqlite.migrations import migrate as migrate_sqlite
 
 # The versions just before the audit chain (other branches may add migrations before or after it).
 SQLITE_BEFORE_CHAIN = SQLITE_MIGRATIONS.index(_audit_chain)

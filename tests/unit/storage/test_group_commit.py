@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from storage import AsyncStorage, open_storage
-from storage.group_commit import GroupCommitWriter
+from storage.sqlite.group_commit import GroupCommitWriter
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from sqlite_utils import Database
 
 from bot.messages import ChatMessage
 from storage import LATEST_VERSION, ActiveRunExists, ThreadAddress, migrate, open_storage
-from storage.migrations import CLOSED_RUN_APPROVALS_REASON, MIGRATIONS, _run_lifecycle
+from storage.approval_rows import CLOSED_RUN_APPROVALS_REASON
+from storage.sqlite.migrations import MIGRATIONS, _run_lifecycle
 from tests.fakes.storage_data import NOW, THREAD, create_run, new_approval
 
 RUN_LIFECYCLE_VERSION = MIGRATIONS.index(_run_lifecycle) + 1

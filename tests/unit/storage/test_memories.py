@@ -10,11 +10,11 @@ from collections import Counter
 from sqlite_utils import Database
 
 from storage import MIGRATIONS, migrate
-from storage.bm25 import K1, B, bm25_scores, bm25_scores_of_stems, stem, stems
 from storage.codec import dumps
-from storage.memories import SQLiteMemoryStore
 from storage.memory_rows import memory_rows
-from storage.migrations import _memory_stems
+from storage.sqlite.bm25 import K1, B, bm25_scores, bm25_scores_of_stems, stem, stems
+from storage.sqlite.memories import SQLiteMemoryStore
+from storage.sqlite.migrations import _memory_stems
 
 WORDS = [
     "deploys",

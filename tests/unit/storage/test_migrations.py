@@ -20,7 +20,7 @@ from storage import (
     migrate,
     open_storage,
 )
-from storage.migrations import _messages_by_thread_number, _messages_in_thread_order
+from storage.sqlite.migrations import _messages_by_thread_number, _messages_in_thread_order
 from tests.fakes.storage_data import NOW, THREAD
 
 ARGS = {"path": "/srv/app/a.txt"}

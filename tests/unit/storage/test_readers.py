@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from storage import AsyncStorage, NotFound, open_storage
-from storage.readers import READER_THREAD_NAME, ReadWorkers
+from storage.sqlite.readers import READER_THREAD_NAME, ReadWorkers
 
 
 async def test_many_concurrent_reads_each_get_their_own_result():

@@ -1,6 +1,6 @@
 """Both backends have the same shape: the same stores, the same methods, the same signatures.
 
-Nothing here is listed by hand: the stores are :data:`storage.aio.STORE_NAMES` (what the SQLite facade
+Nothing here is listed by hand: the stores are :data:`storage.protocols.STORE_NAMES` (what the SQLite facade
 wraps) and the protocols are every ``Protocol`` of :mod:`storage.protocols`. A store, a method or a
 protocol added on one side only fails here, before an engine test meets an ``AttributeError`` on
 PostgreSQL.
@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import storage.protocols
 from storage import AsyncStorage, open_async_storage
-from storage.aio import STORE_NAMES
 from storage.postgres import PostgresStorage
+from storage.sqlite.aio import STORE_NAMES
 
 SQLITE_ONLY = {"messages": {"close"}, "memories": {"close"}}
 """Public methods that only SQLite has, and why: a standalone SQLite message or memory store may own its file."""

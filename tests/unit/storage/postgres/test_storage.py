@@ -11,7 +11,7 @@ import pytest
 
 from bot.messages import ChatMessage
 from storage import ActiveRunExists, AsyncStorage, StorageError, UnknownSchemaVersion, open_async_storage
-from storage.migrations import CLOSED_RUN_APPROVALS_REASON
+from storage.approval_rows import CLOSED_RUN_APPROVALS_REASON
 from storage.postgres import LATEST_VERSION, MIGRATIONS, PostgresStorage, migrate, open_postgres_storage
 from tests.fakes.postgres import schema_url
 from tests.fakes.storage_data import tool_exchange

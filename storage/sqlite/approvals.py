@@ -7,19 +7,15 @@ that checks the status (and, for decisions, the expiry) in the same statement th
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from bot.canonical import args_digest as digest_of
+from storage.approval_rows import SYSTEM_ACTOR, _row_values
 from storage.codec import dumps, epoch, to_datetime
-from storage.connection import Connector
 from storage.errors import AlreadyExists, NotFound
 from storage.protocols import (
-    APPROVAL_KINDS,
     CLOSING_STATUSES,
     DECISION_STATUSES,
-    POLICY_MODES,
     VOTES,
     ApprovalRecord,
     ApprovalStep,
@@ -29,10 +25,8 @@ from storage.protocols import (
     Vote,
 )
 from storage.records import SQLITE_TIMES, approval_record, decided_snapshot, qualified
-from storage.runs import RUN_COLUMNS, run_from_row
-
-SYSTEM_ACTOR = "countersign"
-"""``decided_by`` of approvals closed by the bot itself (expired, superseded, cancelled)."""
+from storage.sqlite.connection import Connector
+from storage.sqlite.runs import RUN_COLUMNS, run_from_row
 
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
@@ -49,56 +43,6 @@ _STEP_COLUMNS = (
 )
 """A run, its snapshot when it is that of a fully decided step, and one of its approvals per row
 (:meth:`SQLiteApprovalStore.step`)."""
-
-
-def new_approval_id() -> str:
-    """A fresh approval id: an unguessable token (it travels in button values).
-
-    >>> len(new_approval_id())
-    22
-    """
-    return secrets.token_urlsafe(16)
-
-
-def _row_values(new: NewApproval, now: float) -> list[Any]:
-    """Validate one :class:`NewApproval` and return its column values (in ``_INSERT`` order)."""
-    digest = digest_of(new.arguments)
-    if new.args_digest is not None and new.args_digest != digest:
-        raise ValueError(f"args_digest of tool call {new.tool_call_id!r} does not match its arguments")
-    if new.mode not in POLICY_MODES:
-        raise ValueError(f"unknown policy mode {new.mode!r}; expected one of {POLICY_MODES}")
-    if new.kind not in APPROVAL_KINDS:
-        raise ValueError(f"unknown approval kind {new.kind!r}; expected one of {APPROVAL_KINDS}")
-    if (new.kind == "review") != (new.result is not None):
-        raise ValueError("a review (and only a review) carries the result it holds back")
-    if isinstance(new.quorum, bool) or not isinstance(new.quorum, int) or new.quorum < 1:
-        raise ValueError(f"quorum must be a positive integer, not {new.quorum!r}")
-    if isinstance(new.approvers, str):
-        raise ValueError("approvers must be a list of user ids, not one string")
-    created = now if new.created_at is None else epoch(new.created_at)
-    expires = epoch(new.expires_at)
-    if expires <= created:
-        raise ValueError(f"approval for tool call {new.tool_call_id!r} would expire before it is created")
-    return [
-        new.approval_id or new_approval_id(),
-        new.run_id,
-        new.step,
-        new.tool_call_id,
-        new.tool_name,
-        dumps(new.arguments),
-        digest,
-        new.requester,
-        new.mode,
-        dumps(list(new.approvers)),
-        new.quorum,
-        int(new.four_eyes),
-        new.platform,
-        new.chat_history_id,
-        created,
-        expires,
-        new.kind,
-        new.result,
-    ]
 
 
 _INSERT = (

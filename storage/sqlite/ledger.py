@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from storage.codec import epoch
-from storage.connection import Connector
 from storage.errors import FencedOut, NotFound
 from storage.protocols import LedgerEntry, RunFence
 from storage.records import SQLITE_TIMES, ledger_entry
-from storage.runs import fence_holds
+from storage.sqlite.connection import Connector
+from storage.sqlite.runs import fence_holds
 
 _COLUMNS = "tool_call_id, run_id, tool_name, args_digest, status, result, started_at, finished_at"
 

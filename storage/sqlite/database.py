@@ -7,22 +7,22 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from storage.approvals import SQLiteApprovalStore
-from storage.audit import SQLiteAuditLog
-from storage.batches import SQLiteWriteBatches
-from storage.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
-from storage.conversations import SQLiteConversationStore
-from storage.events import SQLiteEventDedupe
-from storage.ledger import SQLiteToolLedger
-from storage.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
-from storage.memories import SQLiteMemoryStore
-from storage.messages import SQLiteChatMessageStore
-from storage.migrations import schema_version
-from storage.ops import SQLiteOperations
-from storage.places import SQLiteApprovalPlaces
-from storage.policies import SQLitePolicyStore
-from storage.runs import SQLiteRunStore
-from storage.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
+from storage.sqlite.approvals import SQLiteApprovalStore
+from storage.sqlite.audit import SQLiteAuditLog
+from storage.sqlite.batches import SQLiteWriteBatches
+from storage.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Connector, connector_for
+from storage.sqlite.conversations import SQLiteConversationStore
+from storage.sqlite.events import SQLiteEventDedupe
+from storage.sqlite.ledger import SQLiteToolLedger
+from storage.sqlite.lifecycle import SQLiteOutbox, SQLiteRunLeases, SQLiteThreadInbox
+from storage.sqlite.memories import SQLiteMemoryStore
+from storage.sqlite.messages import SQLiteChatMessageStore
+from storage.sqlite.migrations import schema_version
+from storage.sqlite.ops import SQLiteOperations
+from storage.sqlite.places import SQLiteApprovalPlaces
+from storage.sqlite.policies import SQLitePolicyStore
+from storage.sqlite.runs import SQLiteRunStore
+from storage.sqlite.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
 
 
 class Storage:

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from storage.connection import Connector
-from storage.delivery import STOP, Outcome, Target, batches, deliver, here, start
 from storage.errors import StorageError
+from storage.sqlite.connection import Connector
+from storage.sqlite.delivery import STOP, Outcome, Target, batches, deliver, here, start
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from storage.codec import dumps, epoch, loads
-from storage.connection import Connector
+from storage.sqlite.connection import Connector
 
 
 class SQLiteConversationStore:

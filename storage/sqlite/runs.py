@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot import jsonio
-from storage.codec import dumps, epoch, loads
-from storage.connection import Connector
+from storage.codec import epoch, loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
 from storage.protocols import (
     ACTIVE_RUN_STATUSES,
-    RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     Instant,
     RunFence,
@@ -18,14 +15,13 @@ from storage.protocols import (
     TokenUsage,
 )
 from storage.records import SQLITE_TIMES, run_record
+from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
+from storage.sqlite.connection import Connector
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
     "snapshot_json IS NOT NULL, created_at, updated_at, owner, lease_expires_at, recoveries, stop_requested_by"
 )
-_UNOWNED_STATUSES = ("paused", *TERMINAL_RUN_STATUSES)
-"""Statuses in which a run has no owner: moving there clears the owner and the lease."""
-_SETTABLE = ("snapshot_json", "error", "step")
 
 
 def _record(row: Any) -> RunRecord:
@@ -58,28 +54,6 @@ def fence_holds(db: Any, fence: RunFence) -> bool:
         ).fetchone()
         is not None
     )
-
-
-def _check_status(status: str) -> str:
-    if status not in RUN_STATUSES:
-        raise ValueError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
-    return status
-
-
-def _snapshot_text(run_id: str, snapshot_json: str | dict[str, Any]) -> str:
-    """Validate a snapshot before it is stored, so that a bad one fails the writer, not the resume.
-
-    A dict (what the engine passes) is encoded once; text from other callers is parsed to check it.
-    """
-    if isinstance(snapshot_json, dict):
-        return dumps(snapshot_json)
-    try:
-        parsed = jsonio.loads(snapshot_json)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"snapshot of run {run_id!r} is not valid JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise ValueError(f"snapshot of run {run_id!r} must be a JSON object")
-    return snapshot_json
 
 
 class SQLiteRunStore:

@@ -234,7 +234,7 @@ def connector_for(
     Returns the connector and whether the caller owns it (must close it). A file gets WAL mode
     (persistent, set once) and is migrated to the latest schema.
     """
-    from storage.migrations import migrate
+    from storage.sqlite.migrations import migrate
 
     shared = getattr(path_or_db, "connector", None)
     if isinstance(shared, Connector):

@@ -7,9 +7,9 @@ from typing import Any
 from urllib.parse import quote
 
 from storage.codec import epoch
-from storage.connection import Connector
-from storage.migrations import LATEST_VERSION
 from storage.protocols import Instant, PruneCounts
+from storage.sqlite.connection import Connector
+from storage.sqlite.migrations import LATEST_VERSION
 
 PROBE_TIMEOUT_SECONDS = 2.0
 

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from storage.delivery import STOP, Outcome, batches, deliver, here
 from storage.errors import StorageError
+from storage.sqlite.delivery import STOP, Outcome, batches, deliver, here
 
 READER_THREADS = 4
 MAX_BATCH = 32

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from storage.codec import epoch
-from storage.connection import Connector
 from storage.protocols import Instant
+from storage.sqlite.connection import Connector
 
 
 class SQLiteEventDedupe:

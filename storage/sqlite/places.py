@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.codec import epoch
-from storage.connection import Connector
 from storage.protocols import Instant
+from storage.sqlite.connection import Connector
 
 
 class SQLiteApprovalPlaces:

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from sqlite_utils import Database
 
 from bot import jsonio
+from storage.approval_rows import CLOSED_RUN_APPROVALS_REASON
 from storage.audit_chain import GENESIS, entry_hash
-from storage.bm25 import stems
 from storage.errors import StorageError, UnknownSchemaVersion
 from storage.message_rows import compact, id_key
+from storage.sqlite.bm25 import stems
 
 Migration = Callable[[Database], None]
 
@@ -301,10 +302,6 @@ def _approval_reviews(db: Database) -> None:
     db.table("approvals").add_column("final_result", str)
 
 
-CLOSED_RUN_APPROVALS_REASON = "closed at upgrade: its run had ended"
-"""The feedback of the approvals :func:`_close_approvals_of_ended_runs` closes (both backends)."""
-
-
 def _close_approvals_of_ended_runs(db: Database) -> None:
     """Version 6: approvals still pending on a run that ended are cancelled, as the engine does when it closes a run.
 
@@ -455,7 +452,7 @@ def _messages_in_thread_order(db: Database) -> None:
 def _memory_stems(db: Database) -> None:
     """Version 13: each memory's stemmed words, and an FTS5 index kept in fewer segments, for a fast scoped search.
 
-    ``terms`` holds :func:`storage.bm25.stems` of the text, computed once when a memory is written, so a
+    ``terms`` holds :func:`storage.sqlite.bm25.stems` of the text, computed once when a memory is written, so a
     search counts the query's stems in its candidates instead of tokenising and stemming every candidate.
     FTS5 appends a segment per write and merges them ``automerge`` at a time (4 by default): at 100,000
     memories that left 8-10 segments, and a search's text match seeks every word in every segment (0.4-0.6

@@ -6,26 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.codec import dumps, epoch, loads, to_datetime
-from storage.connection import Connector
 from storage.protocols import AccessRule, ApproverGroup, ConditionalRule, Instant
-
-
-def group_name(name: str) -> str:
-    """The stored form of a group name: lower-case, without a leading ``@``.
-
-    >>> group_name("@OnCall")
-    'oncall'
-    """
-    cleaned = name.strip().lstrip("@").lower()
-    if not cleaned:
-        raise ValueError("a group needs a name")
-    return cleaned
-
-
-def _members(members: Sequence[str]) -> list[str]:
-    if isinstance(members, str):
-        raise ValueError("members must be a list of ids")
-    return list(dict.fromkeys(m for m in members if m))
+from storage.sqlite.connection import Connector
+from storage.team_rules import _members, group_name
 
 
 class SQLiteApproverGroups:

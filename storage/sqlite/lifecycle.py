@@ -14,33 +14,16 @@ from typing import Any
 
 from bot.messages import ChatMessage
 from storage.codec import dumps, epoch
-from storage.connection import Connector
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 from storage.records import SQLITE_TIMES, inbox_item, outbox_message
-from storage.runs import RUN_COLUMNS as _RUN_COLUMNS
-from storage.runs import fence_holds
-from storage.runs import run_from_row as _run_record
+from storage.run_rules import STEP_DECIDED, claimed_status
+from storage.sqlite.connection import Connector
+from storage.sqlite.runs import RUN_COLUMNS as _RUN_COLUMNS
+from storage.sqlite.runs import fence_holds
+from storage.sqlite.runs import run_from_row as _run_record
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
-
-
-STEP_DECIDED = (
-    " AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step)"
-    " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.step = runs.step"
-    " AND a.status = 'pending')"
-)
-"""The ``runs`` condition (both backends) of a paused step that has approvals, none of them pending."""
-
-
-def claimed_status(step: int | None, start: bool) -> str:
-    """The status ``claim_paused`` moves a paused run to (both backends): ``running`` when it starts the work too.
-
-    Starting needs ``step``: the caller resumes that step's snapshot, so the claim must be pinned to it.
-    """
-    if start and step is None:
-        raise ValueError("claim_paused(start=True) needs the step it resumes")
-    return "running" if start else "resuming"
 
 
 class SQLiteRunLeases:
@@ -183,7 +166,7 @@ class SQLiteThreadInbox:
     ) -> int | None:
         """Store a message for its thread; returns its inbox id, or ``None`` for a redelivered event.
 
-        ``event_key`` is recorded as :meth:`storage.events.first_time` would, in the same transaction, so
+        ``event_key`` is recorded as :meth:`storage.sqlite.events.first_time` would, in the same transaction, so
         a crash can neither lose the message after its event was marked seen nor store it twice.
 
         >>> storage.inbox.enqueue(address, "U1", ChatMessage.from_user("hi").to_dict(), event_key="slack:event:Ev1")

@@ -3,7 +3,7 @@
 Each memory is a row of ``memories``; ``memories_fts`` (external content, porter stemming) indexes its
 text and scope tokens and is kept in step by triggers. A search ORs the words of the query in one ``MATCH``,
 with the scope's tokens, and applies scope and filters as plain conditions on the joined row. A scoped search
-ranks its candidates with BM25 over the scope (:mod:`storage.bm25`) from the stems each memory keeps in
+ranks its candidates with BM25 over the scope (:mod:`storage.sqlite.bm25`) from the stems each memory keeps in
 ``terms``, and reads the full rows of the best ``top_k`` alone; a search without a scope, or whose scope has
 more than :data:`MAX_CANDIDATES` candidates, is ordered by FTS5's ``bm25()``.
 """
@@ -18,9 +18,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from bot.messages import ChatMessage
-from storage.bm25 import bm25_scores_of_stems, stems
 from storage.codec import dumps, loads
-from storage.connection import connector_for
 from storage.memory_filters import SQLITE_DIALECT, scope_token, token_prefilter
 from storage.memory_rows import (
     check_delete,
@@ -31,6 +29,8 @@ from storage.memory_rows import (
     search_conditions,
 )
 from storage.protocols import Memory
+from storage.sqlite.bm25 import bm25_scores_of_stems, stems
+from storage.sqlite.connection import connector_for
 
 _COLUMNS = "m.id, m.text, m.user_id, m.run_id, m.agent_id, m.metadata"
 MAX_CANDIDATES = 300
@@ -49,6 +49,10 @@ class SQLiteMemoryStore:
     ``path_or_db`` is a file path, a :class:`storage.Storage` (shares its connections) or a sqlite-utils
     ``Database``. The scoping rules are those of :class:`storage.protocols.MemoryStore`.
     """
+
+    # Its public path, which saved agent configurations name (see storage/memories/): the class moved to
+    # storage.sqlite, the serialised "type" and pickles did not.
+    __module__ = "storage.memories"
 
     def __init__(self, path_or_db: str | pathlib.Path | Database | Any) -> None:
         self.connector, self._owned = connector_for(path_or_db)
@@ -138,7 +142,7 @@ class SQLiteMemoryStore:
     def _rank_in_scope(
         self, terms: list[str], scope: str, match: str, where: str, params: list[Any], k: int
     ) -> list[Memory] | None:
-        """BM25 over the scope's memories (see :mod:`storage.bm25`); ``None`` when the scope has too many.
+        """BM25 over the scope's memories (see :mod:`storage.sqlite.bm25`); ``None`` when the scope has too many.
 
         The candidates bring only their stored stems; the full rows are read for the ``k`` best alone.
         """

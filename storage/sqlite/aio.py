@@ -35,12 +35,12 @@ from storage.async_protocols import (
     AsyncToolLedger,
     AsyncWriteBatches,
 )
-from storage.connection import ThreadLocalConnector
-from storage.database import Storage
-from storage.group_commit import GroupCommitWriter
 from storage.protocols import STORE_NAMES
-from storage.readers import ReadWorkers
-from storage.wakeups import LocalWakeups
+from storage.sqlite.connection import ThreadLocalConnector
+from storage.sqlite.database import Storage
+from storage.sqlite.group_commit import GroupCommitWriter
+from storage.sqlite.readers import ReadWorkers
+from storage.sqlite.wakeups import LocalWakeups
 
 EXECUTOR_THREADS = 4
 THREAD_NAME_PREFIX = "countersign-db"

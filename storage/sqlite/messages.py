@@ -17,11 +17,11 @@ from typing import Any
 from sqlite_utils import Database
 
 from bot.messages import ChatMessage, ChatRole
-from storage.connection import connector_for
 from storage.errors import FencedOut, StorageError
-from storage.message_rows import id_key, message_body, message_from_row
+from storage.message_rows import _check_k, id_key, message_body, message_from_row
 from storage.protocols import RunFence
-from storage.runs import fence_holds
+from storage.sqlite.connection import connector_for
+from storage.sqlite.runs import fence_holds
 
 _TOOL = ChatRole.TOOL.value
 _SYSTEM = ChatRole.SYSTEM
@@ -51,12 +51,6 @@ _NEWEST_UP_TO = (
     "AND seq <= (SELECT seq FROM messages WHERE thread_id = (SELECT id FROM threads WHERE key = ?1) "
     "AND message_id = ?2) ORDER BY seq DESC LIMIT ?3"
 )
-
-
-def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"last_k must be a positive integer, not {k!r}")
-    return k
 
 
 class SQLiteChatMessageStore:

@@ -7,8 +7,8 @@ from typing import Any
 
 from storage.audit_chain import AuditVerification, ChainRow, entry_hash, verify_chain
 from storage.codec import dumps, epoch, loads, to_datetime
-from storage.connection import Connector
 from storage.protocols import AuditEntry, Instant
+from storage.sqlite.connection import Connector
 
 VERIFY_BATCH = 5000
 
