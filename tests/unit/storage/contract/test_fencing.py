@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from bot.messages import ChatMessage, ToolCall
-from storage import FencedOut, RunFence, ThreadAddress, Write
+from storage import Batch, FencedOut, RunFence, ThreadAddress, stores
 from tests.fakes.storage_data import NOW, THREAD
 
 ADDRESS = ThreadAddress(THREAD, "slack", "T1", "C1", THREAD.rsplit(":", 1)[-1])
@@ -119,12 +119,10 @@ async def test_a_fenced_begin_in_a_batch_rolls_the_batch_back(storage):
     stale, _current = await _started_and_taken_over(storage)
     before = await storage.messages.count_messages(THREAD)
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name="deploy", arguments={}, id="call_3")])
+    batch = Batch()
+    batch.write(stores.messages.write_messages, THREAD, [reply])
+    batch.write(stores.ledger.begin, "run-1:call_3", "digest", run_id="run-1", fence=stale)
     with pytest.raises(FencedOut):
-        await storage.batches.apply(
-            [
-                Write("messages", "write_messages", (THREAD, [reply])),
-                Write("ledger", "begin", ("run-1:call_3", "digest"), {"run_id": "run-1", "fence": stale}),
-            ]
-        )
+        await storage.batches.apply(batch)
     assert await storage.messages.count_messages(THREAD) == before
     assert await storage.ledger.get("run-1:call_3") is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage import Write, scope_channel, scope_global, scope_workspace
+from storage import Batch, Handle, scope_channel, scope_global, scope_workspace, stores
 from tests.fakes.storage_data import NOW
 
 CHANNEL = scope_channel("slack", "T1", "C1")
@@ -270,12 +270,17 @@ async def test_a_view_is_unchanged_until_a_rule_that_decides_it_changes(storage,
 
 async def test_a_batch_whose_view_changed_stores_nothing(storage, policies):
     view = await policies.view("delete_file", **WHERE)
-    check = Write("policies", "unchanged", ("delete_file", view), WHERE, required=True)
-    record = Write("events", "first_time", ("paused-with-view",))
 
-    assert (await storage.batches.apply([check, record])).applied
+    def recording(event: str) -> tuple[Batch, Handle[bool]]:
+        batch = Batch()
+        check = batch.require(stores.policies.unchanged, "delete_file", view, **WHERE)
+        batch.write(stores.events.first_time, event)
+        return batch, check
+
+    assert (await storage.batches.apply(recording("paused-with-view")[0])).applied
     await policies.set_rule(CHANNEL, "delete_file", updated_by="U_ADMIN", mode="deny")
-    outcome = await storage.batches.apply([check, Write("events", "first_time", ("after-the-change",))])
+    batch, check = recording("after-the-change")
+    outcome = await storage.batches.apply(batch)
 
-    assert (outcome.applied, outcome.refused) == (False, 0)
+    assert not outcome.applied and outcome.refused_by is check
     assert await storage.events.first_time("after-the-change")  # nothing of the refused batch was stored

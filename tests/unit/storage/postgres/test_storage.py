@@ -245,7 +245,7 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
     """The read of a thread's waiting messages in a run's pause or end batch takes the thread's inbox lock, as an
     enqueue does: an enqueue still uncommitted when the batch reads is seen once it commits (else its message
     would wait, unseen, behind a run that just ended)."""
-    from storage import Read, ThreadAddress, Write
+    from storage import Batch, ThreadAddress, stores
 
     thread = "slack:T1:C1:170.9"
     address = ThreadAddress(thread, "slack", "T1", "C1", "170.9")
@@ -261,14 +261,10 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
 
         writer = asyncio.create_task(enqueue_and_hold())
         await enqueued.wait()
-        batch = asyncio.create_task(
-            storage.batches.apply(
-                [
-                    Read("inbox", "waiting", (thread,)),
-                    Write("events", "first_time", ("e-after",)),
-                ]
-            )
-        )
+        reads_and_writes = Batch()
+        waiting = reads_and_writes.read(stores.inbox.waiting, thread)
+        first = reads_and_writes.write(stores.events.first_time, "e-after")
+        batch = asyncio.create_task(storage.batches.apply(reads_and_writes))
         # The batch waits on the thread's lock (seen in pg_locks), not on a timer.
         while not await storage.db.fetchone(
             "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
@@ -281,8 +277,7 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
         await writer
         outcome = await batch
 
-    [waiting, first] = outcome.results
-    assert [i.requester for i in waiting] == ["U_BOB"] and first is True
+    assert [i.requester for i in outcome[waiting]] == ["U_BOB"] and outcome[first] is True
 
 
 async def test_a_store_transaction_inside_a_batch_is_the_batch_itself_with_no_savepoint(postgres_url):
