@@ -9,9 +9,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from bot.metrics import Observer, token_counts
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """A generator whose client loads lazily, and can be loaded ahead of its first call."""
+
+    async def warm_up(self) -> None: ...
 
 
 class ObservedChatGenerator:
@@ -61,6 +68,11 @@ class ObservedChatGenerator:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    async def warm_up(self) -> None:
+        """Load the inner generator's client now, if it loads lazily (:class:`WarmsUp`); else nothing."""
+        if isinstance(self.inner, WarmsUp):
+            await self.inner.warm_up()
 
     def _report(self, started: float, output: dict[str, Any] | None, error: Exception | None) -> None:
         replies = (output or {}).get("replies") or []
