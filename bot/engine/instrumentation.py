@@ -44,14 +44,17 @@ class ObservedChatGenerator:
                 if inner_run_async is not None:
                     output = await inner_run_async(**kwargs)
                 else:
-                    output = await asyncio.to_thread(lambda: inner_run(**kwargs))
+                    sync_run = inner_run
+                    assert sync_run is not None  # a generator has one of the two
+                    output = await asyncio.to_thread(lambda: sync_run(**kwargs))
             except Exception as exc:
                 self._report(started, None, exc)
                 raise
             self._report(started, output, None)
             return output
 
-        self.run_async = functools.wraps(inner_run_async or inner_run)(run_async)
+        wrapped = inner_run_async or inner_run
+        self.run_async = functools.wraps(wrapped)(run_async) if wrapped is not None else run_async
         if inner_run is not None:
 
             def run(**kwargs: Any) -> dict[str, Any]:
