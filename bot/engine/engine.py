@@ -28,7 +28,7 @@ from bot.engine.surface import Surface
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import open_async_storage
-from storage.protocols import ApprovalStep
+from storage.protocols import ApprovalRecord, ApprovalStep
 
 __all__ = [
     "NOTHING_TO_STOP",
@@ -237,6 +237,14 @@ class Engine:
     async def sweep_expired(self, batch: int = 500) -> int:
         """Expire every due approval (never approve), update renderings, resume fully decided runs; how many."""
         return await self.parts.expiry.sweep_expired(batch)
+
+    async def expire_due(self, batch: int = 500) -> list[ApprovalRecord]:
+        """Claim and audit every due approval, a batch per statement; the approvals this process expired."""
+        return await self.parts.expiry.expire_due(batch)
+
+    async def after_expiry(self, records: list[ApprovalRecord], concurrency: int = 64) -> None:
+        """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
+        await self.parts.expiry.after_expiry(records, concurrency)
 
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""
