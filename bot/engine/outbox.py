@@ -25,6 +25,7 @@ from typing import Any
 from bot.engine.cards import CARD_KEY_PREFIX, card_step, owed_card
 from bot.engine.model import Note, ThreadRef
 from bot.engine.surface import Surface
+from bot.engine.threads import thread_of_run
 from storage import RunFence, ThreadAddress, Write
 
 __all__ = [
@@ -63,7 +64,7 @@ def address_of(thread: ThreadRef) -> ThreadAddress:
 
 def thread_of(address: ThreadAddress) -> ThreadRef:
     """The engine thread of a storage address."""
-    return ThreadRef(address.platform, address.workspace, address.channel, address.thread)
+    return thread_of_run(address)
 
 
 class Deliveries:
