@@ -75,7 +75,7 @@ class Parts:
         self.observer = observer
         self.surfaces: dict[str, Surface] = {}
         ttl = config.default_ttl_seconds
-        # --- the parts, bottom-up: each is built from the ones above it in this list -----------------
+        # --- the parts, bottom-up: each is built only from parts built on the lines before it ----------
         self.work = Work()
         self.leases = Leases(storage, owner=config.instance_id, clock=clock, lease_seconds=config.lease_seconds)
         waiting = WaitingSeen()
