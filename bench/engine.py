@@ -54,6 +54,7 @@ from bot.aio import run_sync  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.engine.engine import Engine  # noqa: E402
 from bot.engine.model import ApprovalView, DecisionRequest, Inbound, ThreadRef  # noqa: E402
+from bot.engine.surface import Surface
 from bot.heap import settle_for_serving  # noqa: E402
 from bot.llm.base import finalize_local_reply  # noqa: E402
 from bot.messages import ChatMessage, ChatRole, ToolCall  # noqa: E402
@@ -96,7 +97,7 @@ class SlowChatGenerator:
         return run_sync(self.run_async(messages, **kwargs))
 
 
-class BenchSurface:
+class BenchSurface(Surface):
     """A Surface that hands each thread's rendered approvals and final answer to the waiting conversation."""
 
     def __init__(self) -> None:

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bot.config import Config  # noqa: E402
 from bot.engine.engine import Engine  # noqa: E402
 from bot.engine.model import ApprovalView, DecisionRequest, Inbound, ThreadRef  # noqa: E402
+from bot.engine.surface import Surface
 from bot.llm import ScriptedChatGenerator  # noqa: E402
 from bot.messages import ChatMessage, ChatRole, ToolCall  # noqa: E402
 from bot.tools import tool  # noqa: E402
@@ -65,7 +66,7 @@ def delete_file(path: str) -> str:
     return f"deleted {path}"
 
 
-class BenchSurface:
+class BenchSurface(Surface):
     """Hands each thread's rendered approvals and answer to the waiting conversation."""
 
     def __init__(self) -> None:

@@ -119,6 +119,8 @@ class ChatSession:
         self.reader = reader
         self.console = console
         self.surface = ConsoleSurface(console, thread=self.thread)
+        self._stopping: asyncio.Future[None] | None = None
+        """The stop Ctrl-C asked for, while it is checked (a reference, so the task is not collected)."""
 
     async def run(self, *, generator: Any = None, tools: Sequence[Tool | Toolset] | None = None) -> int:
         """Open the engine, chat until the input ends, stop the engine; returns 0."""
@@ -128,7 +130,8 @@ class ChatSession:
         dialog = ApprovalDialog(engine, self.surface, self.reader, self.user)
         try:
             await engine.start()
-            self._banner(engine, chosen, generator, demo_sandbox=tools is None and self._default_tools)
+            admin = await engine.is_admin(self.user, PLATFORM)
+            self._banner(chosen, generator, admin=admin, demo_sandbox=tools is None and self._default_tools)
             await self._continue_thread(engine, dialog)
             await self._loop(engine, dialog)
         except (EOFError, KeyboardInterrupt, asyncio.CancelledError):
@@ -182,8 +185,13 @@ class ChatSession:
             signal.signal(signal.SIGINT, previous)  # Ctrl-C at the prompt leaves the chat again
 
     def _stop_run(self, engine: Engine) -> None:
+        # A signal handler cannot await: whether this user may stop the run (an admin through a group, too) is
+        # asked in a task of its own.
+        self._stopping = asyncio.ensure_future(self._request_stop(engine))
+
+    async def _request_stop(self, engine: Engine) -> None:
         try:
-            answer = engine.request_stop(self.thread, self.user)
+            answer = await engine.request_stop(self.thread, self.user)
         except EngineError as refused:
             answer = str(refused)
         self.console.print(Text(f"({answer} A tool that is running finishes first.)", style="yellow"))
@@ -242,7 +250,7 @@ class ChatSession:
     def _default_tools(self) -> bool:
         return tuple(self.config.tool_specs) == DEFAULT_TOOLS
 
-    def _banner(self, engine: Engine, tools: Sequence[Tool], generator: Any, *, demo_sandbox: bool) -> None:
+    def _banner(self, tools: Sequence[Tool], generator: Any, *, admin: bool, demo_sandbox: bool) -> None:
         lines = Text()
         lines.append("countersign chat", style="bold")
         lines.append(": an LLM agent whose sensitive tool calls wait for your approval.\n")
@@ -257,7 +265,7 @@ class ChatSession:
             f"{self.thread.thread}  (continue it later with --thread {self.thread.thread})\n"
         )
         lines.append("you       ", style="cyan").append(self.user)
-        if engine.is_admin(self.user):
+        if admin:
             lines.append("  (admin: you may change policies)\n")
         else:
             lines.append(f"  (not an admin: to change policies, start with COUNTERSIGN_ADMINS={self.user})\n")

@@ -31,6 +31,7 @@ from bot.engine.presentation import (
     truncate,
 )
 from bot.engine.roles import group_label
+from bot.engine.surface import Surface
 from bot.redaction import mask_text
 
 DESCRIPTION_LIMIT = 300
@@ -132,7 +133,7 @@ def outcome_text(view: ApprovalView, index: int = 1, total: int = 1) -> Text:
     )
 
 
-class ConsoleSurface:
+class ConsoleSurface(Surface):
     """The :class:`~bot.engine.surface.Surface` of ``countersign chat``: one terminal, one person.
 
     Approvals the engine renders are also queued, so the chat loop can ask about them

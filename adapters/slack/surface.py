@@ -38,6 +38,7 @@ from adapters.slack.mrkdwn import (
 from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import StreamRateLimited, masked_growth
+from bot.engine.surface import Surface
 from bot.metrics import Observer
 from bot.redaction import mask_text
 
@@ -137,7 +138,7 @@ class StreamTooLong(ValueError):
     """The answer outgrew one streamed message: the engine posts it whole (in as many messages as needed)."""
 
 
-class SlackSurface:
+class SlackSurface(Surface):
     """Posts answers (streamed where it can), approval messages, ephemeral notes, the status line, modals
     and the App Home."""
 

@@ -40,6 +40,7 @@ from adapters.teams.text import markdown_message, plain_message
 from bot.engine.model import ApprovalView, Mention, Note, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import WAITING_FOR_APPROVAL, StreamRateLimited
+from bot.engine.surface import Surface
 from bot.metrics import NullObserver, Observer
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def api_error_kind(error: BaseException) -> str:
     return "api_error"
 
 
-class TeamsSurface:
+class TeamsSurface(Surface):
     """The engine's output side for Teams (see the module docstring)."""
 
     def __init__(

@@ -20,6 +20,7 @@ from bot.engine.team_commands import TeamCommands, approver_count
 from bot.redaction import mask_text
 from bot.tools import Tool
 from storage.policy_rules import scope_channel, scope_global, scope_workspace
+from storage.protocols import ApprovalRecord
 
 
 class AdminCommands:
@@ -258,7 +259,7 @@ class AdminCommands:
         return rows
 
 
-async def _may_decide(roles: Roles, record: Any, actor: str) -> bool:
+async def _may_decide(roles: Roles, record: ApprovalRecord, actor: str) -> bool:
     """Whether ``actor`` may decide ``record`` now (the engine's own rule, without raising)."""
     try:
         await authorize_now(roles, record, actor)

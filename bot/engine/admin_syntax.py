@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,73 +130,147 @@ def parse_command(text: str) -> AdminCommand:
     if not words:
         return AdminCommand("help")
     head = words[0].lower().lstrip("/")
-    args = words[1:]
-    if head == "help":
-        return AdminCommand("help")
-    if head == "pending" and not args:
-        return AdminCommand("pending")
-    if head == "audit" and len(args) <= 1:
-        count = 10
-        if args:
-            if not args[0].isdigit() or not 1 <= int(args[0]) <= 200:
-                raise _usage("audit takes a number between 1 and 200")
-            count = int(args[0])
-        return AdminCommand("audit", value=count)
-    if head == "usage" and len(args) <= 2:
-        channel = _channel(args.pop(0)) if args and args[0].startswith(("#", "<#")) else None
-        days = DEFAULT_USAGE_DAYS
-        if args:
-            if not args[0].isdigit() or not 1 <= int(args[0]) <= MAX_USAGE_DAYS:
-                raise _usage(f"usage takes a number of days between 1 and {MAX_USAGE_DAYS}")
-            days = int(args[0])
-        return AdminCommand("usage", channel=channel, value=days)
-    if head == "policy" and args:
-        sub = args[0].lower()
-        rest, condition = _split_when(args[1:])
-        if sub == "list" and len(rest) <= 1:
-            return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
-        if sub == "set" and len(rest) in (2, 3):
-            mode = rest[1].lower()
-            if mode not in MODES:
-                raise _usage(f"mode must be one of {', '.join(MODES)}")
-            return AdminCommand(
-                "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
-            )
-        if sub == "reset" and len(rest) in (1, 2):
-            return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition)
-    if head == "memory" and args:
-        return _memory_command(args[0].lower(), args[1:])
-    if head == "approvers" and len(args) >= 2:
-        if len(args) == 2 and args[1].lower() == "none":
-            return AdminCommand("approvers", tool_key=args[0], value=())
-        return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]))
-    if head == "group" and args:
-        sub, rest = args[0].lower(), args[1:]
-        if sub == "list" and not rest:
-            return AdminCommand("group list")
-        if sub == "delete" and len(rest) == 1:
-            return AdminCommand("group delete", value=_group_name(rest[0]))
-        if sub == "set" and len(rest) >= 2:
-            return AdminCommand("group set", value=(_group_name(rest[0]), tuple(_approver(a) for a in rest[1:])))
-    if head == "access" and args:
-        sub, rest = args[0].lower(), args[1:]
-        if sub == "list" and not rest:
-            return AdminCommand("access list")
-        if sub in ("allow", "revoke") and len(rest) == 2:
-            where = None if rest[0] == "*" else _channel(rest[0])
-            who = EVERYONE if rest[1].lower() in (EVERYONE, "@everyone") else _approver(rest[1])
-            return AdminCommand(f"access {sub}", channel=where, value=who)
-    if head == "dm" and len(args) == 1 and args[0].lower() in ("on", "off"):
+    parse = _COMMANDS.get(head)
+    command = parse(words[1:]) if parse is not None else None
+    if command is None:
+        raise _usage(f"I don't understand '{text.strip()[:80]}'")
+    return command
+
+
+def _help_command(args: list[str]) -> AdminCommand | None:
+    return AdminCommand("help")
+
+
+def _pending_command(args: list[str]) -> AdminCommand | None:
+    return AdminCommand("pending") if not args else None
+
+
+def _audit_command(args: list[str]) -> AdminCommand | None:
+    """``audit [count]``."""
+    if len(args) > 1:
+        return None
+    count = 10
+    if args:
+        if not args[0].isdigit() or not 1 <= int(args[0]) <= 200:
+            raise _usage("audit takes a number between 1 and 200")
+        count = int(args[0])
+    return AdminCommand("audit", value=count)
+
+
+def _usage_command(args: list[str]) -> AdminCommand | None:
+    """``usage [#channel] [days]``."""
+    if len(args) > 2:
+        return None
+    channel = _channel(args.pop(0)) if args and args[0].startswith(("#", "<#")) else None
+    days = DEFAULT_USAGE_DAYS
+    if args:
+        if not args[0].isdigit() or not 1 <= int(args[0]) <= MAX_USAGE_DAYS:
+            raise _usage(f"usage takes a number of days between 1 and {MAX_USAGE_DAYS}")
+        days = int(args[0])
+    return AdminCommand("usage", channel=channel, value=days)
+
+
+def _policy_command(args: list[str]) -> AdminCommand | None:
+    """``policy list [#channel]``, ``policy set <tool> <mode> [#channel] [when ...]``, ``policy reset ...``."""
+    if not args:
+        return None
+    sub = args[0].lower()
+    rest, condition = _split_when(args[1:])
+    if sub == "list" and len(rest) <= 1:
+        return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
+    if sub == "set" and len(rest) in (2, 3):
+        mode = rest[1].lower()
+        if mode not in MODES:
+            raise _usage(f"mode must be one of {', '.join(MODES)}")
+        return AdminCommand(
+            "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
+        )
+    if sub == "reset" and len(rest) in (1, 2):
+        return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition)
+    return None
+
+
+def _memory_words(args: list[str]) -> AdminCommand | None:
+    return _memory_command(args[0].lower(), args[1:]) if args else None
+
+
+def _approvers_command(args: list[str]) -> AdminCommand | None:
+    """``approvers <tool> none|<entry>...``."""
+    if len(args) < 2:
+        return None
+    if len(args) == 2 and args[1].lower() == "none":
+        return AdminCommand("approvers", tool_key=args[0], value=())
+    return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]))
+
+
+def _group_command(args: list[str]) -> AdminCommand | None:
+    """``group list``, ``group delete <name>``, ``group set <name> <entry>...``."""
+    if not args:
+        return None
+    sub, rest = args[0].lower(), args[1:]
+    if sub == "list" and not rest:
+        return AdminCommand("group list")
+    if sub == "delete" and len(rest) == 1:
+        return AdminCommand("group delete", value=_group_name(rest[0]))
+    if sub == "set" and len(rest) >= 2:
+        return AdminCommand("group set", value=(_group_name(rest[0]), tuple(_approver(a) for a in rest[1:])))
+    return None
+
+
+def _access_command(args: list[str]) -> AdminCommand | None:
+    """``access list``, ``access allow|revoke <#channel|*> <who|everyone>``."""
+    if not args:
+        return None
+    sub, rest = args[0].lower(), args[1:]
+    if sub == "list" and not rest:
+        return AdminCommand("access list")
+    if sub in ("allow", "revoke") and len(rest) == 2:
+        where = None if rest[0] == "*" else _channel(rest[0])
+        who = EVERYONE if rest[1].lower() in (EVERYONE, "@everyone") else _approver(rest[1])
+        return AdminCommand(f"access {sub}", channel=where, value=who)
+    return None
+
+
+def _dm_command(args: list[str]) -> AdminCommand | None:
+    if len(args) == 1 and args[0].lower() in ("on", "off"):
         return AdminCommand("dm", value=args[0].lower() == "on")
-    if head == "quorum" and len(args) == 2:
-        if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
-            raise _usage("quorum is a number between 1 and 10")
-        return AdminCommand("quorum", tool_key=args[0], value=int(args[1]))
-    if head == "four-eyes" and len(args) == 2 and args[1].lower() in ("on", "off"):
+    return None
+
+
+def _quorum_command(args: list[str]) -> AdminCommand | None:
+    if len(args) != 2:
+        return None
+    if not args[1].isdigit() or not 1 <= int(args[1]) <= 10:
+        raise _usage("quorum is a number between 1 and 10")
+    return AdminCommand("quorum", tool_key=args[0], value=int(args[1]))
+
+
+def _four_eyes_command(args: list[str]) -> AdminCommand | None:
+    if len(args) == 2 and args[1].lower() in ("on", "off"):
         return AdminCommand("four-eyes", tool_key=args[0], value=args[1].lower() == "on")
-    if head == "ttl" and len(args) == 2:
-        return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1]))
-    raise _usage(f"I don't understand '{text.strip()[:80]}'")
+    return None
+
+
+def _ttl_command(args: list[str]) -> AdminCommand | None:
+    return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1])) if len(args) == 2 else None
+
+
+_COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
+    "help": _help_command,
+    "pending": _pending_command,
+    "audit": _audit_command,
+    "usage": _usage_command,
+    "policy": _policy_command,
+    "memory": _memory_words,
+    "approvers": _approvers_command,
+    "group": _group_command,
+    "access": _access_command,
+    "dm": _dm_command,
+    "quorum": _quorum_command,
+    "four-eyes": _four_eyes_command,
+    "ttl": _ttl_command,
+}
+"""Each command word's parser: the command, or ``None`` when its words do not fit (the usage help then)."""
 
 
 def _memory_command(sub: str, rest: list[str]) -> AdminCommand:
@@ -277,6 +352,6 @@ def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
         if name == "four_eyes":
             value = "on" if value else "off"
         if name == "ttl_seconds":
-            name, value = "ttl", format_duration(value)
+            name, value = "ttl", format_duration(int(value))
         shown.append(f"{name}={value}")
     return f"{tool_key} @ {scope}: {', '.join(shown) or '(inherits everything)'}"

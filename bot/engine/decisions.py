@@ -12,6 +12,7 @@ from typing import Any
 from bot.engine.confirmation import DENY, best_condition, policy_of
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
 from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
+from bot.engine.roles import Roles
 from bot.hitl.apply import bind_decisions
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
@@ -19,7 +20,7 @@ from bot.messages import ToolCall
 from bot.redaction import mask_secrets
 from bot.tools import Tool
 from storage.policy_rules import channel_scopes
-from storage.protocols import PolicyView
+from storage.protocols import ApprovalRecord, PolicyView
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def approval_call_key(call_id: str | None, step_message_id: str, position: int) 
     return call_id if call_id is not None else f"{ID_LESS_PREFIX}{step_message_id}:{position}"
 
 
-def check_open(now: datetime, record: Any) -> None:
+def check_open(now: datetime, record: ApprovalRecord) -> None:
     """Raise why ``record`` can no longer be decided (expired, closed, decided); return if it can."""
     if record.status == PENDING and now >= record.expires_at:
         raise ApprovalExpired()
@@ -57,7 +58,9 @@ def check_open(now: datetime, record: Any) -> None:
     raise AlreadyDecided(record.status, record.decided_by, record.decided_at)
 
 
-def authorize(is_admin: Callable[[str], bool], record: Any, actor: str, *, approver: bool | None = None) -> None:
+def authorize(
+    is_admin: Callable[[str], bool], record: ApprovalRecord, actor: str, *, approver: bool | None = None
+) -> None:
     """Raise :class:`NotAnApprover` unless ``actor`` may decide ``record`` (approvers; else requester and admins;
     four-eyes excludes the requester).
 
@@ -74,7 +77,7 @@ def authorize(is_admin: Callable[[str], bool], record: Any, actor: str, *, appro
         raise NotAnApprover("Only the person who asked and countersign admins can decide this call.")
 
 
-async def authorize_now(roles: Any, record: Any, actor: str, *, fresh: bool = True) -> None:
+async def authorize_now(roles: Roles, record: ApprovalRecord, actor: str, *, fresh: bool = True) -> None:
     """:func:`authorize` with groups resolved through ``roles`` (:class:`bot.engine.roles.Roles`).
 
     Decisions pass ``fresh=True`` (the default): group membership is read now, never from a cache.
@@ -86,7 +89,7 @@ async def authorize_now(roles: Any, record: Any, actor: str, *, fresh: bool = Tr
     authorize(lambda _: admin, record, actor, approver=approver)
 
 
-def who_decides(record: Any) -> tuple[str | Mention, ...]:
+def who_decides(record: ApprovalRecord) -> tuple[str | Mention, ...]:
     """Who may decide ``record``, in words (the rule of :func:`authorize`), as parts of a :class:`Note`.
 
     >>> Note(who_decides(record)).plain()
@@ -102,7 +105,7 @@ def who_decides(record: Any) -> tuple[str | Mention, ...]:
     return (Mention(record.requester), " (who asked) or an admin")
 
 
-def decision_from_record(record: Any) -> ToolExecutionDecision:
+def decision_from_record(record: ApprovalRecord) -> ToolExecutionDecision:
     """The agent's decision for one settled approval: approved, edited, or (anything else) rejected."""
     call_id = None if record.tool_call_id.startswith(ID_LESS_PREFIX) else record.tool_call_id
     user_feedback = f" {USER_FEEDBACK_TEMPLATE.format(feedback=record.feedback)}" if record.feedback else ""

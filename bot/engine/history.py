@@ -74,8 +74,8 @@ class StepHistory:
 
     def _ahead(self, run_id: str | None, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The result read ahead for this very call of ``run_id`` (forgotten once used), or :data:`UNREAD`."""
-        reads = self._reads.get(run_id) if run_id is not None else None
-        for index, (name, read_args, read_kwargs, result) in enumerate(reads or ()):
+        reads = self._reads.get(run_id, []) if run_id is not None else []
+        for index, (name, read_args, read_kwargs, result) in enumerate(reads):
             if name == method and read_args == args and read_kwargs == kwargs:
                 del reads[index]
                 return result

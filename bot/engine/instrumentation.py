@@ -9,9 +9,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from bot.metrics import Observer, token_counts
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """A generator whose client loads lazily, and can be loaded ahead of its first call."""
+
+    async def warm_up(self) -> None: ...
 
 
 class ObservedChatGenerator:
@@ -37,14 +44,17 @@ class ObservedChatGenerator:
                 if inner_run_async is not None:
                     output = await inner_run_async(**kwargs)
                 else:
-                    output = await asyncio.to_thread(lambda: inner_run(**kwargs))
+                    sync_run = inner_run
+                    assert sync_run is not None  # a generator has one of the two
+                    output = await asyncio.to_thread(lambda: sync_run(**kwargs))
             except Exception as exc:
                 self._report(started, None, exc)
                 raise
             self._report(started, output, None)
             return output
 
-        self.run_async = functools.wraps(inner_run_async or inner_run)(run_async)
+        wrapped = inner_run_async or inner_run
+        self.run_async = functools.wraps(wrapped)(run_async) if wrapped is not None else run_async
         if inner_run is not None:
 
             def run(**kwargs: Any) -> dict[str, Any]:
@@ -61,6 +71,11 @@ class ObservedChatGenerator:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    async def warm_up(self) -> None:
+        """Load the inner generator's client now, if it loads lazily (:class:`WarmsUp`); else nothing."""
+        if isinstance(self.inner, WarmsUp):
+            await self.inner.warm_up()
 
     def _report(self, started: float, output: dict[str, Any] | None, error: Exception | None) -> None:
         replies = (output or {}).get("replies") or []

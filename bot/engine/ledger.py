@@ -132,6 +132,7 @@ class StorageExecutionLedger:
         started = self._started.pop(key, None)
         if started is not None:
             self.observer.tool_executed(started[0], time.perf_counter() - started[1], ok=ok)
+        tool_name: str | None = started[0] if started is not None else None
         fence = self.fences(run_id)
         # The outcome and the run (for the step's stop check) in one round trip: the run is read after the
         # outcome is recorded, so a stop asked before then is seen.
@@ -140,12 +141,12 @@ class StorageExecutionLedger:
             Read("runs", "get", (run_id,)),
         ]
         channel = self.channels.get(run_id)
-        if channel is not None and started is not None:  # the tool's policy, read after it ran (time of use)
-            writes.append(Read("policies", "view", (started[0],), channel))
+        if channel is not None and tool_name is not None:  # the tool's policy, read after it ran (time of use)
+            writes.append(Read("policies", "view", (tool_name,), channel))
         outcome = await self.storage.batches.apply(writes)
         finished, run = outcome.results[:2]
-        if len(outcome.results) > 2:
-            self._policies_seen[(run_id, started[0], call_key)] = outcome.results[2]
+        if len(outcome.results) > 2 and tool_name is not None:
+            self._policies_seen[(run_id, tool_name, call_key)] = outcome.results[2]
         self.stops_seen[run_id] = run.stop_requested_by
         if finished:
             return

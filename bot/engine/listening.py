@@ -19,7 +19,7 @@ from typing import Any
 
 from bot.engine.decisions import who_decides
 from bot.engine.model import PENDING, UNREAD, Inbound, Note
-from storage.protocols import Read
+from storage.protocols import ApprovalRecord, Read, RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -68,24 +68,25 @@ class Listening:
         waiting = await self._waiting_approval(latest)
         if waiting is None:
             return Hearing(act=addressed)
+        assert latest is not None  # an approval waits in it
         if addressed and await self.may_supersede(latest, inbound.user):
             return Hearing(act=True)
         if inbound.user == latest.requester:
             return Hearing(act=False)  # the requester chatting without addressing the bot: nothing to tell
         return Hearing(act=False, waiting=waiting)
 
-    async def may_supersede(self, run: Any, user: str) -> bool:
+    async def may_supersede(self, run: RunRecord, user: str) -> bool:
         """Whether a message from ``user`` may replace the paused ``run`` (and close its approvals)."""
         return user == run.requester or await self.roles.is_admin(user, run.platform)
 
-    async def _waiting_approval(self, run: Any) -> Any:
+    async def _waiting_approval(self, run: RunRecord | None) -> ApprovalRecord | None:
         if run is None or run.status != "paused":
             return None
         pending = [r for r in await self.storage.approvals.for_run(run.run_id, step=run.step) if r.status == PENDING]
         return pending[0] if pending else None
 
 
-def pending_note(record: Any) -> Note:
+def pending_note(record: ApprovalRecord) -> Note:
     """The private note for someone who writes while ``record`` waits and may not start something new."""
     return Note(
         (

@@ -9,9 +9,13 @@ from datetime import datetime
 from typing import Any
 
 from bot.engine.roles import group_label, is_group
+from storage.protocols import RunStatus
 
 UNREAD: Any = object()
 """A value not read yet (an argument a caller may pass after reading it together with others)."""
+
+WORKING_RUN_STATUSES: tuple[RunStatus, ...] = ("running", "resuming")
+"""A run some process works on now (a paused run waits for people; the others have ended)."""
 
 PENDING = "pending"
 APPROVED = "approved"

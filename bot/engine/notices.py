@@ -6,7 +6,6 @@
   recorded, so a click there may decide, and a decision anywhere re-renders every copy.
 - Once a fraction of the TTL has passed (``COUNTERSIGN_REMIND_AT``), the approvers who have not answered
   are reminded, once per approval across all processes (recorded on the approval itself, so for any TTL).
-- When an approval expires, the requester is told in the thread (through the durable outbox, once).
 - When a step changes, its deciders' personal lists (Slack's App Home) are shown again.
 
 Everything here is cosmetic with respect to the decision itself: a failure is logged, never raised.
@@ -15,14 +14,15 @@ Everything here is cosmetic with respect to the decision itself: a failure is lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 from bot.engine.model import ApprovalView, Mention, Note, ThreadRef
-
-if TYPE_CHECKING:
-    from bot.engine.engine import Engine
+from bot.engine.roles import Roles
+from bot.engine.surface import Surface
+from bot.engine.views import Views, offered
+from storage.protocols import ApprovalRecord
 
 logger = logging.getLogger(__name__)
 
@@ -38,36 +38,49 @@ def renderings_key(run_id: str, step: int) -> str:
 class ApproverNotices:
     """See the module docstring."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.storage = engine.storage
+    def __init__(
+        self,
+        storage: Any,
+        roles: Roles,
+        surfaces: Mapping[str, Surface],
+        views: Views,
+        clock: Callable[[], datetime],
+        *,
+        remind_at: float | None,
+    ) -> None:
+        self.storage = storage
+        self.roles = roles
+        self.surfaces = surfaces
+        self.views = views
+        self.clock = clock
+        self.remind_at = remind_at
+        """The fraction of an approval's TTL after which its approvers are reminded (``None`` or 0: never)."""
 
-    async def approvers_of(self, records: Sequence[Any], *, fresh: bool = False) -> list[str]:
+    async def approvers_of(self, records: Sequence[ApprovalRecord], *, fresh: bool = False) -> list[str]:
         """The people designated to decide ``records`` (groups expanded), without the requester."""
         people: dict[str, None] = {}
         for record in records:
             if not record.approvers:
                 continue
-            for person in await self.engine.roles.people(record.approvers, record.platform, fresh=fresh):
+            for person in await self.roles.people(record.approvers, record.platform, fresh=fresh):
                 if person != record.requester:
                     people.setdefault(person, None)
         return list(people)
 
-    async def send_direct(self, thread: ThreadRef, records: Sequence[Any]) -> None:
+    async def send_direct(self, thread: ThreadRef, records: Sequence[ApprovalRecord]) -> None:
         """Give each designated approver the step's approval message in a direct message."""
-        surface = self.engine.surfaces.get(thread.platform)
-        opener = getattr(surface, "direct_thread", None)
-        if opener is None or not records:
+        surface = self.surfaces.get(thread.platform)
+        if surface is None or not records:
             return
-        copies = []
+        copies: list[dict[str, Any]] = []
         for person in (await self.approvers_of(records))[:MAX_DIRECT_MESSAGES]:
             try:
-                direct = await opener(thread.workspace, person)
+                direct = await surface.direct_thread(thread.workspace, person)
                 if direct is None:
-                    continue  # e.g. Teams without a personal chat: the thread's card names them
-                await self.engine.note_shown(direct.place, [r.approval_id for r in records])
-                always = await self.engine.roles.is_admin(person, thread.platform, fresh=False)
-                views = offered(await self.engine.step_approvals(records[0].approval_id), always)
+                    continue  # no direct messages there (e.g. Teams without a personal chat): the card names them
+                await self.views.note_shown(direct.place, [r.approval_id for r in records])
+                always = await self.roles.is_admin(person, thread.platform, fresh=False)
+                views = offered(await self.views.step_approvals(records[0].approval_id), always)
                 ref = await surface.render_approvals(direct, views)
             except Exception:
                 logger.warning("approval not sent to an approver", extra={"run_id": records[0].run_id}, exc_info=True)
@@ -77,9 +90,9 @@ class ApproverNotices:
             key = renderings_key(records[0].run_id, records[0].step)
             await self.storage.conversations.save(key, {"copies": copies})
 
-    async def update_copies(self, record: Any, views: Sequence[Any]) -> None:
+    async def update_copies(self, record: ApprovalRecord, views: Sequence[ApprovalView]) -> None:
         """Re-render every direct-message copy of the step of ``record``."""
-        surface = self.engine.surfaces.get(record.platform)
+        surface = self.surfaces.get(record.platform)
         # Copies go only to approvers named on the step's calls (send_direct), and a call's approvers never
         # change: a step that names none has no copies, so there is nothing to read.
         if surface is None or not any(view.approvers for view in views):
@@ -94,23 +107,24 @@ class ApproverNotices:
             except Exception:
                 logger.warning("approval copy not updated", extra={"run_id": record.run_id}, exc_info=True)
 
-    async def refresh_homes(self, record: Any, views: Sequence[ApprovalView], deciders: Sequence[str]) -> None:
+    async def refresh_homes(
+        self, record: ApprovalRecord, views: Sequence[ApprovalView], deciders: Sequence[str]
+    ) -> None:
         """Re-show the personal approval lists (Slack App Home) of the step's deciders after it changed."""
-        surface = self.engine.surfaces.get(record.platform)
-        refresh = getattr(surface, "refresh_home", None)
-        if refresh is None or not views:
+        surface = self.surfaces.get(record.platform)
+        if surface is None or not views:
             return
         try:
-            await refresh(views[0].thread.workspace, list(dict.fromkeys(deciders))[:MAX_DIRECT_MESSAGES])
+            await surface.refresh_home(views[0].thread.workspace, list(dict.fromkeys(deciders))[:MAX_DIRECT_MESSAGES])
         except Exception:
             logger.warning("personal approval lists not refreshed", extra={"run_id": record.run_id}, exc_info=True)
 
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past the reminder point; how many."""
-        fraction = self.engine.config.remind_at
+        fraction = self.remind_at
         if not fraction:
             return 0
-        now = self.engine.clock()
+        now = self.clock()
         reminded = 0
         for record in await self.storage.approvals.pending():
             if not record.approvers or now >= record.expires_at:
@@ -121,7 +135,7 @@ class ApproverNotices:
                 continue  # another process (or an earlier sweep) reminded them, however long ago
             voted = {v.voter for v in await self.storage.approvals.votes(record.approval_id)}
             people = [p for p in await self.approvers_of([record], fresh=True) if p not in voted]
-            thread = await self.engine._thread_of(record)
+            thread = await self.views.thread_of(record)
             text = Note(
                 (
                     f"Reminder: a call of {record.tool_name} asked by ",
@@ -136,40 +150,18 @@ class ApproverNotices:
             await self.storage.audit.append("countersign", "reminded", record.approval_id, {"people": people}, now=now)
         return reminded
 
-    async def tell_expired(self, records: Sequence[Any]) -> None:
-        """Tell each expired step's requester, in its thread, that the call was not run."""
-        for record in {(r.run_id, r.step): r for r in records}.values():
-            try:
-                thread = await self.engine._thread_of(record)
-                names = ", ".join(sorted({r.tool_name for r in records if r.run_id == record.run_id}))
-                text = Note(
-                    (
-                        Mention(record.requester),
-                        f": the approval for {names} expired without a decision, so it was not run.",
-                    )
-                )
-                await self.engine.lifecycle.deliveries.say(thread, text, f"expired:{record.run_id}:{record.step}")
-            except Exception:
-                logger.warning("expiry notice not sent", extra={"run_id": record.run_id}, exc_info=True)
-
     async def _tell(self, thread: ThreadRef, person: str, text: Note) -> None:
-        surface = self.engine.surfaces.get(thread.platform)
+        surface = self.surfaces.get(thread.platform)
         if surface is None:
             return
         try:
-            opener = getattr(surface, "direct_thread", None)
-            direct = await opener(thread.workspace, person) if opener is not None else None
+            direct = await surface.direct_thread(thread.workspace, person)
             if direct is not None:
                 await surface.post_reply(direct, text)
             else:
                 await surface.tell_user(thread, person, text)
         except Exception:
             logger.warning("reminder not delivered", extra={"thread": thread.key}, exc_info=True)
-
-
-def offered(views: Sequence[ApprovalView], always: bool) -> list[ApprovalView]:
-    """``views`` as one admin sees them alone: pending calls offer "Approve and always allow here"."""
-    return [replace(v, offer_always_allow=always and v.is_pending and v.kind == "approval") for v in views]
 
 
 def _thread_dict(thread: ThreadRef) -> dict[str, str]:

@@ -10,9 +10,9 @@ for the platform, once its claim has expired: at least once, never lost.
 A :class:`~bot.engine.model.Note` (a notice that names people) is stored as JSON under a key in the
 ``note:`` namespace, so the sweep posts it as a note again; model text is never read as one.
 
-A paused step's approval card is owed the same way (:func:`owed_card`, the ``card:`` namespace), stored with
-the pause itself: a process that dies between storing a pause and showing it leaves the card owed, and the
-sweep shows it (:attr:`Deliveries.show_card`), so a paused run is never left without its buttons in silence.
+A paused step's approval card is owed the same way (:func:`bot.engine.cards.owed_card`, the ``card:``
+namespace), stored with the pause itself: a process that dies between storing a pause and showing it leaves
+the card owed, and the sweep shows it (:attr:`Deliveries.show_card`, given at construction).
 """
 
 from __future__ import annotations
@@ -22,9 +22,25 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from bot.engine.cards import CARD_KEY_PREFIX, card_step, owed_card
 from bot.engine.model import Note, ThreadRef
 from bot.engine.surface import Surface
+from bot.engine.threads import thread_of_run
 from storage import RunFence, ThreadAddress, Write
+
+__all__ = [
+    "CARD_KEY_PREFIX",
+    "MAX_RETRY_SECONDS",
+    "NOTE_KEY_PREFIX",
+    "RETRY_AFTER_SECONDS",
+    "Deliveries",
+    "ShowCard",
+    "Via",
+    "address_of",
+    "card_step",
+    "owed_card",
+    "thread_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,22 +49,8 @@ RETRY_AFTER_SECONDS = 30.0
 MAX_RETRY_SECONDS = 900.0
 NOTE_KEY_PREFIX = "note:"
 """Outbox keys of messages stored as :class:`Note` JSON (only the engine chooses keys)."""
-CARD_KEY_PREFIX = "card:"
-"""Outbox keys of approval cards owed to a thread: the text names the paused step (:func:`owed_card`)."""
-
 ShowCard = Callable[[ThreadRef, str, int], Awaitable[None]]
 """Shows a paused step's approvals in its thread: ``(thread, run_id, step)``; raises when it could not."""
-
-
-def owed_card(run_id: str, step: int) -> tuple[str, str]:
-    """The outbox key and text under which the approval card of ``run_id``'s ``step`` is owed."""
-    return f"{CARD_KEY_PREFIX}{run_id}:{step}", f"{run_id}:{step}"
-
-
-def card_step(text: str) -> tuple[str, int] | None:
-    """The ``(run_id, step)`` an owed card's text names (:func:`owed_card`), or ``None`` for text that names none."""
-    run_id, _, step = text.rpartition(":")
-    return (run_id, int(step)) if run_id and step.isdigit() else None
 
 
 Via = Callable[[str], Awaitable[bool]]
@@ -62,13 +64,13 @@ def address_of(thread: ThreadRef) -> ThreadAddress:
 
 def thread_of(address: ThreadAddress) -> ThreadRef:
     """The engine thread of a storage address."""
-    return ThreadRef(address.platform, address.workspace, address.channel, address.thread)
+    return thread_of_run(address)
 
 
 class Deliveries:
     """Owes, posts and retries the messages of one process (``owner``) through its surfaces.
 
-    >>> deliveries = Deliveries(storage, engine.surfaces, owner="host-1-a", clock=utcnow, claim_seconds=30)
+    >>> deliveries = Deliveries(storage, surfaces, owner="host-1-a", clock=utcnow, claim_seconds=30)
     >>> await deliveries.say(thread, "Deleted a.txt.", key="answer:run-1")
     """
 
@@ -80,14 +82,15 @@ class Deliveries:
         owner: str,
         clock: Callable[[], datetime],
         claim_seconds: float,
+        show_card: ShowCard | None = None,
     ) -> None:
         self.storage = storage
         self.surfaces = surfaces
         self.owner = owner
         self.clock = clock
         self.claim_seconds = claim_seconds
-        self.show_card: ShowCard | None = None
-        """How an owed approval card is shown (set by the engine); ``None``: cards wait for a process that can."""
+        self.show_card = show_card
+        """How an owed approval card is shown; ``None``: cards wait for a process that can show them."""
 
     async def owe(
         self,

@@ -14,6 +14,7 @@ from bot.hooks import HookEvent, ToolResultReview
 from bot.hooks.review import APPROVE, EDIT, EXPIRE, REJECT
 from bot.messages import ToolCall
 from bot.tools import Tool
+from storage.protocols import ApprovalRecord
 
 REVIEW = "review"
 """The ``kind`` of an approval that decides what the model sees of a result (the other kind is ``approval``)."""
@@ -90,7 +91,7 @@ def edited_result(text: Any) -> str:
     return text
 
 
-def review_from_record(record: Any) -> ToolResultReview:
+def review_from_record(record: ApprovalRecord) -> ToolResultReview:
     """The agent's review for one settled review record: approved, edited, rejected, or (anything else) withheld."""
     call_id = None if record.tool_call_id.startswith(ID_LESS_PREFIX) else record.tool_call_id
     if record.status == "approved":

@@ -55,7 +55,7 @@ class Roles:
         self,
         storage: Any,
         admins: Collection[str],
-        surfaces: Mapping[str, Any],
+        surfaces: Mapping[str, GroupSurface],
         *,
         cache_seconds: float = CACHE_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
@@ -103,11 +103,11 @@ class Roles:
         cached = self._cache.get(key)
         if not fresh and cached is not None and cached[0] > self.monotonic():
             return cached[1]
-        read = getattr(self.surfaces.get(platform), "group_members", None)
-        if read is None:
+        surface = self.surfaces.get(platform)
+        if surface is None:
             return frozenset()
         try:
-            members = frozenset(await read(group_id))
+            members = frozenset(await surface.group_members(group_id))
         except Exception as exc:  # the platform cannot tell now: nobody is a member (fail closed)
             logger.warning("could not read a user group", extra={"group": group_id, "error": type(exc).__name__})
             return frozenset()

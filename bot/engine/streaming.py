@@ -155,6 +155,8 @@ class LiveAnswer:
         self._flusher: asyncio.Task[None] | None = None
         self._not_before = 0.0
         self._status: str | None = None
+        self._status_line = True
+        """Whether the surface has a status line (it said otherwise by returning ``False`` from ``set_status``)."""
 
     # --- the callback ------------------------------------------------------------------------------
 
@@ -190,11 +192,9 @@ class LiveAnswer:
         if status == self._status:
             return
         self._status = status
-        method = getattr(self.surface, "set_status", None)
         try:
-            if method is not None:
-                await method(self.thread, status, self.message_id)
-            else:
+            if await self.surface.set_status(self.thread, status, self.message_id) is False:
+                self._status_line = False  # no status line there: show that it works instead
                 await self.surface.show_working(self.thread, status is not None, self.message_id)
         except Exception:  # cosmetic: the run goes on
             logger.warning("status not shown", extra={"run_id": self.run_id}, exc_info=True)
@@ -204,12 +204,11 @@ class LiveAnswer:
         assert result is not None
         await self.status(THINKING)
         origin = result.origin
-        method = getattr(self.surface, "show_tool_step", None)
-        if method is None or (origin.id is not None and origin.id in self.decided_calls):
+        if origin.id is not None and origin.id in self.decided_calls:
             return
         step = ToolStep(self.run_id, origin.tool_name, dict(origin.arguments), result.result, result.error)
         try:
-            await method(self.thread, step)
+            await self.surface.show_tool_step(self.thread, step)
         except Exception:
             logger.warning("tool step not shown", extra={"run_id": self.run_id}, exc_info=True)
 
@@ -222,15 +221,14 @@ class LiveAnswer:
             # A message is opened once its text has grown for an interval: a quick answer is simply posted.
             self._not_before = max(self._not_before, asyncio.get_running_loop().time() + self.interval)
         segment.text += text
-        if getattr(self.surface, "start_stream", None) is None:
-            return
+        if segment.opened and segment.ref is None:
+            return  # the surface opened no stream for it (it cannot stream): the text is posted when complete
         if not segment.broken and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush(segment), name=f"stream-{self.run_id}")
 
     async def _start(self) -> dict[str, Any] | None:
-        method = getattr(self.surface, "start_stream", None)
         try:
-            return await method(self.thread, self.requester, self.run_id) if method is not None else None
+            return await self.surface.start_stream(self.thread, self.requester, self.run_id)
         except Exception:  # the answer is posted once at the end instead
             logger.warning(
                 "could not start a stream; the answer is posted when complete",
@@ -258,7 +256,7 @@ class LiveAnswer:
                     return  # the surface cannot stream now: the text is posted when complete
                 text = settled(segment.text)
                 try:
-                    await self.surface.append_stream(self.thread, segment.ref, text, segment.shown)  # type: ignore[attr-defined]
+                    await self.surface.append_stream(self.thread, segment.ref, text, segment.shown)
                 except StreamRateLimited as limited:
                     self._not_before = asyncio.get_running_loop().time() + limited.retry_after
                     continue
@@ -283,7 +281,7 @@ class LiveAnswer:
             for _attempt in range(1 if segment.broken else 3):
                 await self._wait_turn()
                 try:
-                    await self.surface.finish_stream(self.thread, segment.ref, text, segment.shown)  # type: ignore[attr-defined]
+                    await self.surface.finish_stream(self.thread, segment.ref, text, segment.shown)
                 except StreamRateLimited as limited:
                     self._not_before = asyncio.get_running_loop().time() + limited.retry_after
                     continue
@@ -336,7 +334,7 @@ class LiveAnswer:
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
-        if not (keep_status and getattr(self.surface, "set_status", None) is not None):
+        if not (keep_status and self._status_line):
             await self.status(None)
 
     async def _post(self, text: str) -> None:

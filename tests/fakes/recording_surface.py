@@ -23,6 +23,7 @@ from typing import Any
 
 from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import tool_step_line
+from bot.engine.surface import Surface
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -84,7 +85,7 @@ class Queued:
 Call = Any  # Reply | Rendering | Update | Tell | Working | Queued, and the streaming surface's calls
 
 
-class RecordingSurface:
+class RecordingSurface(Surface):
     """Implements :class:`bot.engine.surface.Surface`; records calls, returns ``{"ref": n}`` from renders."""
 
     def __init__(self) -> None:

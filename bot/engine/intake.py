@@ -1,0 +1,93 @@
+"""Intake and access: which messages the bot acts on, who may ask it here, and storing what it acts on.
+
+A message the bot does not act on (:mod:`bot.engine.listening`) is not stored; its author may get a private
+note about an approval waiting in the thread. A person who may not ask here (:mod:`bot.engine.access`) is
+told so privately, and the refusal is audited. Everything else goes to the thread's inbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from bot.engine.access import AccessControl
+from bot.engine.inbox import Inbox, Received
+from bot.engine.listening import Listening, pending_note
+from bot.engine.model import UNREAD, Inbound
+from bot.engine.surface import Surface
+from bot.engine.threads import quietly
+from bot.engine.work import Work
+from storage.protocols import ApprovalRecord
+
+logger = logging.getLogger(__name__)
+
+
+class Intake:
+    """Hears, admits and stores people's messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        storage: Any,
+        surfaces: Mapping[str, Surface],
+        *,
+        listening: Listening,
+        access: AccessControl,
+        inbox: Inbox,
+        work: Work,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.storage = storage
+        self.surfaces = surfaces
+        self.listening = listening
+        self.access = access
+        self.inbox = inbox
+        self.work = work
+        self.clock = clock
+
+    async def receive(self, inbound: Inbound) -> Received | None:
+        """Store a person's message durably (once per platform event); ``None`` for a redelivery.
+
+        Adapters await this before acknowledging the platform's event, then process it after. A message
+        the bot does not act on is not stored (``None``); its author may get a private note about an
+        approval waiting in the thread.
+        """
+        listening = self.listening.read(inbound)
+        if listening is None:
+            hearing = await self.listening.hear(inbound)
+            rules: Any = UNREAD
+        else:  # the thread's latest run and the access rules: one round trip
+            latest, rules = await self.storage.batches.read([listening, self.access.read(inbound)])
+            hearing = await self.listening.hear(inbound, latest)
+        if hearing.waiting is not None:
+            self.work.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
+        if not hearing.act:
+            return None
+        refusal = await self.access.refusal(inbound, rules)
+        if refusal is not None:
+            await self.storage.audit.append(
+                inbound.user, "ask refused", inbound.thread_ref.key, {"direct": inbound.is_direct}, now=self.clock()
+            )
+            surface = self._surface(inbound.platform)
+            if surface is not None:
+                self.work.spawn(
+                    quietly(surface.tell_user(inbound.thread_ref, inbound.user, refusal)),
+                    name=f"refuse-{inbound.event_id}",
+                )
+            return None
+        return await self.inbox.receive(inbound)
+
+    async def _note_pending(self, inbound: Inbound, record: ApprovalRecord) -> None:
+        """Tell someone privately, once per approval, that it waits and who can decide it."""
+        if not await self.storage.events.first_time(f"pending-note:{record.approval_id}:{inbound.user}"):
+            return
+        surface = self._surface(inbound.platform)
+        if surface is not None:
+            await quietly(surface.tell_user(inbound.thread_ref, inbound.user, pending_note(record)))
+
+    def _surface(self, platform: str) -> Surface | None:
+        surface = self.surfaces.get(platform)
+        if surface is None:
+            logger.error("no surface registered for platform", extra={"platform": platform})
+        return surface

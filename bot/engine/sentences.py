@@ -1,0 +1,50 @@
+"""What the engine tells a thread in its own words: answers as shown, failures, stops and supersedes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.agent.stored_snapshot import HistoryUnavailable
+from bot.engine.errors import PolicyKeptChanging
+from bot.llm import LLMError
+
+SUPERSEDED_RESULT = "superseded by a newer message"
+STOPPED_NOTICE = "(Stopped.)"
+NOTHING_TO_STOP = "There is nothing to stop: this run is not working right now."
+STOPPING = "Stopping after the current step."
+
+_EXIT_NOTES = {
+    "max_agent_steps": "(I stopped after too many steps without finishing.)",
+    "length": "(My answer was cut off: it hit the model's length limit.)",
+    "content_filter": "(The model's content filter stopped this answer.)",
+}
+
+
+def answer_text(result: Mapping[str, Any]) -> str:
+    """The text a finished run's thread gets: the model's last answer, with a note on why it ended early."""
+    last = result.get("last_message")
+    text = last.text if last is not None and last.role == "assistant" and last.text else ""
+    reason = result.get("exit_reason")
+    if reason == "empty":
+        return "(The model returned an empty answer twice; please try again.)"
+    note = _EXIT_NOTES.get(reason) if isinstance(reason, str) else None
+    if note is not None:
+        text = (text + "\n\n" if text else "") + note
+    return text
+
+
+def failure_sentence(exc: BaseException) -> str:
+    """What a thread is told when its run failed with ``exc`` (never the exception's own text, but ours)."""
+    if isinstance(exc, PolicyKeptChanging):
+        return str(exc)
+    if isinstance(exc, HistoryUnavailable):
+        return (
+            "Sorry, this request cannot continue: the conversation history it paused with is no longer stored. "
+            "Please ask again."
+        )
+    if isinstance(exc, LLMError):
+        return (
+            "Sorry, the language model could not answer (it timed out or failed). Nothing was lost; please try again."
+        )
+    return "Sorry, something went wrong while working on this. Nothing was lost; please try again."
