@@ -2,7 +2,7 @@
 
 The engine awaits every store method (SQLite through :class:`storage.AsyncStorage`'s threads, PostgreSQL
 natively), so it needs each protocol with ``async def`` methods of the same parameters and results. Writing
-them by hand would let the two drift; this generates them, and ``tests/test_storage_async_protocols.py`` fails
+them by hand would let the two drift; this generates them, and ``tests/unit/storage/test_async_protocols.py`` fails
 when a twin no longer matches its protocol. Run ``python -m storage.async_twins`` after changing a protocol.
 """
 
