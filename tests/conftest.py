@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
+from tests.fakes.clock import Clock
 from tests.fakes.engine_kit import Harnesses
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
@@ -49,6 +50,12 @@ async def slack() -> AsyncIterator[FakeSlackAPI]:
     async with FakeSlackAPI() as api:
         yield api
         assert_every_payload_valid(api.calls)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The clock of a Slack stack, which the test moves (``clock.now += ...``)."""
+    return Clock()
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
-from tests.adapters.slack.test_approvals import CHANNEL, Clock, Ops, ask
+from tests.adapters.slack.test_approvals import CHANNEL, Ops, ask
+from tests.fakes.clock import Clock
 from tests.fakes.engine_kit import says
 from tests.fakes.openai_server import DEFAULT_USAGE, FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
@@ -34,11 +35,6 @@ async def start(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, c
         clock=clock,
         default_ttl_seconds=3600,
     )
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

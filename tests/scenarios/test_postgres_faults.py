@@ -34,13 +34,6 @@ from tests.fakes.teams_stack import ANA, TeamsStack
 TRY_AGAIN = "I can't reach my database right now; nothing was decided — please try again in a minute."
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    started = PrivatePostgres.start()
-    yield started
-    started.close()
-
-
 @pytest.fixture
 def database_url(server: PrivatePostgres) -> Iterator[str]:
     yield server.fresh_database_url()

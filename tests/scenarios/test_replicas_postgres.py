@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -56,13 +56,6 @@ async def cluster(tmp_path: Path, postgres_url: str) -> AsyncIterator[ServeClust
     """Replicas of this test's own (for tests that stop one), on a schema of the test server."""
     async with ServeCluster.open(tmp_path, database_url=postgres_url) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    started = PrivatePostgres.start()
-    yield started
-    started.close()
 
 
 @pytest_asyncio.fixture(loop_scope="module")

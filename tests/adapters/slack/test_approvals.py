@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 
 from bot.llm import OpenAIChatGenerator
 from bot.tools import Tool
+from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
 from tests.fakes.slack_requests import form, number_input, select, text_input
@@ -26,16 +27,6 @@ ALICE = "U0ALICE"  # asks the bot; may decide her own calls
 ADMIN = "U0ADMIN"  # a countersign admin
 MALLORY = "U0MALLORY"  # neither
 CHANNEL = "C0OPS"
-
-
-class Clock:
-    """A clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Ops:
@@ -85,11 +76,6 @@ class Ops:
 @pytest.fixture
 def ops() -> Ops:
     return Ops()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

@@ -18,15 +18,14 @@ from tests.adapters.slack.test_approvals import (  # noqa: F401 - fixtures
     ADMIN,
     ALICE,
     CHANNEL,
-    Clock,
     Ops,
     ask,
-    clock,
     ops,
     plain,
     stack,
     start_stack,
 )
+from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_requests import form, text_input

@@ -1,4 +1,4 @@
-"""Fixtures of the SQLite store tests (the contract suite in contract/ has its own ``storage``)."""
+"""Fixtures of the SQLite backend tests (the contract suite in ../contract/ has its own ``storage``)."""
 
 from __future__ import annotations
 
