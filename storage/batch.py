@@ -22,11 +22,12 @@ no refuses the whole batch (``outcome.refused_by`` is its handle), audit appends
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from storage.protocols import (
+    STORE_NAMES,
     AccessStore,
     ApprovalPlaces,
     ApprovalStore,
@@ -41,12 +42,10 @@ from storage.protocols import (
     Operations,
     Outbox,
     PolicyStore,
-    Read,
     RunLeases,
     RunStore,
     ThreadInbox,
     ToolLedger,
-    Write,
 )
 
 P = ParamSpec("P")
@@ -126,6 +125,85 @@ stores = Stores()
 """Names store methods for a :class:`Batch`: ``batch.write(stores.runs.transition, ...)``."""
 
 
+@dataclass(frozen=True)
+class WriteStep:
+    """One write of a :class:`Batch` as a backend runs it: ``<store>.<method>(*args, **kwargs)``, as the engine
+    would call it alone. Made only by the batch (``batch.write``/``require``/``write_from``); callers hold handles.
+
+    ``required``: the write is a compare-and-set; a falsy result (``False``, ``None``, ``0``) rolls the
+    whole batch back, so nothing of it is written.
+
+    ``args_from``: a write whose arguments depend on what the batch did before it (``write_from``). Called in the
+    transaction, right before the write, with the results so far (in order), it returns ``(args, kwargs)`` to
+    write with, or ``None`` to skip the write (its result is then ``None``, which refuses the batch if it is
+    ``required``). It runs on the backend's writer, so it must be cheap and do no I/O. Unlike a read's, an
+    exception from it fails the batch: a write's arguments are never guessed.
+    """
+
+    store: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    required: bool = False
+    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
+        default=None, compare=False
+    )
+
+    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The ``(args, kwargs)`` to write with after the batch's results ``done``; ``None``: skip the write."""
+        if self.args_from is None:
+            return self.args, self.kwargs
+        return self.args_from(tuple(done))
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """One read of a :class:`Batch` as a backend runs it: ``<store>.<method>(*args, **kwargs)``, as the engine
+    would call it alone. Made only by the batch (``batch.read``/``read_from``).
+
+    In :meth:`WriteBatches.apply <storage.protocols.WriteBatches.apply>` it runs in the batch's transaction, in
+    its place among the writes, so it sees the writes before it and nothing another transaction commits later.
+    A read never refuses a batch.
+
+    ``args_from`` (``read_from``, in ``apply`` only): a read whose arguments depend on what the batch did before
+    it. Called in the transaction, right before the read, with the results so far (in order), it returns
+    ``(args, kwargs)`` to read with, or ``None`` to skip the read (its result is then ``None``). It runs on the
+    backend's writer (SQLite: the writer thread, inside its group commit), so it must be cheap and do no I/O. An
+    exception from it skips the read too: what it derives arguments from (e.g. a stored snapshot) is data, and
+    bad data never fails the writes around it. For the same reason, such a read that finds a corrupt record
+    (:class:`~storage.errors.CorruptRecord`, e.g. a stored message that no longer decodes) is skipped as well:
+    its caller reads again itself and fails only what needs that data. Any other error of the read fails the
+    batch, as any read's (the database failing).
+    """
+
+    store: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    required: bool = field(default=False, init=False)
+    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
+        default=None, compare=False
+    )
+
+    @property
+    def dependent(self) -> bool:
+        """Whether its arguments come from the batch's earlier results (``args_from``)."""
+        return self.args_from is not None
+
+    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The ``(args, kwargs)`` to read with after the batch's results ``done``; ``None``: skip the read."""
+        if self.args_from is None:
+            return self.args, self.kwargs
+        try:
+            return self.args_from(tuple(done))
+        except Exception:  # see the class: bad data a read's arguments come from skips the read, never the batch
+            return None
+
+
+Step = WriteStep | ReadStep
+"""One write or read of a batch, as a backend runs it."""
+
+
 class Call(Generic[P]):
     """The arguments a derived write or read (``write_from``/``read_from``) is made with, checked against its method.
 
@@ -158,7 +236,7 @@ class Results:
         return self._done[handle.index]
 
 
-class Batch(Sequence[Write | Read]):
+class Batch:
     """A step's writes and reads, in order, each named by the handle adding it returned.
 
     Hand it to ``storage.batches.apply`` (writes and reads, one transaction) or, with reads only, to
@@ -166,7 +244,7 @@ class Batch(Sequence[Write | Read]):
     """
 
     def __init__(self) -> None:
-        self._steps: list[Write | Read] = []
+        self._steps: list[Step] = []
         self._handles: list[Handle[Any]] = []
 
     @property
@@ -174,20 +252,25 @@ class Batch(Sequence[Write | Read]):
         """Every handle of the batch, in the order of its writes and reads."""
         return tuple(self._handles)
 
+    @property
+    def steps(self) -> Sequence[Step]:
+        """Its writes and reads, in order, as the backends run them (``steps[handle.index]`` is the handle's)."""
+        return tuple(self._steps)
+
     def write(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
         """Add the write ``method(*args, **kwargs)``."""
         named = _named(method)
-        return self._add(Write(named.store, named.method, args, kwargs))
+        return self._add(WriteStep(named.store, named.method, args, kwargs))
 
     def require(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
         """Add a compare-and-set write: if it answers no (a falsy result), nothing of the batch is written."""
         named = _named(method)
-        return self._add(Write(named.store, named.method, args, kwargs, required=True))
+        return self._add(WriteStep(named.store, named.method, args, kwargs, required=True))
 
     def read(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
         """Add the read ``method(*args, **kwargs)``: in its place, it sees the batch's writes before it."""
         named = _named(method)
-        return self._add(Read(named.store, named.method, args, kwargs))
+        return self._add(ReadStep(named.store, named.method, args, kwargs))
 
     def write_from(
         self, method: Callable[P, T], derive: Callable[[Results], Call[P] | None], *, required: bool = False
@@ -203,17 +286,19 @@ class Batch(Sequence[Write | Read]):
         ...     lambda done: call(stores.audit.append_many, entries_of(done[expired])) if done[expired] else None)
         """
         named = _named(method)
-        return self._add(Write(named.store, named.method, required=required, args_from=self._deriving(named, derive)))
+        return self._add(
+            WriteStep(named.store, named.method, required=required, args_from=self._deriving(named, derive))
+        )
 
     def read_from(self, method: Callable[P, T], derive: Callable[[Results], Call[P] | None]) -> Handle[T | None]:
         """Add a read whose arguments ``derive`` works out from earlier handles' results, as :meth:`write_from`.
 
         Unlike a write's, a read that cannot work out its arguments (``derive`` returns ``None`` or raises), or that
         finds a corrupt record, is skipped (its result is ``None``), never failing the batch: see
-        :class:`~storage.protocols.Read`.
+        :class:`ReadStep`.
         """
         named = _named(method)
-        return self._add(Read(named.store, named.method, args_from=self._deriving(named, derive)))
+        return self._add(ReadStep(named.store, named.method, args_from=self._deriving(named, derive)))
 
     def _deriving(
         self, named: StoreMethod, derive: Callable[[Results], Call[...] | None]
@@ -228,28 +313,13 @@ class Batch(Sequence[Write | Read]):
 
         return arguments
 
-    def _add(self, step: Write | Read) -> Handle[Any]:
+    def _add(self, step: Step) -> Handle[Any]:
         if self._steps and self._steps[-1].store == "audit" and step.store != "audit":
             raise ValueError("audit appends come last in a batch (see WriteBatches)")
         handle: Handle[Any] = Handle(self, len(self._steps))
         self._steps.append(step)
         self._handles.append(handle)
         return handle
-
-    def __len__(self) -> int:
-        return len(self._steps)
-
-    def __iter__(self) -> Iterator[Write | Read]:
-        return iter(self._steps)
-
-    @overload
-    def __getitem__(self, index: int) -> Write | Read: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Write | Read]: ...
-
-    def __getitem__(self, index: int | slice) -> Write | Read | Sequence[Write | Read]:
-        return self._steps[index]
 
 
 def _named(method: Callable[..., Any]) -> StoreMethod:
@@ -259,3 +329,37 @@ def _named(method: Callable[..., Any]) -> StoreMethod:
             f"name a batch's call through storage.batch.stores (e.g. stores.runs.transition), not {method!r}"
         )
     return method
+
+
+def checked_reads(batch: Batch) -> list[ReadStep]:
+    """A read batch's reads, checked before any is made: reads only, of known stores, public methods."""
+    checked: list[ReadStep] = []
+    for step in batch.steps:
+        if not isinstance(step, ReadStep):
+            raise ValueError(f"a read batch takes only reads, not {step!r}")
+        checked.append(step)
+        if step.args_from is not None:  # a read batch's reads are independent of each other
+            raise ValueError("a read batch's reads take their arguments as given, not args_from")
+        if step.store not in STORE_NAMES or step.store == "batches":
+            raise ValueError(f"a batch cannot read from {step.store!r}")
+        if step.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {step.store}.{step.method}")
+    return checked
+
+
+def checked_writes(batch: Batch) -> list[Step]:
+    """The batch's writes (and reads), checked before anything is written: known stores, public methods,
+    audit last (no read after an append either: it would hold the chain's head longer).
+
+    ``stores`` names only known stores' public methods, so only a hand-made :class:`StoreMethod` fails here."""
+    checked = list(batch.steps)
+    auditing = False
+    for step in checked:
+        if step.store not in STORE_NAMES or step.store == "batches":
+            raise ValueError(f"a batch cannot write to {step.store!r}")
+        if step.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {step.store}.{step.method}")
+        if auditing and step.store != "audit":
+            raise ValueError("audit appends come last in a batch (see WriteBatches)")
+        auditing = auditing or step.store == "audit"
+    return checked
