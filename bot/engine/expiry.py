@@ -17,7 +17,7 @@ from bot.engine.model import Mention, Note
 from bot.engine.outbox import Deliveries
 from bot.engine.views import Views
 from bot.metrics import Observer
-from storage import Write
+from storage.batch import Batch, Call, call, stores
 from storage.protocols import ApprovalRecord
 
 logger = logging.getLogger(__name__)
@@ -60,12 +60,11 @@ class Expiry:
         now = self.clock()
         claimed: list[ApprovalRecord] = []
         # Each batch of expiries and its audit entries are one write: no approval expires unaudited.
-        expiring = [
-            Write("approvals", "expire_due", (), {"now": now, "limit": batch}),
-            Write("audit", "append_many", args_from=lambda done: _expiry_audit(done[0], now)),
-        ]
+        expiring = Batch()
+        expired = expiring.write(stores.approvals.expire_due, now=now, limit=batch)
+        expiring.write_from(stores.audit.append_many, lambda done: _expiry_audit(done[expired], now))
         while True:
-            records: list[ApprovalRecord] = (await self.storage.batches.apply(expiring)).results[0]
+            records = (await self.storage.batches.apply(expiring))[expired]
             for _record in records:
                 self.observer.decision("expire", "expired")
             claimed += records
@@ -98,8 +97,8 @@ class Expiry:
                 logger.warning("expiry notice not sent", extra={"run_id": record.run_id}, exc_info=True)
 
 
-def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """The audit entries of the approvals a batch of ``expire_due`` claimed (as ``append_many``'s arguments), or
+def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> Call[...] | None:
+    """The audit entries of the approvals a batch of ``expire_due`` claimed (the call of ``append_many``), or
     ``None`` when it claimed none."""
     if not records:
         return None
@@ -107,4 +106,4 @@ def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> tuple[tuple[A
         ("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind})
         for r in records
     ]
-    return (entries,), {"now": now}
+    return call(stores.audit.append_many, entries, now=now)

@@ -19,6 +19,7 @@ from bot.engine.model import UNREAD, Inbound
 from bot.engine.surface import Surface
 from bot.engine.threads import quietly
 from bot.engine.work import Work
+from storage.batch import Batch
 from storage.protocols import ApprovalRecord
 
 logger = logging.getLogger(__name__)
@@ -53,13 +54,15 @@ class Intake:
         the bot does not act on is not stored (``None``); its author may get a private note about an
         approval waiting in the thread.
         """
-        listening = self.listening.read(inbound)
-        if listening is None:
+        if not self.listening.needs_read(inbound):
             hearing = await self.listening.hear(inbound)
             rules: Any = UNREAD
         else:  # the thread's latest run and the access rules: one round trip
-            latest, rules = await self.storage.batches.read([listening, self.access.read(inbound)])
-            hearing = await self.listening.hear(inbound, latest)
+            batch = Batch()
+            latest, reading_rules = self.listening.read(batch, inbound), self.access.read(batch, inbound)
+            read = await self.storage.batches.read(batch)
+            rules = read[reading_rules]
+            hearing = await self.listening.hear(inbound, read[latest])
         if hearing.waiting is not None:
             self.work.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
         if not hearing.act:
