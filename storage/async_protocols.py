@@ -17,14 +17,13 @@ if TYPE_CHECKING:
 
     from bot.messages import ChatMessage
     from storage.audit_chain import AuditVerification
-    from storage.batch import Batch
+    from storage.batch_types import Batch, BatchOutcome
     from storage.protocols import (
         AccessRule,
         ApprovalRecord,
         ApprovalStep,
         ApproverGroup,
         AuditEntry,
-        BatchOutcome,
         ClickedApproval,
         ConditionalRule,
         EffectiveRule,

@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+# A batch's types are storage.batch_types' (which imports no store protocol); Handle and HandleSource are
+# re-exported here, where they were first defined.
+from storage.batch_types import Batch, BatchOutcome
+from storage.batch_types import Handle as Handle
+from storage.batch_types import HandleSource as HandleSource
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
     from storage.audit_chain import AuditVerification
-    from storage.batch import Batch
 
 T = TypeVar("T")
 
@@ -981,67 +986,6 @@ STORE_NAMES: tuple[str, ...] = (
     "batches",
 )
 """The stores every backend has, by attribute (the same on SQLite's facade and on PostgreSQL)."""
-
-
-class HandleSource(Protocol):
-    """What handles point into: a batch, whose ``handles`` are in the order of its writes and reads."""
-
-    @property
-    def handles(self) -> Sequence[Handle[Any]]: ...
-
-
-@dataclass(frozen=True, eq=False)
-class Handle(Generic[T]):
-    """Names one write or read of a :class:`~storage.batch.Batch`; its result is ``outcome[handle]``, a ``T``.
-
-    Made only by the batch (``batch.write(...)`` and the like); ``index`` is its place in the batch, for the
-    backends, never for callers.
-    """
-
-    batch: HandleSource = field(repr=False)
-    index: int
-
-
-class BatchOutcome:
-    """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused_by``: the required write
-    that said no).
-
-    Each result is read through the handle its write or read returned (``outcome[handle]``), never by position:
-    another write added to the batch shifts no handle's result. Made only by the backends.
-
-    >>> outcome[moved], outcome.refused_by is moved
-    """
-
-    __slots__ = ("_batch", "_results", "applied", "refused_by")
-
-    def __init__(
-        self, batch: HandleSource, results: Sequence[Any] = (), *, refused_by: Handle[Any] | None = None
-    ) -> None:
-        if refused_by is None and len(results) != len(batch.handles):
-            raise ValueError(f"a batch of {len(batch.handles)} writes and reads has {len(results)} results")
-        self._batch = batch
-        self._results = tuple(results) if refused_by is None else ()
-        self.applied = refused_by is None
-        """Whether every write of the batch was written (else none was)."""
-        self.refused_by = refused_by
-        """The handle of the required write that answered no (``None``: the batch applied)."""
-
-    def __getitem__(self, handle: Handle[T]) -> T:
-        """The result of ``handle``'s write or read; :class:`LookupError` if the batch was refused."""
-        if handle.batch is not self._batch:
-            raise ValueError("this handle belongs to another batch than the one this is the outcome of")
-        if not self.applied:
-            raise LookupError("the batch was refused: nothing of it was written, it has no results")
-        return self._results[handle.index]
-
-    def get(self, handle: Handle[T]) -> T | None:
-        """The result of ``handle``'s write or read, or ``None`` if the batch was refused."""
-        return self[handle] if self.applied else None
-
-    def __repr__(self) -> str:
-        if self.applied:
-            return f"BatchOutcome(applied=True, results={self._results!r})"
-        return f"BatchOutcome(applied=False, refused_by={self.refused_by!r})"
 
 
 class WriteBatches(Protocol):
