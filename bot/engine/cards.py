@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.model import PENDING, ApprovalView, ThreadRef
 from bot.engine.notices import ApproverNotices
@@ -20,6 +20,9 @@ from bot.engine.views import Views
 from storage import NotFound
 from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, ApprovalStep
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class Cards:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         views: Views,
         notices: ApproverNotices,

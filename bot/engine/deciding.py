@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
@@ -46,6 +46,9 @@ from storage import StorageError
 from storage.batch import Batch, Call, call, stores
 from storage.protocols import ApprovalRecord, ApprovalStep, ClickedApproval, RunRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 QUORUM_CANNOT_EDIT = "this call needs several approvals, so it cannot be edited; reject it with feedback instead"
@@ -58,7 +61,7 @@ class Deciding:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         *,
         gate: Gate,

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.deciding import Deciding
 from bot.engine.model import Mention, Note
@@ -20,6 +20,9 @@ from bot.metrics import Observer
 from storage.batch import Batch, Call, call, stores
 from storage.protocols import ApprovalRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 
@@ -28,7 +31,7 @@ class Expiry:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         *,
         views: Views,
         deciding: Deciding,

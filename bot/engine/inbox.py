@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.engine.ahead import ReadsAhead
 from bot.engine.history import StepHistory
@@ -31,6 +31,9 @@ from bot.engine.work import Work
 from bot.messages import new_id
 from storage.batch import Batch, stores
 from storage.protocols import InboxItem, RunRecord, ThreadAddress
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class Inbox:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         work: Work,

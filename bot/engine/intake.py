@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.access import AccessControl
 from bot.engine.inbox import Inbox, Received
@@ -22,6 +22,9 @@ from bot.engine.work import Work
 from storage.batch import Batch
 from storage.protocols import ApprovalRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 
@@ -30,7 +33,7 @@ class Intake:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         listening: Listening,

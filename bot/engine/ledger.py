@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
@@ -17,6 +17,9 @@ from bot.metrics import NullObserver, Observer
 from storage.batch import Batch, stores
 from storage.errors import FencedOut
 from storage.protocols import RunFence
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class StorageExecutionLedger:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         fences: Callable[[str], RunFence | None] = _no_fence,
         observer: Observer | None = None,
         history: StepHistory | None = None,

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.decisions import who_decides
 from bot.engine.model import PENDING, UNREAD, Inbound, Note
 from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, Handle, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class Listening:
     True
     """
 
-    def __init__(self, storage: Any, reply_mode: str, roles: Any) -> None:
+    def __init__(self, storage: AsyncStores, reply_mode: str, roles: Any) -> None:
         self.storage = storage
         self.reply_mode = reply_mode
         self.roles = roles

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.cards import CARD_KEY_PREFIX, card_step, owed_card
 from bot.engine.model import Note, ThreadRef
@@ -29,6 +29,9 @@ from bot.engine.threads import thread_of_run
 from storage import RunFence, ThreadAddress
 from storage.batch import Batch, stores
 from storage.protocols import Handle
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 __all__ = [
     "CARD_KEY_PREFIX",
@@ -78,7 +81,7 @@ class Deliveries:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         owner: str,

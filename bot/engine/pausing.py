@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
@@ -35,6 +35,9 @@ from storage import NewApproval, TokenUsage
 from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, PolicyView, RunRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 
@@ -52,7 +55,7 @@ class Pausing:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         surfaces: Mapping[str, Surface],
         *,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent import AgentSnapshot, SnapshotError
@@ -30,6 +30,9 @@ from bot.tools import Tool
 from storage import FencedOut, StorageError
 from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, ApprovalStep, PolicyView, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class Resuming:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         *,
         work: Work,
@@ -194,6 +197,7 @@ class Resuming:
                 return snapshot
             history = claimed.history
             if history is None:
+                assert snapshot.history_id is not None  # parse_stored gives a reference only with the history's id
                 history = await self.storage.messages.retrieve_messages(
                     snapshot.history_id, last_k=ref.count, up_to=ref.up_to
                 )

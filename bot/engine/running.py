@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent import Agent
@@ -40,6 +40,9 @@ from bot.metrics import Observer
 from storage import FencedOut, TokenUsage
 from storage.batch import Batch, stores
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 MAX_STEP_REDECISIONS = 2
@@ -64,7 +67,7 @@ class Runner:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         agent: Agent,
         surfaces: Mapping[str, Surface],
         *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.errors import NotAllowedToStop
 from bot.engine.ledger import StorageExecutionLedger
@@ -20,6 +20,9 @@ from storage import NotFound, StorageError
 from storage.batch import Batch, stores
 from storage.protocols import RunRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 MAX_RUN_ID_LENGTH = 200
 
 
@@ -28,7 +31,7 @@ class Stops:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         roles: Roles,
         ledger: StorageExecutionLedger,
         live: dict[str, LiveAnswer],
