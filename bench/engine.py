@@ -167,7 +167,7 @@ def call_name(store_name: str, method_name: str, qualname: str, args: tuple[Any,
     if store_name == "batches" and method_name in ("apply", "read") and args:
         # One round trip for several writes or reads (storage.batches): named by what it does.
         kind = "batch" if method_name == "apply" else "reads"
-        return f"{kind}: " + " + ".join(f"{w.store}.{w.method}" for w in args[0])
+        return f"{kind}: " + " + ".join(f"{w.store}.{w.method}" for w in args[0].steps)
     return qualname
 
 

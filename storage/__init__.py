@@ -57,7 +57,6 @@ from storage.protocols import (
     PolicyStore,
     PolicyView,
     PruneCounts,
-    Read,
     RunFence,
     RunLeases,
     RunRecord,
@@ -67,7 +66,6 @@ from storage.protocols import (
     TokenUsage,
     ToolLedger,
     Vote,
-    Write,
     WriteBatches,
 )
 from storage.sqlite.aio import AsyncStorage, AsyncStore
@@ -123,8 +121,6 @@ __all__ = [
     "AuditLog",
     "ApprovalStep",
     "BatchOutcome",
-    "Read",
-    "Write",
     "WriteBatches",
     "SQLiteWriteBatches",
     "ChatMessageStore",

@@ -7,7 +7,7 @@ protocol's. :class:`AsyncStores` is the surface both backends' async storage off
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, overload
+from typing import TYPE_CHECKING, Protocol
 
 from storage.protocols import InboxWakeups
 
@@ -17,14 +17,13 @@ if TYPE_CHECKING:
 
     from bot.messages import ChatMessage
     from storage.audit_chain import AuditVerification
-    from storage.batch import Batch
+    from storage.batch_types import Batch, BatchOutcome
     from storage.protocols import (
         AccessRule,
         ApprovalRecord,
         ApprovalStep,
         ApproverGroup,
         AuditEntry,
-        BatchOutcome,
         ClickedApproval,
         ConditionalRule,
         EffectiveRule,
@@ -37,13 +36,11 @@ if TYPE_CHECKING:
         PolicyRule,
         PolicyView,
         PruneCounts,
-        Read,
         RunFence,
         RunRecord,
         ThreadAddress,
         TokenUsage,
         Vote,
-        Write,
     )
 
 
@@ -439,15 +436,9 @@ class AsyncOperations(Protocol):
 class AsyncWriteBatches(Protocol):
     """The async twin of :class:`storage.protocols.WriteBatches`."""
 
-    @overload
-    async def read(self, reads: Batch) -> BatchOutcome: ...
+    async def read(self, batch: Batch) -> BatchOutcome: ...
 
-    @overload
-    async def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
-
-    async def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome: ...
-
-    async def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome: ...
+    async def apply(self, batch: Batch) -> BatchOutcome: ...
 
 
 class AsyncStores(Protocol):

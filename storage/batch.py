@@ -22,11 +22,21 @@ no refuses the whole batch (``outcome.refused_by`` is its handle), audit appends
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from storage.batch_types import (
+    Batch,
+    BatchOutcome,
+    Call,
+    Handle,
+    ReadStep,
+    Results,
+    Step,
+    StoreMethod,
+    WriteStep,
+    call,
+)
 from storage.protocols import (
+    STORE_NAMES,
     AccessStore,
     ApprovalPlaces,
     ApprovalStore,
@@ -36,21 +46,33 @@ from storage.protocols import (
     ConditionalRuleStore,
     ConversationStore,
     EventDedupe,
-    Handle,
     MemoryStore,
     Operations,
     Outbox,
     PolicyStore,
-    Read,
     RunLeases,
     RunStore,
     ThreadInbox,
     ToolLedger,
-    Write,
 )
 
-P = ParamSpec("P")
-T = TypeVar("T")
+__all__ = [
+    "STORE_PROTOCOLS",
+    "Batch",
+    "BatchOutcome",
+    "Call",
+    "Handle",
+    "ReadStep",
+    "Results",
+    "Step",
+    "StoreMethod",
+    "Stores",
+    "WriteStep",
+    "call",
+    "checked_reads",
+    "checked_writes",
+    "stores",
+]
 
 STORE_PROTOCOLS: dict[str, type] = {
     "messages": ChatMessageStore,
@@ -72,17 +94,6 @@ STORE_PROTOCOLS: dict[str, type] = {
     "ops": Operations,
 }
 """Each store a batch can call, by attribute, with the protocol it follows (every store but ``batches``)."""
-
-
-@dataclass(frozen=True)
-class StoreMethod:
-    """The runtime value of ``stores.<store>.<method>``: which store method a batch's write or read calls."""
-
-    store: str
-    method: str
-
-    def __str__(self) -> str:
-        return f"{self.store}.{self.method}"
 
 
 class _StoreMethods:
@@ -126,136 +137,35 @@ stores = Stores()
 """Names store methods for a :class:`Batch`: ``batch.write(stores.runs.transition, ...)``."""
 
 
-class Call(Generic[P]):
-    """The arguments a derived write or read (``write_from``/``read_from``) is made with, checked against its method.
-
-    >>> call(stores.audit.append_many, [("countersign", "expired", "a-1", {})], now=now)
-    """
-
-    def __init__(self, method: StoreMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.method = method
-        self.args = args
-        self.kwargs = kwargs
-
-
-def call(method: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> Call[P]:
-    """The arguments ``args``/``kwargs`` for ``method``, as a derived write or read returns them."""
-    return Call(_named(method), args, kwargs)
-
-
-class Results:
-    """What a derived write or read sees of its batch: the results of the handles before it (``done[handle]``)."""
-
-    def __init__(self, batch: Batch, done: tuple[Any, ...]) -> None:
-        self._batch = batch
-        self._done = done
-
-    def __getitem__(self, handle: Handle[T]) -> T:
-        if handle.batch is not self._batch:
-            raise ValueError("this handle belongs to another batch")
-        if handle.index >= len(self._done):
-            raise LookupError(f"handle {handle.index} of the batch comes after the write or read asking for it")
-        return self._done[handle.index]
+def checked_reads(batch: Batch) -> list[ReadStep]:
+    """A read batch's reads, checked before any is made: reads only, of known stores, public methods."""
+    checked: list[ReadStep] = []
+    for step in batch.steps:
+        if not isinstance(step, ReadStep):
+            raise ValueError(f"a read batch takes only reads, not {step!r}")
+        checked.append(step)
+        if step.args_from is not None:  # a read batch's reads are independent of each other
+            raise ValueError("a read batch's reads take their arguments as given, not args_from")
+        if step.store not in STORE_NAMES or step.store == "batches":
+            raise ValueError(f"a batch cannot read from {step.store!r}")
+        if step.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {step.store}.{step.method}")
+    return checked
 
 
-class Batch(Sequence[Write | Read]):
-    """A step's writes and reads, in order, each named by the handle adding it returned.
+def checked_writes(batch: Batch) -> list[Step]:
+    """The batch's writes (and reads), checked before anything is written: known stores, public methods,
+    audit last (no read after an append either: it would hold the chain's head longer).
 
-    Hand it to ``storage.batches.apply`` (writes and reads, one transaction) or, with reads only, to
-    ``storage.batches.read`` (one read transaction); both answer a :class:`~storage.protocols.BatchOutcome`.
-    """
-
-    def __init__(self) -> None:
-        self._steps: list[Write | Read] = []
-        self._handles: list[Handle[Any]] = []
-
-    @property
-    def handles(self) -> Sequence[Handle[Any]]:
-        """Every handle of the batch, in the order of its writes and reads."""
-        return tuple(self._handles)
-
-    def write(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
-        """Add the write ``method(*args, **kwargs)``."""
-        named = _named(method)
-        return self._add(Write(named.store, named.method, args, kwargs))
-
-    def require(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
-        """Add a compare-and-set write: if it answers no (a falsy result), nothing of the batch is written."""
-        named = _named(method)
-        return self._add(Write(named.store, named.method, args, kwargs, required=True))
-
-    def read(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Handle[T]:
-        """Add the read ``method(*args, **kwargs)``: in its place, it sees the batch's writes before it."""
-        named = _named(method)
-        return self._add(Read(named.store, named.method, args, kwargs))
-
-    def write_from(
-        self, method: Callable[P, T], derive: Callable[[Results], Call[P] | None], *, required: bool = False
-    ) -> Handle[T | None]:
-        """Add a write whose arguments ``derive`` works out, in the transaction, from earlier handles' results.
-
-        ``derive`` returning ``None`` skips the write (its result is ``None``; a ``required`` one then refuses the
-        batch); an exception from it fails the batch: a write's arguments are never guessed. It runs on the
-        backend's writer, so it must be cheap and do no I/O.
-
-        >>> expired = batch.write(stores.approvals.expire_due, now=now)
-        >>> batch.write_from(stores.audit.append_many,
-        ...     lambda done: call(stores.audit.append_many, entries_of(done[expired])) if done[expired] else None)
-        """
-        named = _named(method)
-        return self._add(Write(named.store, named.method, required=required, args_from=self._deriving(named, derive)))
-
-    def read_from(self, method: Callable[P, T], derive: Callable[[Results], Call[P] | None]) -> Handle[T | None]:
-        """Add a read whose arguments ``derive`` works out from earlier handles' results, as :meth:`write_from`.
-
-        Unlike a write's, a read that cannot work out its arguments (``derive`` returns ``None`` or raises), or that
-        finds a corrupt record, is skipped (its result is ``None``), never failing the batch: see
-        :class:`~storage.protocols.Read`.
-        """
-        named = _named(method)
-        return self._add(Read(named.store, named.method, args_from=self._deriving(named, derive)))
-
-    def _deriving(
-        self, named: StoreMethod, derive: Callable[[Results], Call[...] | None]
-    ) -> Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None]:
-        def arguments(done: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-            derived = derive(Results(self, done))
-            if derived is None:
-                return None
-            if derived.method != named:
-                raise ValueError(f"a call of {derived.method} cannot make the arguments of {named}")
-            return derived.args, derived.kwargs
-
-        return arguments
-
-    def _add(self, step: Write | Read) -> Handle[Any]:
-        if self._steps and self._steps[-1].store == "audit" and step.store != "audit":
+    ``stores`` names only known stores' public methods, so only a hand-made :class:`StoreMethod` fails here."""
+    checked = list(batch.steps)
+    auditing = False
+    for step in checked:
+        if step.store not in STORE_NAMES or step.store == "batches":
+            raise ValueError(f"a batch cannot write to {step.store!r}")
+        if step.method.startswith("_"):
+            raise ValueError(f"a batch cannot call {step.store}.{step.method}")
+        if auditing and step.store != "audit":
             raise ValueError("audit appends come last in a batch (see WriteBatches)")
-        handle: Handle[Any] = Handle(self, len(self._steps))
-        self._steps.append(step)
-        self._handles.append(handle)
-        return handle
-
-    def __len__(self) -> int:
-        return len(self._steps)
-
-    def __iter__(self) -> Iterator[Write | Read]:
-        return iter(self._steps)
-
-    @overload
-    def __getitem__(self, index: int) -> Write | Read: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Write | Read]: ...
-
-    def __getitem__(self, index: int | slice) -> Write | Read | Sequence[Write | Read]:
-        return self._steps[index]
-
-
-def _named(method: Callable[..., Any]) -> StoreMethod:
-    """The store method ``stores.<store>.<method>`` names (a live store's method is refused: it would run now)."""
-    if not isinstance(method, StoreMethod):
-        raise TypeError(
-            f"name a batch's call through storage.batch.stores (e.g. stores.runs.transition), not {method!r}"
-        )
-    return method
+        auditing = auditing or step.store == "audit"
+    return checked

@@ -8,15 +8,20 @@ for deployments with several bot replicas. Every time in a record is a timezone-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+# A batch's types are storage.batch_types' (which imports no store protocol); Handle and HandleSource are
+# re-exported here, where they were first defined.
+from storage.batch_types import Batch, BatchOutcome
+from storage.batch_types import Handle as Handle
+from storage.batch_types import HandleSource as HandleSource
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
     from storage.audit_chain import AuditVerification
-    from storage.batch import Batch
 
 T = TypeVar("T")
 
@@ -645,7 +650,8 @@ class PolicyStore(Protocol):
 
     def unchanged(self, tool_name: str, view: PolicyView, *, platform: str, workspace: str, channel: str) -> bool:
         """Whether :meth:`view` of the tool in the channel equals ``view`` now: a batch's compare-and-set
-        (``Write(..., required=True)``) that refuses to store what was decided with a view that has changed since."""
+        (``batch.require(stores.policies.unchanged, ...)``) that refuses to store what was decided with a view
+        that has changed since."""
         ...
 
     def remember_confirmation(
@@ -982,234 +988,47 @@ STORE_NAMES: tuple[str, ...] = (
 """The stores every backend has, by attribute (the same on SQLite's facade and on PostgreSQL)."""
 
 
-@dataclass(frozen=True)
-class Write:
-    """One write of a batch: ``<store>.<method>(*args, **kwargs)``, as the engine would call it alone.
-
-    ``required``: the write is a compare-and-set; a falsy result (``False``, ``None``, ``0``) rolls the
-    whole batch back, so nothing of it is written.
-
-    ``args_from``: a write whose arguments depend on what the batch did before it (e.g. the audit entries of the
-    approvals an earlier write expired). Called in the transaction, right before the write, with the results so
-    far (in order), it returns ``(args, kwargs)`` to write with (``args``/``kwargs`` above are then unused), or
-    ``None`` to skip the write (its result is then ``None``, which refuses the batch if it is ``required``). It
-    runs on the backend's writer, so it must be cheap and do no I/O. Unlike :class:`Read`'s, an exception from it
-    fails the batch: a write's arguments are never guessed.
-
-    >>> Write("runs", "transition", ("run-1", "running", "paused"), {"step": 1}, required=True)
-    >>> Write("audit", "append_many", args_from=lambda done: ((entries_of(done[0]),), {}) if done[0] else None)
-    """
-
-    store: str
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    required: bool = False
-    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
-        default=None, compare=False
-    )
-
-    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The ``(args, kwargs)`` to write with after the batch's results ``done``; ``None``: skip the write."""
-        if self.args_from is None:
-            return self.args, self.kwargs
-        return self.args_from(tuple(done))
-
-
-@dataclass(frozen=True)
-class Read:
-    """One read joining a batch: ``<store>.<method>(*args, **kwargs)``, as the engine would call it alone.
-
-    In :meth:`WriteBatches.apply` it runs in the batch's transaction, in its place among the writes, so it
-    sees the writes before it and nothing another transaction commits later; its result is in
-    :attr:`BatchOutcome.results` at its position. A read never refuses a batch.
-
-    ``args_from`` (in :meth:`WriteBatches.apply` only): a read whose arguments depend on what the batch did
-    before it. Called in the transaction, right before the read, with the results so far (in order), it
-    returns ``(args, kwargs)`` to read with (``args``/``kwargs`` above are then unused), or ``None`` to skip
-    the read (its result is then ``None``). It runs on the backend's writer (SQLite: the writer thread, inside
-    its group commit), so it must be cheap and do no I/O. An exception from it skips the read too: what it
-    derives arguments from (e.g. a stored snapshot) is data, and bad data never fails the writes around it.
-    For the same reason, such a read that finds a corrupt record (:class:`~storage.errors.CorruptRecord`, e.g. a
-    stored message that no longer decodes) is skipped as well: its caller reads again itself and fails only what
-    needs that data. Any other error of the read fails the batch, as any read's (the database failing).
-
-    >>> Read("inbox", "waiting", ("slack:T1:C1:170.1",))
-    >>> Read("messages", "retrieve_messages",
-    ...      args_from=lambda done: ((done[0].chat_history_id,), {"last_k": 5}) if done[0] else None)
-    """
-
-    store: str
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    required: bool = field(default=False, init=False)
-    args_from: Callable[[tuple[Any, ...]], tuple[tuple[Any, ...], dict[str, Any]] | None] | None = field(
-        default=None, compare=False
-    )
-
-    @property
-    def dependent(self) -> bool:
-        """Whether its arguments come from the batch's earlier results (``args_from``)."""
-        return self.args_from is not None
-
-    def arguments(self, done: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The ``(args, kwargs)`` to read with after the batch's results ``done``; ``None``: skip the read."""
-        if self.args_from is None:
-            return self.args, self.kwargs
-        try:
-            return self.args_from(tuple(done))
-        except Exception:  # see the class: bad data a read's arguments come from skips the read, never the batch
-            return None
-
-
-@runtime_checkable
-class HandleSource(Protocol):
-    """What handles point into: a batch, whose ``handles`` are in the order of its writes and reads."""
-
-    @property
-    def handles(self) -> Sequence[Handle[Any]]: ...
-
-
-@dataclass(frozen=True, eq=False)
-class Handle(Generic[T]):
-    """Names one write or read of a :class:`~storage.batch.Batch`; its result is ``outcome[handle]``, a ``T``.
-
-    Made only by the batch (``batch.write(...)`` and the like); ``index`` is its place in the batch, for the
-    backends, never for callers.
-    """
-
-    batch: HandleSource = field(repr=False)
-    index: int
-
-
-@dataclass(frozen=True)
-class BatchOutcome:
-    """What :meth:`WriteBatches.apply` did: every write (``applied``), or none (``refused``: which one said no).
-
-    For a :class:`storage.batch.Batch`, read each result through the handle its write or read returned
-    (``outcome[handle]``), never by position: another write added to the batch shifts no handle's result.
-
-    >>> outcome[moved], outcome.refused_by is moved
-    """
-
-    applied: bool
-    results: tuple[Any, ...] = ()
-    """Each write's result, in order (empty when nothing was applied)."""
-    refused: int | None = None
-    """The index of the required write whose compare-and-set failed."""
-    source: Sequence[Write | Read] | None = field(default=None, compare=False, repr=False)
-    """The writes (or :class:`~storage.batch.Batch`) this is the outcome of: a handle must come from it."""
-
-    def __getitem__(self, handle: Handle[T]) -> T:
-        """The result of ``handle``'s write or read; :class:`LookupError` if the batch was refused."""
-        if not self.applied:
-            raise LookupError("the batch was refused: nothing of it was written, it has no results")
-        return self.results[self._index_of(handle)]
-
-    def get(self, handle: Handle[T]) -> T | None:
-        """The result of ``handle``'s write or read, or ``None`` if the batch was refused."""
-        return self[handle] if self.applied else None
-
-    @property
-    def refused_by(self) -> Handle[Any] | None:
-        """The handle of the required write that answered no (``None``: the batch applied)."""
-        if self.refused is None or not isinstance(self.source, HandleSource):
-            return None
-        return self.source.handles[self.refused]
-
-    def _index_of(self, handle: Handle[Any]) -> int:
-        if handle.batch is not self.source:
-            raise ValueError("this handle belongs to another batch than the one this is the outcome of")
-        return handle.index
-
-
 class WriteBatches(Protocol):
     """Several writes of one step in one transaction, and in one storage round trip.
 
-    The engine describes a step's writes as :class:`Write` values (store, method, arguments) and hands
-    them over together; the backend applies them in order, atomically: SQLite in one ``SAVEPOINT`` on its
-    writer thread (one hop, one group commit), PostgreSQL on one connection in one transaction. Each
-    write means exactly what the store method means alone (fences, compare-and-sets, the audit chain).
-    If a ``required`` write returns a falsy result, or any write raises, nothing of the batch is written.
-    A :class:`Read` among the writes reads in the batch's transaction (what the step needs to know as of
-    its own writes, e.g. whether messages wait for the thread), saving the round trip of a read after it;
-    with ``args_from`` it reads what an earlier result points to (or nothing), e.g. the history a decided
-    step's snapshot refers to, once the batch's claim of the run won.
+    The engine describes a step's writes as a :class:`~storage.batch.Batch` (each write the store method it
+    calls, named through ``storage.batch.stores``) and hands them over together; the backend applies them in
+    order, atomically: SQLite in one ``SAVEPOINT`` on its writer thread (one hop, one group commit), PostgreSQL
+    on one connection in one transaction. Each write means exactly what the store method means alone (fences,
+    compare-and-sets, the audit chain). If a ``require``-d write returns a falsy result, or any write raises,
+    nothing of the batch is written. A read among the writes reads in the batch's transaction (what the step
+    needs to know as of its own writes, e.g. whether messages wait for the thread), saving the round trip of a
+    read after it; with ``read_from`` it reads what an earlier result points to (or nothing), e.g. the history
+    a decided step's snapshot refers to, once the batch's claim of the run won.
 
     Audit appends come last in a batch (:class:`ValueError` otherwise): on PostgreSQL an append locks the
     chain's head until the commit, so taking it last keeps that lock short and every batch takes its
     locks in the same order (rows first, the chain's head last), never deadlocking against another.
     """
 
-    @overload
-    def read(self, reads: Batch) -> BatchOutcome: ...
+    def read(self, batch: Batch) -> BatchOutcome:
+        """Make ``batch``'s reads (read methods only) in order, in one round trip and one read transaction: SQLite
+        on one reader thread (``BEGIN`` … ``COMMIT``: one snapshot of the database), PostgreSQL on one connection.
+        Each result is what the store method returns alone; an error in any read raises.
 
-    @overload
-    def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
-
-    def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
-        """Make ``reads`` (read methods only) in order, in one round trip and one read transaction: SQLite on one
-        reader thread (``BEGIN`` … ``COMMIT``: one snapshot of the database), PostgreSQL on one connection. Each
-        result is what the store method returns alone; an error in any read raises. Given a
-        :class:`~storage.batch.Batch` of reads, the results come as a :class:`BatchOutcome`, read by handle.
-
-        >>> latest, rules = storage.batches.read([
-        ...     Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",)),
-        ...     Read("access", "rules", (["slack:T1:C1", "slack:T1"],)),
-        ... ])
+        >>> batch = Batch()
+        >>> latest = batch.read(stores.runs.latest_for_thread, "slack:T1:C1:170.1")
+        >>> rules = batch.read(stores.access.rules, ["slack:T1:C1", "slack:T1"])
+        >>> outcome = storage.batches.read(batch)
+        >>> outcome[latest], outcome[rules]
         """
         ...
 
-    def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
-        """Apply ``writes`` in order, all or nothing (a :class:`Read` among them reads in the same transaction).
+    def apply(self, batch: Batch) -> BatchOutcome:
+        """Apply ``batch``'s writes in order, all or nothing (a read among them reads in the same transaction).
 
-        >>> storage.batches.apply([
-        ...     Write("runs", "transition", ("run-1", "running", "paused"), required=True),
-        ...     Write("audit", "append", ("U1", "paused", "run-1", {})),
-        ... ]).applied
+        >>> batch = Batch()
+        >>> moved = batch.require(stores.runs.transition, "run-1", "running", "paused")
+        >>> batch.write(stores.audit.append, "U1", "paused", "run-1", {})
+        >>> storage.batches.apply(batch).applied
         True
         """
         ...
-
-
-def read_outcome(reads: Sequence[Write | Read], results: tuple[Any, ...]) -> Any:
-    """What a read batch returns: for a :class:`~storage.batch.Batch`, an outcome read by handle; else the results."""
-    if isinstance(reads, HandleSource):
-        return BatchOutcome(applied=True, results=results, source=reads)
-    return results
-
-
-def checked_reads(reads: Sequence[Write | Read]) -> list[Read]:
-    """A read batch's reads, checked before any is made: only :class:`Read` values, of known stores, public methods."""
-    checked: list[Read] = []
-    for read in reads:
-        if not isinstance(read, Read):
-            raise ValueError(f"a read batch takes only reads, not {read!r}")
-        checked.append(read)
-        if read.args_from is not None:  # a read batch's reads are independent of each other
-            raise ValueError("a read batch's reads take their arguments as given, not args_from")
-        if read.store not in STORE_NAMES or read.store == "batches":
-            raise ValueError(f"a batch cannot read from {read.store!r}")
-        if read.method.startswith("_"):
-            raise ValueError(f"a batch cannot call {read.store}.{read.method}")
-    return checked
-
-
-def checked_writes(writes: Sequence[Write | Read]) -> list[Write | Read]:
-    """The batch's writes (and reads), checked before anything is written: known stores, public methods,
-    audit last (no read after an append either: it would hold the chain's head longer)."""
-    checked = list(writes)
-    auditing = False
-    for write in checked:
-        if write.store not in STORE_NAMES or write.store == "batches":
-            raise ValueError(f"a batch cannot write to {write.store!r}")
-        if write.method.startswith("_"):
-            raise ValueError(f"a batch cannot call {write.store}.{write.method}")
-        if auditing and write.store != "audit":
-            raise ValueError("audit appends come last in a batch (see WriteBatches)")
-        auditing = auditing or write.store == "audit"
-    return checked
 
 
 @dataclass(frozen=True)

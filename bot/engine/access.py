@@ -7,13 +7,17 @@ everyone ask (today's behaviour). Admins may always ask. A refusal is private, p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.admin_syntax import EVERYONE
 from bot.engine.model import UNREAD, Inbound
 from bot.engine.roles import group_label
+from storage.batch import Batch, stores
 from storage.policy_rules import scope_channel, scope_workspace
-from storage.protocols import Read
+from storage.protocols import AccessRule, Handle
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 REFUSED = "Sorry, you can't ask me to do things here: an admin has limited who may. Ask one of them for access."
 DM_REFUSED = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
@@ -26,13 +30,13 @@ class AccessControl:
     None
     """
 
-    def __init__(self, storage: Any, roles: Any) -> None:
+    def __init__(self, storage: AsyncStores, roles: Any) -> None:
         self.storage = storage
         self.roles = roles
 
-    def read(self, inbound: Inbound) -> Read:
-        """The read of the access rules :meth:`refusal` goes by, to make together with others."""
-        return Read("access", "rules", (_scopes(inbound),))
+    def read(self, batch: Batch, inbound: Inbound) -> Handle[list[AccessRule]]:
+        """Add the read of the access rules :meth:`refusal` goes by to ``batch``, to make together with others."""
+        return batch.read(stores.access.rules, _scopes(inbound))
 
     async def refusal(self, inbound: Inbound, rules: Any = UNREAD) -> str | None:
         """``None`` when ``inbound``'s author may ask there, else the sentence that tells them why not.

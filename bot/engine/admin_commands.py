@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
@@ -22,6 +22,9 @@ from bot.tools import Tool
 from storage.policy_rules import scope_channel, scope_global, scope_workspace
 from storage.protocols import ApprovalRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 
 class AdminCommands:
     """Executes parsed admin commands against storage; every answer is plain text.
@@ -32,7 +35,7 @@ class AdminCommands:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         roles: Roles,
         clock: Callable[[], datetime],

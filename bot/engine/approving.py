@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.confirmation import NEVER, channel_scope, matching_condition
 from bot.engine.deciding import Deciding
@@ -20,13 +20,16 @@ from bot.engine.threads import channel_of
 from bot.engine.views import Views
 from storage.protocols import ApprovalRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 
 class Approving:
     """Approve-all and approve-and-always-allow, each through the one gate, then one decision per call."""
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         *,
         gate: Gate,
         roles: Roles,

@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.model import PENDING, ApprovalView, ThreadRef
 from bot.engine.notices import ApproverNotices
 from bot.engine.surface import Surface
 from bot.engine.threads import quietly, thread_of_run
 from bot.engine.views import Views
-from storage import NotFound, Write
+from storage import NotFound
+from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, ApprovalStep
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +46,7 @@ class Cards:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         views: Views,
         notices: ApproverNotices,
@@ -66,10 +70,11 @@ class Cards:
         message_ref = await surface.render_approvals(thread, views)
         # The step's statuses once the reference is stored (the same statement, no read after), and the card no
         # longer owed: one write.
-        writes = [Write("approvals", "mark_rendered", ([r.approval_id for r in records], message_ref))]
+        batch = Batch()
+        marking = batch.write(stores.approvals.mark_rendered, [r.approval_id for r in records], message_ref)
         if not rendered:
-            writes.append(Write("outbox", "delivered", (card_key,), {"now": self.clock()}))
-        statuses: dict[str, str] = (await self.storage.batches.apply(writes)).results[0]
+            batch.write(stores.outbox.delivered, card_key, now=self.clock())
+        statuses = (await self.storage.batches.apply(batch))[marking]
         await quietly(self.notices.send_direct(thread, records))
         if any(r.approvers for r in records):  # copies went to named approvers: a click meanwhile missed them
             statuses = {

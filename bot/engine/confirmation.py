@@ -6,7 +6,7 @@ import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.aio import run_sync
 from bot.canonical import args_digest
@@ -18,6 +18,9 @@ from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
 from storage.policy_rules import channel_scopes, scope_channel
 from storage.protocols import ConditionalRule, PolicyView
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +135,7 @@ def channel_scope(context: Mapping[str, Any]) -> str:
 
 
 async def effective_policy(
-    storage: Any,
+    storage: AsyncStores,
     tool: Tool | None,
     context: Mapping[str, Any],
     default_ttl: int,
@@ -214,7 +217,7 @@ def _scopes(context: Mapping[str, Any]) -> list[str]:
 
 
 async def matching_condition(
-    storage: Any, tool_name: str, context: Mapping[str, Any], arguments: Mapping[str, Any]
+    storage: AsyncStores, tool_name: str, context: Mapping[str, Any], arguments: Mapping[str, Any]
 ) -> tuple[tuple[int, int], str, str] | None:
     """The most specific conditional rule matching ``arguments`` here: ``((scope rank, clauses), mode,
     condition text)``, or ``None`` (read from storage; see :func:`best_condition`)."""
@@ -262,7 +265,7 @@ class PolicyConfirmationStrategy:
     Pausing is a breakpoint: the engine stores the snapshot and renders the approvals.
     """
 
-    def __init__(self, storage: Any, tools: Mapping[str, Tool], default_ttl: int) -> None:
+    def __init__(self, storage: AsyncStores, tools: Mapping[str, Tool], default_ttl: int) -> None:
         self.storage = storage
         self.tools = tools
         self.default_ttl = default_ttl

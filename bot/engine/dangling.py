@@ -4,18 +4,21 @@ never sees a call it could take as still running (and never runs it again)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.hitl.apply import closing_results
 from bot.messages import ChatMessage
 from storage.protocols import RunFence
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 Settle = Callable[[ChatMessage], Awaitable[ChatMessage]]
 """Turns the default closing result of one call into what is known of it (e.g. the ledger's outcome)."""
 
 
 async def close_dangling(
-    storage: Any,
+    storage: AsyncStores,
     thread_key: str,
     reason: str,
     *,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
@@ -42,14 +42,17 @@ from bot.engine.work import Work
 from bot.logs import log_context
 from bot.metrics import Observer
 from bot.tools import Tool
-from storage import Read, StorageError, Write
-from storage.protocols import ApprovalRecord, ApprovalStep, ClickedApproval
+from storage import StorageError
+from storage.batch import Batch, Call, call, stores
+from storage.protocols import ApprovalRecord, ApprovalStep, ClickedApproval, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
 QUORUM_CANNOT_EDIT = "this call needs several approvals, so it cannot be edited; reject it with feedback instead"
 
-ReadArgs = tuple[tuple[Any, ...], dict[str, Any]]
 """A batch read's ``(args, kwargs)``, computed in the batch's transaction from what it did before."""
 
 
@@ -58,7 +61,7 @@ class Deciding:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         *,
         gate: Gate,
@@ -166,52 +169,55 @@ class Deciding:
         owned and leased) in the same write, pinned to this decision's step (a run paused again since is never
         resumed with it): what that transaction read for the resume, else ``None``.
         """
-        decision = Write(
-            "approvals",
-            "decide",
-            (record.approval_id,),
-            {
-                "status": STATUS_OF_ACTION[action],
-                "decided_by": request.actor,
-                "feedback": request.feedback,
-                "final_arguments": final_arguments,
-                "now": self.clock(),
-                "final_result": final_result,
-            },
-            required=True,
+        batch = Batch()
+        batch.require(
+            stores.approvals.decide,
+            record.approval_id,
+            status=STATUS_OF_ACTION[action],
+            decided_by=request.actor,
+            feedback=request.feedback,
+            final_arguments=final_arguments,
+            now=self.clock(),
+            final_result=final_result,
         )
-        writes: list[Write | Read] = [decision]
-        claiming = not self.work.stopping  # when stopping, another process's sweep resumes the run
-        if claiming:
-            writes.append(
-                Write(
-                    "leases",
-                    "claim_paused",
-                    (record.run_id, self.leases.owner, self.leases.lease_until()),
-                    {"decided": True, "step": record.step, "start": True},
-                )
+        # When stopping, another process's sweep resumes the run.
+        claim = (
+            None
+            if self.work.stopping
+            else batch.write(
+                stores.leases.claim_paused,
+                record.run_id,
+                self.leases.owner,
+                self.leases.lease_until(),
+                decided=True,
+                step=record.step,
+                start=True,
             )
+        )
         # The step as of this decision (and its claim), read in the same transaction: the re-render and the resume
         # use it, with no read of their own.
-        writes.append(Read("approvals", "step", (record.run_id, record.step)))
-        if claiming:
+        step = batch.read(stores.approvals.step, record.run_id, record.step)
+        history = policies = None
+        if claim is not None:
+            claimed = claim  # bound for the derivations below
             # The history the step's snapshot refers to, and the policies of the calls it is to run (a deny set
             # since stops an approved call: step_decisions), read only if the claim won (else nothing is read).
-            writes.append(Read("messages", "retrieve_messages", args_from=_claimed_history))
-            writes.append(Read("policies", "views", args_from=_claimed_policies))
-        writes.append(self._decision_audit(record, request, action, final_arguments))
-        won = await self.storage.batches.apply(writes)
+            history = batch.read_from(
+                stores.messages.retrieve_messages, lambda done: _claimed_history(done[claimed], done[step])
+            )
+            policies = batch.read_from(stores.policies.views, lambda done: _claimed_policies(done[claimed], done[step]))
+        self._decision_audit(batch, record, request, action, final_arguments)
+        won = await self.storage.batches.apply(batch)
         if not won.applied:
             check_open(self.clock(), await self.views.record(record.approval_id))
             raise AlreadyDecided("decided", None, None)
         failpoints.failpoint("after_decide")
         # Only a claimed step is taken as read in the transaction: without the claim, a concurrent decision of the
         # same step (PostgreSQL) may commit after this read, and a read after the commit sees it.
-        claim, step, history, policies = 1, 2, 3, 4  # the positions of the claim's results
-        if not (claiming and won.results[claim]):
+        if claim is None or history is None or policies is None or not won[claim]:
             return None
         failpoints.failpoint("after_claim")  # claimed and started: the run is running, owned by us
-        return ClaimedStep(won.results[step], won.results[history], won.results[policies])
+        return ClaimedStep(won[step], won[history], won[policies])
 
     async def _after_won_decision(
         self,
@@ -252,9 +258,9 @@ class Deciding:
                 self.resuming.resume_claimed_run(claimed)
 
     def _decision_audit(
-        self, record: ApprovalRecord, request: DecisionRequest, action: str, final_arguments: Any
-    ) -> Write:
-        """The audit entry of a decision, written in the same batch as the decision itself."""
+        self, batch: Batch, record: ApprovalRecord, request: DecisionRequest, action: str, final_arguments: Any
+    ) -> None:
+        """Add the audit entry of a decision to ``batch``, written in the same batch as the decision itself."""
         changed = final_arguments or {}
         details = {
             "tool": record.tool_name,
@@ -265,11 +271,8 @@ class Deciding:
         }
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
-        return Write(
-            "audit",
-            "append",
-            (request.actor, STATUS_OF_ACTION[action], record.approval_id, details),
-            {"now": self.clock()},
+        batch.write(
+            stores.audit.append, request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
         )
 
     async def _vote(self, record: ApprovalRecord, request: DecisionRequest) -> DecisionResult | None:
@@ -338,26 +341,24 @@ class Deciding:
         return merge_edit(tool, record.arguments, edited)
 
 
-def _claimed_history(done: tuple[Any, ...]) -> ReadArgs | None:
-    """A decision batch's history read (``Read.args_from``): after ``(decide, claim, step)``, the history the decided
-    step's snapshot refers to, if the claim won; ``None`` (read nothing) otherwise. Runs in the decision's
-    transaction, so it looks at the reference only (the resume parses and checks the whole snapshot)."""
-    claim, paused = done[1], done[2]
+def _claimed_history(claim: RunRecord | None, paused: ApprovalStep) -> Call[...] | None:
+    """A decision batch's history read (``read_from``): the history the decided step's snapshot refers to, if the
+    claim won; ``None`` (read nothing) otherwise. Runs in the decision's transaction, so it looks at the reference
+    only (the resume parses and checks the whole snapshot)."""
     if not claim or paused.snapshot is None:
         return None
     target = history_to_read(paused.snapshot)
     if target is None:  # self-contained: nothing to read
         return None
     history_id, ref = target
-    return (history_id,), {"last_k": ref.count, "up_to": ref.up_to}
+    return call(stores.messages.retrieve_messages, history_id, last_k=ref.count, up_to=ref.up_to)
 
 
-def _claimed_policies(done: tuple[Any, ...]) -> ReadArgs | None:
-    """A decision batch's policy read (``Read.args_from``): after ``(decide, claim, step, history)``, the policy views
-    in the run's channel of the tools whose calls the decided step may run (its approvals' and those the policy let
-    run at the pause), if the claim won; ``None`` (read nothing) otherwise, or for a step held for review (its tools
-    ran). Cheap: it looks at the stored snapshot's decisions only; the resume reads what this did not."""
-    claim, paused = done[1], done[2]
+def _claimed_policies(claim: RunRecord | None, paused: ApprovalStep) -> Call[...] | None:
+    """A decision batch's policy read (``read_from``): the policy views in the run's channel of the tools whose calls
+    the decided step may run (its approvals' and those the policy let run at the pause), if the claim won; ``None``
+    (read nothing) otherwise, or for a step held for review (its tools ran). Cheap: it looks at the stored snapshot's
+    decisions only; the resume reads what this did not."""
     if not claim:
         return None
     data = paused.snapshot
@@ -366,7 +367,14 @@ def _claimed_policies(done: tuple[Any, ...]) -> ReadArgs | None:
     names = [a.tool_name for a in paused.approvals]
     if isinstance(data, dict):
         names += [d["tool_name"] for d in data.get("decisions") or () if d.get("execute") is True]
-    return (tuple(dict.fromkeys(names)),), channel_of(paused.run)
+    channel = channel_of(paused.run)
+    return call(
+        stores.policies.views,
+        tuple(dict.fromkeys(names)),
+        platform=channel["platform"],
+        workspace=channel["workspace"],
+        channel=channel["channel"],
+    )
 
 
 def _action_label(action: object) -> str:

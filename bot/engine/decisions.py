@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.confirmation import DENY, best_condition, policy_of
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
@@ -21,6 +21,9 @@ from bot.redaction import mask_secrets
 from bot.tools import Tool
 from storage.policy_rules import channel_scopes
 from storage.protocols import ApprovalRecord, PolicyView
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +146,7 @@ class BlockedCall:
 
 
 async def step_decisions(
-    storage: Any,
+    storage: AsyncStores,
     step_calls: Sequence[ToolCall],
     decided: Sequence[ToolExecutionDecision],
     records: Sequence[Any],
@@ -239,7 +242,7 @@ def _final_arguments(
 
 
 async def _denied_by(
-    storage: Any, view: PolicyView, context: Mapping[str, Any], arguments: Mapping[str, Any]
+    storage: AsyncStores, view: PolicyView, context: Mapping[str, Any], arguments: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Where a ``deny`` comes from, for the audit log: the matching conditional rule or the plain rule (its scope,
     and who last set it: a read of its own, made only for a call that is blocked)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.config import Config
@@ -29,6 +29,9 @@ from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import open_async_storage
 from storage.protocols import ApprovalRecord, ApprovalStep
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 __all__ = [
     "NOTHING_TO_STOP",
@@ -54,7 +57,7 @@ class Engine:
         self,
         *,
         config: Config,
-        storage: Any,
+        storage: AsyncStores,
         generator: Any,
         tools: Sequence[Tool],
         clock: Callable[[], datetime] | None = None,

@@ -10,15 +10,18 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.deciding import Deciding
 from bot.engine.model import Mention, Note
 from bot.engine.outbox import Deliveries
 from bot.engine.views import Views
 from bot.metrics import Observer
-from storage import Write
+from storage.batch import Batch, Call, call, stores
 from storage.protocols import ApprovalRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +31,7 @@ class Expiry:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         *,
         views: Views,
         deciding: Deciding,
@@ -60,12 +63,11 @@ class Expiry:
         now = self.clock()
         claimed: list[ApprovalRecord] = []
         # Each batch of expiries and its audit entries are one write: no approval expires unaudited.
-        expiring = [
-            Write("approvals", "expire_due", (), {"now": now, "limit": batch}),
-            Write("audit", "append_many", args_from=lambda done: _expiry_audit(done[0], now)),
-        ]
+        expiring = Batch()
+        expired = expiring.write(stores.approvals.expire_due, now=now, limit=batch)
+        expiring.write_from(stores.audit.append_many, lambda done: _expiry_audit(done[expired], now))
         while True:
-            records: list[ApprovalRecord] = (await self.storage.batches.apply(expiring)).results[0]
+            records = (await self.storage.batches.apply(expiring))[expired]
             for _record in records:
                 self.observer.decision("expire", "expired")
             claimed += records
@@ -98,8 +100,8 @@ class Expiry:
                 logger.warning("expiry notice not sent", extra={"run_id": record.run_id}, exc_info=True)
 
 
-def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """The audit entries of the approvals a batch of ``expire_due`` claimed (as ``append_many``'s arguments), or
+def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> Call[...] | None:
+    """The audit entries of the approvals a batch of ``expire_due`` claimed (the call of ``append_many``), or
     ``None`` when it claimed none."""
     if not records:
         return None
@@ -107,4 +109,4 @@ def _expiry_audit(records: list[ApprovalRecord], now: datetime) -> tuple[tuple[A
         ("countersign", "expired", r.approval_id, {"tool": r.tool_name, "run_id": r.run_id, "kind": r.kind})
         for r in records
     ]
-    return (entries,), {"now": now}
+    return call(stores.audit.append_many, entries, now=now)

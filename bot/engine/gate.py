@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.agent.tool_runner import OUTCOME_UNKNOWN
 from bot.engine.decisions import ID_LESS_PREFIX, authorize_now, check_open
@@ -19,6 +19,9 @@ from bot.engine.ledger import ledger_key
 from bot.engine.roles import Roles
 from storage.protocols import TERMINAL_RUN_STATUSES, ApprovalRecord, ClickedApproval, LedgerEntry, RunRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 Authorise = Callable[[], Awaitable[None]]
 """Raises why the actor may not do what the click asks (:class:`NotAnApprover`, :class:`NotAnAdmin`, ...)."""
 
@@ -26,7 +29,7 @@ Authorise = Callable[[], Awaitable[None]]
 class Gate:
     """Place → actor → still open → audit, in one place (see the module docstring)."""
 
-    def __init__(self, storage: Any, roles: Roles, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: AsyncStores, roles: Roles, clock: Callable[[], datetime]) -> None:
         self.storage = storage
         self.roles = roles
         self.clock = clock

@@ -27,12 +27,72 @@ with other arguments goes to storage as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from bot.engine.model import UNREAD
 from bot.messages import ChatMessage
-from storage.protocols import Read, Write
+from storage.batch import Batch, stores
+from storage.protocols import Handle, RunFence
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PendingHistory:
+    """Messages of a run's thread the agent wrote and storage has not yet: one ``write_messages``, made with the
+    run's next batch (:meth:`add_to`)."""
+
+    chat_history_id: str
+    messages: tuple[ChatMessage, ...]
+    fence: RunFence | None = None
+
+    def add_to(self, batch: Batch) -> Handle[int]:
+        """Add the write of these messages to ``batch``."""
+        return batch.write(stores.messages.write_messages, self.chat_history_id, list(self.messages), self.fence)
+
+
+def add_history(batch: Batch, pending: Sequence[PendingHistory]) -> None:
+    """Add every write of ``pending`` to ``batch``, in order (their results are not read: rows written)."""
+    for write in pending:
+        write.add_to(batch)
+
+
+@dataclass(frozen=True)
+class AheadCall(Generic[T]):
+    """A store read, named by its method (``stores.<store>.<method>``) and its arguments: what a run will ask for,
+    read ahead in a batch (:meth:`read_in`), its result answering exactly that call (:meth:`StepHistory.prefetched`).
+    """
+
+    method: Callable[..., T]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def read_in(self, batch: Batch) -> Handle[T]:
+        """Add this read to ``batch``."""
+        return batch.read(self.method, *self.args, **self.kwargs)
+
+    def answers(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        """Whether this is the very read ``method(*args, **kwargs)``."""
+        return self.method == method and self.args == args and dict(self.kwargs) == dict(kwargs)
+
+
+def ahead_call(method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> AheadCall[T]:
+    """The read ``method(*args, **kwargs)`` to read ahead, its arguments checked against ``method``'s."""
+    return AheadCall(method, args, kwargs)
+
+
+@dataclass(frozen=True)
+class ReadAhead(Generic[T]):
+    """A read ahead added to a batch: the call it answers and the handle its result is read by."""
+
+    call: AheadCall[T]
+    handle: Handle[T]
 
 
 class StepHistory:
@@ -41,16 +101,16 @@ class StepHistory:
 
     >>> history.open("run-1", "slack:T1:C1:170.1")
     >>> await history.write_messages("slack:T1:C1:170.1", [reply])  # waits
-    >>> [w.method for w in history.take("run-1")]
-    ['write_messages']
+    >>> [len(w.messages) for w in history.take("run-1")]
+    [1]
     """
 
-    def __init__(self, storage: Any) -> None:
+    def __init__(self, storage: AsyncStores) -> None:
         self.storage = storage
         self._threads: dict[str, str] = {}  # run id -> its thread's chat_history_id, while the engine works on it
         self._runs: dict[str, str] = {}  # the reverse
-        self._pending: dict[str, list[Write]] = {}  # run id -> its history writes not yet made
-        self._reads: dict[str, list[tuple[str, tuple[Any, ...], dict[str, Any], Any]]] = {}  # run id -> read ahead
+        self._pending: dict[str, list[PendingHistory]] = {}  # run id -> its history writes not yet made
+        self._reads: dict[str, list[tuple[AheadCall[Any], Any]]] = {}  # run id -> read ahead, with its result
         self.memories = StepMemories(storage, self)
         """The agent's memory store: a search the run's start read ahead is answered from it."""
 
@@ -60,7 +120,7 @@ class StepHistory:
         self._runs[chat_history_id] = run_id
         self._pending.pop(run_id, None)
 
-    def close(self, run_id: str) -> list[Write]:
+    def close(self, run_id: str) -> list[PendingHistory]:
         """The engine is done with ``run_id``: writes go through at once again; what still waited (dropped)."""
         thread = self._threads.pop(run_id, None)
         if thread is not None and self._runs.get(thread) == run_id:
@@ -68,20 +128,22 @@ class StepHistory:
         self._reads.pop(run_id, None)
         return self._pending.pop(run_id, [])
 
-    def prefetched(self, run_id: str, reads: Sequence[tuple[Any, Any]]) -> None:
-        """What ``run_id`` will read first, read already (``(Read, result)`` pairs): each answers one equal call."""
-        self._reads[run_id] = [(read.method, read.args, read.kwargs, result) for read, result in reads]
+    def prefetched(self, run_id: str, reads: Sequence[tuple[AheadCall[Any], Any]]) -> None:
+        """What ``run_id`` will read first, read already (``(call, result)`` pairs): each answers one equal call."""
+        self._reads[run_id] = list(reads)
 
-    def _ahead(self, run_id: str | None, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _ahead(
+        self, run_id: str | None, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
         """The result read ahead for this very call of ``run_id`` (forgotten once used), or :data:`UNREAD`."""
         reads = self._reads.get(run_id, []) if run_id is not None else []
-        for index, (name, read_args, read_kwargs, result) in enumerate(reads):
-            if name == method and read_args == args and read_kwargs == kwargs:
+        for index, (read, result) in enumerate(reads):
+            if read.answers(method, args, kwargs):
                 del reads[index]
                 return result
         return UNREAD
 
-    def take_read(self, run_id: str, read: Read) -> Any:
+    def take_read(self, run_id: str, read: AheadCall[T]) -> T | Any:
         """The result read ahead for ``run_id`` by exactly ``read`` (once), or :data:`UNREAD` (e.g. the run's policy
         views, which the engine hands to its confirmation checks)."""
         return self._ahead(run_id, read.method, read.args, read.kwargs)
@@ -90,11 +152,11 @@ class StepHistory:
         """The run the engine works on in that thread, if any."""
         return self._runs.get(chat_history_id)
 
-    def take(self, run_id: str) -> list[Write]:
+    def take(self, run_id: str) -> list[PendingHistory]:
         """The run's waiting history writes, in order, for the batch about to be applied (forgets them)."""
         return self._pending.pop(run_id, [])
 
-    def give_back(self, run_id: str, writes: list[Write]) -> None:
+    def give_back(self, run_id: str, writes: list[PendingHistory]) -> None:
         """Writes :meth:`take` gave out whose batch raised: they wait again (before any newer ones), for the run's
         failure to write them; or whose pause was refused because a policy changed (the run is still ours: they go
         with its next batch). A batch refused by the run's own compare-and-set is not given back: not our run now."""
@@ -104,27 +166,28 @@ class StepHistory:
     async def retrieve_messages(self, chat_history_id: str, last_k: int | None = None, **kwargs: Any) -> list[Any]:
         """The thread's stored history (as ``storage.messages`` reads it; read ahead at the run's start)."""
         ahead = self._ahead(
-            self._runs.get(chat_history_id), "retrieve_messages", (chat_history_id,), {"last_k": last_k, **kwargs}
+            self._runs.get(chat_history_id),
+            stores.messages.retrieve_messages,
+            (chat_history_id,),
+            {"last_k": last_k, **kwargs},
         )
         if ahead is not UNREAD:
             return list(ahead)
         return await self.storage.messages.retrieve_messages(chat_history_id, last_k, **kwargs)
 
     async def write_messages(
-        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: Any = None
+        self, chat_history_id: str, messages: Sequence[ChatMessage], fence: RunFence | None = None
     ) -> int | None:
         """Append ``messages``: for an open run, with its next batch (``None``); else at once (rows written)."""
-        kwargs = {} if fence is None else {"fence": fence}
         run_id = self._runs.get(chat_history_id)
         if run_id is None:
-            return await self.storage.messages.write_messages(chat_history_id, list(messages), **kwargs)
+            return await self.storage.messages.write_messages(chat_history_id, list(messages), fence)
         pending = self._pending.setdefault(run_id, [])
-        if pending and pending[-1].args[0] == chat_history_id and pending[-1].kwargs == kwargs:
+        if pending and pending[-1].chat_history_id == chat_history_id and pending[-1].fence == fence:
             # One write for the step's messages in order (e.g. its results and the answer): the same rows.
-            last = pending[-1]
-            pending[-1] = Write("messages", "write_messages", (chat_history_id, [*last.args[1], *messages]), kwargs)
+            pending[-1] = PendingHistory(chat_history_id, (*pending[-1].messages, *messages), fence)
         else:
-            pending.append(Write("messages", "write_messages", (chat_history_id, list(messages)), kwargs))
+            pending.append(PendingHistory(chat_history_id, tuple(messages), fence))
         return None
 
 
@@ -132,14 +195,14 @@ class StepMemories:
     """The agent's memory store in the engine: ``search_memories`` answered from what a run's start read ahead
     (:meth:`StepHistory.prefetched`) when the search is the very one read; anything else is ``storage.memories``."""
 
-    def __init__(self, storage: Any, history: StepHistory) -> None:
+    def __init__(self, storage: AsyncStores, history: StepHistory) -> None:
         self.storage = storage
         self.history = history
 
     async def search_memories(self, query: str, **kwargs: Any) -> Any:
         """As ``storage.memories.search_memories``; the run is the one working on ``kwargs``' thread, if any."""
         for run_id in list(self.history._reads):
-            ahead = self.history._ahead(run_id, "search_memories", (query,), kwargs)
+            ahead = self.history._ahead(run_id, stores.memories.search_memories, (query,), kwargs)
             if ahead is not UNREAD:
                 return ahead
         return await self.storage.memories.search_memories(query, **kwargs)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.engine.ahead import ReadsAhead
 from bot.engine.history import StepHistory
@@ -29,7 +29,11 @@ from bot.engine.threads import user_message
 from bot.engine.waiting import WaitingSeen
 from bot.engine.work import Work
 from bot.messages import new_id
-from storage.protocols import InboxItem, RunRecord, ThreadAddress, Write
+from storage.batch import Batch, stores
+from storage.protocols import InboxItem, RunRecord, ThreadAddress
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class Inbox:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         work: Work,
@@ -91,34 +95,30 @@ class Inbox:
         thread = inbound.thread_ref
         now = self.clock()
         message = user_message(inbound)
-        enqueue = Write(
-            "inbox",
-            "enqueue",
-            (address_of(thread), inbound.user, message.to_dict(), inbound.message_id),
-            {"now": now, "event_key": f"{inbound.platform}:event:{inbound.event_id}"},
-            required=True,
-        )
+        address, stored = address_of(thread), message.to_dict()
+        event_key = f"{inbound.platform}:event:{inbound.event_id}"
         started = None
         if self.work.stopping or self.work.thread_lock(thread.key).locked():
-            item_id = await self.storage.inbox.enqueue(*enqueue.args, **enqueue.kwargs)
+            item_id = await self.storage.inbox.enqueue(
+                address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
+            )
         else:
+            batch = Batch()
+            enqueued = batch.require(
+                stores.inbox.enqueue, address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
+            )
             # The thread is free here: the run for its oldest waiting message starts in the same write (one round
             # trip; the database still allows one active run per thread), and :meth:`process` runs it.
-            start = Write(
-                "inbox",
-                "start_next",
-                (thread.key, new_id(), self.leases.owner, self.leases.lease_until()),
-                {"now": now},
+            starting = batch.write(
+                stores.inbox.start_next, thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=now
             )
             # What the run reads first (its history, with this message, and its memories) is read in the same write,
             # after the run and its message are stored: what the run would read itself, one round trip less each.
-            ahead = self.ahead.for_message(inbound, message)
-            outcome = await self.storage.batches.apply([enqueue, start, *ahead])
-            item_id, started = outcome.results[:2] if outcome.applied else (None, None)
+            ahead = self.ahead.for_message(batch, inbound, message)
+            outcome = await self.storage.batches.apply(batch)
+            item_id, started = outcome.get(enqueued), outcome.get(starting)
             if started is not None:
-                first_read = 2  # after the enqueue and the start
-                read = outcome.results[first_read:]
-                self.history.prefetched(started[0].run_id, list(zip(ahead, read, strict=True)))
+                self.history.prefetched(started[0].run_id, [(read.call, outcome[read.handle]) for read in ahead])
         if item_id is None:
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
             return None

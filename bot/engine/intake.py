@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.access import AccessControl
 from bot.engine.inbox import Inbox, Received
@@ -19,7 +19,11 @@ from bot.engine.model import UNREAD, Inbound
 from bot.engine.surface import Surface
 from bot.engine.threads import quietly
 from bot.engine.work import Work
+from storage.batch import Batch
 from storage.protocols import ApprovalRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +33,7 @@ class Intake:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         listening: Listening,
@@ -53,13 +57,15 @@ class Intake:
         the bot does not act on is not stored (``None``); its author may get a private note about an
         approval waiting in the thread.
         """
-        listening = self.listening.read(inbound)
-        if listening is None:
+        if not self.listening.needs_read(inbound):
             hearing = await self.listening.hear(inbound)
             rules: Any = UNREAD
         else:  # the thread's latest run and the access rules: one round trip
-            latest, rules = await self.storage.batches.read([listening, self.access.read(inbound)])
-            hearing = await self.listening.hear(inbound, latest)
+            batch = Batch()
+            latest, reading_rules = self.listening.read(batch, inbound), self.access.read(batch, inbound)
+            read = await self.storage.batches.read(batch)
+            rules = read[reading_rules]
+            hearing = await self.listening.hear(inbound, read[latest])
         if hearing.waiting is not None:
             self.work.spawn(self._note_pending(inbound, hearing.waiting), name=f"note-{inbound.event_id}")
         if not hearing.act:

@@ -14,10 +14,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.engine.model import WORKING_RUN_STATUSES
 from storage.protocols import RunFence, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,9 @@ class LeaseLost(Exception):
 class Leases:
     """This process's runs: their fences while it works on them, and the leases it renews."""
 
-    def __init__(self, storage: Any, *, owner: str, clock: Callable[[], datetime], lease_seconds: float) -> None:
+    def __init__(
+        self, storage: AsyncStores, *, owner: str, clock: Callable[[], datetime], lease_seconds: float
+    ) -> None:
         self.storage = storage
         self.owner = owner
         self.clock = clock

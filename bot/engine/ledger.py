@@ -6,16 +6,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent.tool_runner import OUTCOME_UNKNOWN, LedgerClaim
 from bot.canonical import args_digest
-from bot.engine.history import StepHistory
+from bot.engine.history import StepHistory, add_history
 from bot.messages import ToolCall
 from bot.metrics import NullObserver, Observer
+from storage.batch import Batch, stores
 from storage.errors import FencedOut
-from storage.protocols import Read, RunFence, Write
+from storage.protocols import RunFence
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ class StorageExecutionLedger:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         fences: Callable[[str], RunFence | None] = _no_fence,
         observer: Observer | None = None,
         history: StepHistory | None = None,
@@ -70,19 +74,17 @@ class StorageExecutionLedger:
         failpoints.failpoint("before_ledger")
         # Fenced: an owner whose run was taken over (it stalled past its lease) starts no call of it, not even one
         # the ledger has never seen (the new owner may be running the run's next step, with other call ids).
-        begin = Write(
-            "ledger",
-            "begin",
-            (key, args_digest(call.arguments)),
-            {"run_id": run_id, "tool_name": call.tool_name, "fence": self.fences(run_id)},
-        )
+        digest, fence = args_digest(call.arguments), self.fences(run_id)
         # The model's reply whose calls run now (and anything else of the run not yet written) is stored with the
         # entry: both durable, in one transaction, before the tool runs. The step's calls begin one after another,
         # so none of them runs before the batch carrying the reply has committed.
         async with self._beginning.setdefault(run_id, asyncio.Lock()):
             waiting = self.history.take(run_id) if self.history is not None else []
+            batch = Batch()
+            add_history(batch, waiting)
+            begun = batch.write(stores.ledger.begin, key, digest, run_id=run_id, tool_name=call.tool_name, fence=fence)
             try:
-                granted = (await self.storage.batches.apply([*waiting, begin])).results[-1]
+                granted = (await self.storage.batches.apply(batch))[begun]
             except Exception:
                 if self.history is not None:
                     self.history.give_back(run_id, waiting)
@@ -136,17 +138,23 @@ class StorageExecutionLedger:
         fence = self.fences(run_id)
         # The outcome and the run (for the step's stop check) in one round trip: the run is read after the
         # outcome is recorded, so a stop asked before then is seen.
-        writes: list[Write | Read] = [
-            Write("ledger", "finish", (key, ok, result), {"fence": fence}),
-            Read("runs", "get", (run_id,)),
-        ]
+        batch = Batch()
+        finishing = batch.write(stores.ledger.finish, key, ok, result, fence=fence)
+        reading_run = batch.read(stores.runs.get, run_id)
         channel = self.channels.get(run_id)
+        viewing = None
         if channel is not None and tool_name is not None:  # the tool's policy, read after it ran (time of use)
-            writes.append(Read("policies", "view", (tool_name,), channel))
-        outcome = await self.storage.batches.apply(writes)
-        finished, run = outcome.results[:2]
-        if len(outcome.results) > 2 and tool_name is not None:
-            self._policies_seen[(run_id, tool_name, call_key)] = outcome.results[2]
+            viewing = batch.read(
+                stores.policies.view,
+                tool_name,
+                platform=channel["platform"],
+                workspace=channel["workspace"],
+                channel=channel["channel"],
+            )
+        outcome = await self.storage.batches.apply(batch)
+        finished, run = outcome[finishing], outcome[reading_run]
+        if viewing is not None and tool_name is not None:
+            self._policies_seen[(run_id, tool_name, call_key)] = outcome[viewing]
         self.stops_seen[run_id] = run.stop_requested_by
         if finished:
             return

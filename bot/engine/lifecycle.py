@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.expiry import Expiry
 from bot.engine.inbox import Inbox, Received
@@ -33,6 +33,9 @@ from bot.engine.retention import Retention
 from bot.engine.threads import user_message
 from bot.engine.work import Work
 from storage.protocols import RunFence, Wakeup
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 __all__ = [
     "HISTORY_LOOKBACK",
@@ -56,7 +59,7 @@ class RunLifecycle:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         *,
         work: Work,
         leases: Leases,

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.decisions import who_decides
 from bot.engine.model import PENDING, UNREAD, Inbound, Note
-from storage.protocols import ApprovalRecord, Read, RunRecord
+from storage.batch import Batch, stores
+from storage.protocols import ApprovalRecord, Handle, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -42,14 +46,18 @@ class Listening:
     True
     """
 
-    def __init__(self, storage: Any, reply_mode: str, roles: Any) -> None:
+    def __init__(self, storage: AsyncStores, reply_mode: str, roles: Any) -> None:
         self.storage = storage
         self.reply_mode = reply_mode
         self.roles = roles
 
-    def read(self, inbound: Inbound) -> Read | None:
-        """The read :meth:`hear` needs for ``inbound`` (``None``: none), to make together with others."""
-        return None if inbound.is_direct else Read("runs", "latest_for_thread", (inbound.thread_ref.key,))
+    def needs_read(self, inbound: Inbound) -> bool:
+        """Whether :meth:`hear` needs a read for ``inbound`` (:meth:`read`; a direct message needs none)."""
+        return not inbound.is_direct
+
+    def read(self, batch: Batch, inbound: Inbound) -> Handle[RunRecord | None]:
+        """Add the read :meth:`hear` needs for ``inbound`` to ``batch``, to make together with others."""
+        return batch.read(stores.runs.latest_for_thread, inbound.thread_ref.key)
 
     async def hear(self, inbound: Inbound, latest: Any = UNREAD) -> Hearing:
         """Whether to act on ``inbound``; when an approval waits and it may not supersede it, that approval.

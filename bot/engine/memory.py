@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.aio import run_sync
 from bot.hitl.breakpoint import HITLBreakpointException
@@ -25,6 +25,9 @@ from bot.messages import ChatRole
 from bot.tools import Tool, tool
 from storage.memory_rows import query_terms
 from storage.protocols import Memory
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ def run_memory_scope(context: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(context[k]) for k in ("platform", "workspace", "channel", "requester")}
 
 
-def remember_tool(storage: Any, clock: Callable[[], datetime]) -> Tool:
+def remember_tool(storage: AsyncStores, clock: Callable[[], datetime]) -> Tool:
     """The built-in ``remember`` tool: saves a fact to the requester's memory, or to the channel's (asked first).
 
     Its default policy is ``never`` (admins change it like any other tool's); a save to the channel's shared

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.admin_syntax import AdminCommand
 from bot.engine.errors import CommandError
@@ -16,6 +16,9 @@ from bot.engine.memory import channel_filter, person_key, workspace_shared_filte
 from bot.engine.model import AdminRequest
 from bot.engine.roles import Roles
 from bot.redaction import mask_text
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 LISTED = 50
 """At most this many memories per section of ``memory list``."""
@@ -29,7 +32,7 @@ class MemoryCommands:
     'Forgot 3 of your memories.'
     """
 
-    def __init__(self, storage: Any, roles: Roles, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: AsyncStores, roles: Roles, clock: Callable[[], datetime]) -> None:
         self.storage = storage
         self.roles = roles
         self.clock = clock

@@ -16,13 +16,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.model import ApprovalView, Mention, Note, ThreadRef
 from bot.engine.roles import Roles
 from bot.engine.surface import Surface
 from bot.engine.views import Views, offered
 from storage.protocols import ApprovalRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class ApproverNotices:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         roles: Roles,
         surfaces: Mapping[str, Surface],
         views: Views,

@@ -20,13 +20,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.cards import CARD_KEY_PREFIX, card_step, owed_card
 from bot.engine.model import Note, ThreadRef
 from bot.engine.surface import Surface
 from bot.engine.threads import thread_of_run
-from storage import RunFence, ThreadAddress, Write
+from storage import RunFence, ThreadAddress
+from storage.batch import Batch, stores
+from storage.protocols import Handle
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 __all__ = [
     "CARD_KEY_PREFIX",
@@ -76,7 +81,7 @@ class Deliveries:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         surfaces: Mapping[str, Surface],
         *,
         owner: str,
@@ -105,11 +110,25 @@ class Deliveries:
         ``finishes_run``: the message is that run's answer, and the run is marked finished in the same write.
         ``fence``: only while this process still owns the run (else ``False``, nothing stored, nothing posted).
         """
-        write = self.owing(thread, text, key, finishes_run, fence)
-        return bool(await self.storage.outbox.add(*write.args, **write.kwargs))
+        now = self.clock()
+        claimed_by, claim_until = self._claim(thread, now)
+        key, stored = _stored(key, text)
+        return bool(
+            await self.storage.outbox.add(
+                key,
+                address_of(thread),
+                stored,
+                claimed_by=claimed_by,
+                claim_until=claim_until,
+                now=now,
+                finishes_run=finishes_run,
+                fence=fence,
+            )
+        )
 
-    def owing(
+    def owe_in(
         self,
+        batch: Batch,
         thread: ThreadRef,
         text: str | Note,
         key: str,
@@ -117,25 +136,30 @@ class Deliveries:
         fence: RunFence | None = None,
         *,
         required: bool = True,
-    ) -> Write:
-        """:meth:`owe` as a write for a batch (``storage.batches.apply``). ``required`` (the default): a message owed
-        already (or a fence that no longer holds) writes nothing of the batch; else the batch goes on without it."""
+    ) -> Handle[bool]:
+        """:meth:`owe` as a write added to ``batch``. ``required`` (the default): a message owed already (or a
+        fence that no longer holds) writes nothing of the batch; else the batch goes on without it."""
         now = self.clock()
-        can_post = thread.platform in self.surfaces
+        claimed_by, claim_until = self._claim(thread, now)
         key, stored = _stored(key, text)
-        return Write(
-            "outbox",
-            "add",
-            (key, address_of(thread), stored),
-            {
-                "claimed_by": self.owner if can_post else None,
-                "claim_until": now + timedelta(seconds=self.claim_seconds) if can_post else None,
-                "now": now,
-                "finishes_run": finishes_run,
-                "fence": fence,
-            },
-            required=required,
+        add = batch.require if required else batch.write
+        return add(
+            stores.outbox.add,
+            key,
+            address_of(thread),
+            stored,
+            claimed_by=claimed_by,
+            claim_until=claim_until,
+            now=now,
+            finishes_run=finishes_run,
+            fence=fence,
         )
+
+    def _claim(self, thread: ThreadRef, now: datetime) -> tuple[str | None, datetime | None]:
+        """Who claims a message owed now (this process, if it can post in the thread's platform), and until when."""
+        if thread.platform not in self.surfaces:
+            return None, None
+        return self.owner, now + timedelta(seconds=self.claim_seconds)
 
     async def post(self, thread: ThreadRef, text: str | Note, key: str, via: Via | None = None) -> bool:
         """Post a message this process owes and has claimed; mark it delivered. ``False`` if it stays owed.

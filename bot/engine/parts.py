@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from bot.agent import Agent
 from bot.config import Config
@@ -51,6 +51,9 @@ from bot.hitl.blocking import ConfirmationStrategy
 from bot.metrics import Observer
 from bot.tools import Tool
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 
 class Parts:
     """The engine's parts for one configuration, one storage and one set of tools."""
@@ -59,7 +62,7 @@ class Parts:
         self,
         *,
         config: Config,
-        storage: Any,
+        storage: AsyncStores,
         generator: Any,
         tools: Sequence[Tool],
         clock: Callable[[], datetime],

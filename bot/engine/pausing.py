@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
@@ -19,7 +19,7 @@ from bot.agent.stored_snapshot import stored_snapshot_data
 from bot.engine.cards import Cards, owed_card
 from bot.engine.confirmation import EffectivePolicy, PoliciesRead, effective_policy
 from bot.engine.decisions import approval_call_key
-from bot.engine.history import StepHistory
+from bot.engine.history import PendingHistory, StepHistory, add_history
 from bot.engine.leases import Leases
 from bot.engine.model import ThreadRef
 from bot.engine.outbox import Deliveries
@@ -31,8 +31,12 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.ids import new_approval_id
 from bot.messages import ToolCall
 from bot.tools import Tool
-from storage import NewApproval, Read, TokenUsage, Write
-from storage.protocols import ApprovalRecord, RunRecord
+from storage import NewApproval, TokenUsage
+from storage.batch import Batch, stores
+from storage.protocols import ApprovalRecord, PolicyView, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +46,7 @@ class _PauseWrites:
     """The approvals of one pause and the policy checks their asking depends on (see :meth:`Pausing.pause`)."""
 
     approvals: list[NewApproval]
-    checks: dict[str, Write]
+    checks: dict[str, PolicyView]
     """Per tool: the view read ahead that its calls were asked about with (still stored, or nothing is)."""
 
 
@@ -51,7 +55,7 @@ class Pausing:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         surfaces: Mapping[str, Surface],
         *,
@@ -101,54 +105,61 @@ class Pausing:
         surface = self.surfaces.get(thread.platform)
         if surface is None:
             logger.error("no surface registered for platform", extra={"platform": thread.platform})
-        approval_ids = [a.approval_id for a in planned.approvals]
+        approval_ids = [a.approval_id for a in planned.approvals if a.approval_id is not None]  # each is given one
         checks = planned.checks
         # One write, all or nothing: a pause that loses its compare-and-set (or its fence) stores no approval.
         history = self.history.take(run_id)
-        writes: list[Write | Read] = [
-            # Whether messages wait for the thread, as of this pause (read first: see WaitingSeen.read).
-            self.waiting.read(thread),
-            # The policies asked with as read ahead at the run's start: still what is stored, or nothing is written.
-            *checks.values(),
-            # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
-            *history,
-            # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-            Write("runs", "record_usage", (run_id, TokenUsage.of(snapshot.token_usage))),
-            Write("approvals", "create_many", (planned.approvals,)),
-            Write(
-                "runs",
-                "transition",
-                (run_id, "running", "paused"),
-                {"fence": fence, "snapshot_json": stored_snapshot_data(snapshot), "step": step},
-                required=True,
-            ),
+        batch = Batch()
+        # Whether messages wait for the thread, as of this pause (read first: see WaitingSeen.read).
+        waiting = self.waiting.read(batch, thread)
+        # The policies asked with as read ahead at the run's start: still what is stored, or nothing is written.
+        context = channel_of(thread)
+        unchanged = [
+            batch.require(
+                stores.policies.unchanged,
+                tool_name,
+                seen,
+                platform=context["platform"],
+                workspace=context["workspace"],
+                channel=context["channel"],
+            )
+            for tool_name, seen in checks.items()
         ]
-        created_at = len(writes) - 2  # the position of create_many's result
+        # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
+        add_history(batch, history)
+        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
+        batch.write(stores.runs.record_usage, run_id, TokenUsage.of(snapshot.token_usage))
+        created = batch.write(stores.approvals.create_many, planned.approvals)
+        batch.require(
+            stores.runs.transition,
+            run_id,
+            "running",
+            "paused",
+            fence=fence,
+            snapshot_json=stored_snapshot_data(snapshot),
+            step=step,
+        )
         card_key = None
         if surface is not None and approval_ids:
             # Recorded before the message exists: a click can land while it is being posted.
-            writes.append(Write("places", "record", (approval_ids, thread.place), {"now": now}))
+            batch.write(stores.places.record, approval_ids, thread.place, now=now)
             # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
             card_key, card = owed_card(run_id, step)
-            writes.append(self.deliveries.owing(thread, card, card_key, required=False))
-        writes.append(
-            Write(
-                "audit",
-                "append",
-                (requester, "paused", run_id, {"approvals": approval_ids, "step": step}),
-                {"now": now},
-            )
+            self.deliveries.owe_in(batch, thread, card, card_key, required=False)
+        batch.write(
+            stores.audit.append, requester, "paused", run_id, {"approvals": approval_ids, "step": step}, now=now
         )
         failpoints.failpoint("while_pausing")
         try:
-            outcome = await self.storage.batches.apply(writes)
+            outcome = await self.storage.batches.apply(batch)
         except Exception:
             self.history.give_back(run_id, history)
             raise
         if not outcome.applied:
-            return await self._refused(run_id, outcome.refused, len(checks), history, step, checks)
-        self.waiting.saw(thread, outcome.results[0])
-        records: list[ApprovalRecord] = outcome.results[created_at]
+            policy_changed = any(outcome.refused_by is check for check in unchanged)
+            return await self._refused(run_id, policy_changed, history, step, checks)
+        self.waiting.saw(thread, outcome[waiting])
+        records = outcome[created]
         logger.info(
             "run paused for approval",
             extra={"step": step, "approvals": len(records), "tools": ",".join(sorted({r.tool_name for r in records}))},
@@ -220,7 +231,7 @@ class Pausing:
         call: ToolCall,
         context: dict[str, str],
         policies_read: PoliciesRead | None,
-        checks: dict[str, Write],
+        checks: dict[str, PolicyView],
     ) -> EffectivePolicy:
         """The policy that paused ``call``: as its check noted it (read ahead: checked by the pause), else read."""
         noted = policies_read.take_checked(call.tool_name, call.id, call.arguments) if policies_read else None
@@ -230,21 +241,20 @@ class Pausing:
             )
         policy, seen = noted
         if seen is not None:
-            checks[call.tool_name] = Write("policies", "unchanged", (call.tool_name, seen), context, required=True)
+            checks[call.tool_name] = seen
         return policy
 
     async def _refused(
         self,
         run_id: str,
-        refused: int | None,
-        checks: int,
-        history: list[Write],
+        policy_changed: bool,
+        history: list[PendingHistory],
         step: int,
-        tools: Mapping[str, Write],
+        tools: Mapping[str, PolicyView],
     ) -> bool:
         """A pause whose write was refused: decide the step again (``True``), or drop or close it (``False``)."""
         fence = self.leases.fence(run_id)
-        if refused is not None and 1 <= refused <= checks:
+        if policy_changed:
             self.history.give_back(run_id, history)  # the run is still ours: they go with its next batch
             logger.info(
                 "policy changed since the run started; deciding the step again",

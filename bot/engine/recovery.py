@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.agent import AgentSnapshot
 from bot.agent.snapshot import REVIEW_STAGE
@@ -39,6 +39,9 @@ from bot.metrics import Observer
 from bot.tools import Tool
 from storage.errors import FencedOut
 from storage.protocols import ApprovalRecord, LedgerEntry, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class Recovery:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         *,
         work: Work,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent import AgentSnapshot, SnapshotError
@@ -27,8 +27,12 @@ from bot.engine.threads import channel_of, thread_of_run
 from bot.engine.work import Work
 from bot.messages import ChatMessage
 from bot.tools import Tool
-from storage import FencedOut, Read, StorageError, Write
+from storage import FencedOut, StorageError
+from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord, ApprovalStep, PolicyView, RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ class Resuming:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         *,
         work: Work,
@@ -193,6 +197,7 @@ class Resuming:
                 return snapshot
             history = claimed.history
             if history is None:
+                assert snapshot.history_id is not None  # parse_stored gives a reference only with the history's id
                 history = await self.storage.messages.retrieve_messages(
                     snapshot.history_id, last_k=ref.count, up_to=ref.up_to
                 )
@@ -200,24 +205,14 @@ class Resuming:
         # The compare-and-set that starts the work on a claim: exactly one resume of it moves the run on (a second
         # start of the same claim, or an owner whose run was taken over, gets False and does nothing). The history
         # the snapshot refers to is read back in the same round trip, once.
-        writes: list[Write | Read] = [
-            Write(
-                "runs",
-                "transition",
-                (run_id, "resuming", "running"),
-                {"fence": self.leases.fence(run_id)},
-                required=True,
-            )
-        ]
-        if ref is not None:
-            writes.append(
-                Read("messages", "retrieve_messages", (snapshot.history_id,), {"last_k": ref.count, "up_to": ref.up_to})
-            )
-        begun = await self.storage.batches.apply(writes)
-        if not begun.applied:
-            return None
-        history_read = 1  # after the start
-        return with_history(snapshot, ref, begun.results[history_read]) if ref is not None else snapshot
+        batch = Batch()
+        batch.require(stores.runs.transition, run_id, "resuming", "running", fence=self.leases.fence(run_id))
+        if ref is None:
+            return snapshot if (await self.storage.batches.apply(batch)).applied else None
+        assert snapshot.history_id is not None  # parse_stored gives a reference only with the history's id
+        history = batch.read(stores.messages.retrieve_messages, snapshot.history_id, last_k=ref.count, up_to=ref.up_to)
+        begun = await self.storage.batches.apply(batch)
+        return with_history(snapshot, ref, begun[history]) if begun.applied else None
 
     async def _outcome(
         self,

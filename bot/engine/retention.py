@@ -15,9 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.config import Config
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +31,7 @@ RETENTION_INTERVAL_SECONDS = 3600.0
 class Retention:
     """Applies the configured retention to ``storage`` (the async facade of either backend)."""
 
-    def __init__(self, storage: Any, config: Config, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: AsyncStores, config: Config, clock: Callable[[], datetime]) -> None:
         self.storage = storage
         self.config = config
         self.clock = clock

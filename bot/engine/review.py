@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.agent.snapshot import AgentSnapshot
 from bot.engine.confirmation import REVIEW_MODES, effective_policy, note_policy, policy_of
@@ -15,6 +15,9 @@ from bot.hooks.review import APPROVE, EDIT, EXPIRE, REJECT
 from bot.messages import ToolCall
 from bot.tools import Tool
 from storage.protocols import ApprovalRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 REVIEW = "review"
 """The ``kind`` of an approval that decides what the model sees of a result (the other kind is ``approval``)."""
@@ -29,7 +32,7 @@ class PolicyReviewHook:
     The policy is read per channel from storage, as the confirmation strategy reads it before the call.
     """
 
-    def __init__(self, storage: Any, tools: Mapping[str, Tool], default_ttl: int, ledger: Any = None) -> None:
+    def __init__(self, storage: AsyncStores, tools: Mapping[str, Tool], default_ttl: int, ledger: Any = None) -> None:
         self.storage = storage
         self.tools = tools
         self.default_ttl = default_ttl
@@ -58,7 +61,7 @@ class PolicyReviewHook:
 
 
 async def needs_review(
-    storage: Any,
+    storage: AsyncStores,
     tools: Mapping[str, Tool],
     tool_name: str,
     context: Mapping[str, Any] | None,

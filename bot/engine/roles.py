@@ -18,12 +18,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bot.group_entries import GROUP_PREFIX, USERGROUP_PREFIX, is_group
 from bot.group_entries import group_label as group_label  # re-exported: roles is where the engine and adapters look
 from bot.group_entries import named_group as named_group
 from bot.group_entries import platform_group as platform_group
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class Roles:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         admins: Collection[str],
         surfaces: Mapping[str, GroupSurface],
         *,

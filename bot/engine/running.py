@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.agent import Agent
@@ -20,7 +20,7 @@ from bot.engine.ahead import ReadsAhead
 from bot.engine.confirmation import POLICIES_READ, PoliciesRead
 from bot.engine.dangling import close_dangling
 from bot.engine.errors import PolicyKeptChanging
-from bot.engine.history import StepHistory
+from bot.engine.history import StepHistory, add_history
 from bot.engine.leases import LeaseLost, Leases
 from bot.engine.ledger import StorageExecutionLedger
 from bot.engine.memory import MEMORY_SCOPE, memory_note, run_memory_kwargs, run_memory_scope
@@ -37,7 +37,11 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hooks.breakpoints import TOOL_INVOKER
 from bot.logs import log_context
 from bot.metrics import Observer
-from storage import BatchOutcome, FencedOut, TokenUsage, Write
+from storage import FencedOut, TokenUsage
+from storage.batch import Batch, stores
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +67,7 @@ class Runner:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         agent: Agent,
         surfaces: Mapping[str, Surface],
         *,
@@ -294,15 +298,21 @@ class Runner:
         key = f"answer:{run_id}:{last.id if last is not None else ''}"
         fence = self.leases.fence(run_id)
         if not text:
-            finished = Write(
-                "runs", "transition", (run_id, WORKING_RUN_STATUSES, "finished"), {"fence": fence}, required=True
-            )
-            if (await self._end(run_id, thread, [finished, *self._end_writes(run_id, "finished", result)])).applied:
+
+            def finished(batch: Batch) -> None:
+                batch.require(stores.runs.transition, run_id, WORKING_RUN_STATUSES, "finished", fence=fence)
+                self._end_writes(batch, run_id, "finished", result)
+
+            if await self._end(run_id, thread, finished):
                 self.observer.run_ended("finished")
             return
-        # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
-        owed = self.deliveries.owing(thread, text, key, finishes_run=run_id, fence=fence)
-        if (await self._end(run_id, thread, [owed, *self._end_writes(run_id, "finished", result)])).applied:
+
+        def owed(batch: Batch) -> None:
+            # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
+            self.deliveries.owe_in(batch, thread, text, key, finishes_run=run_id, fence=fence)
+            self._end_writes(batch, run_id, "finished", result)
+
+        if await self._end(run_id, thread, owed):
             self.observer.run_ended("finished")
             logger.info("run finished", extra={"steps": result.get("step_count")})
             failpoints.failpoint("before_reply")
@@ -331,15 +341,19 @@ class Runner:
         """A person stopped the run: record it ``stopped`` with its usage, and say so where it streamed."""
         actor = (live.stop_requested_by if live else None) or "someone"
         fence = self.leases.fence(run_id)
-        stopped = Write(
-            "runs",
-            "transition",
-            (run_id, WORKING_RUN_STATUSES, "stopped"),
-            {"fence": fence, "error": f"stopped by {actor}"},
-            required=True,
-        )
-        outcome = await self._end(run_id, thread, [stopped, *self._end_writes(run_id, "stopped", result, actor)])
-        if not outcome.applied:
+
+        def stopped(batch: Batch) -> None:
+            batch.require(
+                stores.runs.transition,
+                run_id,
+                WORKING_RUN_STATUSES,
+                "stopped",
+                fence=fence,
+                error=f"stopped by {actor}",
+            )
+            self._end_writes(batch, run_id, "stopped", result, actor)
+
+        if not await self._end(run_id, thread, stopped):
             if fence is not None:
                 self.leases.dropped(run_id)
             return
@@ -352,38 +366,43 @@ class Runner:
             thread, live.with_streamed(sentence) if live else sentence, key, via=live.deliver if live else None
         )
 
-    async def _end(self, run_id: str, thread: ThreadRef, writes: list[Write]) -> BatchOutcome:
-        """Apply a run's end (``writes``) with its history still to write and the read of what waits for its
-        thread, in one round trip (the results are those of ``writes``)."""
+    async def _end(self, run_id: str, thread: ThreadRef, end: Callable[[Batch], None]) -> bool:
+        """Apply a run's end (what ``end`` adds to the batch) with its history still to write and the read of what
+        waits for its thread, in one round trip; whether it applied (a ``require``-d write of ``end`` may refuse)."""
         history = self.history.take(run_id)
+        batch = Batch()
+        waiting = self.waiting.read(batch, thread)
+        add_history(batch, history)
+        end(batch)
         try:
-            outcome = await self.storage.batches.apply([self.waiting.read(thread), *history, *writes])
+            outcome = await self.storage.batches.apply(batch)
         except Exception:
             self.history.give_back(run_id, history)
             raise
-        if not outcome.applied:
-            return outcome
-        self.waiting.saw(thread, outcome.results[0])
-        first_of_writes = 1 + len(history)
-        return BatchOutcome(applied=True, results=outcome.results[first_of_writes:])
+        if outcome.applied:
+            self.waiting.saw(thread, outcome[waiting])
+        return outcome.applied
 
     async def _write_history(self, run_id: str) -> None:
         """Write what waits of the run's history now (a run failing): best effort, the failure is told anyway."""
         waiting = self.history.take(run_id)
         if waiting:
-            await quietly(self.storage.batches.apply(waiting))
+            batch = Batch()
+            add_history(batch, waiting)
+            await quietly(self.storage.batches.apply(batch))
 
-    def _end_writes(self, run_id: str, status: str, result: AgentResult, actor: str = "countersign") -> list[Write]:
-        """The run's token usage and the audit entry of its end, written with the end itself (before anyone is told)."""
+    def _end_writes(
+        self, batch: Batch, run_id: str, status: str, result: AgentResult, actor: str = "countersign"
+    ) -> None:
+        """Add the run's token usage and the audit entry of its end to ``batch``, written with the end itself (before
+        anyone is told)."""
         if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
-            return []
+            return
         usage = TokenUsage.of(result.get("token_usage"))
         details = {
             "exit_reason": result.get("exit_reason"),
             "steps": result.get("step_count"),
             "usage": usage.as_dict(),
         }
-        return [
-            Write("runs", "record_usage", (run_id, usage)),
-            Write("audit", "append", (actor, status, run_id, details), {"now": self.clock()}),
-        ]
+        batch.write(stores.runs.record_usage, run_id, usage)
+        batch.write(stores.audit.append, actor, status, run_id, details, now=self.clock())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.errors import NotAllowedToStop
 from bot.engine.ledger import StorageExecutionLedger
@@ -16,8 +16,12 @@ from bot.engine.model import WORKING_RUN_STATUSES, ThreadRef
 from bot.engine.roles import Roles
 from bot.engine.sentences import NOTHING_TO_STOP, STOPPING
 from bot.engine.streaming import LiveAnswer
-from storage import NotFound, StorageError, Write
+from storage import NotFound, StorageError
+from storage.batch import Batch, stores
 from storage.protocols import RunRecord
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 MAX_RUN_ID_LENGTH = 200
 
@@ -27,7 +31,7 @@ class Stops:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         roles: Roles,
         ledger: StorageExecutionLedger,
         live: dict[str, LiveAnswer],
@@ -73,12 +77,10 @@ class Stops:
             return NOTHING_TO_STOP
         # Stored (with its audit entry, in one write), so the process that runs it (this one or another) stops it at
         # its next step boundary.
-        stopping = await self.storage.batches.apply(
-            [
-                Write("runs", "request_stop", (run_id, actor), required=True),
-                Write("audit", "append", (actor, "stop requested", run_id, {}), {"now": self.clock()}),
-            ]
-        )
+        batch = Batch()
+        batch.require(stores.runs.request_stop, run_id, actor)
+        batch.write(stores.audit.append, actor, "stop requested", run_id, {}, now=self.clock())
+        stopping = await self.storage.batches.apply(batch)
         if not stopping.applied:
             return NOTHING_TO_STOP
         live = self.live.get(run_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.agent import SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE
@@ -22,13 +22,16 @@ from bot.metrics import Observer
 from storage import NotFound, StorageError
 from storage.protocols import ApprovalStep, RunRecord
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 logger = logging.getLogger(__name__)
 
 
 class Superseding:
     """Closes paused runs that a newer message replaces (see the module docstring)."""
 
-    def __init__(self, storage: Any, cards: Cards, observer: Observer, clock: Callable[[], datetime]) -> None:
+    def __init__(self, storage: AsyncStores, cards: Cards, observer: Observer, clock: Callable[[], datetime]) -> None:
         self.storage = storage
         self.cards = cards
         self.observer = observer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import EVERYONE, AdminCommand
@@ -17,6 +17,9 @@ from bot.engine.model import AdminRequest
 from bot.engine.roles import group_label, is_group, named_group
 from bot.tools import Tool
 from storage.policy_rules import scope_channel, scope_workspace
+
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
 
 RESERVED_GROUP_NAMES = frozenset({"everyone", "none", "all", "here", "channel"})
 
@@ -30,7 +33,7 @@ class TeamCommands:
     """
 
     def __init__(
-        self, storage: Any, tools: Mapping[str, Tool], clock: Callable[[], datetime], access: AccessControl
+        self, storage: AsyncStores, tools: Mapping[str, Tool], clock: Callable[[], datetime], access: AccessControl
     ) -> None:
         self.storage = storage
         self.tools = tools

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
@@ -20,6 +20,9 @@ from bot.tools import Tool
 from storage import NotFound
 from storage.protocols import ApprovalRecord, ClickedApproval
 
+if TYPE_CHECKING:
+    from storage.async_protocols import AsyncStores
+
 MAX_ID_LENGTH = 200
 
 
@@ -28,7 +31,7 @@ class Views:
 
     def __init__(
         self,
-        storage: Any,
+        storage: AsyncStores,
         tools: Mapping[str, Tool],
         roles: Roles,
         gate: Gate,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.engine.model import ThreadRef
-from storage.protocols import InboxItem, Read
+from storage.batch import Batch, stores
+from storage.protocols import Handle, InboxItem
 
 
 class WaitingSeen:
@@ -14,7 +15,7 @@ class WaitingSeen:
     def __init__(self) -> None:
         self._seen: dict[str, bool] = {}
 
-    def read(self, thread: ThreadRef) -> Read:
+    def read(self, batch: Batch, thread: ThreadRef) -> Handle[list[InboxItem]]:
         """The read of the thread's waiting messages that a run's pause or end makes in its own write (first).
 
         The drain after the run goes by it (:meth:`saw`) instead of reading again. It is as of that write: a
@@ -22,7 +23,7 @@ class WaitingSeen:
         or leaves it for the run's end. On PostgreSQL the read takes the thread's inbox lock (as ``enqueue`` does),
         so an enqueue in flight commits before it or waits for the run's write.
         """
-        return Read("inbox", "waiting", (thread.key,))
+        return batch.read(stores.inbox.waiting, thread.key)
 
     def saw(self, thread: ThreadRef, items: Sequence[InboxItem]) -> None:
         """Note what :meth:`read` found, for the thread's next drain."""

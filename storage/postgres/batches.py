@@ -9,14 +9,11 @@ the whole transaction back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
+from storage.batch import Batch, ReadStep, checked_reads, checked_writes
 from storage.errors import CorruptRecord
-from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
-
-if TYPE_CHECKING:
-    from storage.batch import Batch
+from storage.protocols import BatchOutcome
 
 
 class _Refused(Exception):
@@ -33,29 +30,15 @@ class PostgresWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    @overload
-    async def read(self, reads: Batch) -> BatchOutcome: ...
-
-    @overload
-    async def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
-
-    async def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
-        """Make ``reads`` in order on one connection, in one transaction; see :class:`WriteBatches.read`.
-
-        >>> await storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
-        (RunRecord(...),)
-        """
-        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(reads)]
+    async def read(self, batch: Batch) -> BatchOutcome:
+        """Make ``batch``'s reads in order on one connection, in one transaction; see :class:`WriteBatches.read`."""
+        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(batch)]
         async with self.storage.db.bound():
-            return read_outcome(reads, tuple([await method(*read.args, **read.kwargs) for read, method in calls]))
+            return BatchOutcome(batch, [await method(*read.args, **read.kwargs) for read, method in calls])
 
-    async def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
-        """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
-
-        >>> (await storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))])).applied
-        True
-        """
-        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(writes)]
+    async def apply(self, batch: Batch) -> BatchOutcome:
+        """Apply ``batch``'s writes in order, all or nothing; see :class:`storage.protocols.WriteBatches`."""
+        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(batch)]
         results: list[Any] = []
         try:
             async with self.storage.db.bound():
@@ -64,12 +47,12 @@ class PostgresWriteBatches:
                     try:
                         value = None if arguments is None else await method(*arguments[0], **arguments[1])
                     except CorruptRecord:  # decoded after the statement: the transaction is intact
-                        if not (isinstance(write, Read) and write.dependent):
+                        if not (isinstance(write, ReadStep) and write.dependent):
                             raise
-                        value = None  # bad data a dependent read found skips the read, never the batch (see Read)
+                        value = None  # bad data a dependent read found skips the read, never the batch (see ReadStep)
                     if write.required and not value:
                         raise _Refused(index)
                     results.append(value)
         except _Refused as refused:
-            return BatchOutcome(applied=False, refused=refused.index, source=writes)
-        return BatchOutcome(applied=True, results=tuple(results), source=writes)
+            return BatchOutcome(batch, refused_by=batch.handles[refused.index])
+        return BatchOutcome(batch, results)

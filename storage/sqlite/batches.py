@@ -3,7 +3,8 @@
 Design. The engine's steps each make a few writes (a pause: the run's usage, its approvals, the run's
 status and snapshot, the audit entry). One call per write costs one round trip to a storage thread each,
 and on PostgreSQL one network round trip and one commit each. A batch describes the step's writes as
-plain :class:`~storage.protocols.Write` values (store, method, arguments) and applies them with one call:
+a :class:`~storage.batch.Batch` (each write the store method it calls, with its arguments) and applies them
+with one call:
 
 - **One mechanism, no new SQL.** Each write is the store method the engine would call alone, so it keeps
   its meaning exactly (fences, compare-and-sets, validation, the audit chain); the batch adds only
@@ -15,37 +16,34 @@ plain :class:`~storage.protocols.Write` values (store, method, arguments) and ap
   savepoint: nothing of the batch is written, the rest of the group commit is untouched.
 - **PostgreSQL: one connection, one transaction** (:mod:`storage.postgres.batches`): the batch binds the
   transaction's connection for the stores' statements, which then run on it instead of the pool.
-- **Reads join.** A :class:`~storage.protocols.Read` in the list is the store's read method, run in its
+- **Reads join.** A read in the batch (``batch.read``) is the store's read method, run in its
   place in the same transaction (on SQLite on the writer's connection): it sees the batch's writes before
   it, and what it reads is what the step committed with (e.g. the thread's waiting messages as of a pause).
-- **Dependent reads.** A read's arguments may come from the results before it (``Read.args_from``), e.g. the
+- **Dependent reads.** A read's arguments may come from the results before it (``batch.read_from``), e.g. the
   history a decided step's snapshot refers to, read only if the batch's claim won: one round trip, not two.
-- **Read batches.** ``batches.read([Read(...), ...])`` makes several independent reads of one step (e.g. a
+- **Read batches.** ``batches.read(batch)``, a batch of reads only, makes several independent reads of one step (e.g. a
   message's arrival: the thread's latest run and the channel's access rules) in one round trip: on SQLite one
   hop to a reader thread, in one read transaction (one snapshot); on PostgreSQL on one connection.
 - **Audit last.** Appends to the hash chain come after every other write of a batch (checked): PostgreSQL
   locks the chain's head from an append to the commit, so batches take their locks in one order.
 
->>> outcome = storage.batches.apply([
-...     Write("runs", "transition", ("run-1", "running", "paused"), required=True),
-...     Write("audit", "append", ("U1", "paused", "run-1", {"step": 1})),
-... ])
->>> outcome.applied, outcome.results
-(True, (True, 1))
+>>> batch = Batch()
+>>> moved = batch.require(stores.runs.transition, "run-1", "running", "paused")
+>>> audit_id = batch.write(stores.audit.append, "U1", "paused", "run-1", {"step": 1})
+>>> outcome = storage.batches.apply(batch)
+>>> outcome.applied, outcome[moved], outcome[audit_id]
+(True, True, 1)
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
+from storage.batch import Batch, ReadStep, checked_reads, checked_writes
 from storage.errors import CorruptRecord
-from storage.protocols import BatchOutcome, Read, Write, checked_reads, checked_writes, read_outcome
-
-if TYPE_CHECKING:
-    from storage.batch import Batch
+from storage.protocols import BatchOutcome
 
 SAVEPOINT = "countersign_batch"
 
@@ -56,37 +54,24 @@ class SQLiteWriteBatches:
     def __init__(self, storage: Any) -> None:
         self.storage = storage
 
-    @overload
-    def read(self, reads: Batch) -> BatchOutcome: ...
-
-    @overload
-    def read(self, reads: list[Read] | tuple[Read, ...]) -> tuple[Any, ...]: ...
-
-    def read(self, reads: Sequence[Read] | Batch) -> tuple[Any, ...] | BatchOutcome:
-        """Make ``reads`` in one read transaction (one hop to a reader thread); see :class:`WriteBatches.read`.
-
-        >>> storage.batches.read([Read("runs", "latest_for_thread", ("slack:T1:C1:170.1",))])
-        (RunRecord(...),)
-        """
-        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(reads)]
+    def read(self, batch: Batch) -> BatchOutcome:
+        """Make ``batch``'s reads in one read transaction (one hop to a reader thread); see
+        :class:`WriteBatches.read`."""
+        calls = [(read, getattr(getattr(self.storage, read.store), read.method)) for read in checked_reads(batch)]
         with self.storage.connector.reading() as db:
             # The stores' reads on this thread join it (their reading() is this connection): one snapshot.
             own = not db.conn.in_transaction
             if own:
                 db.execute("BEGIN")
             try:
-                return read_outcome(reads, tuple(method(*read.args, **read.kwargs) for read, method in calls))
+                return BatchOutcome(batch, [method(*read.args, **read.kwargs) for read, method in calls])
             finally:
                 if own and db.conn.in_transaction:
                     db.execute("COMMIT")
 
-    def apply(self, writes: Sequence[Write | Read]) -> BatchOutcome:
-        """Apply ``writes`` in order, all or nothing; see :class:`storage.protocols.WriteBatches`.
-
-        >>> storage.batches.apply([Write("runs", "record_usage", ("run-1", TokenUsage(21, 7, 28)))]).applied
-        True
-        """
-        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(writes)]
+    def apply(self, batch: Batch) -> BatchOutcome:
+        """Apply ``batch``'s writes in order, all or nothing; see :class:`storage.protocols.WriteBatches`."""
+        calls = [(write, getattr(getattr(self.storage, write.store), write.method)) for write in checked_writes(batch)]
         with self.storage.connector.writing() as db:
             db.execute(f"SAVEPOINT {SAVEPOINT}")
             results: list[Any] = []
@@ -96,18 +81,18 @@ class SQLiteWriteBatches:
                     try:
                         value = None if arguments is None else method(*arguments[0], **arguments[1])
                     except CorruptRecord:
-                        if not (isinstance(write, Read) and write.dependent):
+                        if not (isinstance(write, ReadStep) and write.dependent):
                             raise
-                        value = None  # bad data a dependent read found skips the read, never the batch (see Read)
+                        value = None  # bad data a dependent read found skips the read, never the batch (see ReadStep)
                     if write.required and not value:
                         _undo(db)
-                        return BatchOutcome(applied=False, refused=index, source=writes)
+                        return BatchOutcome(batch, refused_by=batch.handles[index])
                     results.append(value)
             except BaseException:
                 _undo(db)
                 raise
             db.execute(f"RELEASE {SAVEPOINT}")
-        return BatchOutcome(applied=True, results=tuple(results), source=writes)
+        return BatchOutcome(batch, results)
 
 
 def _undo(db: Any) -> None:

@@ -14,7 +14,7 @@ from bot.engine.history import StepHistory
 from bot.engine.ledger import ledger_key
 from bot.messages import ChatMessage
 from bot.tools import tool
-from storage import open_async_storage
+from storage import Batch, open_async_storage
 from tests.fakes.engine_kit import (
     REQUESTER,
     Harnesses,
@@ -186,15 +186,17 @@ async def test_step_history_holds_an_open_runs_writes_in_order_and_writes_any_ot
         assert await storage.messages.retrieve_messages("thread-a") == []
 
         [write] = history.take("run-1")  # consecutive writes of the thread: one write, in order
-        assert (write.store, write.method) == ("messages", "write_messages")
-        assert [m.text for m in write.args[1]] == ["one", "two"]
+        assert write.chat_history_id == "thread-a"
+        assert [m.text for m in write.messages] == ["one", "two"]
         assert history.take("run-1") == []
-        assert (await storage.batches.apply([write])).applied
+        batch = Batch()
+        write.add_to(batch)
+        assert (await storage.batches.apply(batch)).applied
         assert [m.text for m in await storage.messages.retrieve_messages("thread-a")] == ["one", "two"]
 
         await history.write_messages("thread-a", [ChatMessage.from_user("three")])
         history.give_back("run-1", [write])
-        assert [len(w.args[1]) for w in history.take("run-1")] == [2, 1]  # given back first, before newer ones
+        assert [len(w.messages) for w in history.take("run-1")] == [2, 1]  # given back first, before newer ones
         await history.write_messages("thread-a", [ChatMessage.from_user("four")])
         assert len(history.close("run-1")) == 1  # dropped: a run closed writes nothing more
         assert await history.write_messages("thread-a", [ChatMessage.from_user("five")]) == 1  # not open: at once

@@ -185,7 +185,7 @@ def test_a_batch_is_checked_as_it_is_built():
         batch.write(stores.runs.record_usage, "run-1", TokenUsage(1, 1, 2))
     with pytest.raises(TypeError, match="through storage.batch.stores"):
         Batch().write(print, "not a store method")
-    assert len(batch) == 1 and batch.handles[0].index == 0
+    assert len(batch.handles) == 1 and batch.handles[0].index == 0
     # ``stores`` names only the stores a batch can call, and only their public methods.
     assert not hasattr(stores, "batches") and not hasattr(stores.runs, "_get")
 
