@@ -12,12 +12,15 @@ use, so that SQLite users never load the PostgreSQL driver.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.memory.context import MEMORY_HEADER, memory_message, search_for_run
 from bot.memory.stores import SQLiteMemoryStore, postgres_memory_store_class
 from storage.memory_filters import FilterError, validate_filter
 from storage.protocols import Memory, MemoryStore
+
+if TYPE_CHECKING:  # imported on first use at run time (__getattr__ below)
+    from bot.memory.stores import PostgresMemoryStore
 
 __all__ = [
     "MEMORY_HEADER",

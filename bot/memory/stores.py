@@ -8,14 +8,17 @@ the import-linter contract "bot never imports a concrete storage backend" names 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from storage.sqlite.memories import SQLiteMemoryStore
+
+if TYPE_CHECKING:
+    from storage.postgres.memories import PostgresMemoryStore
 
 __all__ = ["SQLiteMemoryStore", "postgres_memory_store_class"]
 
 
-def postgres_memory_store_class() -> Any:
+def postgres_memory_store_class() -> type[PostgresMemoryStore]:
     """The PostgreSQL memory store class, imported now (it loads psycopg)."""
     from storage.postgres.memories import PostgresMemoryStore
 
