@@ -23,16 +23,22 @@ class HandleSource(Protocol):
     def handles(self) -> Sequence[Handle[Any]]: ...
 
 
-@dataclass(frozen=True, eq=False)
 class Handle(Generic[T]):
     """Names one write or read of a :class:`~storage.batch.Batch`; its result is ``outcome[handle]``, a ``T``.
 
     Made only by the batch (``batch.write(...)`` and the like); ``index`` is its place in the batch, for the
-    backends, never for callers.
+    backends, never for callers. Handles compare by identity. A plain slotted class rather than a frozen
+    dataclass: every write and read of every step makes one, and the frozen ``__init__`` costs twice as much.
     """
 
-    batch: HandleSource = field(repr=False)
-    index: int
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: HandleSource, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Handle(index={self.index})"
 
 
 class BatchOutcome:
