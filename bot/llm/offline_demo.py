@@ -2,7 +2,8 @@
 
 It reads the last user message for a few commands ("list files", "read notes.txt", "delete old.log",
 "restart nginx", "what time is it?"), calls the matching demo tool, and once tool results are back it
-summarises them, saying plainly when a call failed or was rejected.
+summarises them, saying plainly when a call failed or was rejected. Any configured tool can be called
+with ``call <tool> key=value …`` or, best effort, by the words of its name (:mod:`bot.llm.offline_calls`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bot.llm.base import LocalChatGenerator, finalize_local_reply, tool_names
+from bot.llm.base import LocalChatGenerator, finalize_local_reply
+from bot.llm.offline_calls import call_from_text, call_from_words, usage_lines
 from bot.messages import ChatMessage, ChatRole, ToolCall
-from bot.tools import Tool, Toolset
+from bot.tools import Tool, Toolset, flatten_tools
 
 ANNOUNCEMENT = "offline demo model — set OPENAI_API_KEY or OPENAI_BASE_URL for a real LLM"
 
@@ -79,17 +81,25 @@ class OfflineDemoChatGenerator(LocalChatGenerator):
         tools: Sequence[Tool | Toolset] | None,
         generation_kwargs: dict[str, Any] | None = None,
     ) -> ChatMessage:
-        available = set(tool_names(tools))
         if messages and messages[-1].role is ChatRole.TOOL:
             reply = ChatMessage.from_assistant(self._announced(messages, _summarise(_trailing_results(messages))))
         else:
             user_text = next((m.text or "" for m in reversed(messages) if m.role is ChatRole.USER), "")
-            calls, missing = _calls_for(user_text, available)
-            if calls:
-                reply = ChatMessage.from_assistant(tool_calls=calls)
-            else:
-                reply = ChatMessage.from_assistant(self._announced(messages, _help_text(available, missing)))
+            reply = self._answer(messages, user_text, flatten_tools(tools))
         return finalize_local_reply(reply, model=self.model)
+
+    def _answer(self, messages: list[ChatMessage], user_text: str, tools: list[Tool]) -> ChatMessage:
+        explicit = call_from_text(user_text, tools)
+        if explicit is not None:
+            if explicit.call is not None:
+                return ChatMessage.from_assistant(tool_calls=[explicit.call])
+            return ChatMessage.from_assistant(self._announced(messages, explicit.problem or ""))
+        calls, missing = _calls_for(user_text, {tool.name for tool in tools})
+        if not calls and (guessed := call_from_words(user_text, tools)) is not None:
+            calls, missing = [guessed], []
+        if calls:
+            return ChatMessage.from_assistant(tool_calls=calls)
+        return ChatMessage.from_assistant(self._announced(messages, _help_text(tools, missing)))
 
     @staticmethod
     def _announced(messages: list[ChatMessage], text: str) -> str:
@@ -149,13 +159,16 @@ def _format_args(arguments: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
 
 
-def _help_text(available: set[str], missing: list[str]) -> str:
+def _help_text(tools: list[Tool], missing: list[str]) -> str:
     lines: list[str] = []
     if missing:
         lines.append(f"I can't do that here: {', '.join(missing)} is not among the tools I was given.")
-    offered = [example for name, example in _EXAMPLES.items() if name in available]
+    offered = [example for name, example in _EXAMPLES.items() if name in {tool.name for tool in tools}]
     if offered:
         lines.append(f"I understand a few commands: {', '.join(offered)}.")
-    else:
+    if not tools:
         lines.append("I have no tools to call, so I can only answer with this message.")
+        return "\n".join(lines)
+    lines.append(f"My tools are {', '.join(tool.name for tool in tools)}. Call any of them with:")
+    lines.extend(f"- `{line}`" for line in usage_lines(tools))
     return "\n".join(lines)

@@ -673,3 +673,28 @@ def test_the_readme_tool_example_loads_from_the_working_folder_through_the_insta
     assert result.returncode == 0, result.stderr
     assert "scale_service: always" in result.stdout
     assert "service_status: never" in result.stdout
+
+
+def test_the_offline_model_calls_the_readme_tools_by_call_and_by_words_and_the_banner_names_them(tmp_path):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n# mytools\.py\n(.*?)```", readme, re.DOTALL)
+    assert example, "README.md lost its mytools.py example"
+    (tmp_path / "mytools.py").write_text(example.group(1), encoding="utf-8")
+    script = Path(sys.executable).with_name("countersign")
+
+    result = subprocess.run(
+        [str(script), "chat", "--user", "ana"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, COUNTERSIGN_TOOLS="mytools:tools"),
+        input="call scale_service service=checkout replicas=3 region=us\ny\nscale billing to 2 replicas\nn\n\n",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert 'Try "call scale_service service=STRING replicas=INTEGER [region=STRING]"' in out
+    assert "checkout in us now runs 3 replicas" in out
+    assert 'scale_service(replicas=2, service="billing")' in out
+    assert "billing in eu now runs" not in out, "the rejected call ran"
