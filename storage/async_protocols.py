@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from bot.messages import ChatMessage
-    from storage.audit_chain import AuditVerification
+    from storage.audit_chain import AuditHead, AuditVerification
     from storage.batch_types import Batch, BatchOutcome
     from storage.protocols import (
         AccessRule,
@@ -228,7 +228,9 @@ class AsyncAuditLog(Protocol):
 
     async def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]: ...
 
-    async def verify(self) -> AuditVerification: ...
+    async def verify(self, *, prunes_allowed: bool = True, against: AuditHead | None = None) -> AuditVerification: ...
+
+    async def head(self) -> AuditHead: ...
 
     async def prune(self, older_than: Instant) -> int: ...
 

@@ -21,7 +21,7 @@ from storage.batch_types import HandleSource as HandleSource
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
-    from storage.audit_chain import AuditVerification
+    from storage.audit_chain import AuditHead, AuditVerification
 
 T = TypeVar("T")
 
@@ -738,8 +738,16 @@ class AuditLog(Protocol):
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
         ...
 
-    def verify(self) -> AuditVerification:
-        """Check the chain from the newest pruning anchor (or the first entry) to its head."""
+    def verify(self, *, prunes_allowed: bool = True, against: AuditHead | None = None) -> AuditVerification:
+        """Check the chain from the newest pruning anchor (or the first entry) to its head.
+
+        ``prunes_allowed``: whether audit retention is on (when it is not, any anchor is a forgery). With the
+        store's audit key, every signature is checked. ``against``: a checkpoint (:meth:`head`) taken earlier.
+        """
+        ...
+
+    def head(self) -> AuditHead:
+        """The chain's newest entry, with its signature when the store has the audit key."""
         ...
 
     def prune(self, older_than: Instant) -> int:
