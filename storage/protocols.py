@@ -732,7 +732,11 @@ class AuditLog(Protocol):
         """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many."""
         ...
 
-    def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+    def recent(
+        self, n: int = 20, actor: str | None = None, subject: str | None = None, *, workspace: str | None = None
+    ) -> list[AuditEntry]:
+        """The ``n`` newest entries, newest first; ``workspace`` (``slack:T1``) keeps only that workspace's."""
+        ...
 
     def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""

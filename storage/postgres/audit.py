@@ -104,8 +104,10 @@ class PostgresAuditLog:
             ],
         )
 
-    async def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
-        """The ``n`` newest entries, newest first, optionally of one actor and/or subject.
+    async def recent(
+        self, n: int = 20, actor: str | None = None, subject: str | None = None, *, workspace: str | None = None
+    ) -> list[AuditEntry]:
+        """The ``n`` newest entries, newest first, optionally of one actor and/or subject and/or ``workspace``.
 
         >>> [e.action for e in await storage.audit.recent(5, actor="U2")]
         ['approval.approved']
@@ -117,6 +119,13 @@ class PostgresAuditLog:
         if subject is not None:
             clauses.append("subject = %s")
             params.append(subject)
+        if workspace is not None:
+            clauses.append(
+                "(subject IN (SELECT approval_id FROM approvals WHERE starts_with(chat_history_id, %s)) "
+                "OR subject IN (SELECT run_id FROM runs WHERE starts_with(chat_history_id, %s)) "
+                "OR starts_with(subject, %s) OR starts_with(subject, %s))"
+            )
+            params.extend([f"{workspace}:", f"{workspace}:", f"workspace:{workspace}/", f"channel:{workspace}:"])
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         rows = await self.db.fetchall(
             f"SELECT id, at, actor, action, subject, details_json::text FROM audit {where}ORDER BY id DESC LIMIT %s",

@@ -55,8 +55,13 @@ class SQLiteAuditLog:
             _chain(db, rows, self.key)
         return len(rows)
 
-    def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]:
+    def recent(
+        self, n: int = 20, actor: str | None = None, subject: str | None = None, *, workspace: str | None = None
+    ) -> list[AuditEntry]:
         """The ``n`` newest entries, newest first, optionally of one actor and/or subject.
+
+        ``workspace`` (``platform:workspace``, e.g. ``slack:T1``) keeps only that workspace's entries: those about
+        its approvals and runs, and its policy changes (subjects ``workspace:slack:T1/…``, ``channel:slack:T1:…``).
 
         >>> [e.action for e in storage.audit.recent(5, actor="U2")]
         ['approval.approved']
@@ -68,6 +73,14 @@ class SQLiteAuditLog:
         if subject is not None:
             clauses.append("subject = ?")
             params.append(subject)
+        if workspace is not None:
+            clauses.append(
+                "(subject IN (SELECT approval_id FROM approvals WHERE substr(chat_history_id, 1, length(?)) = ?) "
+                "OR subject IN (SELECT run_id FROM runs WHERE substr(chat_history_id, 1, length(?)) = ?) "
+                "OR substr(subject, 1, length(?)) = ? OR substr(subject, 1, length(?)) = ?)"
+            )
+            thread, policy, channel = f"{workspace}:", f"workspace:{workspace}/", f"channel:{workspace}:"
+            params.extend([thread, thread, thread, thread, policy, policy, channel, channel])
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         with self.connector.reading() as db:
             rows = db.execute(

@@ -163,3 +163,23 @@ async def test_with_the_key_the_head_carries_its_entrys_signature(backend):
     head = await keyed.audit.head()
     assert head.signature is not None and len(head.signature) == 64
     assert (await keyed.audit.verify(against=AuditHead.parse(head.text()))).ok
+
+
+async def test_recent_keeps_one_workspaces_entries(storage):
+    from tests.fakes.storage_contract import create_run
+    from tests.fakes.storage_data import new_approval
+
+    await create_run(storage, "run-t1", thread="slack:T1:C1:1")
+    await create_run(storage, "run-t2", thread="slack:T2:C1:1")
+    [mine] = await storage.approvals.create_many([new_approval("run-t1", "call-1", chat_history_id="slack:T1:C1:1")])
+    await storage.audit.append("U1", "paused", "run-t1", {})
+    await storage.audit.append("U1", "approved", mine.approval_id, {})
+    await storage.audit.append("U2", "paused", "run-t2", {})
+    await storage.audit.append("U3", "quorum", "workspace:slack:T1/delete_file", {})
+    await storage.audit.append("U3", "policy set", "channel:slack:T1:C1/delete_file", {})
+    await storage.audit.append("U4", "quorum", "workspace:slack:T10/delete_file", {})
+    await storage.audit.append("U4", "paused", "run-unknown", {})
+    entries = await storage.audit.recent(20, workspace="slack:T1")
+    assert [e.actor for e in entries] == ["U3", "U3", "U1", "U1"]
+    assert [e.actor for e in await storage.audit.recent(20, workspace="slack:T2")] == ["U2"]
+    assert len(await storage.audit.recent(20)) == 7
