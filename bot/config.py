@@ -525,6 +525,8 @@ def _audit_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if key is not None and len(key) < MIN_AUDIT_KEY_BYTES:
         raise ConfigError(f"{name}: the key must be at least {MIN_AUDIT_KEY_BYTES} bytes (e.g. openssl rand -hex 32)")
     channel = (env.get("COUNTERSIGN_AUDIT_CHANNEL") or "").strip() or None
+    if channel is not None and (channel.count(":") < 2 or "" in channel.split(":")[:3]):
+        raise ConfigError("COUNTERSIGN_AUDIT_CHANNEL must be platform:workspace:channel[:thread], e.g. slack:T1:C123")
     return {
         "audit_key": key,
         "audit_channel": channel,
