@@ -40,6 +40,8 @@ The audit log is a hash chain: every entry stores the hash of the one before it.
   verify [--against ID:HASH[:SIG]]    exit 1 if an entry was edited or deleted, or the newest were cut off, or
                                       (with the key) something is unsigned; --against: a checkpoint from before
   checkpoint                          print the chain's head as ID:HASH[:SIG]; keep it somewhere else
+  sign                                with the key set: sign the entries written before it (the chain is
+                                      checked first; nothing is signed if anything but signatures is wrong)
   export [--since 30d] [--format jsonl|csv] [--output FILE]
                                       the entries (with their hashes), oldest first, to stdout or FILE
 """
@@ -93,6 +95,9 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
     audit_commands.add_parser("checkpoint", help="print the chain's head (ID:HASH[:SIG])").set_defaults(
         handler=_audit_checkpoint
     )
+    audit_commands.add_parser(
+        "sign", help="with the key: sign a log written before the key was set (after checking its chain)"
+    ).set_defaults(handler=_audit_sign)
     export = audit_commands.add_parser("export", help="write the entries as JSON lines or CSV")
     export.add_argument("--since", type=_duration, metavar="AGE", help="only entries newer than this, e.g. 30d")
     export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl")
@@ -288,6 +293,35 @@ def _audit_checkpoint(_args: argparse.Namespace, config: Config) -> int:
         print(head.text())
         if head.signature is None:
             print("(not signed: set COUNTERSIGN_AUDIT_KEY to sign the chain)", file=sys.stderr)
+        return 0
+
+    return _run(work, config)
+
+
+UNSIGNED = "not signed with the audit key"
+
+
+def _audit_sign(_args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+    if config.audit_key is None:
+        raise ConfigError("audit sign: set COUNTERSIGN_AUDIT_KEY or COUNTERSIGN_AUDIT_KEY_FILE first")
+    prunes_allowed = config.audit_retention_seconds is not None
+
+    async def sign(storage: Any) -> tuple[list[str], int]:
+        result = await storage.audit.verify(prunes_allowed=prunes_allowed)
+        other = [p for p in result.problems if UNSIGNED not in p]
+        if other:
+            return other, 0
+        return [], await storage.audit.sign_unsigned()
+
+    async def work() -> int:
+        problems, signed = await _with_storage(config, sign)
+        if problems:
+            print("countersign: the audit log is not intact; nothing was signed:", file=sys.stderr)
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"signed {signed} entries and anchors, and the head")
         return 0
 
     return _run(work, config)

@@ -754,6 +754,13 @@ class AuditLog(Protocol):
         """The chain's newest entry, with its signature when the store has the audit key."""
         ...
 
+    def sign_unsigned(self) -> int:
+        """With the audit key: sign every entry and anchor that has no signature yet, and the head; how many.
+
+        For a log written before the key was set; check the chain first (``countersign audit sign`` does).
+        """
+        ...
+
     def prune(self, older_than: Instant) -> int:
         """Delete entries older than ``older_than`` after recording the anchor the chain continues from."""
         ...

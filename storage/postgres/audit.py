@@ -207,6 +207,36 @@ class PostgresAuditLog:
         )
         return AuditHead(int(row[0]), row[1], row[2])
 
+    async def sign_unsigned(self) -> int:
+        """Sign every entry and anchor without a signature, and the head; see the SQLite log's ``sign_unsigned``."""
+        key = self.key
+        if key is None:
+            raise ValueError("sign_unsigned needs the audit key")
+        async with self.db.transaction() as conn:
+            await conn.execute("LOCK TABLE audit_head IN EXCLUSIVE MODE")  # no append moves the head meanwhile
+            cursor = await conn.execute(
+                "SELECT id, hash FROM audit WHERE id NOT IN (SELECT ref FROM audit_signature WHERE kind = 'entry')"
+            )
+            entries = await cursor.fetchall()
+            cursor = await conn.execute(
+                "SELECT pruned_through, anchor_hash FROM audit_anchor "
+                "WHERE pruned_through NOT IN (SELECT ref FROM audit_signature WHERE kind = 'anchor')"
+            )
+            anchors = await cursor.fetchall()
+            cursor = await conn.execute("SELECT last_id, last_hash FROM audit_head")
+            head = await cursor.fetchone()
+            rows = [("entry", int(i), sign(key, "entry", int(i), h or "")) for i, h in entries]
+            rows += [("anchor", int(i), sign(key, "anchor", int(i), h)) for i, h in anchors]
+            if head is not None:
+                rows.append(("head", 0, sign(key, "head", int(head[0]), head[1])))
+            await conn.execute(
+                "INSERT INTO audit_signature (kind, ref, sig) "
+                "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) "
+                "ON CONFLICT (kind, ref) DO UPDATE SET sig = EXCLUDED.sig",
+                [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]],
+            )
+        return len(entries) + len(anchors)
+
     async def prune(self, older_than: Instant) -> int:
         """Delete entries older than ``older_than``, first recording the anchor the chain continues from."""
         async with self.db.transaction() as conn:

@@ -183,6 +183,32 @@ class SQLiteAuditLog:
             sig = db.execute("SELECT sig FROM audit_signature WHERE kind = 'entry' AND ref = ?", [last_id]).fetchone()
         return AuditHead(int(last_id), last_hash, sig[0] if sig else None)
 
+    def sign_unsigned(self) -> int:
+        """Sign, with the audit key, every entry and anchor that has no signature, and the head; returns how many.
+
+        For a log written before the key was set (``countersign audit sign``, after checking the chain).
+
+        >>> storage.audit.sign_unsigned()
+        12
+        """
+        key = self.key
+        if key is None:
+            raise ValueError("sign_unsigned needs the audit key")
+        with self.connector.writing() as db:
+            entries = db.execute(
+                "SELECT id, hash FROM audit WHERE id NOT IN (SELECT ref FROM audit_signature WHERE kind = 'entry')"
+            ).fetchall()
+            anchors = db.execute(
+                "SELECT pruned_through, anchor_hash FROM audit_anchor "
+                "WHERE pruned_through NOT IN (SELECT ref FROM audit_signature WHERE kind = 'anchor')"
+            ).fetchall()
+            rows = [("entry", i, sign(key, "entry", i, h or "")) for i, h in entries]
+            rows += [("anchor", i, sign(key, "anchor", i, h)) for i, h in anchors]
+            last_id, last_hash = db.execute("SELECT last_id, last_hash FROM audit_head").fetchone()
+            rows.append(("head", 0, sign(key, "head", last_id, last_hash)))
+            db.conn.executemany("INSERT OR REPLACE INTO audit_signature (kind, ref, sig) VALUES (?, ?, ?)", rows)
+        return len(entries) + len(anchors)
+
     def prune(self, older_than: Instant) -> int:
         """Delete entries older than ``older_than``, first recording the anchor the chain continues from.
 

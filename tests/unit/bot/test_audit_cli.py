@@ -163,3 +163,47 @@ def test_a_schema_newer_than_the_code_stops_chat_and_serve_with_one_line(tmp_pat
         assert result.returncode == 2, (command, result.stderr)
         line = _one_line(result)
         assert f"COUNTERSIGN_DB: the database has schema version {LATEST_VERSION + 1}" in line, line
+
+
+def test_audit_sign_signs_a_log_from_before_the_key_but_never_a_broken_one(tmp_path):
+    path = _database(tmp_path, entries=3)
+    refused = countersign(tmp_path, "audit", "sign")
+    assert refused.returncode == 2 and "set COUNTERSIGN_AUDIT_KEY" in _one_line(refused)
+    assert countersign(tmp_path, "audit", "verify", COUNTERSIGN_AUDIT_KEY=KEY).returncode == 1
+    signed = countersign(tmp_path, "audit", "sign", COUNTERSIGN_AUDIT_KEY=KEY)
+    assert signed.returncode == 0, signed.stderr
+    assert "signed 3 entries and anchors, and the head" in signed.stdout
+    assert countersign(tmp_path, "audit", "verify", COUNTERSIGN_AUDIT_KEY=KEY).returncode == 0
+
+    other = tmp_path / "other"
+    other.mkdir()
+    broken = _database(other, entries=3)
+    with sqlite3.connect(broken) as conn:
+        conn.execute("DROP TRIGGER audit_no_update")
+        conn.execute("UPDATE audit SET actor = 'U_EVE' WHERE id = 2")
+    refused = countersign(other, "audit", "sign", COUNTERSIGN_AUDIT_KEY=KEY)
+    assert refused.returncode == 1
+    assert "entry 2: its content does not match its hash (edited)" in refused.stderr
+    assert path.exists()
+
+
+def test_the_forged_anchor_fails_verify_on_postgres_too(tmp_path, postgres_url):
+    import psycopg
+
+    env = {"COUNTERSIGN_DATABASE_URL": postgres_url}
+    assert countersign(tmp_path, "db", "migrate", **env).returncode == 0
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for n in range(5):
+            conn.execute(
+                "INSERT INTO audit (at, actor, action, subject, details_json) "
+                "VALUES (now(), %s, 'approved', 'a', '{}')",
+                [f"U{n}"],
+            )
+        conn.execute(
+            "INSERT INTO audit_anchor (pruned_through, anchor_hash, pruned_at) SELECT id, hash, now() FROM audit "
+            "WHERE id = (SELECT MAX(id) - 1 FROM audit)"
+        )
+        conn.execute("DELETE FROM audit WHERE id < (SELECT MAX(id) FROM audit)")
+    verified = countersign(tmp_path, "audit", "verify", **env)
+    assert verified.returncode == 1, verified.stdout
+    assert "a pruning anchor at entry 4 exists, but audit retention is off" in verified.stderr

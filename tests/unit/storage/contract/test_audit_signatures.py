@@ -183,3 +183,17 @@ async def test_recent_keeps_one_workspaces_entries(storage):
     assert [e.actor for e in entries] == ["U3", "U3", "U1", "U1"]
     assert [e.actor for e in await storage.audit.recent(20, workspace="slack:T2")] == ["U2"]
     assert len(await storage.audit.recent(20)) == 7
+
+
+async def test_a_log_written_before_the_key_is_signed_once_and_then_verifies(backend):
+    await _five(backend.storage)  # no key yet
+    assert await backend.storage.audit.prune(older_than=NOW + timedelta(hours=1)) == 1
+    keyed = await _keyed(backend)
+    problems = (await keyed.audit.verify()).problems
+    assert problems and all("not signed with the audit key" in p for p in problems), problems
+    assert await keyed.audit.sign_unsigned() == 5  # four entries and the anchor
+    result = await keyed.audit.verify()
+    assert result.ok, result.problems
+    assert await keyed.audit.sign_unsigned() == 0
+    await keyed.audit.append("U9", "approved", "a-9", {})
+    assert (await keyed.audit.verify()).ok
