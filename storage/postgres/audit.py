@@ -123,9 +123,17 @@ class PostgresAuditLog:
             clauses.append(
                 "(subject IN (SELECT approval_id FROM approvals WHERE starts_with(chat_history_id, %s)) "
                 "OR subject IN (SELECT run_id FROM runs WHERE starts_with(chat_history_id, %s)) "
-                "OR starts_with(subject, %s) OR starts_with(subject, %s))"
+                "OR starts_with(subject, %s) OR starts_with(subject, %s) OR subject = %s)"
             )
-            params.extend([f"{workspace}:", f"{workspace}:", f"workspace:{workspace}/", f"channel:{workspace}:"])
+            params.extend(
+                [
+                    f"{workspace}:",
+                    f"{workspace}:",
+                    f"workspace:{workspace}/",
+                    f"channel:{workspace}:",
+                    f"workspace:{workspace}",
+                ]
+            )
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         rows = await self.db.fetchall(
             f"SELECT id, at, actor, action, subject, details_json::text FROM audit {where}ORDER BY id DESC LIMIT %s",

@@ -77,10 +77,10 @@ class SQLiteAuditLog:
             clauses.append(
                 "(subject IN (SELECT approval_id FROM approvals WHERE substr(chat_history_id, 1, length(?)) = ?) "
                 "OR subject IN (SELECT run_id FROM runs WHERE substr(chat_history_id, 1, length(?)) = ?) "
-                "OR substr(subject, 1, length(?)) = ? OR substr(subject, 1, length(?)) = ?)"
+                "OR substr(subject, 1, length(?)) = ? OR substr(subject, 1, length(?)) = ? OR subject = ?)"
             )
             thread, policy, channel = f"{workspace}:", f"workspace:{workspace}/", f"channel:{workspace}:"
-            params.extend([thread, thread, thread, thread, policy, policy, channel, channel])
+            params.extend([thread, thread, thread, thread, policy, policy, channel, channel, f"workspace:{workspace}"])
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         with self.connector.reading() as db:
             rows = db.execute(
