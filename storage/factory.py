@@ -38,9 +38,13 @@ async def open_async_storage(
     if database_url:
         # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
         from storage.postgres import open_postgres_storage
+        from storage.postgres.database import DEFAULT_POOL_MAX
 
-        sizing: dict[str, float] = {} if pool_size is None else {"pool_max": pool_size}
-        if connect_timeout is not None:
-            sizing["connect_timeout"] = connect_timeout
-        return await open_postgres_storage(database_url, last_k=last_k, audit_key=audit_key, **sizing)  # type: ignore[arg-type]
+        return await open_postgres_storage(
+            database_url,
+            last_k=last_k,
+            audit_key=audit_key,
+            pool_max=DEFAULT_POOL_MAX if pool_size is None else pool_size,
+            connect_timeout=30.0 if connect_timeout is None else connect_timeout,
+        )
     return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k, audit_key=audit_key))
