@@ -90,3 +90,24 @@ async def test_the_sweep_posts_the_audit_head_to_the_audit_channel_once_a_day(tm
         assert len(h.surface.replies_in(where)) == 2
     finally:
         await h.close()
+
+
+async def test_with_the_audit_key_the_engine_signs_entries_and_the_sweeps_prune_signs_its_anchor(tmp_path):
+    from bot.engine.model import AdminRequest
+    from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, WORKSPACE
+
+    clock = Clock(datetime.now(UTC))
+    key = b"the engine's audit key, from the environment"
+    h = await Harness.open(tmp_path, clock=clock, audit_key=key, audit_retention_seconds=86400)
+    try:
+        for n in (2, 3):
+            await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, f"quorum delete_file {n}"))
+        clock.advance(days=2)
+        await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "quorum delete_file 4"))
+        await h.engine.lifecycle.sweep()
+        result = await h.engine.storage.audit.verify(prunes_allowed=True)
+        assert result.ok, result.problems
+        assert (result.pruned_through, result.checked) == (2, 1)
+        assert (await h.engine.storage.audit.head()).signature is not None
+    finally:
+        await h.close()
