@@ -126,7 +126,7 @@ def _run(work: Callable[[], Coroutine[Any, Any, int]], config: Config | None = N
             raise
         from bot.startup_errors import DatabaseUnavailable, describe
 
-        raise DatabaseUnavailable(describe(exc, config)) from None
+        raise DatabaseUnavailable(describe(exc, config), retryable=True) from None
     except (StorageError, UnknownSchemaVersion) as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return EXIT_FAILED

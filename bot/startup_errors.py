@@ -17,14 +17,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from bot.config import Config, ConfigError
-from storage import StorageError, UnknownSchemaVersion, open_async_storage
+from storage import DatabaseUnreachable, StorageError, UnknownSchemaVersion, open_async_storage
 from storage.async_protocols import AsyncStores
 
 _PASSWORD_IN_URL = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@")
 
 
 class DatabaseUnavailable(ConfigError):
-    """The configured database cannot be opened; ``str()`` is one line naming the setting."""
+    """The configured database cannot be opened; ``str()`` is one line naming the setting.
+
+    ``retryable``: the server did not answer (:class:`storage.DatabaseUnreachable`), so trying again later may
+    work (``serve`` keeps trying); otherwise (a newer schema, a path SQLite cannot open) it will not.
+    """
+
+    def __init__(self, line: str, *, retryable: bool = False) -> None:
+        super().__init__(line)
+        self.retryable = retryable
 
 
 def database_setting(config: Config) -> str:
@@ -49,11 +57,13 @@ def describe(exc: BaseException, config: Config) -> str:
         first = first.replace(config.database_url, without_password(config.database_url))
     if isinstance(exc, UnknownSchemaVersion):
         return f"{setting}: {first} (or point {setting} at another database)"
-    if config.database_url:
+    if isinstance(exc, DatabaseUnreachable):
         return (
             f"{setting}: PostgreSQL did not answer within {config.db_connect_timeout:g} s "
             f"(COUNTERSIGN_DB_CONNECT_TIMEOUT): {first}"
         )
+    if config.database_url:
+        return f"{setting}: {first}"
     return f"{setting}: cannot open {config.db_path} as the SQLite database: {first}"
 
 
@@ -84,4 +94,4 @@ async def open_configured_storage(config: Config, **options: Any) -> AsyncStores
                 **options,
             )
     except StorageError as exc:
-        raise DatabaseUnavailable(describe(exc, config)) from None
+        raise DatabaseUnavailable(describe(exc, config), retryable=isinstance(exc, DatabaseUnreachable)) from None
