@@ -53,16 +53,14 @@ class PostgresAuditLog:
         key = self.key
         assert key is not None
         newest = max(signed)
+        refs = [int(i) for i, _ in signed] + [0]
+        sigs = [sign(key, "entry", int(i), h) for i, h in signed] + [sign(key, "head", int(newest[0]), newest[1])]
         await conn.execute(
-            "INSERT INTO audit_signature (kind, ref, sig) SELECT 'entry', ref, sig "
-            "FROM unnest(%s::bigint[], %s::text[]) AS t(ref, sig) "
+            "INSERT INTO audit_signature (kind, ref, sig) "
+            "SELECT CASE WHEN ord = %s THEN 'head' ELSE 'entry' END, ref, sig "
+            "FROM unnest(%s::bigint[], %s::text[]) WITH ORDINALITY AS t(ref, sig, ord) "
             "ON CONFLICT (kind, ref) DO UPDATE SET sig = EXCLUDED.sig",
-            [[int(i) for i, _ in signed], [sign(key, "entry", int(i), h) for i, h in signed]],
-        )
-        await conn.execute(
-            "INSERT INTO audit_signature (kind, ref, sig) VALUES ('head', 0, %s) "
-            "ON CONFLICT (kind, ref) DO UPDATE SET sig = EXCLUDED.sig",
-            [sign(key, "head", int(newest[0]), newest[1])],
+            [len(refs), refs, sigs],
         )
 
     async def append_many(self, entries: Sequence[tuple[str, str, str, dict[str, Any]]], now: Instant = None) -> int:

@@ -199,3 +199,19 @@ async def test_a_log_written_before_the_key_is_signed_once_and_then_verifies(bac
     assert await keyed.audit.sign_unsigned() == 0
     await keyed.audit.append("U9", "approved", "a-9", {})
     assert (await keyed.audit.verify()).ok
+
+
+async def test_two_keyed_writers_appending_at_once_leave_a_signed_chain_and_head(backend):
+    first, second = await _keyed(backend), await _keyed(backend)
+
+    async def write(storage, who: str) -> None:
+        for n in range(15):
+            if n % 3:
+                await storage.audit.append(who, "approved", f"a-{n}", {})
+            else:
+                await storage.audit.append_many([(who, "expired", f"e-{n}", {}), (who, "expired", f"f-{n}", {})])
+
+    await asyncio.gather(write(first, "U1"), write(second, "U2"))
+    result = await first.audit.verify()
+    assert result.ok, result.problems
+    assert result.checked == 40
