@@ -31,7 +31,7 @@ Database maintenance (on COUNTERSIGN_DB, or COUNTERSIGN_DATABASE_URL when set):
   prune --older-than 90d  delete ended runs, their approvals and ledger entries, idle threads' messages and
         [--dry-run]       delivered outbox rows older than that (never active runs or pending approvals)
         [--audit]         and audit entries older than COUNTERSIGN_AUDIT_RETENTION_DAYS, as the sweep does
-Commands that only read (check, backup, vacuum, prune) never create a database: exit 2 when there is none.
+Only migrate creates a database; the others exit 2 with one line when there is none.
 """
 
 AUDIT_DESCRIPTION = """\
@@ -85,7 +85,7 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
         formatter_class=formatter,
     )
     audit.set_defaults(log_level="WARNING")
-    audit_commands = audit.add_subparsers(dest="audit_command", metavar="{verify,checkpoint,export}")
+    audit_commands = audit.add_subparsers(dest="audit_command", metavar="{verify,checkpoint,sign,export}")
     audit_commands.required = True
     verify = audit_commands.add_parser("verify", help="check the hash chain (and the signatures, with the key)")
     verify.add_argument(
