@@ -99,6 +99,12 @@ class Config:
     """``COUNTERSIGN_RETENTION_DAYS`` in seconds: ended runs, approvals, ledger, idle threads pruned after it."""
     audit_retention_seconds: int | None = None
     """``COUNTERSIGN_AUDIT_RETENTION_DAYS`` in seconds: audit entries pruned after it (``None``: kept forever)."""
+    audit_key: bytes | None = field(default=None, repr=False)
+    """``COUNTERSIGN_AUDIT_KEY`` or ``COUNTERSIGN_AUDIT_KEY_FILE``'s content: signs the audit log (docs/audit.md)."""
+    audit_channel: str | None = None
+    """``COUNTERSIGN_AUDIT_CHANNEL``: where the audit log's head is posted once a day (``slack:C…``, ``console:…``)."""
+    db_connect_timeout: float = 10.0
+    """``COUNTERSIGN_DB_CONNECT_TIMEOUT``: how long ``chat`` and the ``db``/``audit`` commands wait for PostgreSQL."""
 
     @property
     def llm_configured(self) -> bool:
@@ -163,6 +169,7 @@ class Config:
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_operations_settings(env),
+            **_audit_settings(env),
             **_lifecycle_settings(env),
         )
 
@@ -495,6 +502,35 @@ def _operations_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "snapshot_retention_seconds": snapshot_retention,
         "retention_seconds": days * 86400 or None,
         "audit_retention_seconds": audit_days * 86400 or None,
+    }
+
+
+MIN_AUDIT_KEY_BYTES = 16
+
+
+def _audit_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The audit key (from the variable or a file, never both), the head's channel and the connect timeout."""
+    text = env.get("COUNTERSIGN_AUDIT_KEY") or ""
+    file = (env.get("COUNTERSIGN_AUDIT_KEY_FILE") or "").strip()
+    if text and file:
+        raise ConfigError("set COUNTERSIGN_AUDIT_KEY or COUNTERSIGN_AUDIT_KEY_FILE, not both")
+    key: bytes | None = text.strip().encode() if text.strip() else None
+    name = "COUNTERSIGN_AUDIT_KEY"
+    if file:
+        name = "COUNTERSIGN_AUDIT_KEY_FILE"
+        try:
+            key = Path(file).expanduser().read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot read {file} ({exc.strerror or exc})") from None
+    if key is not None and len(key) < MIN_AUDIT_KEY_BYTES:
+        raise ConfigError(f"{name}: the key must be at least {MIN_AUDIT_KEY_BYTES} bytes (e.g. openssl rand -hex 32)")
+    channel = (env.get("COUNTERSIGN_AUDIT_CHANNEL") or "").strip() or None
+    if channel is not None and (channel.count(":") < 2 or "" in channel.split(":")[:3]):
+        raise ConfigError("COUNTERSIGN_AUDIT_CHANNEL must be platform:workspace:channel[:thread], e.g. slack:T1:C123")
+    return {
+        "audit_key": key,
+        "audit_channel": channel,
+        "db_connect_timeout": _seconds(env, "COUNTERSIGN_DB_CONNECT_TIMEOUT", 10.0),
     }
 
 

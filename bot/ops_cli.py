@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from bot.config import MAX_RETENTION_SECONDS, Config
+from bot.config import MAX_RETENTION_SECONDS, Config, ConfigError
 
 EXIT_FAILED = 1
 
@@ -30,11 +30,18 @@ Database maintenance (on COUNTERSIGN_DB, or COUNTERSIGN_DATABASE_URL when set):
   vacuum                  give the space freed by pruning back (SQLite VACUUM; PostgreSQL VACUUM ANALYZE)
   prune --older-than 90d  delete ended runs, their approvals and ledger entries, idle threads' messages and
         [--dry-run]       delivered outbox rows older than that (never active runs or pending approvals)
+        [--audit]         and audit entries older than COUNTERSIGN_AUDIT_RETENTION_DAYS, as the sweep does
+Only migrate creates a database; the others exit 2 with one line when there is none.
 """
 
 AUDIT_DESCRIPTION = """\
-The audit log is a hash chain: every entry stores the hash of the one before it.
-  verify                              exit 1 if an entry was edited or deleted, or the newest were cut off
+The audit log is a hash chain: every entry stores the hash of the one before it. With COUNTERSIGN_AUDIT_KEY
+(or COUNTERSIGN_AUDIT_KEY_FILE) every entry, pruning anchor and the head is also signed (see docs/audit.md).
+  verify [--against ID:HASH[:SIG]]    exit 1 if an entry was edited or deleted, or the newest were cut off, or
+                                      (with the key) something is unsigned; --against: a checkpoint from before
+  checkpoint                          print the chain's head as ID:HASH[:SIG]; keep it somewhere else
+  sign                                with the key set: sign the entries written before it (the chain is
+                                      checked first; nothing is signed if anything but signatures is wrong)
   export [--since 30d] [--format jsonl|csv] [--output FILE]
                                       the entries (with their hashes), oldest first, to stdout or FILE
 """
@@ -66,6 +73,9 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
         help="e.g. 90d, 12h (days d, hours h, minutes m, seconds s)",
     )
     prune.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    prune.add_argument(
+        "--audit", action="store_true", help="also prune the audit log past COUNTERSIGN_AUDIT_RETENTION_DAYS"
+    )
     prune.set_defaults(handler=_db_prune)
 
     audit = commands.add_parser(
@@ -75,9 +85,19 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
         formatter_class=formatter,
     )
     audit.set_defaults(log_level="WARNING")
-    audit_commands = audit.add_subparsers(dest="audit_command", metavar="{verify,export}")
+    audit_commands = audit.add_subparsers(dest="audit_command", metavar="{verify,checkpoint,sign,export}")
     audit_commands.required = True
-    audit_commands.add_parser("verify", help="check the hash chain").set_defaults(handler=_audit_verify)
+    verify = audit_commands.add_parser("verify", help="check the hash chain (and the signatures, with the key)")
+    verify.add_argument(
+        "--against", type=_checkpoint, metavar="HEAD", help="a checkpoint (ID:HASH[:SIG]) taken earlier"
+    )
+    verify.set_defaults(handler=_audit_verify)
+    audit_commands.add_parser("checkpoint", help="print the chain's head (ID:HASH[:SIG])").set_defaults(
+        handler=_audit_checkpoint
+    )
+    audit_commands.add_parser(
+        "sign", help="with the key: sign a log written before the key was set (after checking its chain)"
+    ).set_defaults(handler=_audit_sign)
     export = audit_commands.add_parser("export", help="write the entries as JSON lines or CSV")
     export.add_argument("--since", type=_duration, metavar="AGE", help="only entries newer than this, e.g. 30d")
     export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl")
@@ -88,27 +108,61 @@ def add_commands(commands: Any, formatter: type[argparse.HelpFormatter]) -> None
 def _duration(text: str) -> int:
     from bot.durations import DurationError, duration_seconds
 
+    if text.strip()[-1:].isdigit():  # "90" was 90 seconds; nobody prunes by seconds on purpose
+        raise argparse.ArgumentTypeError(f"give the unit: {text.strip()[:20]}d (days), h, m or s")
     try:
         return duration_seconds(text, maximum=MAX_RETENTION_SECONDS, what="An age")
     except DurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _run(work: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    from storage import StorageError, UnknownSchemaVersion
+def _run(work: Callable[[], Coroutine[Any, Any, int]], config: Config | None = None) -> int:
+    from storage import DatabaseUnreachable, StorageError, UnknownSchemaVersion
 
     try:
         return asyncio.run(work())
+    except DatabaseUnreachable as exc:
+        if config is None:
+            raise
+        from bot.startup_errors import DatabaseUnavailable, describe
+
+        raise DatabaseUnavailable(describe(exc, config), retryable=True) from None
     except (StorageError, UnknownSchemaVersion) as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
 
+def _checkpoint(text: str) -> Any:
+    from storage.audit_chain import AuditHead
+
+    try:
+        return AuditHead.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def require_database(config: Config) -> None:
+    """Refuse (exit 2) to run a command that reads when the SQLite file does not exist: it would create it."""
+    if not config.database_url and not Path(config.db_path).exists():
+        raise ConfigError(
+            f"COUNTERSIGN_DB: there is no database at {config.db_path} (set COUNTERSIGN_DB, or run "
+            "countersign db migrate to create one)"
+        )
+
+
 async def _with_storage(config: Config, work: Callable[[Any], Awaitable[Any]]) -> Any:
     """Open the configured storage (migrating it, as ``serve`` would), run ``work`` on it, close it."""
+    from bot.startup_errors import quiet_pool
     from storage import open_async_storage
 
-    storage = await open_async_storage(config.db_path, database_url=config.database_url, pool_size=2)
+    with quiet_pool():
+        storage = await open_async_storage(
+            config.db_path,
+            database_url=config.database_url,
+            pool_size=2,
+            audit_key=config.audit_key,
+            connect_timeout=config.db_connect_timeout,
+        )
     try:
         return await work(storage)
     finally:
@@ -128,24 +182,27 @@ def _db_migrate(_args: argparse.Namespace, config: Config) -> int:
         print(f"schema version {status.current}: up to date")
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
 def _db_check(_args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+
     async def work() -> int:
         from storage.maintenance import schema_status
 
-        status = await schema_status(config.db_path, config.database_url)
+        status = await schema_status(config.db_path, config.database_url, connect_timeout=config.db_connect_timeout)
         if status.problem:
             print(f"countersign: {status.problem}", file=sys.stderr)
             return EXIT_FAILED
         print(f"schema version {status.current}: matches this countersign")
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
 def _db_backup(args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
     if config.database_url:
         print("countersign: db backup is for SQLite; back PostgreSQL up with pg_dump (see README)", file=sys.stderr)
         return EXIT_FAILED
@@ -157,34 +214,63 @@ def _db_backup(args: argparse.Namespace, config: Config) -> int:
         print(f"backed up {config.db_path} to {args.path} ({size} bytes)")
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
 def _db_vacuum(_args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+
     async def work() -> int:
         from storage.maintenance import vacuum
 
-        await vacuum(config.db_path, config.database_url)
+        await vacuum(config.db_path, config.database_url, connect_timeout=config.db_connect_timeout)
         print("vacuumed")
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
 def _db_prune(args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+    audit_seconds = config.audit_retention_seconds
+    if args.audit and audit_seconds is None:
+        raise ConfigError(
+            "db prune --audit: COUNTERSIGN_AUDIT_RETENTION_DAYS is not set (the audit log is kept forever; "
+            "audit verify refuses pruning anchors while it is off)"
+        )
+    if args.audit and args.dry_run:
+        raise ConfigError("db prune --audit cannot --dry-run (the audit log's prune only deletes)")
+
     async def work() -> int:
-        cutoff = datetime.now(UTC) - timedelta(seconds=args.older_than)
-        counts = await _with_storage(config, lambda s: s.ops.prune(older_than=cutoff, dry_run=args.dry_run))
+        now = datetime.now(UTC)
+        cutoff = now - timedelta(seconds=args.older_than)
+
+        async def prune(storage: Any) -> tuple[Any, int | None]:
+            counts = await storage.ops.prune(older_than=cutoff, dry_run=args.dry_run)
+            audit = None
+            if args.audit and audit_seconds is not None:
+                audit = await storage.audit.prune(older_than=now - timedelta(seconds=audit_seconds))
+            return counts, audit
+
+        counts, audit = await _with_storage(config, prune)
         verb = "would delete" if args.dry_run else "deleted"
-        print(f"{verb}: " + ", ".join(f"{n} {what}" for what, n in counts.as_dict().items()))
+        parts = [f"{n} {what}" for what, n in counts.as_dict().items()]
+        if audit is not None:
+            parts.append(f"{audit} audit entries")
+        print(f"{verb}: " + ", ".join(parts))
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
-def _audit_verify(_args: argparse.Namespace, config: Config) -> int:
+def _audit_verify(args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+    prunes_allowed = config.audit_retention_seconds is not None
+
     async def work() -> int:
-        result = await _with_storage(config, lambda s: s.audit.verify())
+        result = await _with_storage(
+            config, lambda s: s.audit.verify(prunes_allowed=prunes_allowed, against=args.against)
+        )
         start = f" (pruned through entry {result.pruned_through})" if result.pruned_through else ""
         if result.ok:
             print(f"audit log intact: {result.checked} entries checked{start}")
@@ -196,13 +282,57 @@ def _audit_verify(_args: argparse.Namespace, config: Config) -> int:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_FAILED
 
-    return _run(work)
+    return _run(work, config)
+
+
+def _audit_checkpoint(_args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+
+    async def work() -> int:
+        head = await _with_storage(config, lambda s: s.audit.head())
+        print(head.text())
+        if head.signature is None:
+            print("(not signed: set COUNTERSIGN_AUDIT_KEY to sign the chain)", file=sys.stderr)
+        return 0
+
+    return _run(work, config)
+
+
+UNSIGNED = "not signed with the audit key"
+
+
+def _audit_sign(_args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+    if config.audit_key is None:
+        raise ConfigError("audit sign: set COUNTERSIGN_AUDIT_KEY or COUNTERSIGN_AUDIT_KEY_FILE first")
+    prunes_allowed = config.audit_retention_seconds is not None
+
+    async def sign(storage: Any) -> tuple[list[str], int]:
+        result = await storage.audit.verify(prunes_allowed=prunes_allowed)
+        other = [p for p in result.problems if UNSIGNED not in p]
+        if other:
+            return other, 0
+        return [], await storage.audit.sign_unsigned()
+
+    async def work() -> int:
+        problems, signed = await _with_storage(config, sign)
+        if problems:
+            print("countersign: the audit log is not intact; nothing was signed:", file=sys.stderr)
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"signed {signed} entries and anchors, and the head")
+        return 0
+
+    return _run(work, config)
 
 
 EXPORT_FIELDS = ("id", "at", "actor", "action", "subject", "details", "prev_hash", "hash")
 
 
 def _audit_export(args: argparse.Namespace, config: Config) -> int:
+    require_database(config)
+
     async def work() -> int:
         since = None if args.since is None else datetime.now(UTC) - timedelta(seconds=args.since)
         entries = await _with_storage(config, lambda s: s.audit.since(since))
@@ -213,7 +343,7 @@ def _audit_export(args: argparse.Namespace, config: Config) -> int:
             write_entries(entries, args.format, sys.stdout)
         return 0
 
-    return _run(work)
+    return _run(work, config)
 
 
 def write_entries(entries: list[Any], fmt: str, out: TextIO) -> None:

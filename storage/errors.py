@@ -7,6 +7,10 @@ class StorageError(Exception):
     """Base class of every storage error (also wraps unexpected SQLite errors)."""
 
 
+class DatabaseUnreachable(StorageError):
+    """The database server did not answer (refused, or not within the connect timeout)."""
+
+
 class NotFound(StorageError):
     """The run, approval or ledger entry asked for does not exist.
 

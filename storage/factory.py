@@ -21,10 +21,14 @@ async def open_async_storage(
     database_url: str | None = None,
     last_k: int = 10,
     pool_size: int | None = None,
+    audit_key: bytes | None = None,
+    connect_timeout: float | None = None,
 ) -> AsyncStores:
     """Open PostgreSQL at ``database_url`` when given, else the SQLite file ``db_path``; run pending migrations.
 
     ``pool_size`` caps PostgreSQL's connections from this process (default 10); SQLite ignores it.
+    ``audit_key`` signs the audit log (:mod:`storage.audit_chain`). ``connect_timeout`` bounds how long
+    PostgreSQL may take to answer at first (default 30 s).
 
     >>> storage = await open_async_storage("countersign.db", database_url=None, last_k=30)
     >>> await storage.events.first_time("slack:Ev1")
@@ -34,7 +38,13 @@ async def open_async_storage(
     if database_url:
         # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
         from storage.postgres import open_postgres_storage
+        from storage.postgres.database import DEFAULT_POOL_MAX
 
-        sizing = {} if pool_size is None else {"pool_max": pool_size}
-        return await open_postgres_storage(database_url, last_k=last_k, **sizing)
-    return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k))
+        return await open_postgres_storage(
+            database_url,
+            last_k=last_k,
+            audit_key=audit_key,
+            pool_max=DEFAULT_POOL_MAX if pool_size is None else pool_size,
+            connect_timeout=30.0 if connect_timeout is None else connect_timeout,
+        )
+    return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k, audit_key=audit_key))

@@ -7,12 +7,14 @@ Backups are SQLite only: PostgreSQL has ``pg_dump`` (see the README).
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
-from storage.errors import StorageError
+from storage.errors import DatabaseUnreachable, StorageError
 from storage.sqlite.migrations import LATEST_VERSION as SQLITE_LATEST
 
 
@@ -39,7 +41,20 @@ class SchemaStatus:
         return None
 
 
-async def schema_status(db_path: Path, database_url: str | None) -> SchemaStatus:
+async def _connect_postgres(database_url: str, connect_timeout: float) -> Any:
+    """One autocommit connection; :class:`DatabaseUnreachable` when the server does not answer in time."""
+    import psycopg
+
+    try:
+        return await psycopg.AsyncConnection.connect(
+            database_url, autocommit=True, connect_timeout=max(1, math.ceil(connect_timeout))
+        )
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnreachable(f"cannot connect to PostgreSQL: {first}") from exc
+
+
+async def schema_status(db_path: Path, database_url: str | None, *, connect_timeout: float = 10.0) -> SchemaStatus:
     """Read the schema version without changing anything (a missing SQLite file reads as version 0).
 
     >>> (await schema_status(Path("countersign.db"), None)).problem is None
@@ -51,7 +66,7 @@ async def schema_status(db_path: Path, database_url: str | None) -> SchemaStatus
         from storage.postgres.migrations import LATEST_VERSION, schema_version
 
         try:
-            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            async with await _connect_postgres(database_url, connect_timeout) as conn:
                 return SchemaStatus(await schema_version(conn), LATEST_VERSION)
         except psycopg.Error as exc:
             raise StorageError(f"cannot read the PostgreSQL schema: {exc}") from exc
@@ -114,13 +129,13 @@ def backup_sqlite(db_path: Path, destination: Path) -> int:
     return destination.stat().st_size
 
 
-async def vacuum(db_path: Path, database_url: str | None) -> None:
+async def vacuum(db_path: Path, database_url: str | None, *, connect_timeout: float = 10.0) -> None:
     """Give space freed by pruning back (SQLite: ``VACUUM`` rewrites the file; PostgreSQL: ``VACUUM ANALYZE``)."""
     if database_url:
         import psycopg
 
         try:
-            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            async with await _connect_postgres(database_url, connect_timeout) as conn:
                 await conn.execute("VACUUM (ANALYZE)")
         except psycopg.Error as exc:
             raise StorageError(f"VACUUM failed: {exc}") from exc

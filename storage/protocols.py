@@ -21,7 +21,7 @@ from storage.batch_types import HandleSource as HandleSource
 
 if TYPE_CHECKING:
     from bot.messages import ChatMessage
-    from storage.audit_chain import AuditVerification
+    from storage.audit_chain import AuditHead, AuditVerification
 
 T = TypeVar("T")
 
@@ -732,14 +732,33 @@ class AuditLog(Protocol):
         """Append ``(actor, action, subject, details)`` entries in one transaction; returns how many."""
         ...
 
-    def recent(self, n: int = 20, actor: str | None = None, subject: str | None = None) -> list[AuditEntry]: ...
+    def recent(
+        self, n: int = 20, actor: str | None = None, subject: str | None = None, *, workspace: str | None = None
+    ) -> list[AuditEntry]:
+        """The ``n`` newest entries, newest first; ``workspace`` (``slack:T1``) keeps only that workspace's."""
+        ...
 
     def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
         ...
 
-    def verify(self) -> AuditVerification:
-        """Check the chain from the newest pruning anchor (or the first entry) to its head."""
+    def verify(self, *, prunes_allowed: bool = True, against: AuditHead | None = None) -> AuditVerification:
+        """Check the chain from the newest pruning anchor (or the first entry) to its head.
+
+        ``prunes_allowed``: whether audit retention is on (when it is not, any anchor is a forgery). With the
+        store's audit key, every signature is checked. ``against``: a checkpoint (:meth:`head`) taken earlier.
+        """
+        ...
+
+    def head(self) -> AuditHead:
+        """The chain's newest entry, with its signature when the store has the audit key."""
+        ...
+
+    def sign_unsigned(self) -> int:
+        """With the audit key: sign every entry and anchor that has no signature yet, and the head; how many.
+
+        For a log written before the key was set; check the chain first (``countersign audit sign`` does).
+        """
         ...
 
     def prune(self, older_than: Instant) -> int:

@@ -96,7 +96,10 @@ class AdminCommands:
                 for r in pending
             )
         if command.name == "audit":
-            entries = await self.storage.audit.recent(command.value)
+            # Like pending: one install may serve several workspaces; never show another workspace's entries.
+            entries = await self.storage.audit.recent(
+                command.value, workspace=f"{request.platform}:{request.workspace}"
+            )
             # Subjects can echo what someone typed (a refused command's tool name): mask secrets in them.
             return (
                 "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)

@@ -26,8 +26,8 @@ from bot.engine.running import Invoke
 from bot.engine.sentences import NOTHING_TO_STOP, STOPPED_NOTICE, STOPPING, SUPERSEDED_RESULT
 from bot.engine.surface import Surface
 from bot.metrics import Observer, PrometheusObserver
+from bot.startup_errors import open_configured_storage
 from bot.tools import Tool
-from storage import open_async_storage
 from storage.protocols import ApprovalRecord, ApprovalStep
 
 if TYPE_CHECKING:
@@ -98,12 +98,8 @@ class Engine:
         """
         chosen_tools = list(tools) if tools is not None else config.load_tools()
         chosen_generator = generator if generator is not None else config.build_generator()
-        storage = await open_async_storage(
-            config.db_path,
-            database_url=config.database_url,
-            last_k=config.history_last_k,
-            pool_size=config.db_pool_size,
-        )
+        # One line naming the setting (exit 2) when the database cannot be opened: see bot.startup_errors.
+        storage = await open_configured_storage(config, last_k=config.history_last_k, pool_size=config.db_pool_size)
         return cls(
             config=config,
             storage=storage,

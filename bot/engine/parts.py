@@ -216,7 +216,7 @@ class Parts:
             expiry=self.expiry,
             notices=self.notices,
             deliveries=deliveries,
-            retention=Retention(storage, config, clock),
+            retention=Retention(storage, config, clock, say=deliveries.say),
             clock=clock,
             heartbeat_seconds=config.heartbeat_seconds,
             sweep_interval_seconds=config.sweep_interval_seconds,

@@ -19,7 +19,7 @@ from psycopg.sql import SQL
 from psycopg_pool import AsyncConnectionPool
 
 from storage.codec import epoch
-from storage.errors import StorageError
+from storage.errors import DatabaseUnreachable, StorageError
 from storage.protocols import Instant
 from storage.records import TimeReader
 
@@ -152,7 +152,7 @@ class PostgresDatabase:
             await pool.open(wait=True, timeout=connect_timeout)
         except psycopg.Error as exc:
             await pool.close()
-            raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise DatabaseUnreachable(f"cannot connect to PostgreSQL: {_first_line(exc)}") from exc
         database = cls(pool, acquire_timeout=acquire_timeout)
         return database
 

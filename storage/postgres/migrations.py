@@ -401,6 +401,13 @@ _APPROVAL_REMINDERS: Migration = (
     "ALTER TABLE approvals ADD COLUMN reminded_at timestamptz",
 )
 
+_AUDIT_SIGNATURES: Migration = (
+    # The audit key's signatures (storage/audit_chain.py's sign): of each entry, each anchor and the head
+    # (ref 0). The key itself is never stored in the database.
+    "CREATE TABLE audit_signature (kind text NOT NULL, ref bigint NOT NULL, sig text NOT NULL, "
+    "PRIMARY KEY (kind, ref))",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -412,6 +419,7 @@ MIGRATIONS: list[Migration] = [
     _RUN_TOKEN_USAGE,
     _AUDIT_CHAIN,
     _APPROVAL_REMINDERS,
+    _AUDIT_SIGNATURES,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, LiteralString
+from typing import Any, LiteralString, cast
 
 from storage.errors import StorageError
 from storage.postgres.database import PostgresDatabase, instant
 from storage.postgres.migrations import LATEST_VERSION
-from storage.protocols import Instant, PruneCounts
+from storage.protocols import TERMINAL_RUN_STATUSES, Instant, PruneCounts
 
 _ACTIVE = "('running', 'paused', 'resuming')"
+# Every status a run ends in (from the definition, so a status added later is pruned too).
+_TERMINAL = cast(LiteralString, "(" + ", ".join(f"'{status}'" for status in TERMINAL_RUN_STATUSES) + ")")
 
 # The same selections as storage/sqlite/ops.py (see there, and the Operations protocol, for what is kept and why).
 _OLD_RUNS = (
-    "SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired') AND updated_at < %(cutoff)s "
+    f"SELECT run_id FROM runs WHERE status IN {_TERMINAL} AND updated_at < %(cutoff)s "
     "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.status = 'pending')"
 )
 _OLD_APPROVALS = f"SELECT approval_id FROM approvals WHERE run_id IN ({_OLD_RUNS})"
@@ -68,7 +70,7 @@ class PostgresOperations:
     async def drop_snapshots(self, finished_before: Instant) -> int:
         """Drop the snapshots of runs that ended before ``finished_before``; returns how many."""
         return await self.db.execute(
-            "UPDATE runs SET snapshot_json = NULL WHERE status IN ('finished', 'failed', 'expired') "
+            f"UPDATE runs SET snapshot_json = NULL WHERE status IN {_TERMINAL} "
             "AND updated_at < %s AND snapshot_json IS NOT NULL",
             [instant(finished_before)],
         )

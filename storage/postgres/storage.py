@@ -43,14 +43,14 @@ class PostgresStorage:
     >>> await storage.aclose()
     """
 
-    def __init__(self, db: PostgresDatabase, *, last_k: int = 10) -> None:
+    def __init__(self, db: PostgresDatabase, *, last_k: int = 10, audit_key: bytes | None = None) -> None:
         self.db = db
         self.messages = PostgresChatMessageStore(db, last_k=last_k)
         self.runs = PostgresRunStore(db)
         self.approvals = PostgresApprovalStore(db)
         self.ledger = PostgresToolLedger(db)
         self.policies = PostgresPolicyStore(db)
-        self.audit = PostgresAuditLog(db)
+        self.audit = PostgresAuditLog(db, key=audit_key)
         self.events = PostgresEventDedupe(db)
         self.conversations = PostgresConversationStore(db)
         self.places = PostgresApprovalPlaces(db)
@@ -95,6 +95,7 @@ async def open_postgres_storage(
     statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
     connect_timeout: float = 30.0,
     acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT,
+    audit_key: bytes | None = None,
 ) -> PostgresStorage:
     """Connect, run pending migrations (once, whatever number of replicas start together) and return the stores.
 
@@ -114,4 +115,4 @@ async def open_postgres_storage(
         connect_timeout=connect_timeout,
         acquire_timeout=acquire_timeout,
     )
-    return PostgresStorage(db, last_k=last_k)
+    return PostgresStorage(db, last_k=last_k, audit_key=audit_key)

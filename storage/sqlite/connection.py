@@ -9,6 +9,7 @@ a WAL reader can never be refused an upgrade (SQLITE_BUSY_SNAPSHOT, which skips 
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sqlite3
 import threading
@@ -197,10 +198,25 @@ class ThreadLocalConnector(Connector):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for db in list(self._open):
+            open_now = list(self._open)
+            if open_now:
+                checkpoint(open_now[0])
+            for db in open_now:
                 db.close()
             self._open.clear()
         self._local = threading.local()
+
+
+def checkpoint(db: Database) -> None:
+    """Merge the write-ahead log into the database file and empty it (``wal_checkpoint(TRUNCATE)``).
+
+    Done on a clean close, so that the file alone holds everything (a copy of ``countersign.db`` without its
+    ``-wal`` file is then complete). SQLite merges the log by itself only when the very last connection to the
+    file closes; a reader elsewhere (another process, ``sqlite3`` in a terminal) prevents that. Best effort: a
+    checkpoint that cannot finish (a reader mid-transaction) leaves the log for the next one.
+    """
+    with contextlib.suppress(sqlite3.Error):
+        db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 class SharedConnector(Connector):

@@ -34,7 +34,9 @@ class Storage:
     >>> storage.close()
     """
 
-    def __init__(self, connector: Connector, *, owned: bool = True, last_k: int = 10) -> None:
+    def __init__(
+        self, connector: Connector, *, owned: bool = True, last_k: int = 10, audit_key: bytes | None = None
+    ) -> None:
         self.connector = connector
         self._owned = owned
         self.messages = SQLiteChatMessageStore(self, last_k=last_k)
@@ -42,7 +44,7 @@ class Storage:
         self.approvals = SQLiteApprovalStore(connector)
         self.ledger = SQLiteToolLedger(connector)
         self.policies = SQLitePolicyStore(connector)
-        self.audit = SQLiteAuditLog(connector)
+        self.audit = SQLiteAuditLog(connector, key=audit_key)
         self.events = SQLiteEventDedupe(connector)
         self.conversations = SQLiteConversationStore(connector)
         self.places = SQLiteApprovalPlaces(connector)
@@ -100,6 +102,7 @@ def open_storage(
     synchronous: str = "FULL",
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     last_k: int = 10,
+    audit_key: bytes | None = None,
 ) -> Storage:
     """Open or create the database, switch it to WAL and run pending migrations.
 
@@ -112,4 +115,4 @@ def open_storage(
     Raises :class:`UnknownSchemaVersion` for a file written by a newer countersign.
     """
     connector, owned = connector_for(path, busy_timeout=busy_timeout, synchronous=synchronous)
-    return Storage(connector, owned=owned, last_k=last_k)
+    return Storage(connector, owned=owned, last_k=last_k, audit_key=audit_key)

@@ -518,6 +518,18 @@ def _messages_by_thread_number(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (thread_id, message_id)")
 
 
+def _audit_signatures(db: Database) -> None:
+    """The audit key's signatures (:func:`storage.audit_chain.sign`): of each entry, each anchor and the head.
+
+    ``kind`` is ``entry``, ``anchor`` or ``head`` and ``ref`` the entry id (the head's row has ``ref`` 0). A
+    signature is only as good as the key, which is never stored here.
+    """
+    db.execute(
+        "CREATE TABLE audit_signature (kind TEXT NOT NULL, ref INTEGER NOT NULL, sig TEXT NOT NULL, "
+        "PRIMARY KEY (kind, ref))"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -533,6 +545,7 @@ MIGRATIONS: list[Migration] = [
     _messages_in_thread_order,
     _memory_stems,
     _messages_by_thread_number,
+    _audit_signatures,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -7,18 +7,21 @@ from typing import Any
 from urllib.parse import quote
 
 from storage.codec import epoch
-from storage.protocols import Instant, PruneCounts
+from storage.protocols import TERMINAL_RUN_STATUSES, Instant, PruneCounts
 from storage.sqlite.connection import Connector
 from storage.sqlite.migrations import LATEST_VERSION
 
 PROBE_TIMEOUT_SECONDS = 2.0
+
+# Every status a run ends in (from the definition, so a status added later is pruned too).
+_TERMINAL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_RUN_STATUSES) + ")"
 
 # The rows retention may delete, as one temporary selection each statement below reads. A run is prunable
 # when it ended before the cutoff and none of its approvals is pending; a thread's messages when its newest
 # message is older than the cutoff and it has no active run and nothing waiting in its inbox (whole threads
 # only, so no tool call is ever cut from its result).
 _OLD_RUNS = (
-    "SELECT run_id FROM runs WHERE status IN ('finished', 'failed', 'expired') AND updated_at < :cutoff "
+    f"SELECT run_id FROM runs WHERE status IN {_TERMINAL} AND updated_at < :cutoff "
     "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.run_id AND a.status = 'pending')"
 )
 _OLD_APPROVALS = f"SELECT approval_id FROM approvals WHERE run_id IN ({_OLD_RUNS})"
@@ -104,7 +107,7 @@ class SQLiteOperations:
         """
         with self.connector.writing() as db:
             return db.execute(
-                "UPDATE runs SET snapshot_json = NULL WHERE status IN ('finished', 'failed', 'expired') "
+                f"UPDATE runs SET snapshot_json = NULL WHERE status IN {_TERMINAL} "
                 "AND updated_at < ? AND snapshot_json IS NOT NULL",
                 [epoch(finished_before)],
             ).rowcount

@@ -150,6 +150,21 @@ async def test_audit_shows_the_latest_entries_to_anyone(harnesses):
     assert len((await command(h, "audit")).splitlines()) == 3
 
 
+async def test_audit_shows_only_the_askers_workspace(harnesses):
+    # Issue 27: a Teams user saw a console user's approvals. Scoped like pending: this workspace's entries only.
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
+    [approval] = await h.paused_approvals("delete a.txt")
+    await h.engine.decide(DecisionRequest(approval.approval_id, ADMIN, "confirm", place=approval.thread.place))
+    await h.engine.wait_idle()
+    await command(h, "quorum delete_file 2")
+    here = (await command(h, "audit 50", actor=OTHER)).splitlines()
+    assert any(approval.approval_id in line for line in here), here
+    assert any(line.endswith(f"quorum {WORKSPACE_SCOPE}/delete_file") for line in here), here
+    for platform, workspace in ((PLATFORM, "T_OTHER_ORG"), ("teams", WORKSPACE), ("console", "local")):
+        elsewhere = await h.engine.admin(AdminRequest(platform, workspace, "C9", OTHER, "audit 50"))
+        assert elsewhere == "The audit log is empty.", (platform, workspace, elsewhere)
+
+
 @pytest.mark.parametrize("actor", [ADMIN, OTHER])
 async def test_help_answers_with_the_usage(harnesses, actor):
     h = await harnesses.open()

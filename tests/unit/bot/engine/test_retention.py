@@ -67,3 +67,47 @@ def test_retention_settings_are_read_and_bad_values_refused_at_start():
     ]:
         with pytest.raises(ConfigError, match=name):
             read(**{name: raw})
+
+
+async def test_the_sweep_posts_the_audit_head_to_the_audit_channel_once_a_day(tmp_path):
+    from bot.engine.model import AdminRequest, ThreadRef
+    from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, WORKSPACE
+
+    clock = Clock(datetime.now(UTC))
+    h = await Harness.open(tmp_path, clock=clock, audit_channel=f"{PLATFORM}:{WORKSPACE}:C_AUDIT")
+    try:
+        await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "quorum delete_file 2"))
+        await h.engine.lifecycle.sweep()
+        where = ThreadRef(PLATFORM, WORKSPACE, "C_AUDIT", "")
+        head = await h.engine.storage.audit.head()
+        [posted] = h.surface.replies_in(where)
+        assert f"countersign audit verify --against {head.text()}" in posted
+        clock.advance(hours=2)
+        await h.engine.lifecycle.sweep()  # the same day: not again
+        assert len(h.surface.replies_in(where)) == 1
+        clock.advance(days=1)
+        await h.engine.lifecycle.sweep()
+        assert len(h.surface.replies_in(where)) == 2
+    finally:
+        await h.close()
+
+
+async def test_with_the_audit_key_the_engine_signs_entries_and_the_sweeps_prune_signs_its_anchor(tmp_path):
+    from bot.engine.model import AdminRequest
+    from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, WORKSPACE
+
+    clock = Clock(datetime.now(UTC))
+    key = b"the engine's audit key, from the environment"
+    h = await Harness.open(tmp_path, clock=clock, audit_key=key, audit_retention_seconds=86400)
+    try:
+        for n in (2, 3):
+            await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, f"quorum delete_file {n}"))
+        clock.advance(days=2)
+        await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "quorum delete_file 4"))
+        await h.engine.lifecycle.sweep()
+        result = await h.engine.storage.audit.verify(prunes_allowed=True)
+        assert result.ok, result.problems
+        assert (result.pruned_through, result.checked) == (2, 1)
+        assert (await h.engine.storage.audit.head()).signature is not None
+    finally:
+        await h.close()

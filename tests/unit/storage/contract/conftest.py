@@ -27,7 +27,7 @@ class Backend:
     name: str
     storage: Any
     execute: Callable[[str], Awaitable[None]]
-    open_another: Callable[[], Awaitable[Any]]
+    open_another: Callable[..., Awaitable[Any]]
 
 
 def _sqlite_execute(storage: Any) -> Callable[[str], Awaitable[None]]:
@@ -55,8 +55,8 @@ async def backend(request, tmp_path):
     url = None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
     others: list[Any] = []
 
-    async def open_another() -> Any:
-        other = await open_async_storage(tmp_path / "countersign.db", database_url=url, last_k=10)
+    async def open_another(**options: Any) -> Any:
+        other = await open_async_storage(tmp_path / "countersign.db", database_url=url, last_k=10, **options)
         others.append(other)
         return other
 

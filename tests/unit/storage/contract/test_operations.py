@@ -100,3 +100,16 @@ async def test_a_writer_that_saw_a_thread_before_it_was_pruned_writes_into_it_ag
     assert [m.text for m in await other.messages.retrieve_messages(ENDED_THREAD)] == ["back again"]
     assert [m.text for m in await other.messages.retrieve_messages("slack:T1:C9:1.0")] == ["a new thread"]
     assert [m.text for m in await other.messages.retrieve_messages(ACTIVE_THREAD)] == ["delete a.txt"]
+
+
+async def test_every_terminal_status_is_pruned_and_loses_its_snapshot(storage):
+    # Derived from the run-status definition: a terminal status added later is covered (or this test fails).
+    from storage.protocols import TERMINAL_RUN_STATUSES
+
+    for status in TERMINAL_RUN_STATUSES:
+        await create_run(storage, f"run-{status}", thread=f"slack:T1:C9:{status}")
+        assert await storage.runs.transition(f"run-{status}", "running", status, snapshot_json=SNAPSHOT)
+    assert await storage.ops.drop_snapshots(finished_before=_future()) == len(TERMINAL_RUN_STATUSES)
+    counts = await storage.ops.prune(older_than=_future())
+    assert counts.runs == len(TERMINAL_RUN_STATUSES)
+    assert await storage.runs.list_by_status(*TERMINAL_RUN_STATUSES) == []
