@@ -181,6 +181,8 @@ class NewApproval:
     kind: str = "approval"
     result: str | None = None
     """For a review: the full result of the call that ran (shown masked and truncated)."""
+    provenance: dict[str, Any] | None = None
+    """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,8 @@ class ApprovalRecord:
     """For a review: the full result held back from the model."""
     final_result: str | None = None
     """For a review decided ``modified``: the edited result the model sees."""
+    provenance: dict[str, Any] | None = None
+    """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
 
     @property
     def is_pending(self) -> bool:

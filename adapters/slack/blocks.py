@@ -44,6 +44,7 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
+from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import is_secret_key, mask_for_display
 
@@ -229,6 +230,7 @@ def _call_text(
         lines.append(f"• *{escape_truncated(arg.name, 100)}*: {_value_markup(arg.text, value_budget)}")
     if not shown_args:
         lines.append("_no arguments_")
+    lines.extend(escape_truncated(line, 400) for line in provenance_lines(call.provenance))  # issue 31
     if call.is_review:  # the tool ran; this is what the model would see (masked and cut; all of it is stored)
         shown, _ = display_result(call, limit=max(_MIN_VALUE_BUDGET, value_budget))
         lines.append(f"*Result:* {_value_markup(shown, max(_MIN_VALUE_BUDGET, value_budget))}")

@@ -31,6 +31,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
@@ -554,6 +555,8 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_runs(*runs))
     else:
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
+    for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
+        items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)
         items.append(_runs(_run("Result: ", weight="bolder"), _run(result, fontType="monospace")))

@@ -27,7 +27,7 @@ from bot.engine.roles import group_label, platform_group
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
   policy set <tool|group|*> <mode> [#channel] [when …]     always|never|once|deny|review|always+review;
-                                                           when env=prod | env in a,b | replicas>10
+                                                           when env=prod | env in a,b | replicas>10 | tainted
   policy reset <tool|group|*> [#channel] [when …]          remove a rule
   approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)

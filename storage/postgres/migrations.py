@@ -400,6 +400,10 @@ _APPROVAL_REMINDERS: Migration = (
     # Version 10: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned).
     "ALTER TABLE approvals ADD COLUMN reminded_at timestamptz",
 )
+_APPROVAL_PROVENANCE: Migration = (
+    # Which arguments of an approval came from untrusted text, and from where (issue 31), as JSON text.
+    "ALTER TABLE approvals ADD COLUMN provenance_json text",
+)
 
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
@@ -412,6 +416,7 @@ MIGRATIONS: list[Migration] = [
     _RUN_TOKEN_USAGE,
     _AUDIT_CHAIN,
     _APPROVAL_REMINDERS,
+    _APPROVAL_PROVENANCE,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

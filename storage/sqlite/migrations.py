@@ -518,6 +518,11 @@ def _messages_by_thread_number(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX messages_thread_id ON messages (thread_id, message_id)")
 
 
+def _approval_provenance(db: Database) -> None:
+    """Which arguments of an approval came from untrusted text, and from where (issue 31), as JSON."""
+    db.table("approvals").add_column("provenance_json", str)
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -533,6 +538,7 @@ MIGRATIONS: list[Migration] = [
     _messages_in_thread_order,
     _memory_stems,
     _messages_by_thread_number,
+    _approval_provenance,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
