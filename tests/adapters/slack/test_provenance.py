@@ -1,0 +1,73 @@
+"""Provenance in Slack: a call whose argument came from an untrusted page asks, and its card says where from.
+
+Real Bolt AsyncApp over HTTP, the real Engine, the fake Slack Web API and a fake OpenAI endpoint.
+"""
+
+# ruff: noqa: F811 - fixtures imported from test_approvals
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.llm import OpenAIChatGenerator
+from bot.tools import tool
+from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, ask  # noqa: F401
+from tests.fakes.clock import Clock
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
+from tests.fakes.taint_kit import INJECTED, fetch_url_tool
+
+
+async def test_a_tainted_never_call_asks_and_the_card_marks_the_argument(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    ran: list[str] = []
+
+    @tool(confirmation_default="never")
+    def restart_service(service: str) -> str:
+        """Restart a service.
+
+        :param service: The service.
+        """
+        ran.append(service)
+        return "restarted"
+
+    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=[fetch_url_tool(), restart_service],
+        admins={ADMIN},
+        clock=clock,
+    )
+    try:
+        openai.enqueue_tool_calls([("fetch_url", {"url": "https://evil.example"})])
+        openai.enqueue_tool_calls([("restart_service", {"service": INJECTED})])
+        openai.enqueue_text("Restarted.")
+
+        mention_ts, _ = await ask(stack, slack, "summarise https://evil.example")
+        await stack.settle()
+        [approval] = [
+            c for c in slack.calls_to("chat.postMessage") if button_values(c.args.get("blocks") or [], "cs_approve")
+        ]
+
+        shown = all_text(approval.args["blocks"])
+        assert "service is from the output of `fetch_url` (step 1)" in shown
+        assert INJECTED in shown and "Asked because an argument came from untrusted text" in shown
+        assert ran == []
+        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+        await stack.requests.click(
+            "cs_approve",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
+            thread_ts=mention_ts,
+        )
+        await stack.settle()
+        assert ran == [INJECTED]
+        assert "from the output of `fetch_url`" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
+    finally:
+        await stack.stop()
