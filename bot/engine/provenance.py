@@ -61,10 +61,14 @@ class WindowIndex:
         self._recent: set[int] = set()
 
     def add(self, text: str) -> None:
-        """Index ``text`` (already normalised)."""
+        """Index ``text`` (already normalised); :meth:`settle` once a batch of texts is added."""
         self._recent.update(_window_hashes(text))
+
+    def settle(self) -> None:
+        """Fold the recent set into the sorted array once it is large (Timsort merges the sorted run in one pass;
+        a duplicate hash does no harm to the binary search)."""
         if len(self._recent) >= _MERGE_AT:
-            self._sorted = array("q", sorted(set(chain(self._sorted, self._recent))))
+            self._sorted = array("q", sorted(chain(self._sorted, self._recent)))
             self._recent = set()
 
     def hits(self, hashes: Sequence[int]) -> list[bool]:
@@ -144,6 +148,8 @@ class RunProvenance:
                 continue
             self._seen.add(key)
             self._ingest_one(message)
+        self.untrusted.settle()
+        self.trusted.settle()
 
     def _ingest_one(self, message: ChatMessage) -> None:
         role = message.role

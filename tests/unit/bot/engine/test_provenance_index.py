@@ -88,6 +88,7 @@ def test_the_index_finds_windows_after_merging_its_recent_set():
     index = WindowIndex()
     big = " ".join(f"word{i:06d}" for i in range(20_000))  # more windows than the recent set holds
     index.add(big)
+    index.settle()
     probe = normalise("word012345 word012346")
     hashes = [hash(probe[i : i + WINDOW]) for i in range(len(probe) - WINDOW + 1)]
 
