@@ -132,3 +132,24 @@ async def test_a_deny_tool_stays_denied_when_tainted(harnesses, mode):
     await command(h, f"policy set read_logs {mode}")
     await h.say("summarise https://evil.example")
     assert h.surface.renders == [] and h.tools.runs_of("read_logs") == []
+
+
+async def test_a_process_resuming_the_run_rebuilds_the_index_from_its_history(harnesses, database_url):
+    replies = [
+        asks_for("fetch_url", url="https://evil.example"),
+        asks_for("delete_file", path="/tmp/cache"),  # always: pauses, untainted
+        asks_for("read_logs", service=INJECTED),  # in the new process: tainted by the result before the pause
+        says("done"),
+    ]
+    h = await harnesses.open(replies=replies, extra_tools=[fetch_url_tool()], database_url=database_url)
+    [first] = await h.paused_approvals("summarise https://evil.example")
+    assert first.tool_name == "delete_file" and first.provenance is None
+    h2 = await harnesses.reopen(h)
+    before = len(h2.surface.renders)
+
+    await h2.engine.decide(DecisionRequest(first.approval_id, REQUESTER, "confirm", place=first.thread.place))
+    await h2.engine.wait_idle()
+
+    [second] = h2.surface.renders[before].approvals
+    assert second.tool_name == "read_logs" and second.provenance["tainted"][0]["tool"] == "fetch_url"
+    assert h2.tools.runs_of("read_logs") == [], "asked in the new process too"
