@@ -11,8 +11,8 @@ from __future__ import annotations
 from bot.tools import Tool
 from tests.adapters.teams.test_flow import open_stack  # noqa: F401 - a fixture
 from tests.fakes.engine_kit import RecordingTools, asks_for, says
-from tests.fakes.teams_stack import ANA, approval_ids, texts_of
 from tests.fakes.taint_kit import INJECTED, fetch_url_tool
+from tests.fakes.teams_stack import ANA, approval_ids, texts_of
 
 
 class WithFetch(RecordingTools):
