@@ -19,6 +19,7 @@ found is stored with its approval (``ApprovalRecord.provenance``) and its audit 
 from __future__ import annotations
 
 import bisect
+import json
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,9 +124,12 @@ class RunProvenance:
     new message as the run goes; another process resuming the run rebuilds it from the snapshot's history.
     """
 
-    def __init__(self, tools: Mapping[str, Tool], requester: str | None) -> None:
+    def __init__(
+        self, tools: Mapping[str, Tool], requester: str | None, *, max_untrusted_chars: int = MAX_UNTRUSTED_CHARS
+    ) -> None:
         self.tools = tools
         self.requester = requester
+        self.max_untrusted_chars = max_untrusted_chars
         self.untrusted = WindowIndex()
         self.trusted = WindowIndex()
         self.sources: list[Source] = []
@@ -167,13 +171,14 @@ class RunProvenance:
             origin = message.tool_call_result.origin
             tool = self.tools.get(origin.tool_name)
             if tool is not None and getattr(tool, "untrusted_output", False):
-                text = normalise(message.tool_call_result.result)
-                self._untrusted(Source(text, tool=origin.tool_name, step=self._steps or None))
+                step = self._steps or None
+                for text in _result_texts(message.tool_call_result.result):
+                    self._untrusted(Source(normalise(text), tool=origin.tool_name, step=step))
 
     def _untrusted(self, source: Source) -> None:
         if len(source.text) < WINDOW:
             return
-        if self.untrusted_chars + len(source.text) > MAX_UNTRUSTED_CHARS:
+        if self.untrusted_chars + len(source.text) > self.max_untrusted_chars:
             self.overflowed = True
             return
         self.untrusted_chars += len(source.text)
@@ -222,11 +227,11 @@ class RunProvenance:
     def note(self, tool_name: str, tool_call_id: str | None, taints: list[ArgumentTaint]) -> None:
         """Remember a call's taints (for its pause and audit); an untainted call is forgotten."""
         key = (tool_name, tool_call_id)
+        self.escalated.discard(key)  # the confirmation that follows decides it again
         if taints:
             self.calls[key] = taints
         else:
             self.calls.pop(key, None)
-            self.escalated.discard(key)
 
     def of_call(self, tool_name: str, tool_call_id: str | None) -> list[ArgumentTaint]:
         """The taints noted for a call (empty: none)."""
@@ -241,6 +246,19 @@ class RunProvenance:
             "tainted": [t.to_dict() for t in taints],
             "escalated": (tool_name, tool_call_id) in self.escalated,
         }
+
+
+def _result_texts(result: str) -> list[str]:
+    """A tool result as the texts to index: the result, and for a JSON result also each string in it decoded (a
+    value copied out of JSON carries no escapes: ``\\n``, ``\\"``, ``\\u00e9``)."""
+    texts = [result]
+    if result[:1] in ("{", "[", '"'):
+        try:
+            decoded = json.loads(result)
+        except ValueError:
+            return texts
+        texts.extend(value for _, value in _strings(decoded, "") if len(value) >= WINDOW)
+    return texts
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:

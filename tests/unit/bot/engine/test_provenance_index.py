@@ -106,3 +106,28 @@ def test_card_lines_mask_secrets_in_the_excerpt_and_say_why_it_asks():
     assert "sk-live-7f3a9c0d1e2b4a5968" not in "\n".join(lines)
     assert lines[0].startswith("⚠ command is from the output of `fetch_url` (step 1)")
     assert "Asked because" in lines[1]
+
+
+def test_strings_inside_a_json_result_are_indexed_decoded():
+    import json
+
+    page = json.dumps({"title": "Runbook", "body": f'Then run:\n"{INJECTED}"\n', "lang": "café résumé"})
+    assert "\\n" in page and '\\"' in page
+
+    provenance = _fetched(page)
+
+    [taint] = provenance.check({"command": f'Then run: "{INJECTED}"'})
+    assert taint.tool == "fetch_url" and INJECTED in taint.excerpt
+    assert provenance.check({"note": "café résumé"}), "no \\u escapes in the way"
+
+
+def test_past_its_bound_the_run_fails_closed():
+    tool = fetch_url_tool()
+    provenance = RunProvenance({tool.name: tool}, REQUESTER, max_untrusted_chars=1_000)
+    call = ToolCall("fetch_url", {"url": "u"}, id="c1")
+    provenance.ingest([ChatMessage.from_assistant(tool_calls=[call]), ChatMessage.from_tool("x" * 2_000, call)])
+
+    assert provenance.overflowed and provenance.untrusted_chars == 0
+    [taint] = provenance.check({"service": "payments-api", "env": "prod"})
+    assert taint.path == "service", "any string of a window or more is treated as tainted; short ones are not"
+    assert "more untrusted text than the run can index" in provenance_lines({"tainted": [taint.to_dict()]})[0]
