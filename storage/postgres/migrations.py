@@ -404,6 +404,11 @@ _APPROVAL_PROVENANCE: Migration = (
     # Which arguments of an approval came from untrusted text, and from where (issue 31), as JSON text.
     "ALTER TABLE approvals ADD COLUMN provenance_json text",
 )
+_TOOL_SETTINGS: Migration = (
+    # Per-tool switches admins set, e.g. justification = required (issue 31).
+    "CREATE TABLE tool_settings (tool_name text NOT NULL, setting text NOT NULL, value text NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (tool_name, setting))",
+)
 
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
@@ -417,6 +422,7 @@ MIGRATIONS: list[Migration] = [
     _AUDIT_CHAIN,
     _APPROVAL_REMINDERS,
     _APPROVAL_PROVENANCE,
+    _TOOL_SETTINGS,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 
