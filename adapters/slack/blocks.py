@@ -57,6 +57,8 @@ ACTION_APPROVE_ALWAYS = "cs_approve_always"
 DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
 
 REJECT_CALLBACK = "cs_reject_modal"
+REASON_CALLBACK = "cs_reason_modal"
+"""Issue 31: the modal asking the reason for approving a call whose tool needs one."""
 EDIT_CALLBACK = "cs_edit_modal"
 FEEDBACK_BLOCK = "cs_feedback"
 FEEDBACK_ACTION = "feedback"
@@ -363,6 +365,29 @@ def reject_modal(call: ApprovalView) -> dict[str, Any]:
         private_metadata=call.approval_id,
         title="Reject result" if call.is_review else "Reject tool call",
         submit="Reject",
+        close="Cancel",
+        blocks=blocks,
+    ).to_dict()
+
+
+def reason_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 31: the reason for approving a call whose tool needs one (``justification <tool> required``)."""
+    blocks: list[Block] = [
+        SectionBlock(text=_call_text(call, 1, 1, 1_500)),
+        InputBlock(
+            block_id=FEEDBACK_BLOCK,
+            label="Why approve it? (required)",
+            element=PlainTextInputElement(
+                action_id=FEEDBACK_ACTION, multiline=True, max_length=FEEDBACK_LIMIT, placeholder="e.g. ticket OPS-17"
+            ),
+        ),
+    ]
+    return View(
+        type="modal",
+        callback_id=REASON_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Approve with a reason",
+        submit="Approve",
         close="Cancel",
         blocks=blocks,
     ).to_dict()

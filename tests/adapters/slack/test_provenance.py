@@ -1,4 +1,4 @@
-"""Provenance in Slack: a call whose argument came from an untrusted page asks, and its card says where from.
+"""Provenance and justification in Slack: a tainted call asks and its card says where from; a reason is asked for.
 
 Real Bolt AsyncApp over HTTP, the real Engine, the fake Slack Web API and a fake OpenAI endpoint.
 """
@@ -7,14 +7,17 @@ Real Bolt AsyncApp over HTTP, the real Engine, the fake Slack Web API and a fake
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from bot.engine.model import AdminRequest
 from bot.llm import OpenAIChatGenerator
 from bot.tools import tool
-from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, ask  # noqa: F401
+from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, Ops, ask, ops, stack  # noqa: F401
 from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_requests import form, text_input
 from tests.fakes.slack_stack import SlackStack, all_text, button_values
 from tests.fakes.taint_kit import INJECTED, fetch_url_tool
 
@@ -71,3 +74,33 @@ async def test_a_tainted_never_call_asks_and_the_card_marks_the_argument(
         assert "from the output of `fetch_url`" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
     finally:
         await stack.stop()
+
+
+async def test_approve_opens_a_reason_modal_when_the_tool_needs_a_reason(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    answer = await stack.engine.admin(
+        AdminRequest("slack", slack.team_id, CHANNEL, ADMIN, "justification delete_file required")
+    )
+    assert "needs a short reason" in answer
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    openai.enqueue_text("Deleted.")
+    mention_ts, approval = await ask(stack, slack, "delete old.log")
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+
+    await stack.requests.click(
+        "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    [opened] = await slack.wait_for("views.open")
+    modal = opened.args["view"]
+    assert modal["callback_id"] == "cs_reason_modal" and ops.deleted == []
+    assert json.loads(modal["private_metadata"]) == {"approval_id": approval_id, "place": f"slack:{CHANNEL}"}
+
+    reply = await stack.requests.submit(
+        modal, form("feedback", cs_feedback=text_input("disk full, OPS-17")), user=ALICE
+    )
+    assert reply.status == 200 and reply.text == ""
+    await stack.settle()
+
+    assert ops.deleted == ["old.log"]
+    assert "Reason: disk full, OPS-17" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
