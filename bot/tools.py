@@ -73,6 +73,9 @@ class Tool:
     any error in it means "ask". It may be async."""
     destructive: bool = False
     """Marks a tool whose calls cannot be undone: Approve asks for confirmation where the surface can."""
+    untrusted_output: bool = False
+    """Its results are untrusted text (a web page, a ticket, an MCP server's ``openWorldHint`` tool): arguments
+    copied from them later are marked tainted (``bot.engine.provenance``). Tool sources may set it."""
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
     _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -191,6 +194,7 @@ class Tool:
                 "outputs_to_state": self.outputs_to_state,
                 "confirmation_default": self.confirmation_default,
                 "destructive": self.destructive,
+                "untrusted_output": self.untrusted_output,
                 "needs_approval": (
                     f"{self.needs_approval.__module__}:{self.needs_approval.__qualname__}"
                     if self.needs_approval is not None
@@ -311,6 +315,7 @@ def tool(
     confirmation_default: str | None = None,
     needs_approval: Callable[[dict[str, Any]], Any] | None = None,
     destructive: bool = False,
+    untrusted_output: bool = False,
 ) -> Any:
     """Build a :class:`Tool` from a function's type hints and docstring.
 
@@ -336,6 +341,7 @@ def tool(
             confirmation_default=confirmation_default,
             needs_approval=needs_approval,
             destructive=destructive,
+            untrusted_output=untrusted_output,
         )
 
     return build(function) if function is not None else build

@@ -54,6 +54,7 @@ def _row_values(new: NewApproval, now: float) -> list[Any]:
         expires,
         new.kind,
         new.result,
+        dumps(new.provenance) if new.provenance is not None else None,
     ]
 
 

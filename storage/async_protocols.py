@@ -381,6 +381,18 @@ class AsyncConditionalRuleStore(Protocol):
     ) -> list[ConditionalRule]: ...
 
 
+class AsyncToolSettingStore(Protocol):
+    """The async twin of :class:`storage.protocols.ToolSettingStore`."""
+
+    async def set_value(
+        self, tool_name: str, setting: str, value: str | None, *, updated_by: str, now: Instant = None
+    ) -> None: ...
+
+    async def values(self, setting: str) -> dict[str, str]: ...
+
+    async def is_not(self, tool_name: str, setting: str, value: str) -> bool: ...
+
+
 class AsyncMemoryStore(Protocol):
     """The async twin of :class:`storage.protocols.MemoryStore`."""
 
@@ -496,6 +508,9 @@ class AsyncStores(Protocol):
 
     @property
     def conditions(self) -> AsyncConditionalRuleStore: ...
+
+    @property
+    def tool_settings(self) -> AsyncToolSettingStore: ...
 
     @property
     def memories(self) -> AsyncMemoryStore: ...

@@ -32,6 +32,7 @@ TWINNED: dict[str, str] = {
     "approver_groups": "ApproverGroupStore",
     "access": "AccessStore",
     "conditions": "ConditionalRuleStore",
+    "tool_settings": "ToolSettingStore",
     "memories": "MemoryStore",
     "ops": "Operations",
     "batches": "WriteBatches",

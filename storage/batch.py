@@ -54,6 +54,7 @@ from storage.protocols import (
     RunStore,
     ThreadInbox,
     ToolLedger,
+    ToolSettingStore,
 )
 
 __all__ = [
@@ -90,6 +91,7 @@ STORE_PROTOCOLS: dict[str, type] = {
     "approver_groups": ApproverGroupStore,
     "access": AccessStore,
     "conditions": ConditionalRuleStore,
+    "tool_settings": ToolSettingStore,
     "memories": MemoryStore,
     "ops": Operations,
 }
@@ -125,6 +127,7 @@ class Stores:
     approver_groups: ApproverGroupStore
     access: AccessStore
     conditions: ConditionalRuleStore
+    tool_settings: ToolSettingStore
     memories: MemoryStore
     ops: Operations
 

@@ -181,6 +181,8 @@ class NewApproval:
     kind: str = "approval"
     result: str | None = None
     """For a review: the full result of the call that ran (shown masked and truncated)."""
+    provenance: dict[str, Any] | None = None
+    """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,8 @@ class ApprovalRecord:
     """For a review: the full result held back from the model."""
     final_result: str | None = None
     """For a review decided ``modified``: the edited result the model sees."""
+    provenance: dict[str, Any] | None = None
+    """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
 
     @property
     def is_pending(self) -> bool:
@@ -697,6 +701,24 @@ class ConditionalRuleStore(Protocol):
         ...
 
 
+class ToolSettingStore(Protocol):
+    """Per-tool switches admins set (``storage.tool_settings``), e.g. ``justification`` = ``required`` (issue 31)."""
+
+    def set_value(
+        self, tool_name: str, setting: str, value: str | None, *, updated_by: str, now: Instant = None
+    ) -> None:
+        """Set one tool's ``setting`` (``None`` removes it)."""
+        ...
+
+    def values(self, setting: str) -> dict[str, str]:
+        """Every tool's value of ``setting``, by tool name."""
+        ...
+
+    def is_not(self, tool_name: str, setting: str, value: str) -> bool:
+        """Whether the tool's ``setting`` is anything but ``value`` (a batch's check, e.g. no reason required)."""
+        ...
+
+
 class AccessStore(Protocol):
     """Who may start runs (``storage.access``): allow rules per scope, and whether direct messages are allowed.
 
@@ -1000,6 +1022,7 @@ STORE_NAMES: tuple[str, ...] = (
     "approver_groups",
     "access",
     "conditions",
+    "tool_settings",
     "memories",
     "ops",
     "batches",

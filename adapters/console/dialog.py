@@ -16,6 +16,7 @@ from rich.text import Text
 from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
+from bot.engine.justification import JustificationRequired
 from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
 from bot.redaction import MASK, is_secret_key, mask_for_display
@@ -69,6 +70,13 @@ class ApprovalDialog:
                     request = await self._ask(view, index, total)
                 else:
                     request = await self._fix_edit(view, index, total, request, set(err.errors))
+                continue
+            except JustificationRequired as err:  # issue 31: ask for the reason, then decide again with it
+                self._say(str(err), "yellow")
+                reason = await self._ask_feedback("Reason for approving (required; Enter alone cancels): ")
+                if not reason:
+                    return
+                request = replace(request, feedback=reason)
                 continue
             except EngineError as err:
                 self._say(str(err), "red")

@@ -30,6 +30,7 @@ from bot.engine.presentation import (
     tool_step_line,
     truncate,
 )
+from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.engine.surface import Surface
 from bot.redaction import mask_text
@@ -94,6 +95,8 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
         result, cut = display_result(view, limit=VALUE_LIMIT * 4)
         shown = Text(inert(result)).append(" (truncated)" if cut else "", style="dim")
         table.add_row(Text("result", style="bold"), shown)
+    for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
+        table.add_row(Text("untrusted", style="bold red"), Text(inert(line), style="red"))
     table.add_row("requested by", Text(inert(view.requester)))
     table.add_row("policy", Text(inert(policy_text(view))))
     table.add_row("expires", Text(format_time(view.expires_at)))

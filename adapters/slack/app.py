@@ -35,6 +35,7 @@ from adapters.slack.blocks import (
     ACTION_REJECT,
     ACTION_STOP,
     EDIT_CALLBACK,
+    REASON_CALLBACK,
     REJECT_CALLBACK,
     RESULT_BLOCK,
     FormError,
@@ -45,11 +46,13 @@ from adapters.slack.blocks import (
     home_view,
     input_block_ids,
     notice_modal,
+    reason_modal,
     reject_modal,
 )
 from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
 from bot.engine.errors import EngineError, InvalidEdit
+from bot.engine.justification import JustificationRequired
 from bot.engine.model import (
     CONFIRM,
     MODIFY,
@@ -136,6 +139,7 @@ class SlackListeners:
         app.action(ACTION_EDIT)(self.on_open_edit)
         app.action(ACTION_STOP)(self.on_stop)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
+        app.view(REASON_CALLBACK)(self.on_reason_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
         app.command(COMMAND)(self.on_command)
         app.error(self.on_error)
@@ -251,6 +255,9 @@ class SlackListeners:
     ) -> None:
         try:
             result = await decision
+        except JustificationRequired as needs:  # issue 31: ask for the reason in a modal, then approve with it
+            await self._open_reason_modal(body, needs)
+            return
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
@@ -288,7 +295,29 @@ class SlackListeners:
         modal["private_metadata"] = _modal_target(approval_id, _place(body))  # where the button was clicked
         await self.surface.open_modal(trigger, modal)
 
+    async def _open_reason_modal(self, body: dict[str, Any], needs: JustificationRequired) -> None:
+        actions = body.get("actions")
+        action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], Mapping) else {}
+        approval_id, trigger = _text(action.get("value")), _text(body.get("trigger_id"))
+        if not approval_id or not trigger or action.get("action_id") != ACTION_APPROVE:
+            await self._tell_clicker(body, str(needs))  # Approve all, or no way to open a modal: say so
+            return
+        modal = reason_modal(await self.engine.get_approval(approval_id))
+        modal["private_metadata"] = _modal_target(approval_id, _place(body))
+        await self.surface.open_modal(trigger, modal)
+
     # ------------------------------------------------------------------ modal submissions
+
+    async def on_reason_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Approve with the reason typed into the modal (issue 31)."""
+        approval_id, actor, values, place = _submitted(body, view)
+        if approval_id is None or actor is None or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
+        request = DecisionRequest(
+            approval_id, actor, CONFIRM, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
+        )
+        await self._decide_in_modal(ack, view, request)
 
     async def on_reject_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Reject with the feedback typed into the modal."""

@@ -44,6 +44,7 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
+from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import is_secret_key, mask_for_display
 
@@ -56,6 +57,8 @@ ACTION_APPROVE_ALWAYS = "cs_approve_always"
 DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
 
 REJECT_CALLBACK = "cs_reject_modal"
+REASON_CALLBACK = "cs_reason_modal"
+"""Issue 31: the modal asking the reason for approving a call whose tool needs one."""
 EDIT_CALLBACK = "cs_edit_modal"
 FEEDBACK_BLOCK = "cs_feedback"
 FEEDBACK_ACTION = "feedback"
@@ -229,6 +232,7 @@ def _call_text(
         lines.append(f"• *{escape_truncated(arg.name, 100)}*: {_value_markup(arg.text, value_budget)}")
     if not shown_args:
         lines.append("_no arguments_")
+    lines.extend(escape_truncated(line, 400) for line in provenance_lines(call.provenance))  # issue 31
     if call.is_review:  # the tool ran; this is what the model would see (masked and cut; all of it is stored)
         shown, _ = display_result(call, limit=max(_MIN_VALUE_BUDGET, value_budget))
         lines.append(f"*Result:* {_value_markup(shown, max(_MIN_VALUE_BUDGET, value_budget))}")
@@ -361,6 +365,29 @@ def reject_modal(call: ApprovalView) -> dict[str, Any]:
         private_metadata=call.approval_id,
         title="Reject result" if call.is_review else "Reject tool call",
         submit="Reject",
+        close="Cancel",
+        blocks=blocks,
+    ).to_dict()
+
+
+def reason_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 31: the reason for approving a call whose tool needs one (``justification <tool> required``)."""
+    blocks: list[Block] = [
+        SectionBlock(text=_call_text(call, 1, 1, 1_500)),
+        InputBlock(
+            block_id=FEEDBACK_BLOCK,
+            label="Why approve it? (required)",
+            element=PlainTextInputElement(
+                action_id=FEEDBACK_ACTION, multiline=True, max_length=FEEDBACK_LIMIT, placeholder="e.g. ticket OPS-17"
+            ),
+        ),
+    ]
+    return View(
+        type="modal",
+        callback_id=REASON_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Approve with a reason",
+        submit="Approve",
         close="Cancel",
         blocks=blocks,
     ).to_dict()

@@ -42,6 +42,8 @@ from adapters.teams.cards import (
     invoke_card_response,
     invoke_message_response,
     param_input_id,
+    reason_card,
+    reason_input_id,
     shared_card,
     text_card,
     unoffered_inputs,
@@ -59,6 +61,7 @@ from bot.engine.errors import (
     NotAnApprover,
     NotShownHere,
 )
+from bot.engine.justification import JustificationRequired
 from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
 from storage import StorageError
 
@@ -216,6 +219,8 @@ class TeamsAgent(ActivityHandler):
                 for person_id, name in (await display_names(engine, [exc.decided_by])).items():
                     notice = notice.replace(person_id, name)
             return await self._current_card(activity, action.approval_id, notice=notice)
+        except JustificationRequired as exc:  # issue 31: ask the clicker for the reason, then approve with it
+            return invoke_card_response(reason_card(await engine.get_approval(action.approval_id), str(exc)))
         except EngineError as exc:
             return await self._current_card(activity, action.approval_id, notice=str(exc))
         notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
@@ -233,7 +238,10 @@ class TeamsAgent(ActivityHandler):
             return await engine.approve_all(action.approval_id, actor, actor_name=actor_name, place=place)
         if action.verb == VERB_APPROVE_ALWAYS:
             return await engine.approve_and_always_allow(action.approval_id, actor, actor_name=actor_name, place=place)
-        request = DecisionRequest(action.approval_id, actor, CONFIRM, actor_name=actor_name, place=place)
+        reason = str(action.data.get(reason_input_id(action.approval_id)) or "").strip() or None  # issue 31
+        request = DecisionRequest(
+            action.approval_id, actor, CONFIRM, feedback=reason, actor_name=actor_name, place=place
+        )
         if action.verb == VERB_REJECT:
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None
             request = DecisionRequest(

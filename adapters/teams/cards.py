@@ -31,6 +31,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
@@ -97,6 +98,36 @@ class FormField:
 def feedback_input_id(approval_id: str) -> str:
     """The id of the Reject feedback input of one approval."""
     return f"{approval_id}.feedback"
+
+
+def reason_input_id(approval_id: str) -> str:
+    """Issue 31: the id of the reason input asked for when approving a call whose tool needs one."""
+    return f"{approval_id}.reason"
+
+
+def reason_card(view: ApprovalView, notice: str) -> dict[str, Any]:
+    """Issue 31: the clicker's card asking the reason for approving ``view`` (``justification <tool> required``);
+    its Approve sends the reason with the same ``approve`` verb."""
+    body: list[dict[str, Any]] = [
+        _runs(_run(notice, weight="bolder", color="attention")),
+        _runs(_run(view.tool_name, weight="bolder", fontType="monospace")),
+        {
+            "type": "Input.Text",
+            "id": reason_input_id(view.approval_id),
+            "label": "Why approve it? (required)",
+            "isRequired": True,
+            "errorMessage": "A reason is required.",
+            "isMultiline": True,
+            "maxLength": FEEDBACK_LIMIT,
+        },
+    ]
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "body": body,
+        "actions": [_execute("Approve", view.approval_id, VERB_APPROVE, style="positive")],
+    }
 
 
 def result_input_id(approval_id: str) -> str:
@@ -247,6 +278,11 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
     """
     if verb == VERB_REJECT:
         return _unoffered_feedback(view, data)
+    if verb == VERB_APPROVE:  # issue 31: only the reason of reason_card, as text within the limit
+        reason = data.get(reason_input_id(view.approval_id))
+        if reason is not None and (not isinstance(reason, str) or len(reason) > FEEDBACK_LIMIT):
+            return {"_": "the reason was not sent as text within the limit"}
+        return {}
     if verb != VERB_EDIT:
         return {}
     if view.is_review:  # the only input of Edit result is the result's text
@@ -554,6 +590,8 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_runs(*runs))
     else:
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
+    for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
+        items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)
         items.append(_runs(_run("Result: ", weight="bolder"), _run(result, fontType="monospace")))

@@ -27,12 +27,13 @@ from bot.engine.roles import group_label, platform_group
 USAGE = """countersign admin commands:
   policy list [#channel]                                   show the rules and each tool's effective mode
   policy set <tool|group|*> <mode> [#channel] [when …]     always|never|once|deny|review|always+review;
-                                                           when env=prod | env in a,b | replicas>10
+                                                           when env=prod | env in a,b | replicas>10 | tainted
   policy reset <tool|group|*> [#channel] [when …]          remove a rule
   approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
+  justification <tool> required|off | list                 approving needs a short reason
   group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
   group list                                               the approver groups and their members
   group delete <name>                                      remove an approver group
@@ -55,6 +56,7 @@ COMMAND_WORDS = (
     "quorum",
     "four-eyes",
     "ttl",
+    "justification",
     "group",
     "access",
     "dm",
@@ -72,6 +74,7 @@ CHANGES = frozenset(
         "quorum",
         "four-eyes",
         "ttl",
+        "justification",
         "group set",
         "group delete",
         "access allow",
@@ -255,6 +258,15 @@ def _ttl_command(args: list[str]) -> AdminCommand | None:
     return AdminCommand("ttl", tool_key=args[0], value=parse_duration(args[1])) if len(args) == 2 else None
 
 
+def _justification_command(args: list[str]) -> AdminCommand | None:
+    """``justification <tool> required|off``, ``justification list`` (issue 31: bot.engine.justification)."""
+    if len(args) == 1 and args[0].lower() == "list":
+        return AdminCommand("justification list")
+    if len(args) == 2 and args[1].lower() in ("required", "off"):
+        return AdminCommand("justification", tool_key=args[0], value=args[1].lower() == "required")
+    return None
+
+
 _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "help": _help_command,
     "pending": _pending_command,
@@ -269,6 +281,7 @@ _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "quorum": _quorum_command,
     "four-eyes": _four_eyes_command,
     "ttl": _ttl_command,
+    "justification": _justification_command,
 }
 """Each command word's parser: the command, or ``None`` when its words do not fit (the usage help then)."""
 

@@ -1,7 +1,8 @@
 """Conditions on a call's arguments: ``policy set restart_service always when env=prod``.
 
 A condition is one or more clauses joined by ``and``: ``field=value``, ``field!=value``,
-``field in a,b,c``, and ``field>n``, ``>=``, ``<``, ``<=`` for numbers. It matches a call when every
+``field in a,b,c``, and ``field>n``, ``>=``, ``<``, ``<=`` for numbers, and ``tainted`` (an argument was
+copied from untrusted text: ``policy set restart_service always when tainted``). It matches a call when every
 clause holds for the call's arguments; a field the call does not carry never matches. The canonical
 text (:attr:`Condition.text`) is what storage keeps and what listings show.
 """
@@ -20,6 +21,11 @@ from bot.tools import Tool
 _CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]{0,63})\s*(!=|>=|<=|=|>|<|\s+in\s+)\s*(.+?)\s*$", re.IGNORECASE)
 _NUMERIC_OPS = (">", ">=", "<", "<=")
 MAX_CLAUSES = 8
+TAINTED = "tainted"
+"""The clause ``when tainted``: the call has an argument copied from untrusted text (``bot.engine.provenance``)."""
+TAINT_FIELD = "\x00tainted"
+"""The key, in the arguments a condition is matched against, that is ``True`` for a tainted call (no argument
+of a tool can have this name)."""
 
 
 @dataclass(frozen=True)
@@ -33,12 +39,16 @@ class Clause:
     @property
     def text(self) -> str:
         """The canonical text, e.g. ``env in prod,staging``."""
+        if self.op == TAINTED:
+            return TAINTED
         if self.op == "in":
             return f"{self.field} in {','.join(self.values)}"
         return f"{self.field}{self.op}{self.values[0]}"
 
     def holds(self, arguments: Mapping[str, Any]) -> bool:
         """Whether the clause holds for ``arguments`` (never for a missing field)."""
+        if self.op == TAINTED:
+            return arguments.get(TAINT_FIELD) is True
         if self.field not in arguments:
             return False
         value = arguments[self.field]
@@ -72,7 +82,7 @@ class Condition:
         """:class:`CommandError` when a clause names a field ``tool`` does not have."""
         fields = (tool.parameters or {}).get("properties") or {}
         for clause in self.clauses:
-            if clause.field not in fields:
+            if clause.op != TAINTED and clause.field not in fields:
                 known = ", ".join(sorted(fields)) or "none"
                 raise CommandError(
                     f"{tool.name} has no argument '{clause.field}', so the condition could never match. "
@@ -91,6 +101,9 @@ def parse_condition(text: str) -> Condition:
         raise CommandError(f"A condition has 1 to {MAX_CLAUSES} clauses, e.g. when env=prod or when replicas>10.")
     clauses = []
     for part in parts:
+        if part.strip().lower() == TAINTED:
+            clauses.append(Clause(TAINT_FIELD, TAINTED, ()))
+            continue
         match = _CLAUSE.match(part)
         if not match:
             raise CommandError(

@@ -5,14 +5,15 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from bot.aio import run_sync
 from bot.canonical import args_digest
 from bot.durations import MAX_TTL_SECONDS
-from bot.engine.conditions import parse_condition
+from bot.engine.conditions import TAINT_FIELD, TAINTED, parse_condition
 from bot.engine.errors import CommandError
+from bot.engine.provenance import RunProvenance, run_provenance
 from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hitl.dataclasses import ToolExecutionDecision
 from bot.tools import Tool
@@ -249,7 +250,7 @@ def best_condition(
 async def _tool_decides(tool: Tool, arguments: Mapping[str, Any]) -> str:
     """``always`` or ``never`` from the tool's ``needs_approval``; any error (or a non-bool answer) asks."""
     try:
-        answer = tool.needs_approval(dict(arguments))  # type: ignore[misc]
+        answer = tool.needs_approval({k: v for k, v in arguments.items() if k != TAINT_FIELD})  # type: ignore[misc]
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception:  # a user's callable must never let a call through by failing
@@ -288,12 +289,15 @@ class PolicyConfirmationStrategy:
         """
         context = confirmation_strategy_context or {}
         tool = self.tools.get(tool_name)
+        provenance = run_provenance(context)  # issue 31: a tainted call is matched with its taint mark
+        tainted = provenance is not None and bool(provenance.of_call(tool_name, tool_call_id))
+        original_params, tool_params = tool_params, ({**tool_params, TAINT_FIELD: True} if tainted else tool_params)
         read = context.get(POLICIES_READ)
         ahead = read.ahead_view(tool_name) if isinstance(read, PoliciesRead) and tool is not None else None
         if ahead is not None:
             policy = await policy_of(ahead, tool, context, self.default_ttl, arguments=tool_params)
             if policy.mode in ASKING_MODES:
-                read.note(tool_name, tool_call_id, tool_params, policy, ahead=ahead)  # type: ignore[union-attr]
+                read.note(tool_name, tool_call_id, original_params, policy, ahead=ahead)  # type: ignore[union-attr]
                 raise _ask(tool_name, tool_call_id, policy)
             fresh = await self.storage.policies.view(
                 tool_name, platform=context["platform"], workspace=context["workspace"], channel=context["channel"]
@@ -302,6 +306,9 @@ class PolicyConfirmationStrategy:
                 policy = await policy_of(fresh, tool, context, self.default_ttl, arguments=tool_params)
         else:
             policy = await effective_policy(self.storage, tool, context, self.default_ttl, arguments=tool_params)
+        if tainted and provenance is not None:  # --- issue 31: a tainted call that would run asks instead
+            policy = await self._tainted(policy, provenance, tool_name, tool_call_id, context, tool_params)
+        tool_params = original_params
         note_policy(context, tool_name, tool_call_id, tool_params, policy)  # a pause in this step stores it
         if policy.mode in (NEVER, REVIEW):  # a review holds the result after the call, at after_tool
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
@@ -314,6 +321,24 @@ class PolicyConfirmationStrategy:
         ):
             return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(tool_params))
         raise _ask(tool_name, tool_call_id, policy)
+
+    async def _tainted(
+        self,
+        policy: EffectivePolicy,
+        provenance: RunProvenance,
+        tool_name: str,
+        tool_call_id: str | None,
+        context: Mapping[str, Any],
+        marked: Mapping[str, Any],
+    ) -> EffectivePolicy:
+        """A tainted call's policy: a mode that runs without asking asks, unless a ``when tainted`` rule chose it."""
+        if policy.mode not in (NEVER, REVIEW, ONCE):
+            return policy
+        matched = await matching_condition(self.storage, tool_name, context, marked)
+        if matched is not None and matched[1] == policy.mode and TAINTED in matched[2].split(" and "):
+            return policy  # an admin's rule says what tainted calls of this tool do
+        provenance.escalated.add((tool_name, tool_call_id))
+        return replace(policy, mode=ALWAYS_REVIEW if policy.mode == REVIEW else ALWAYS)
 
     def run(self, **kwargs: Any) -> ToolExecutionDecision:
         """Sync twin of :meth:`run_async`."""

@@ -17,6 +17,7 @@ from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import history_to_read
 from bot.canonical import args_digest
+from bot.engine import justification
 from bot.engine.cards import Cards
 from bot.engine.confirmation import ONCE, channel_scope
 from bot.engine.decisions import STATUS_OF_ACTION, check_open
@@ -170,6 +171,12 @@ class Deciding:
         resumed with it): what that transaction read for the resume, else ``None``.
         """
         batch = Batch()
+        # Issue 31: an approval without a reason checks, in this write, that the tool needs none.
+        reason_check = (
+            justification.add_check(batch, record)
+            if justification.needs_check(record, action, request.feedback)
+            else None
+        )
         batch.require(
             stores.approvals.decide,
             record.approval_id,
@@ -209,6 +216,8 @@ class Deciding:
         self._decision_audit(batch, record, request, action, final_arguments)
         won = await self.storage.batches.apply(batch)
         if not won.applied:
+            if reason_check is not None and won.refused_by is reason_check:
+                raise justification.JustificationRequired(record.tool_name)
             check_open(self.clock(), await self.views.record(record.approval_id))
             raise AlreadyDecided("decided", None, None)
         failpoints.failpoint("after_decide")

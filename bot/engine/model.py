@@ -147,6 +147,8 @@ class ApprovalView:
     deciders: tuple[str, ...] = ()
     """Who may decide it, as people (groups expanded, possibly from a short cache): for rendering only,
     e.g. whom Teams shows the buttons to. Every click is still checked by the engine."""
+    provenance: dict[str, Any] | None = None
+    """Arguments copied from untrusted text and where from (``bot.engine.provenance.provenance_lines`` words it)."""
 
     @property
     def is_pending(self) -> bool:

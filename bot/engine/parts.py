@@ -34,6 +34,7 @@ from bot.engine.memory import MEMORY_SCOPE, REMEMBER, RememberConfirmation, reme
 from bot.engine.notices import ApproverNotices
 from bot.engine.outbox import Deliveries
 from bot.engine.pausing import Pausing
+from bot.engine.provenance import ProvenanceHook
 from bot.engine.recovery import Recovery
 from bot.engine.resuming import Resuming
 from bot.engine.retention import Retention
@@ -247,9 +248,10 @@ class Parts:
             state_schema={MEMORY_SCOPE: {"type": dict}},
             # Review after acting is the after_tool half of the same per-channel policy.
             hooks={
+                "before_tool": [ProvenanceHook(self.tools)],  # issue 31: tainted arguments, before the policy
                 "after_tool": [
                     PolicyReviewHook(storage, self.tools, config.default_ttl_seconds, self.ledger),
                     StopFromChat(live),
-                ]
+                ],
             },
         )

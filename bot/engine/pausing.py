@@ -23,6 +23,7 @@ from bot.engine.history import PendingHistory, StepHistory, add_history
 from bot.engine.leases import Leases
 from bot.engine.model import ThreadRef
 from bot.engine.outbox import Deliveries
+from bot.engine.provenance import RunProvenance, audited_taints
 from bot.engine.review import REVIEW, held_result
 from bot.engine.surface import Surface
 from bot.engine.threads import channel_of, quietly
@@ -85,8 +86,12 @@ class Pausing:
         requester: str,
         pause: HITLBreakpointException,
         policies_read: PoliciesRead | None = None,
+        *,
+        provenance: RunProvenance | None = None,
     ) -> bool:
         """Store the snapshot and one approval per pending call, then render them.
+
+        ``provenance``: the run's tainted arguments (issue 31), stored with each approval and in the audit entry.
 
         ``policies_read``: the policies this step's checks read moments ago; a pending call's approval is
         stored with the policy that paused it, and only a call no check noted reads storage again. A policy that
@@ -99,7 +104,7 @@ class Pausing:
         fence = self.leases.fence(run_id)
         step = await self._step_of(run_id)
         now = self.clock()
-        planned = await self._approvals(run_id, step, thread, requester, pause, policies_read, now)
+        planned = await self._approvals(run_id, step, thread, requester, pause, policies_read, now, provenance)
         if policies_read is not None:
             policies_read.clear()  # the step ends here: nothing read for it is used again
         surface = self.surfaces.get(thread.platform)
@@ -146,9 +151,11 @@ class Pausing:
             # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
             card_key, card = owed_card(run_id, step)
             self.deliveries.owe_in(batch, thread, card, card_key, required=False)
-        batch.write(
-            stores.audit.append, requester, "paused", run_id, {"approvals": approval_ids, "step": step}, now=now
-        )
+        details: dict[str, object] = {"approvals": approval_ids, "step": step}
+        tainted = audited_taints(planned.approvals)
+        if tainted:
+            details["tainted"] = tainted
+        batch.write(stores.audit.append, requester, "paused", run_id, details, now=now)
         failpoints.failpoint("while_pausing")
         try:
             outcome = await self.storage.batches.apply(batch)
@@ -192,6 +199,7 @@ class Pausing:
         pause: HITLBreakpointException,
         policies_read: PoliciesRead | None,
         now: datetime,
+        provenance: RunProvenance | None = None,
     ) -> _PauseWrites:
         """One new approval per pending call of the paused step, each with the policy that paused it."""
         snapshot = pause.snapshot
@@ -222,6 +230,7 @@ class Pausing:
                     kind=REVIEW if review else "approval",
                     result=held_result(snapshot, call) if review else None,
                     approval_id=new_approval_id(),
+                    provenance=provenance.stored(call.tool_name, call.id) if provenance and not review else None,
                 )
             )
         return planned

@@ -107,14 +107,15 @@ def outcome_sentence(view: ApprovalView) -> str:
     when = format_time(view.decided_at)
     if view.is_review:
         return _review_outcome(view, who, when)
+    reason = f" Reason: {mask_text(view.feedback)}" if view.feedback else ""  # issue 31: justification
     if view.status == APPROVED:
-        return f"Approved by {who} at {when}."
+        return f"Approved by {who} at {when}.{reason}"
     if view.status == REJECTED:
         feedback = f" Feedback: {mask_text(view.feedback)}" if view.feedback else ""
         return f"Rejected by {who} at {when}.{feedback}"
     if view.status == MODIFIED:
         change = ", ".join(f"{k}={value_text(v)}" for k, v in changed_arguments(view).items())
-        return f"Edited and approved by {who} at {when}: {change}."
+        return f"Edited and approved by {who} at {when}: {change}.{reason}"
     if view.status == EXPIRED:
         return f"Expired without a decision at {when}; the call was not run."
     if view.status == SUPERSEDED:

@@ -27,6 +27,7 @@ from bot.engine.memory import MEMORY_SCOPE, memory_note, run_memory_kwargs, run_
 from bot.engine.model import UNREAD, WORKING_RUN_STATUSES, ThreadRef
 from bot.engine.outbox import Deliveries
 from bot.engine.pausing import Pausing
+from bot.engine.provenance import run_provenance
 from bot.engine.sentences import STOPPED_NOTICE, answer_text, failure_sentence
 from bot.engine.stops import Stops
 from bot.engine.streaming import STOPPED_FROM_CHAT, THINKING, WAITING_FOR_APPROVAL, LiveAnswer
@@ -227,7 +228,9 @@ class Runner:
                 if live:
                     await live.end_segment()  # the text before the paused calls stays; the approval follows it
                     await live.status(WAITING_FOR_APPROVAL)
-                if not await self.pausing.pause(run_id, thread, requester, pause, policies_read):
+                if not await self.pausing.pause(
+                    run_id, thread, requester, pause, policies_read, provenance=run_provenance(context)
+                ):
                     return
                 # Refused: a policy read ahead changed since the run started. Nothing of the pause was stored;
                 # the step is decided again on fresh reads (the model is not asked again).

@@ -128,6 +128,7 @@ class Views:
             final_result=record.final_result,
             destructive=bool(tool and tool.destructive),
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
+            provenance=record.provenance,
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:

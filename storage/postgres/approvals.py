@@ -34,7 +34,8 @@ from storage.records import approval_record, decided_snapshot, qualified
 _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
     "approvers::text, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
-    "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result"
+    "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result, "
+    "provenance_json"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
 _STEP_COLUMNS = (
@@ -46,7 +47,8 @@ _STEP_COLUMNS = (
 (:meth:`PostgresApprovalStore.step`)."""
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
-    "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, status"
+    "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, provenance_json, "
+    "status"
 )
 
 
@@ -71,6 +73,7 @@ def _insert_values(new: NewApproval, now: float) -> list[Any]:
         expires,
         kind,
         result,
+        provenance,
     ) = _row_values(new, now)
     return [
         approval_id,
@@ -91,6 +94,7 @@ def _insert_values(new: NewApproval, now: float) -> list[Any]:
         instant(expires),
         kind,
         result,
+        provenance,
         "pending",
     ]
 

@@ -400,6 +400,15 @@ _APPROVAL_REMINDERS: Migration = (
     # Version 10: when an approval's approvers were reminded (once, for any TTL; the event dedupe is pruned).
     "ALTER TABLE approvals ADD COLUMN reminded_at timestamptz",
 )
+_APPROVAL_PROVENANCE: Migration = (
+    # Which arguments of an approval came from untrusted text, and from where (issue 31), as JSON text.
+    "ALTER TABLE approvals ADD COLUMN provenance_json text",
+)
+_TOOL_SETTINGS: Migration = (
+    # Per-tool switches admins set, e.g. justification = required (issue 31).
+    "CREATE TABLE tool_settings (tool_name text NOT NULL, setting text NOT NULL, value text NOT NULL, "
+    "updated_by text NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (tool_name, setting))",
+)
 
 _AUDIT_SIGNATURES: Migration = (
     # The audit key's signatures (storage/audit_chain.py's sign): of each entry, each anchor and the head
@@ -420,6 +429,8 @@ MIGRATIONS: list[Migration] = [
     _AUDIT_CHAIN,
     _APPROVAL_REMINDERS,
     _AUDIT_SIGNATURES,
+    _APPROVAL_PROVENANCE,
+    _TOOL_SETTINGS,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

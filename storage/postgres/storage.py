@@ -31,6 +31,7 @@ from storage.postgres.places import PostgresApprovalPlaces
 from storage.postgres.policies import PostgresPolicyStore
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.team import PostgresAccessStore, PostgresApproverGroups, PostgresConditionalRules
+from storage.postgres.tool_settings import PostgresToolSettings
 from storage.postgres.wakeups import PostgresWakeups
 
 
@@ -61,6 +62,7 @@ class PostgresStorage:
         self.approver_groups = PostgresApproverGroups(db)
         self.access = PostgresAccessStore(db)
         self.conditions = PostgresConditionalRules(db)
+        self.tool_settings = PostgresToolSettings(db)
         self.ops = PostgresOperations(db)
         self.batches = PostgresWriteBatches(self)
         self.wakeups = PostgresWakeups(db)

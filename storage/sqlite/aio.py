@@ -33,6 +33,7 @@ from storage.async_protocols import (
     AsyncRunStore,
     AsyncThreadInbox,
     AsyncToolLedger,
+    AsyncToolSettingStore,
     AsyncWriteBatches,
 )
 from storage.protocols import STORE_NAMES
@@ -51,6 +52,8 @@ READ_METHODS = frozenset(
         "count_messages",
         "for_run",
         "get_clicked",
+        "values",
+        "is_not",
         "step",
         "votes",
         "pending",
@@ -157,6 +160,7 @@ class AsyncStorage:
     approver_groups: AsyncApproverGroupStore
     access: AsyncAccessStore
     conditions: AsyncConditionalRuleStore
+    tool_settings: AsyncToolSettingStore
     leases: AsyncRunLeases
     inbox: AsyncThreadInbox
     outbox: AsyncOutbox

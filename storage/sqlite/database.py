@@ -23,6 +23,7 @@ from storage.sqlite.places import SQLiteApprovalPlaces
 from storage.sqlite.policies import SQLitePolicyStore
 from storage.sqlite.runs import SQLiteRunStore
 from storage.sqlite.team import SQLiteAccessStore, SQLiteApproverGroups, SQLiteConditionalRules
+from storage.sqlite.tool_settings import SQLiteToolSettings
 
 
 class Storage:
@@ -55,6 +56,7 @@ class Storage:
         self.approver_groups = SQLiteApproverGroups(connector)
         self.access = SQLiteAccessStore(connector)
         self.conditions = SQLiteConditionalRules(connector)
+        self.tool_settings = SQLiteToolSettings(connector)
         self.ops = SQLiteOperations(connector)
         self.batches = SQLiteWriteBatches(self)
 

@@ -530,6 +530,19 @@ def _audit_signatures(db: Database) -> None:
     )
 
 
+def _approval_provenance(db: Database) -> None:
+    """Which arguments of an approval came from untrusted text, and from where (issue 31), as JSON."""
+    db.table("approvals").add_column("provenance_json", str)
+
+
+def _tool_settings(db: Database) -> None:
+    """Per-tool switches admins set, e.g. ``justification`` = ``required`` (issue 31)."""
+    db.execute(
+        "CREATE TABLE tool_settings (tool_name TEXT NOT NULL, setting TEXT NOT NULL, value TEXT NOT NULL, "
+        "updated_by TEXT NOT NULL, updated_at FLOAT NOT NULL, PRIMARY KEY (tool_name, setting))"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -546,6 +559,8 @@ MIGRATIONS: list[Migration] = [
     _memory_stems,
     _messages_by_thread_number,
     _audit_signatures,
+    _approval_provenance,
+    _tool_settings,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -146,7 +146,8 @@ async def test_a_conversation_reads_each_policy_once_per_decision_and_never_rere
     # snapshot refers to and the policies of the calls it may run (a deny set since stops them); the re-render and
     # the resume reuse them: the resume has no round trip of its own to start, nor to check the policies again.
     decision = (
-        "batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
+        "batch: tool_settings.is_not + approvals.decide + leases.claim_paused + approvals.step"
+        " + messages.retrieve_messages"
         " + policies.views + audit.append"
     )
     assert reads(decision) == 1
@@ -179,7 +180,8 @@ async def test_on_postgresql_the_bench_counts_each_top_level_storage_call_once_a
 
     # A batch is one round trip, named by its entries as on SQLite; the store methods it calls are part of it.
     decision = (
-        "batch: approvals.decide + leases.claim_paused + approvals.step + messages.retrieve_messages"
+        "batch: tool_settings.is_not + approvals.decide + leases.claim_paused + approvals.step"
+        " + messages.retrieve_messages"
         " + policies.views + audit.append"
     )
     assert calls(decision) == 1

@@ -290,3 +290,18 @@ async def test_a_fully_decided_step_is_read_with_its_snapshot_and_only_then(back
     assert (await storage.approvals.step("run-1", 1)).snapshot is None
     with pytest.raises(CorruptRecord):
         await storage.runs.snapshot("run-1")
+
+
+async def test_an_approvals_provenance_is_stored_and_read_back(approvals):
+    provenance = {
+        "tainted": [{"path": "host", "excerpt": "db-1; rm -rf /", "tool": "fetch_url", "step": 2, "user": None}],
+        "escalated": True,
+    }
+    tainted, clean = await approvals.create_many(
+        [new_approval(tool_call_id="call_1", provenance=provenance), new_approval(tool_call_id="call_2")]
+    )
+
+    assert tainted.provenance == provenance and clean.provenance is None
+    assert (await approvals.get(tainted.approval_id)).provenance == provenance
+    assert await approvals.decide(tainted.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert (await approvals.get(tainted.approval_id)).provenance == provenance, "kept through the decision"
