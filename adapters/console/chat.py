@@ -269,7 +269,7 @@ class ChatSession:
             lines.append("  (admin: you may change policies)\n")
         else:
             lines.append(f"  (not an admin: to change policies, start with COUNTERSIGN_ADMINS={self.user})\n")
-        lines.append('Try "list files" or "delete old.log". /help for commands; Ctrl-D or /quit to leave.', style="dim")
+        lines.append(f"{_try_line(tools)} /help for commands; Ctrl-D or /quit to leave.", style="dim")
         self.console.print(Panel(lines, border_style="blue"))
 
     def _model_text(self, generator: Any) -> str:
@@ -282,3 +282,15 @@ class ChatSession:
         if not self.config.llm_configured:
             return ANNOUNCEMENT
         return f"{self.config.model} at {self.config.openai_base_url or 'api.openai.com'}"
+
+
+def _try_line(tools: Sequence[Tool]) -> str:
+    """What to type first: the demo phrases with the demo tools, else a ``call`` of a configured tool."""
+    from bot.llm.offline_calls import usage
+
+    names = {t.name for t in tools}
+    if {"list_files", "delete_file"} <= names:
+        return 'Try "list files" or "delete old.log".'
+    if tools:
+        return f'Try "{usage(tools[0])}".'
+    return ""

@@ -673,3 +673,28 @@ def test_the_readme_tool_example_loads_from_the_working_folder_through_the_insta
     assert result.returncode == 0, result.stderr
     assert "scale_service: always" in result.stdout
     assert "service_status: never" in result.stdout
+
+
+def test_the_readme_tools_can_be_tried_offline_with_call_and_with_words(tmp_path):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n# mytools\.py\n(.*?)```", readme, re.DOTALL)
+    assert example, "README.md lost its mytools.py example"
+    (tmp_path / "mytools.py").write_text(example.group(1), encoding="utf-8")
+    script = Path(sys.executable).with_name("countersign")
+
+    result = subprocess.run(
+        [str(script), "chat", "--user", "ana"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, COUNTERSIGN_TOOLS="mytools:tools"),
+        input="call scale_service service=checkout replicas=3\ny\nscale web to 2 replicas\ny\nhello\n",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert 'Try "call scale_service service=<string> replicas=<integer>' in result.stdout
+    assert "list files" not in result.stdout.split("/help for commands")[0], "the banner offers the demo phrases"
+    assert "checkout in eu now runs 3 replicas" in result.stdout
+    assert "web in eu now runs 2 replicas" in result.stdout
+    assert "call service_status service=<string>" in result.stdout
