@@ -36,6 +36,20 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the variable."""
 
 
+def _tool_specs(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``COUNTERSIGN_TOOLS``: unset means the demo tools; set but empty is refused (it never silently means them)."""
+    raw = env.get("COUNTERSIGN_TOOLS")
+    if raw is None:
+        return DEFAULT_TOOLS
+    specs = _split(raw)
+    if not specs:
+        raise ConfigError(
+            "COUNTERSIGN_TOOLS is set but empty: name module:attribute specs (e.g. mytools:tools), "
+            "or unset it for the demo tools"
+        )
+    return specs
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything countersign can be configured with (see the table in README.md)."""
@@ -138,7 +152,7 @@ class Config:
             db_path=db_path if database_url else check_db_path(db_path, "COUNTERSIGN_DB"),
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
-            tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
+            tool_specs=_tool_specs(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,

@@ -228,6 +228,18 @@ def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize("value", ["", " , "])
+def test_an_empty_tools_setting_is_refused_in_one_line_instead_of_meaning_the_demo_tools(tmp_path, value):
+    result = countersign(tmp_path, "chat", COUNTERSIGN_TOOLS=value)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "countersign: configuration error: COUNTERSIGN_TOOLS is set but empty: name module:attribute specs "
+        "(e.g. mytools:tools), or unset it for the demo tools"
+    ]
+
+
 def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
     monkeypatch.setenv("COUNTERSIGN_HISTORY_LAST_K", "lots")
 
