@@ -129,6 +129,34 @@ class Config:
         """Whether Teams can be served (credentials, or explicit anonymous mode for local testing)."""
         return self.teams_anonymous or any(k.upper().endswith("CLIENTID") for k in self.teams_settings)
 
+    def incomplete_credentials(self) -> list[str]:
+        """One sentence per surface whose credentials are only partly set, naming what is missing."""
+        problems: list[str] = []
+        slack_extra = [
+            n
+            for n, v in (("SLACK_SIGNING_SECRET", self.slack_signing_secret), ("SLACK_APP_TOKEN", self.slack_app_token))
+            if v
+        ]
+        if self.slack_bot_token and not slack_extra:
+            problems.append(
+                "SLACK_BOT_TOKEN is set but neither SLACK_SIGNING_SECRET (HTTP mode) nor SLACK_APP_TOKEN "
+                "(Socket Mode) is"
+            )
+        elif slack_extra and not self.slack_bot_token:
+            problems.append(
+                f"{' and '.join(slack_extra)} {'is' if len(slack_extra) == 1 else 'are'} set but SLACK_BOT_TOKEN is not"
+            )
+        upper = {k.upper(): v for k, v in self.teams_settings.items() if v}
+        prefix = "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__"
+        if any(k.endswith("CLIENTID") for k in upper):
+            secret_based = upper.get(f"{prefix}AUTHTYPE", "ClientSecret").lower() == "clientsecret"
+            needed = ["TENANTID"] + (["CLIENTSECRET"] if secret_based else [])
+            missing = [f"{prefix}{name}" for name in needed if f"{prefix}{name}" not in upper]
+            if missing:
+                verb = "is" if len(missing) == 1 else "are"
+                problems.append(f"Teams: {prefix}CLIENTID is set but {' and '.join(missing)} {verb} not")
+        return problems
+
     def with_overrides(self, **changes: Any) -> Config:
         """A copy with some fields changed (tests, CLI flags)."""
         return replace(self, **changes)

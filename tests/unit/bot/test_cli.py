@@ -656,10 +656,37 @@ def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path
             process.kill()
             process.wait()
     assert process.returncode == 0
-    assert "serving /healthz only" in "".join(log)
+    assert "serving only GET /healthz, GET /readyz, GET /metrics" in "".join(log)
+    assert f"listening on {url} (GET /healthz, GET /readyz, GET /metrics)" in "".join(log)
     assert "surface not configured; skipping surface=slack" in "".join(log), "the log names the skipped surface"
     assert "surface not configured; skipping surface=teams" in "".join(log)
     assert "Traceback" not in "".join(log) + rest
+
+
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        (
+            {"SLACK_BOT_TOKEN": "xoxb-1"},
+            "SLACK_BOT_TOKEN is set but neither SLACK_SIGNING_SECRET (HTTP mode) nor SLACK_APP_TOKEN (Socket Mode) is",
+        ),
+        ({"SLACK_APP_TOKEN": "xapp-1"}, "SLACK_APP_TOKEN is set but SLACK_BOT_TOKEN is not"),
+        (
+            {"CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID": "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"},
+            "Teams: CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID is set but "
+            "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__TENANTID and "
+            "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTSECRET are not",
+        ),
+    ],
+    ids=["slack-bot-token-alone", "slack-app-token-alone", "teams-client-id-alone"],
+)
+def test_serve_with_half_set_credentials_exits_2_naming_the_missing_variable(tmp_path, env, complaint):
+    result = countersign(tmp_path, "serve", "--port", "0", **env)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"countersign: configuration error: {complaint}"
 
 
 # --- your own tools ---------------------------------------------------------------------------------------
