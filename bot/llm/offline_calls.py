@@ -199,7 +199,7 @@ def _fill(tool: Tool, words: list[str], lowered: list[str], anchor: int) -> dict
                 arguments[key] = words[index]
                 used.add(index)
                 break
-    return arguments
+    return {key: arguments[key] for key in properties if key in arguments}  # in the schema's order
 
 
 def _candidates(key: str, words: list[str], lowered: list[str]) -> list[int]:

@@ -181,6 +181,7 @@ def _own_tools() -> Toolset:
             'call tag_release version=1.2 labels=\'["a", "b"]\' dry_run=yes extra=\'{"k": 1}\'',
             ("tag_release", {"version": "1.2", "labels": ["a", "b"], "dry_run": True, "extra": {"k": 1}}),
         ),
+        ("scale to 3 replicas the checkout", ("scale_service", {"service": "checkout", "replicas": 3})),
         ("scale checkout to 3 replicas", ("scale_service", {"service": "checkout", "replicas": 3})),
         (
             "please scale service=web replicas=2 region=us",
@@ -192,6 +193,7 @@ def test_the_offline_model_calls_any_configured_tool(text: str, expected: tuple[
     reply = ask(text, _own_tools())
 
     assert [(c.tool_name, c.arguments) for c in reply.tool_calls] == [expected]
+    assert [list(c.arguments) for c in reply.tool_calls] == [list(expected[1])]  # in the schema's order
 
 
 @pytest.mark.parametrize(
