@@ -351,6 +351,25 @@ def _run_serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def served_routes(app: Any) -> str:
+    """The routes ``app`` really serves, as ``GET /healthz, GET /readyz, …, POST /slack/events``."""
+    seen: list[str] = []
+    for route in app.router.routes():
+        if route.method in {"HEAD", "OPTIONS"}:
+            continue
+        label = f"{route.method} {route.resource.canonical if route.resource is not None else '?'}"
+        if label not in seen:
+            seen.append(label)
+    return ", ".join(seen)
+
+
+def check_credentials(config: Config) -> None:
+    """Refuse half-set Slack or Teams credentials, naming the missing variable (``ConfigError``)."""
+    problems = config.incomplete_credentials()
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], Any] | None = None) -> None:
     """Run the engine and the HTTP server until SIGINT or SIGTERM, then stop both.
 
@@ -363,6 +382,7 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from bot.heap import settle_for_serving
     from bot.server import ACTIVE_PLUGINS, build_web_app
 
+    check_credentials(config)
     failpoints.arm(config.failpoints)
     engine = await Engine.create(config)
     runner: web.AppRunner | None = None
@@ -374,7 +394,8 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         else:
             logger.warning(
                 "no chat surface is configured (set SLACK_BOT_TOKEN + SLACK_SIGNING_SECRET or SLACK_APP_TOKEN "
-                "for Slack, the Teams connection settings for Teams); serving /healthz only"
+                "for Slack, the Teams connection settings for Teams); serving only %s",
+                served_routes(app),
             )
         # Only now, with the surfaces registered: recovery owes notices to threads and posts them through them.
         await engine.start()
@@ -386,7 +407,7 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         site = web.TCPSite(runner, host, port)
         await site.start()
         url = _bound_url(runner, host, port)
-        logger.info("listening on %s (GET /healthz)", url)
+        logger.info("listening on %s (%s)", url, served_routes(app))
         if ready is not None:
             ready(url)
         await _wait_for_stop_signal()

@@ -36,6 +36,20 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the variable."""
 
 
+def _tool_specs(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``COUNTERSIGN_TOOLS``: unset means the demo tools; set but empty is refused (it never silently means them)."""
+    raw = env.get("COUNTERSIGN_TOOLS")
+    if raw is None:
+        return DEFAULT_TOOLS
+    specs = _split(raw)
+    if not specs:
+        raise ConfigError(
+            "COUNTERSIGN_TOOLS is set but empty: name module:attribute specs (e.g. mytools:tools), "
+            "or unset it for the demo tools"
+        )
+    return specs
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything countersign can be configured with (see the table in README.md)."""
@@ -121,6 +135,34 @@ class Config:
         """Whether Teams can be served (credentials, or explicit anonymous mode for local testing)."""
         return self.teams_anonymous or any(k.upper().endswith("CLIENTID") for k in self.teams_settings)
 
+    def incomplete_credentials(self) -> list[str]:
+        """One sentence per surface whose credentials are only partly set, naming what is missing."""
+        problems: list[str] = []
+        slack_extra = [
+            n
+            for n, v in (("SLACK_SIGNING_SECRET", self.slack_signing_secret), ("SLACK_APP_TOKEN", self.slack_app_token))
+            if v
+        ]
+        if self.slack_bot_token and not slack_extra:
+            problems.append(
+                "SLACK_BOT_TOKEN is set but neither SLACK_SIGNING_SECRET (HTTP mode) nor SLACK_APP_TOKEN "
+                "(Socket Mode) is"
+            )
+        elif slack_extra and not self.slack_bot_token:
+            problems.append(
+                f"{' and '.join(slack_extra)} {'is' if len(slack_extra) == 1 else 'are'} set but SLACK_BOT_TOKEN is not"
+            )
+        upper = {k.upper(): v for k, v in self.teams_settings.items() if v}
+        prefix = "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__"
+        if any(k.endswith("CLIENTID") for k in upper):
+            secret_based = upper.get(f"{prefix}AUTHTYPE", "ClientSecret").lower() == "clientsecret"
+            needed = ["TENANTID"] + (["CLIENTSECRET"] if secret_based else [])
+            missing = [f"{prefix}{name}" for name in needed if f"{prefix}{name}" not in upper]
+            if missing:
+                verb = "is" if len(missing) == 1 else "are"
+                problems.append(f"Teams: {prefix}CLIENTID is set but {' and '.join(missing)} {verb} not")
+        return problems
+
     def with_overrides(self, **changes: Any) -> Config:
         """A copy with some fields changed (tests, CLI flags)."""
         return replace(self, **changes)
@@ -144,7 +186,7 @@ class Config:
             db_path=db_path if database_url else check_db_path(db_path, "COUNTERSIGN_DB"),
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
-            tool_specs=_split(env.get("COUNTERSIGN_TOOLS")) or DEFAULT_TOOLS,
+            tool_specs=_tool_specs(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,

@@ -9,24 +9,38 @@ import pytest
 
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
 from tests.fakes.clock import Clock
+from tests.fakes.embedded_postgres import session_database_url
 from tests.fakes.engine_kit import Harnesses
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.fakes.postgres import PostgresUnreachable, SchemaFactory, postgres_test_url
+from tests.fakes.postgres import PostgresUnreachable, SchemaFactory
+from tests.fakes.private_postgres import PrivateServerUnavailable
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import assert_every_payload_valid
 
 
 @pytest.fixture(scope="session")
 def postgres_schemas():
-    """The test PostgreSQL server; every test that asks for it FAILS (never skips) when it cannot be reached."""
-    factory = SchemaFactory(postgres_test_url())
+    """The test PostgreSQL server; every test that asks for it FAILS (never skips) when it cannot be reached.
+
+    Without ``COUNTERSIGN_TEST_DATABASE_URL`` and with nothing on 127.0.0.1:5432, a throwaway server is
+    started for the session and removed after it (tests/fakes/embedded_postgres.py).
+    """
+    try:
+        url, embedded = session_database_url()
+    except PrivateServerUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    factory = SchemaFactory(url)
     try:
         factory.check()
     except PostgresUnreachable as exc:
         factory.close()
         pytest.fail(str(exc), pytrace=False)
-    yield factory
-    factory.close()
+    try:
+        yield factory
+    finally:
+        factory.close()
+        if embedded is not None:
+            embedded.close()
 
 
 @pytest.fixture

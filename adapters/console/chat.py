@@ -285,12 +285,12 @@ class ChatSession:
 
 
 def _try_line(tools: Sequence[Tool]) -> str:
-    """The banner's hint: the demo's phrases for the demo tools, else the ``call`` form of a configured tool."""
+    """What to type first: the demo phrases with the demo tools, else a ``call`` of a configured tool."""
     from bot.llm.offline_calls import usage
 
-    names = {tool.name for tool in tools}
+    names = {t.name for t in tools}
     if {"list_files", "delete_file"} <= names:
-        return 'Try "list files" or "delete old.log" (or "call TOOL key=VALUE").'
+        return 'Try "list files" or "delete old.log".'
     if tools:
         return f'Try "{usage(tools[0])}".'
-    return "No tools are configured."
+    return ""

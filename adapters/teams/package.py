@@ -7,8 +7,10 @@ two icons at its root, as Teams requires.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -25,16 +27,43 @@ def manifest_for(app_id: str) -> str:
 
 
 def build_package(app_id: str, out: Path) -> Path:
-    """Write the sideloadable zip to ``out`` and return it."""
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as package:
-        package.writestr("manifest.json", manifest_for(app_id))
-        for icon in ("color.png", "outline.png"):
-            package.write(APP_PACKAGE / icon, icon)
+    """Write the sideloadable zip to ``out`` and return it; ``out`` appears whole or not at all."""
+    manifest = manifest_for(app_id)  # checked before anything is written
+    handle, partial = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    os.close(handle)
+    try:
+        with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as package:
+            package.writestr("manifest.json", manifest)
+            for icon in ("color.png", "outline.png"):
+                package.write(APP_PACKAGE / icon, icon)
+        os.replace(partial, out)
+    finally:
+        Path(partial).unlink(missing_ok=True)
     return out
 
 
+USAGE = "usage: python -m adapters.teams.package <microsoft-app-id> [countersign-teams.zip]"
+
+
+def main(argv: list[str]) -> int:
+    """The command line: one line and exit code 2 for a bad App ID or output path, never a traceback."""
+    if len(argv) not in (1, 2):
+        print(USAGE, file=sys.stderr)
+        return 2
+    target = Path(argv[1] if len(argv) == 2 else "countersign-teams.zip")
+    try:
+        print(build_package(argv[0], target))
+    except ValueError as error:
+        print(
+            f"countersign: {error} (the Azure Bot's Microsoft App ID, e.g. 00000000-0000-0000-0000-000000000000)",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as error:
+        print(f"countersign: cannot write {target}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m adapters.teams.package <microsoft-app-id> [countersign-teams.zip]")
-    target = Path(sys.argv[2] if len(sys.argv) == 3 else "countersign-teams.zip")
-    print(build_package(sys.argv[1], target))
+    sys.exit(main(sys.argv[1:]))

@@ -1,167 +1,215 @@
-"""How the offline model calls any configured tool: ``call <tool> key=value …`` and a best-effort word match.
+"""How the offline model calls any configured tool: ``call <tool> key=value …`` and a word match.
 
-The demo rules in :mod:`bot.llm.offline_demo` know only the demo tools; this module reads a tool's own
-schema, so a team's tool can be tried in ``countersign chat`` without a model server.
+``call scale_service service=checkout replicas=3`` becomes one tool call whose values are typed by the
+tool's JSON schema (``integer``, ``number``, ``boolean``; JSON for ``object`` and ``array``; anything
+else stays a string). Quoting follows the shell (``note="two words"``).
 
->>> call_from_text("call scale_service service=checkout replicas=3", [scale])
-ToolCall(tool_name='scale_service', arguments={'service': 'checkout', 'replicas': 3}, ...)
+Without ``call``, :func:`word_match` picks the tool whose name shares the most words with the message
+("scale checkout to 3 replicas" → ``scale_service``) and fills its parameters from ``name=value``,
+``name value`` or ``value name`` ("3 replicas"); a string parameter still unfilled takes the word after
+the tool's word ("scale *checkout*"). It only calls when every required parameter is filled.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from bot.messages import ToolCall
-from bot.tools import InvalidToolArguments, Tool
+from bot.tools import Tool
 
-_CALL = re.compile(r"^\s*/?call\s+(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
+CALL_SYNTAX = "`call <tool> key=value …`"
+_CALL = re.compile(r"^\s*/?call\b\s*(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
 _WORD = re.compile(r"[A-Za-z0-9_.\-/:]+")
+_STOP = {"a", "an", "the", "to", "of", "for", "in", "on", "at", "with", "please", "me", "my", "and", "is", "it"}
+_TRUE = {"true", "yes", "y", "on", "1"}
+_FALSE = {"false", "no", "n", "off", "0"}
 
 
-class CallSyntaxError(ValueError):
-    """A ``call`` line that names no configured tool or whose values do not fit the tool's schema."""
+def _properties(tool: Tool) -> dict[str, dict[str, Any]]:
+    props = tool.parameters.get("properties") or {}
+    return {str(k): (v if isinstance(v, dict) else {}) for k, v in props.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedCall:
-    """What a message asks of the offline model: a call, or a sentence saying why none was made."""
-
-    call: ToolCall | None
-    problem: str | None = None
+def _required(tool: Tool) -> list[str]:
+    return [str(name) for name in tool.parameters.get("required") or []]
 
 
-def call_from_text(text: str, tools: Sequence[Tool]) -> ParsedCall | None:
-    """The call a ``call <tool> key=value …`` line asks for; ``None`` when the text is no such line."""
+def _types(schema: dict[str, Any]) -> list[str]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return [kind]
+    if isinstance(kind, list):
+        return [str(k) for k in kind]
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    found: list[str] = []
+    for option in options:
+        if isinstance(option, dict):
+            found += _types(option)
+    return found
+
+
+def typed_value(raw: str, schema: dict[str, Any]) -> Any:
+    """``raw`` converted to the type ``schema`` names; ``ValueError`` when it does not fit."""
+    kinds = [k for k in _types(schema) if k != "null"] or ["string"]
+    if raw.lower() in {"null", "none"} and "null" in _types(schema):
+        return None
+    problems: list[str] = []
+    for kind in kinds:
+        try:
+            return _as(kind, raw)
+        except ValueError as error:
+            problems.append(str(error))
+    raise ValueError(problems[0])
+
+
+def _as(kind: str, raw: str) -> Any:
+    if kind == "integer":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a whole number") from None
+    if kind == "number":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a number") from None
+        return int(number) if number.is_integer() and "." not in raw else number
+    if kind == "boolean":
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ValueError(f"{raw!r} is not true or false")
+    if kind in {"object", "array"}:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ValueError(f"{raw!r} is not JSON (an {kind} is written as JSON)") from None
+        if not isinstance(value, dict if kind == "object" else list):
+            raise ValueError(f"{raw!r} is not a JSON {kind}")
+        return value
+    return raw
+
+
+def explicit_call(text: str, tools: Sequence[Tool]) -> tuple[ToolCall | None, str] | None:
+    """``None`` unless ``text`` starts with ``call``; else the call, or ``None`` and what is wrong."""
     match = _CALL.match(text)
     if match is None:
         return None
     try:
         words = shlex.split(match.group("rest"))
-    except ValueError as exc:
-        reason = str(exc).rstrip(".").lower()
-        return ParsedCall(
-            None, f"I could not read that call: {reason}. Write `call TOOL key=VALUE`, quoting values with spaces."
-        )
+    except ValueError as error:
+        return None, f"I could not read that call ({error})."
     if not words:
-        return ParsedCall(
-            None,
-            "Name a tool after call, for example: `"
-            + (usage_lines(tools, limit=1) or ["call TOOL key=VALUE"])[0]
-            + "`",
-        )
-    by_name = {tool.name: tool for tool in tools}
-    tool = by_name.get(words[0])
+        return None, f"Say which tool to call: {CALL_SYNTAX}."
+    name, pairs = words[0], words[1:]
+    tool = next((t for t in tools if t.name == name), None)
     if tool is None:
-        return ParsedCall(None, f"{words[0]} is not among the tools I was given.")
-    try:
-        arguments = _typed_pairs(tool, words[1:])
-        tool.validate(arguments)
-    except CallSyntaxError as exc:
-        return ParsedCall(None, f"{exc} Usage: `{usage(tool)}`")
-    except InvalidToolArguments as exc:
-        return ParsedCall(None, f"{_field_errors(exc)}. Usage: `{usage(tool)}`")
-    return ParsedCall(ToolCall(tool_name=tool.name, arguments=arguments))
-
-
-def call_from_words(text: str, tools: Sequence[Tool]) -> ToolCall | None:
-    """A best-effort call from plain words: a tool whose name's words all appear, with its required values.
-
-    "scale checkout to 3 replicas" calls ``scale_service(service="checkout", replicas=3)``: the verb and
-    noun of the name are found, a number next to a parameter's name fills it, and the first free word
-    after the verb fills the first required text parameter. ``None`` unless every required value is found.
-    """
-    words = _WORD.findall(text)
-    lowered = [w.lower().rstrip(".") for w in words]
-    for tool in sorted(tools, key=lambda t: -len(t.name)):
-        parts = [p for p in tool.name.lower().split("_") if p]
-        if not parts or parts[0] not in lowered:
-            continue
-        arguments = _guess_arguments(tool, words, lowered, lowered.index(parts[0]))
-        if arguments is not None:
-            return ToolCall(tool_name=tool.name, arguments=arguments)
-    return None
+        return None, f"{name} is not among the configured tools."
+    properties = _properties(tool)
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            return None, f"{pair!r} is not key=value; `{usage(tool)}`"
+        if key not in properties:
+            return None, f"{tool.name} has no parameter {key!r}; `{usage(tool)}`"
+        try:
+            arguments[key] = typed_value(raw, properties[key])
+        except ValueError as error:
+            return None, f"{key}: {error}; `{usage(tool)}`"
+    missing = [name for name in _required(tool) if name not in arguments]
+    if missing:
+        return None, f"{tool.name} needs {', '.join(missing)}; `{usage(tool)}`"
+    return ToolCall(tool_name=tool.name, arguments=arguments), ""
 
 
 def usage(tool: Tool) -> str:
-    """``call <tool> name=TYPE …`` for ``tool``, optional parameters in brackets (no ``<>``: chat renders Markdown)."""
-    properties: dict[str, Any] = tool.parameters.get("properties") or {}
-    required = set(tool.parameters.get("required") or [])
-    pieces = [f"call {tool.name}"]
-    for name, schema in properties.items():
-        piece = f"{name}={str(schema.get('type', 'value')).upper()}"
-        pieces.append(piece if name in required else f"[{piece}]")
-    return " ".join(pieces)
+    """``call scale_service service=<string> replicas=<integer> [region=<string>]``."""
+    required = set(_required(tool))
+    parts = [f"call {tool.name}"]
+    for key, schema in _properties(tool).items():
+        kind = "|".join(k for k in _types(schema) if k != "null") or "value"
+        parts.append(f"{key}=<{kind}>" if key in required else f"[{key}=<{kind}>]")
+    return " ".join(parts)
 
 
-def usage_lines(tools: Sequence[Tool], limit: int = 8) -> list[str]:
-    """One :func:`usage` line per tool, at most ``limit`` of them."""
-    return [usage(tool) for tool in list(tools)[:limit]]
+def tools_listing(tools: Sequence[Tool]) -> str:
+    """The reply when nothing matched: the configured tools and how to call them."""
+    if not tools:
+        return "I have no tools to call, so I can only answer with this message."
+    lines = [f"I am the offline model: I call a tool when you write {CALL_SYNTAX}. The configured tools:"]
+    lines += [f"- `{usage(t)}`" + (f" — {_first_line(t.description)}" if t.description else "") for t in tools]
+    return "\n".join(lines)
 
 
-def _typed_pairs(tool: Tool, pairs: list[str]) -> dict[str, Any]:
-    arguments: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise CallSyntaxError(f"{pair!r} is not key=value.")
-        try:
-            arguments[name] = tool.coerce_field(name, raw)
-        except InvalidToolArguments as exc:
-            raise CallSyntaxError(_field_errors(exc) + ".") from None
-    return arguments
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _field_errors(exc: InvalidToolArguments) -> str:
-    return "; ".join(f"{name} {message}" for name, message in exc.errors.items())
+def _words(text: str) -> list[str]:
+    return [w.strip(".,;:!?") for w in _WORD.findall(text) if w.strip(".,;:!?")]
 
 
-def _guess_arguments(tool: Tool, words: list[str], lowered: list[str], verb_at: int) -> dict[str, Any] | None:
-    properties: dict[str, Any] = tool.parameters.get("properties") or {}
-    required: list[str] = list(tool.parameters.get("required") or [])
-    name_words = set(tool.name.lower().split("_"))
-    used = {verb_at}
-    arguments: dict[str, Any] = {}
-    for name, schema in properties.items():
-        if schema.get("type") in ("integer", "number"):
-            value = _number_beside(name, lowered, used)
-            if value is not None:
-                arguments[name] = value
-    free = [
-        i
-        for i in range(verb_at + 1, len(words))
-        if i not in used
-        and lowered[i] not in name_words
-        and lowered[i] not in _FILLERS
-        and lowered[i] not in properties
-    ]
-    for name in required:
-        if name in arguments or properties.get(name, {}).get("type", "string") != "string" or not free:
-            continue
-        arguments[name] = words[free.pop(0)].rstrip(".")
-    if any(name not in arguments for name in required):
+def word_match(text: str, tools: Sequence[Tool]) -> ToolCall | None:
+    """The best-effort call a message's words ask for, or ``None``."""
+    words = _words(text)
+    lowered = [w.lower() for w in words]
+    best: tuple[int, Tool, int] | None = None
+    for tool in tools:
+        name_words = [w for w in tool.name.lower().replace("-", "_").split("_") if w]
+        hits = [i for i, w in enumerate(lowered) if w in name_words or w == tool.name.lower()]
+        if hits and (best is None or len(set(lowered[i] for i in hits)) > best[0]):
+            best = (len({lowered[i] for i in hits}), tool, hits[0])
+    if best is None:
         return None
-    try:
-        tool.validate(arguments)
-    except InvalidToolArguments:
+    _, tool, anchor = best
+    arguments = _fill(tool, words, lowered, anchor)
+    if any(name not in arguments for name in _required(tool)):
         return None
-    return arguments
+    return ToolCall(tool_name=tool.name, arguments=arguments)
 
 
-def _number_beside(name: str, lowered: list[str], used: set[int]) -> int | float | None:
-    """A number written just before or after a word that starts like ``name`` ("3 replicas", "replicas 3")."""
-    stem = name.lower().rstrip("s")
-    for i, word in enumerate(lowered):
-        if not word.startswith(stem):
+def _fill(tool: Tool, words: list[str], lowered: list[str], anchor: int) -> dict[str, Any]:
+    properties = _properties(tool)
+    name_words = set(tool.name.lower().replace("-", "_").split("_"))
+    used = {i for i, w in enumerate(lowered) if w in name_words}
+    arguments: dict[str, Any] = {}
+    for key, schema in properties.items():
+        for index in _candidates(key, words, lowered):
+            if index in used:
+                continue
+            raw = words[index].split("=", 1)[1] if "=" in words[index] else words[index]
+            try:
+                arguments[key] = typed_value(raw, schema)
+            except ValueError:
+                continue
+            used |= {index, *(i for i, w in enumerate(lowered) if w == key.lower())}
+            break
+    for key, schema in properties.items():  # a string still unfilled: the word after the tool's word
+        if key in arguments or "string" not in (_types(schema) or ["string"]):
             continue
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(lowered) and j not in used and re.fullmatch(r"-?\d+(\.\d+)?", lowered[j]):
-                used.update((i, j))
-                return float(lowered[j]) if "." in lowered[j] else int(lowered[j])
-    return None
+        for index in range(anchor + 1, len(words)):
+            free = index not in used and lowered[index] not in _STOP and lowered[index] not in properties
+            if free and ("enum" not in schema or words[index] in schema["enum"]):
+                arguments[key] = words[index]
+                used.add(index)
+                break
+    return {key: arguments[key] for key in properties if key in arguments}  # in the schema's order
 
 
-_FILLERS = frozenset({"the", "a", "an", "to", "of", "for", "please", "on", "in", "at", "with", "and"})
+def _candidates(key: str, words: list[str], lowered: list[str]) -> list[int]:
+    """Where a value for ``key`` may be: ``key=value``, the word after ``key``, the word before it."""
+    key = key.lower()
+    found = [i for i, w in enumerate(lowered) if w.startswith(f"{key}=") and len(w) > len(key) + 1]
+    for i, w in enumerate(lowered):
+        if w in {key, key.rstrip("s"), f"{key}s"}:
+            if i + 1 < len(words) and lowered[i + 1] not in _STOP:
+                found.append(i + 1)
+            if i > 0 and lowered[i - 1] not in _STOP:
+                found.append(i - 1)
+    return found

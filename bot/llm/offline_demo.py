@@ -2,8 +2,15 @@
 
 It reads the last user message for a few commands ("list files", "read notes.txt", "delete old.log",
 "restart nginx", "what time is it?"), calls the matching demo tool, and once tool results are back it
-summarises them, saying plainly when a call failed or was rejected. Any configured tool can be called
-with ``call <tool> key=value …`` or, best effort, by the words of its name (:mod:`bot.llm.offline_calls`).
+summarises them, saying plainly when a call failed or was rejected.
+
+Any other configured tool can be called too:
+
+- explicitly, ``call scale_service service=checkout replicas=3``: each value is typed by the tool's JSON
+  schema (integers, numbers, booleans; JSON for objects and lists); see :mod:`bot.llm.offline_calls`;
+- by a best-effort match of the message's words to a tool's name and parameters ("scale checkout to 3
+  replicas");
+- when neither fits, the reply lists the configured tools and the ``call`` syntax.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.llm.base import LocalChatGenerator, finalize_local_reply
-from bot.llm.offline_calls import call_from_text, call_from_words, usage_lines
+from bot.llm.offline_calls import CALL_SYNTAX, explicit_call, tools_listing, word_match
 from bot.messages import ChatMessage, ChatRole, ToolCall
 from bot.tools import Tool, Toolset, flatten_tools
 
@@ -81,25 +88,33 @@ class OfflineDemoChatGenerator(LocalChatGenerator):
         tools: Sequence[Tool | Toolset] | None,
         generation_kwargs: dict[str, Any] | None = None,
     ) -> ChatMessage:
+        offered = flatten_tools(tools)
+        available = {t.name for t in offered}
         if messages and messages[-1].role is ChatRole.TOOL:
             reply = ChatMessage.from_assistant(self._announced(messages, _summarise(_trailing_results(messages))))
-        else:
-            user_text = next((m.text or "" for m in reversed(messages) if m.role is ChatRole.USER), "")
-            reply = self._answer(messages, user_text, flatten_tools(tools))
-        return finalize_local_reply(reply, model=self.model)
-
-    def _answer(self, messages: list[ChatMessage], user_text: str, tools: list[Tool]) -> ChatMessage:
-        explicit = call_from_text(user_text, tools)
+            return finalize_local_reply(reply, model=self.model)
+        user_text = next((m.text or "" for m in reversed(messages) if m.role is ChatRole.USER), "")
+        explicit = explicit_call(user_text, offered)
         if explicit is not None:
-            if explicit.call is not None:
-                return ChatMessage.from_assistant(tool_calls=[explicit.call])
-            return ChatMessage.from_assistant(self._announced(messages, explicit.problem or ""))
-        calls, missing = _calls_for(user_text, {tool.name for tool in tools})
-        if not calls and (guessed := call_from_words(user_text, tools)) is not None:
-            calls, missing = [guessed], []
+            call, problem = explicit
+            if call is not None:
+                reply = ChatMessage.from_assistant(tool_calls=[call])
+            else:
+                reply = ChatMessage.from_assistant(self._announced(messages, f"{problem}\n{tools_listing(offered)}"))
+            return finalize_local_reply(reply, model=self.model)
+        calls, missing = _calls_for(user_text, available)
+        if not calls:
+            matched = word_match(user_text, offered)
+            if matched is not None:
+                calls, missing = [matched], []
         if calls:
-            return ChatMessage.from_assistant(tool_calls=calls)
-        return ChatMessage.from_assistant(self._announced(messages, _help_text(tools, missing)))
+            reply = ChatMessage.from_assistant(tool_calls=calls)
+        else:
+            text = _help_text(available, missing)
+            if not _offers_demo_tools(available):
+                text = f"{text}\n{tools_listing(offered)}" if missing else tools_listing(offered)
+            reply = ChatMessage.from_assistant(self._announced(messages, text))
+        return finalize_local_reply(reply, model=self.model)
 
     @staticmethod
     def _announced(messages: list[ChatMessage], text: str) -> str:
@@ -159,16 +174,17 @@ def _format_args(arguments: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
 
 
-def _help_text(tools: list[Tool], missing: list[str]) -> str:
+def _offers_demo_tools(available: set[str]) -> bool:
+    return any(name in available for name in _EXAMPLES)
+
+
+def _help_text(available: set[str], missing: list[str]) -> str:
     lines: list[str] = []
     if missing:
         lines.append(f"I can't do that here: {', '.join(missing)} is not among the tools I was given.")
-    offered = [example for name, example in _EXAMPLES.items() if name in {tool.name for tool in tools}]
+    offered = [example for name, example in _EXAMPLES.items() if name in available]
     if offered:
-        lines.append(f"I understand a few commands: {', '.join(offered)}.")
-    if not tools:
+        lines.append(f"I understand a few commands: {', '.join(offered)}, or {CALL_SYNTAX} for any tool.")
+    elif not available:
         lines.append("I have no tools to call, so I can only answer with this message.")
-        return "\n".join(lines)
-    lines.append(f"My tools are {', '.join(tool.name for tool in tools)}. Call any of them with:")
-    lines.extend(f"- `{line}`" for line in usage_lines(tools))
     return "\n".join(lines)

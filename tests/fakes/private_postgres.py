@@ -40,20 +40,21 @@ def _free_port() -> int:
 class PrivatePostgres:
     """One throwaway cluster: :meth:`stop` / :meth:`start_again` keep its port, so URLs stay valid."""
 
-    def __init__(self, folder: Path, port: int) -> None:
+    def __init__(self, folder: Path, port: int, bin_dir: Path = BIN) -> None:
+        self.bin = bin_dir
         self.folder = folder
         self.port = port
         self.data = folder / "data"
         self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
     @classmethod
-    def start(cls) -> PrivatePostgres:
-        """``initdb`` a fresh cluster in a new folder and start it."""
-        if not (BIN / "initdb").exists():
-            raise PrivateServerUnavailable(f"PostgreSQL 15's binaries are not installed in {BIN}")
+    def start(cls, bin_dir: Path = BIN, port: int | None = None) -> PrivatePostgres:
+        """``initdb`` a fresh cluster in a new folder and start it (on ``port``, else a free one)."""
+        if not (bin_dir / "initdb").exists():
+            raise PrivateServerUnavailable(f"PostgreSQL's binaries are not installed in {bin_dir}")
         # Not under pytest's tmp_path: its parents are readable by root only, and the server runs as nobody.
         folder = Path(tempfile.mkdtemp(prefix="cs-private-pg-"))
-        server = cls(folder, _free_port())
+        server = cls(folder, port or _free_port(), bin_dir)
         if os.geteuid() == 0:
             os.chown(folder, NOBODY, NOBODY)
         server._run("initdb", "-D", str(server.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
@@ -61,7 +62,7 @@ class PrivatePostgres:
         return server
 
     def _run(self, program: str, *args: str) -> None:
-        command = [str(BIN / program), *args]
+        command = [str(self.bin / program), *args]
         if os.geteuid() == 0:
             command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=self.folder)

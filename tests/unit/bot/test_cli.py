@@ -228,6 +228,18 @@ def test_a_bad_tools_setting_exits_2_with_one_clear_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize("value", ["", " , "])
+def test_an_empty_tools_setting_is_refused_in_one_line_instead_of_meaning_the_demo_tools(tmp_path, value):
+    result = countersign(tmp_path, "chat", COUNTERSIGN_TOOLS=value)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "countersign: configuration error: COUNTERSIGN_TOOLS is set but empty: name module:attribute specs "
+        "(e.g. mytools:tools), or unset it for the demo tools"
+    ]
+
+
 def test_a_bad_number_setting_exits_2_naming_the_variable(terminal, monkeypatch, capsys):
     monkeypatch.setenv("COUNTERSIGN_HISTORY_LAST_K", "lots")
 
@@ -644,10 +656,37 @@ def test_serve_answers_healthz_without_any_surface_and_stops_on_sigterm(tmp_path
             process.kill()
             process.wait()
     assert process.returncode == 0
-    assert "serving /healthz only" in "".join(log)
+    assert "serving only GET /healthz, GET /readyz, GET /metrics" in "".join(log)
+    assert f"listening on {url} (GET /healthz, GET /readyz, GET /metrics)" in "".join(log)
     assert "surface not configured; skipping surface=slack" in "".join(log), "the log names the skipped surface"
     assert "surface not configured; skipping surface=teams" in "".join(log)
     assert "Traceback" not in "".join(log) + rest
+
+
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        (
+            {"SLACK_BOT_TOKEN": "xoxb-1"},
+            "SLACK_BOT_TOKEN is set but neither SLACK_SIGNING_SECRET (HTTP mode) nor SLACK_APP_TOKEN (Socket Mode) is",
+        ),
+        ({"SLACK_APP_TOKEN": "xapp-1"}, "SLACK_APP_TOKEN is set but SLACK_BOT_TOKEN is not"),
+        (
+            {"CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID": "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"},
+            "Teams: CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID is set but "
+            "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__TENANTID and "
+            "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTSECRET are not",
+        ),
+    ],
+    ids=["slack-bot-token-alone", "slack-app-token-alone", "teams-client-id-alone"],
+)
+def test_serve_with_half_set_credentials_exits_2_naming_the_missing_variable(tmp_path, env, complaint):
+    result = countersign(tmp_path, "serve", "--port", "0", **env)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"countersign: configuration error: {complaint}"
 
 
 # --- your own tools ---------------------------------------------------------------------------------------
@@ -675,7 +714,7 @@ def test_the_readme_tool_example_loads_from_the_working_folder_through_the_insta
     assert "service_status: never" in result.stdout
 
 
-def test_the_offline_model_calls_the_readme_tools_by_call_and_by_words_and_the_banner_names_them(tmp_path):
+def test_the_readme_tools_can_be_tried_offline_with_call_and_with_words(tmp_path):
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     example = re.search(r"```python\n# mytools\.py\n(.*?)```", readme, re.DOTALL)
     assert example, "README.md lost its mytools.py example"
@@ -686,15 +725,15 @@ def test_the_offline_model_calls_the_readme_tools_by_call_and_by_words_and_the_b
         [str(script), "chat", "--user", "ana"],
         cwd=tmp_path,
         env=clean_env(tmp_path, COUNTERSIGN_TOOLS="mytools:tools"),
-        input="call scale_service service=checkout replicas=3 region=us\ny\nscale billing to 2 replicas\nn\n\n",
+        input="call scale_service service=checkout replicas=3\ny\nscale web to 2 replicas\ny\nhello\n",
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
     )
 
     assert result.returncode == 0, result.stderr
-    out = " ".join(result.stdout.split())
-    assert 'Try "call scale_service service=STRING replicas=INTEGER [region=STRING]"' in out
-    assert "checkout in us now runs 3 replicas" in out
-    assert 'scale_service(replicas=2, service="billing")' in out
-    assert "billing in eu now runs" not in out, "the rejected call ran"
+    assert 'Try "call scale_service service=<string> replicas=<integer>' in result.stdout
+    assert "list files" not in result.stdout.split("/help for commands")[0], "the banner offers the demo phrases"
+    assert "checkout in eu now runs 3 replicas" in result.stdout
+    assert "web in eu now runs 2 replicas" in result.stdout
+    assert "call service_status service=<string>" in result.stdout

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from adapters.teams.icons import draw
-from adapters.teams.package import APP_PACKAGE, PLACEHOLDER, build_package, manifest_for
+from adapters.teams.package import APP_PACKAGE, PLACEHOLDER, build_package, main, manifest_for
 from bot.engine.admin_syntax import COMMAND_WORDS
 
 APP_ID = "6f1c3b0e-5d1a-4c2b-9e8f-00000000a11d"
@@ -70,3 +73,23 @@ def test_the_package_is_a_zip_with_the_app_id_filled_in(tmp_path):
 def test_the_package_refuses_an_app_id_that_is_not_a_guid():
     with pytest.raises(ValueError, match="GUID"):
         manifest_for("my-bot")
+
+
+def test_a_bad_app_id_is_one_line_exit_2_and_leaves_no_file(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "adapters.teams.package", "not-a-guid", "x.zip"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "Microsoft App ID must be a GUID" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_target_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    assert main(["00000000-0000-0000-0000-000000000000", str(tmp_path / "missing" / "x.zip")]) == 2
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -13,7 +14,7 @@ from bot.config import Config
 from bot.demo_tools import build_demo_toolset
 from bot.llm import ANNOUNCEMENT, ChatGenerator, OfflineDemoChatGenerator, StreamingChunk
 from bot.messages import ChatMessage, ToolCall
-from bot.tools import Toolset
+from bot.tools import Toolset, tool
 
 PHRASE = "offline demo model — set OPENAI_API_KEY or OPENAI_BASE_URL for a real LLM"
 
@@ -148,3 +149,76 @@ def test_the_offline_chat_path_never_imports_the_openai_client(tmp_path: Path) -
 def test_a_configured_model_still_builds_the_openai_generator() -> None:
     generator = Config.from_env({"OPENAI_API_KEY": "sk-test"}).build_generator()
     assert type(generator).__name__ == "OpenAIChatGenerator"
+
+
+# --- any configured tool: `call`, a word match, and the listing -----------------------------------------
+
+
+def _own_tools() -> Toolset:
+    @tool
+    def scale_service(service: str, replicas: int, region: Literal["eu", "us"] = "eu") -> str:
+        """Scale a service to a number of replicas.
+
+        :param service: Service name.
+        :param replicas: How many.
+        :param region: Where.
+        """
+        return f"{service} {replicas} {region}"
+
+    @tool
+    def tag_release(version: str, labels: list[str], dry_run: bool = False, extra: dict | None = None) -> str:
+        """Tag a release."""
+        return version
+
+    return Toolset([scale_service, tag_release])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("call scale_service service=checkout replicas=3", ("scale_service", {"service": "checkout", "replicas": 3})),
+        (
+            'call tag_release version=1.2 labels=\'["a", "b"]\' dry_run=yes extra=\'{"k": 1}\'',
+            ("tag_release", {"version": "1.2", "labels": ["a", "b"], "dry_run": True, "extra": {"k": 1}}),
+        ),
+        ("scale to 3 replicas the checkout", ("scale_service", {"service": "checkout", "replicas": 3})),
+        ("scale checkout to 3 replicas", ("scale_service", {"service": "checkout", "replicas": 3})),
+        (
+            "please scale service=web replicas=2 region=us",
+            ("scale_service", {"service": "web", "replicas": 2, "region": "us"}),
+        ),
+    ],
+)
+def test_the_offline_model_calls_any_configured_tool(text: str, expected: tuple[str, dict]) -> None:
+    reply = ask(text, _own_tools())
+
+    assert [(c.tool_name, c.arguments) for c in reply.tool_calls] == [expected]
+    assert [list(c.arguments) for c in reply.tool_calls] == [list(expected[1])]  # in the schema's order
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("call scale_service service=checkout replicas=three", "replicas: 'three' is not a whole number"),
+        ("call scale_service service=checkout", "scale_service needs replicas"),
+        ("call scale_service size=3", "scale_service has no parameter 'size'"),
+        ("call restart_service service=x", "restart_service is not among the configured tools"),
+        ("call tag_release version=1 labels=nope", "is not JSON"),
+    ],
+)
+def test_a_call_that_does_not_fit_says_why_and_lists_the_tools(text: str, problem: str) -> None:
+    reply = ask(text, _own_tools())
+
+    assert reply.tool_calls == []
+    assert problem in (reply.text or "")
+    assert "call scale_service service=<string> replicas=<integer> [region=<string>]" in (reply.text or "")
+
+
+def test_without_a_match_the_reply_lists_the_configured_tools_and_the_call_syntax() -> None:
+    for text in ("hello", "list files"):
+        reply = ask(text, _own_tools())
+
+        assert reply.tool_calls == []
+        assert "`call <tool> key=value …`" in (reply.text or "")
+        assert "- `call tag_release version=<string> labels=<array>" in (reply.text or "")
+        assert "I have no tools" not in (reply.text or "")
