@@ -126,7 +126,7 @@ class TeamsAgent(ActivityHandler):
     def _finished(self, task: asyncio.Task[Any], thread_key: str) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("agent run failed", extra={"thread": thread_key}, exc_info=task.exception())
+            logger.error("agent run failed", extra={"thread_key": thread_key}, exc_info=task.exception())
 
     async def drain(self) -> None:
         """Wait for every scheduled ``engine.process`` (tests; shutdown)."""
@@ -197,10 +197,11 @@ class TeamsAgent(ActivityHandler):
                 extra={"approval_id": action.approval_id, "verb": action.verb, "fields": sorted(exc.errors)},
             )
             view = await engine.get_approval(action.approval_id)
-            submitted = {
-                f.name: str(action.data[param_input_id(view.approval_id, f.name)])
+            submitted = {  # a cleared field is shown empty again, by its error
+                f.name: str(action.data.get(param_input_id(view.approval_id, f.name), ""))
                 for f in form_fields(view)
-                if f.kind != "secret" and param_input_id(view.approval_id, f.name) in action.data
+                if f.kind != "secret"
+                and (param_input_id(view.approval_id, f.name) in action.data or f.name in exc.errors)
             }
             fields = {k: v for k, v in exc.errors.items() if k != "_"}
             edit = EditForm(view.approval_id, submitted, fields) if fields else None

@@ -174,7 +174,7 @@ class TeamsPlugin:
         adapter = CloudAdapter(connection_manager=connections)
         adapter.on_turn_error = _on_turn_error
         self.adapter = adapter
-        self.surface = TeamsSurface(adapter, engine, observer=engine.observer)
+        self.surface = TeamsSurface(adapter, engine, observer=engine.observer, user_views=config.teams_user_views)
         self.agent = TeamsAgent(engine)
         engine.register_surface(PLATFORM, self.surface)
         with warnings.catch_warnings():
