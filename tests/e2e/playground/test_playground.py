@@ -116,3 +116,5 @@ def test_a_channel_thread_gets_the_card_and_the_answer_without_typing_errors(pag
     assert not (stack.sandbox / "chan.log").exists()
     assert "Invalid conversation id" not in stack.playground.text()  # no typing sent into the reply chain
     assert " ERROR " not in stack.serve.text()
+    assert stack.serve.text().count("App ID is not provided") == 1  # said once, not on every call
+    assert "Connections:" not in stack.serve.text()  # the SDK stays at WARNING
