@@ -46,7 +46,7 @@ from adapters.teams.cards import (
     text_card,
     unoffered_inputs,
 )
-from adapters.teams.names import display_names, remember_name, with_names
+from adapters.teams.names import named_text, remember_name, with_names
 from adapters.teams.surface import conversation_record
 from bot.engine.admin_syntax import is_admin_command
 from bot.engine.errors import (
@@ -99,6 +99,7 @@ class TeamsAgent(ActivityHandler):
             return
         thread = handler.thread_of(activity)
         await remember_name(self._engine, handler.actor_of(activity), handler.actor_name_of(activity))
+        await remember_name(self._engine, thread.channel, handler.place_name_of(activity))  # "policies in #name"
         record = conversation_record(turn_context.identity, activity)
         await self._engine.save_conversation(thread.key, record)
         if handler.is_personal(activity):
@@ -107,7 +108,7 @@ class TeamsAgent(ActivityHandler):
         if is_admin_command(text):
             for person_id, name in handler.mentioned_people(activity).items():  # approvers, shown by name later
                 await remember_name(self._engine, person_id, name)
-            answer = await self._engine.admin(handler.admin_request(activity))
+            answer = await named_text(self._engine, await self._engine.admin(handler.admin_request(activity)))
             if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
                 # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.
                 answer += f"\n\nYour Teams user id: {handler.actor_of(activity)}"
@@ -212,14 +213,12 @@ class TeamsAgent(ActivityHandler):
             # Only the refusal: never the card, whose outcome and content this clicker may not see.
             return invoke_message_response(str(exc))
         except AlreadyDecided as exc:
-            notice = str(exc)
-            if exc.decided_by:  # "already approved by 29:1a2b…" reads better with the name
-                for person_id, name in (await display_names(engine, [exc.decided_by])).items():
-                    notice = notice.replace(person_id, name)
+            notice = await named_text(engine, str(exc))  # "already approved by Ana", not 29:1a2b…
             return await self._current_card(activity, action.approval_id, notice=notice)
         except EngineError as exc:
-            return await self._current_card(activity, action.approval_id, notice=str(exc))
-        notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
+            return await self._current_card(activity, action.approval_id, notice=await named_text(engine, str(exc)))
+        # Approve all, partly refused: say what waits ("already approved by Ana", not her id)
+        notice = await named_text(engine, result.message) if result.refused else None
         return invoke_card_response(approval_card(await with_names(engine, result.step), notice=notice))
 
     async def _decide(

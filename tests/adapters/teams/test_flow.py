@@ -362,7 +362,7 @@ async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
     help_card, pending_card = (r.cards[0] for r in stack.connector.posted()[-2:])
     assert "countersign admin commands" in texts_of(help_card)[0]
     assert texts_of(help_card)[0].endswith(f"Your Teams user id: {BEN.id}")
-    assert "delete_file asked by 29:1ana-requester" in texts_of(pending_card)[0]
+    assert "delete_file asked by Ana Lopez" in texts_of(pending_card)[0]  # the name, not 29:1ana-requester
 
 
 async def test_memory_list_in_a_channel_keeps_a_persons_own_memories_for_a_direct_message(open_stack):

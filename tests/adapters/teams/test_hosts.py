@@ -9,8 +9,8 @@ import pytest
 from adapters.teams.cards import param_input_id
 from adapters.teams.hosts import may_stream, may_type, uses_user_views
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
-from tests.fakes.engine_kit import asks_for, echoes_results
-from tests.fakes.teams_stack import ANA, BEN, TeamsStack, approval_ids, texts_of
+from tests.fakes.engine_kit import asks, asks_for, call, echoes_results
+from tests.fakes.teams_stack import ADA, ANA, BEN, CHANNEL, TeamsStack, action_value, approval_ids, texts_of
 
 
 @pytest.fixture
@@ -144,3 +144,33 @@ def inputs(card) -> list[dict]:
 
     walk(card)
     return found
+
+
+async def test_admin_answers_name_people_and_the_channel_not_their_ids(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log")])
+    named_channel = stack.message("delete old.log")
+    named_channel["channelData"]["channel"] = {"id": CHANNEL, "name": "ops-alerts"}
+    await stack.post(named_channel)
+    await stack.settle()
+
+    await stack.say("pending", person=ADA)
+    await stack.say("policy list", person=ADA)
+
+    pending, policies = (" ".join(texts_of(r.cards[0])) for r in stack.connector.posted()[-2:])
+    assert "asked by Ana Lopez" in pending and ANA.id not in pending
+    assert "ops-alerts" in policies and CHANNEL not in policies
+
+
+async def test_a_refused_approve_all_names_who_decided(open_stack):
+    stack = await open_stack(replies=[asks(call("delete_file", path="a.log"), call("delete_file", path="b.log"))])
+    await stack.say("delete a.log and b.log")
+    own = await stack.view_as(ANA)
+    first, _ = approval_ids(own)
+    await stack.click("approve", ANA, first)
+
+    stale = action_value(own, "approve_all")  # the old card, still offering Approve all
+    status, body = await stack.post(stack.invoke(stale, ADA, card_activity_id=stack.last_card()[0].answered_id))
+    await stack.settle()
+
+    shown = " ".join(texts_of(body["value"])) if body.get("type", "").endswith("adaptive") else body["value"]
+    assert status == 200 and "Ana Lopez" in shown and ANA.id not in shown
