@@ -34,6 +34,7 @@ from adapters.teams.cards import (
     VERB_REFRESH,
     VERB_REJECT,
     EditForm,
+    answer_card,
     approval_card,
     edited_params,
     edited_result,
@@ -43,7 +44,6 @@ from adapters.teams.cards import (
     invoke_message_response,
     param_input_id,
     shared_card,
-    text_card,
     unoffered_inputs,
 )
 from adapters.teams.names import named_text, remember_name, with_names
@@ -112,7 +112,7 @@ class TeamsAgent(ActivityHandler):
             if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
                 # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.
                 answer += f"\n\nYour Teams user id: {handler.actor_of(activity)}"
-            await turn_context.send_activity(_card_message(text_card(answer)))
+            await turn_context.send_activity(_card_message(answer_card(answer)))
             return
         # Stored before Teams gets its 202: a message the platform saw accepted survives this process dying.
         received = await self._engine.receive(handler.inbound_from(activity, text))

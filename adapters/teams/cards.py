@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -772,3 +773,38 @@ def text_card(text: str) -> dict[str, Any]:
         "fallbackText": "countersign: open this message in Teams to read the answer.",
         "body": [_runs(_run(shown, fontType="monospace"))],
     }
+
+
+HELP_HEADING = "countersign admin commands:"
+_HELP_LINE = re.compile(r"^  (\S.*?)\s{2,}(\S.*)$")
+_HELP_CONTINUED = re.compile(r"^\s{10,}(\S.*)$")
+
+
+def help_card(text: str) -> dict[str, Any]:
+    """The ``help`` answer stacked for narrow screens: each command on its own line, its meaning below.
+
+    The engine aligns commands and meanings in two columns, which wrap into each other at a card's width
+    (a phone is about 320 px). Lines that are not a command (the closing notes) are shown as they are.
+    """
+    body: list[dict[str, Any]] = [{"type": "TextBlock", "text": HELP_HEADING, "weight": "bolder", "wrap": True}]
+    for line in text.splitlines()[1:]:
+        command, continued = _HELP_LINE.match(line), _HELP_CONTINUED.match(line)
+        if command:
+            body.append(_runs(_run(command.group(1), fontType="monospace", weight="bolder"), spacing="small"))
+            body.append(_runs(_run(command.group(2), isSubtle=True), spacing="none"))
+        elif continued and len(body) > 1:
+            body.append(_runs(_run(continued.group(1), isSubtle=True), spacing="none"))
+        elif line.strip():
+            body.append(_runs(_run(line.strip()), spacing="medium"))
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: open this message in Teams to read the answer.",
+        "body": body,
+    }
+
+
+def answer_card(text: str) -> dict[str, Any]:
+    """An admin answer's card: :func:`help_card` for the help text, else :func:`text_card`."""
+    return help_card(text) if text.startswith(HELP_HEADING) else text_card(text)

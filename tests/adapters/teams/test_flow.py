@@ -360,8 +360,10 @@ async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):
     await stack.say("pending", person=BEN)
 
     help_card, pending_card = (r.cards[0] for r in stack.connector.posted()[-2:])
-    assert "countersign admin commands" in texts_of(help_card)[0]
-    assert texts_of(help_card)[0].endswith(f"Your Teams user id: {BEN.id}")
+    help_texts = texts_of(help_card)
+    assert help_texts[0] == "countersign admin commands:" and help_texts[-1] == f"Your Teams user id: {BEN.id}"
+    # stacked, not in columns: each command alone, its meaning in the next block (readable at 320 px)
+    assert "pending" in help_texts and "approvals waiting for a decision" in help_texts
     assert "delete_file asked by Ana Lopez" in texts_of(pending_card)[0]  # the name, not 29:1ana-requester
 
 

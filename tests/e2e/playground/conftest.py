@@ -81,6 +81,7 @@ class Stack:
     playground: Process
     sandbox: Path
     url: str
+    folder: Path
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ]
         playground = _start("playground", command, folder, {**env, "BROWSER": "none"}, folder)
         playground.wait_for(rf"Listening on {ui_port}")
-        yield Stack(serve, playground, sandbox, f"http://localhost:{ui_port}")
+        yield Stack(serve, playground, sandbox, f"http://localhost:{ui_port}", folder)
     finally:
         if playground is not None:
             playground.stop()

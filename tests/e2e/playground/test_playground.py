@@ -38,6 +38,18 @@ def test_chat_answers_in_the_page(page):
     page.get_by_text(re.compile("offline demo model")).first.wait_for()
 
 
+def test_help_reads_at_phone_width(page, stack):
+    before = cards(page).count()
+    send(page, "help")
+    card = wait_for_card_count(page, before + 1)
+    card.get_by_text("approvals waiting for a decision").wait_for()
+    command = card.get_by_text("pending", exact=True)
+    meaning = card.get_by_text("approvals waiting for a decision", exact=True)
+    # stacked: the meaning starts below its command, never squeezed into a column beside it
+    assert meaning.bounding_box()["y"] > command.bounding_box()["y"]
+    card.screenshot(path=str(stack.folder / "help.png"))
+
+
 def test_approve_on_the_shared_card_deletes_the_file_once(page, stack):
     (stack.sandbox / "old.log").write_text("old\n")
     before = cards(page).count()
