@@ -351,6 +351,15 @@ class SlackSurface(Surface):
         except SlackApiError as exc:  # the answer streams all the same
             logger.info("stop button not offered", extra={"error": exc.response.get("error")})
 
+    async def suggest_prompts(self, channel: str, thread_ts: str, prompts: Sequence[dict[str, str]]) -> None:
+        """``assistant.threads.setSuggestedPrompts`` (at most 4); nothing if Slack refuses (cosmetic)."""
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel, thread_ts=thread_ts, prompts=list(prompts)[:4]
+            )
+        except SlackApiError as exc:
+            logger.info("suggested prompts not set", extra={"error": exc.response.get("error")})
+
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """Say on the thread's status line that the message waits for the current run; nothing if Slack refuses."""
         ts = thread_ts(thread)
