@@ -88,8 +88,10 @@ def place_name_of(activity: Activity) -> str | None:
     """The channel's or chat's name when the activity carries one (``channelData.channel.name``, the
     conversation's ``name``), for answers that name the place."""
     data = activity.channel_data if isinstance(activity.channel_data, dict) else {}
-    channel = data.get("channel") if isinstance(data.get("channel"), dict) else {}
-    name = channel.get("name") or (activity.conversation.name if activity.conversation else None)
+    channel = data.get("channel")
+    name = (channel.get("name") if isinstance(channel, dict) else None) or (
+        activity.conversation.name if activity.conversation else None
+    )
     return name if isinstance(name, str) and name.strip() else None
 
 
