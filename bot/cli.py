@@ -79,6 +79,8 @@ configuration (environment variables; a .env file in the working folder is read 
                                    Teams: the Microsoft 365 Agents SDK's own connection settings
   COUNTERSIGN_TEAMS_ANONYMOUS      1 accepts Teams requests without a JWT: local testing only; the server
                                    warns loudly at start (default: off)
+  COUNTERSIGN_TEAMS_USER_VIEWS     auto|on|off: approval buttons per person (refresh.userIds) or on the
+                                   shared card; auto: per person only in Teams itself (docs/teams-hosts.md)
   COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on (default:
                                    hostname-pid-random; unique per process)
   COUNTERSIGN_LEASE_SECONDS        how long a run stays with its process without a heartbeat before another

@@ -24,6 +24,8 @@ from bot.group_entries import named_group, platform_group
 DEFAULT_TOOLS = ("bot.demo_tools:demo_tools",)
 DEFAULT_MODEL = "gpt-4o-mini"
 REPLY_MODES = ("requester", "mention", "all")
+TEAMS_USER_VIEWS = ("auto", "on", "off")
+"""``COUNTERSIGN_TEAMS_USER_VIEWS``: where Teams approval cards use user-specific views (docs/teams-hosts.md)."""
 """``COUNTERSIGN_REPLY_MODE``: whom the bot listens to in a channel thread (see :mod:`bot.engine.listening`)."""
 DEFAULT_SYSTEM_PROMPT = (
     "You are countersign, a careful operations assistant in a team chat. Use the tools to act. "
@@ -96,6 +98,8 @@ class Config:
     slack_api_url: str | None = None
     teams_anonymous: bool = False
     teams_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
+    teams_user_views: str = "auto"
+    """``COUNTERSIGN_TEAMS_USER_VIEWS``: ``auto`` (only in Teams conversations that support them), ``on``, ``off``."""
     """The Microsoft 365 Agents SDK's own connection variables (``CONNECTIONS__…``), passed through."""
     remind_at: float = 0.5
     """``COUNTERSIGN_REMIND_AT``: the fraction of an approval's TTL after which approvers who have not answered
@@ -207,6 +211,7 @@ class Config:
             slack_api_url=env.get("COUNTERSIGN_SLACK_API_URL") or None,
             teams_anonymous=_flag(env, "COUNTERSIGN_TEAMS_ANONYMOUS"),
             teams_settings={k: v for k, v in env.items() if k.startswith("CONNECTIONS__")},
+            teams_user_views=_choice(env, "COUNTERSIGN_TEAMS_USER_VIEWS", TEAMS_USER_VIEWS),
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),

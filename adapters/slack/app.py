@@ -50,6 +50,7 @@ from adapters.slack.blocks import (
     reject_modal,
 )
 from adapters.slack.mrkdwn import escape, split_message
+from adapters.slack.prompts import suggested_prompts
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
 from bot.engine.errors import EngineError, InvalidEdit
 from bot.engine.justification import JustificationRequired
@@ -132,6 +133,7 @@ class SlackListeners:
         app.event("app_mention")(self.on_mention)
         app.event("message")(self.on_message)
         app.event("app_home_opened")(self.on_home_opened)
+        app.event("assistant_thread_started")(self.on_assistant_thread_started)
         app.action(ACTION_APPROVE)(self.on_approve)
         app.action(ACTION_APPROVE_ALL)(self.on_approve_all)
         app.action(ACTION_APPROVE_ALWAYS)(self.on_approve_always)
@@ -401,6 +403,15 @@ class SlackListeners:
         user = _text(event.get("user"))
         if event.get("tab") == "home" and user:
             self.tasks.spawn(self._publish_home(user, _text(context.team_id) or ""), name="slack-home")
+
+    async def on_assistant_thread_started(self, event: dict[str, Any]) -> None:
+        """A person opened the app's assistant thread (a DM): offer up to 4 prompts from the configured tools."""
+        started = event.get("assistant_thread")
+        started = started if isinstance(started, Mapping) else {}
+        channel, ts = _text(started.get("channel_id")), _text(started.get("thread_ts"))
+        prompts = suggested_prompts(self.engine.tools.values())
+        if channel and ts and prompts:
+            self.tasks.spawn(self.surface.suggest_prompts(channel, ts, prompts), name="slack-prompts")
 
     async def _publish_home(self, user: str, team: str, notice: str | None = None) -> None:
         await self.surface.publish_home(user, await self.home_view_for(user, team, notice))

@@ -43,6 +43,7 @@ from bot.engine.model import (
     SUPERSEDED,
     ApprovalView,
 )
+from bot.engine.params import CLEARED
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
@@ -539,7 +540,8 @@ UNREADABLE_FIELD = "this value could not be read; enter it again"
 
 
 def edit_values(state_values: Any, view: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The raw values of a submitted Edit modal, by parameter; empty fields are left out.
+    """The raw values of a submitted Edit modal, by parameter; empty fields are left out, except a field
+    the modal showed prefilled (with ``view``), which the person cleared: it is ``CLEARED``.
 
     Select values come back as the JSON they were encoded with; everything else as the typed string,
     which the engine coerces by the tool's schema. With the submitted ``view``, a selected option the
@@ -565,14 +567,24 @@ def edit_values(state_values: Any, view: Mapping[str, Any] | None = None) -> dic
                 edited[block_id] = json.loads(option)
             except ValueError:
                 errors[block_id] = NOT_OFFERED
-        elif isinstance(value, str):
-            if value != "":
-                edited[block_id] = value
-        elif value is not None:
+        elif isinstance(value, str) and value != "":
+            edited[block_id] = value
+        elif value is not None and not isinstance(value, str):
             errors[block_id] = UNREADABLE_FIELD
+        elif _was_prefilled(view, block_id):
+            edited[block_id] = CLEARED  # emptied: the engine refuses it if required, else defaults or drops it
     if errors:
         raise FormError(errors)
     return edited
+
+
+def _was_prefilled(view: Mapping[str, Any] | None, block_id: str) -> bool:
+    """Whether the modal showed ``block_id``'s input with a value in it (``False`` without a view)."""
+    for block in _blocks_of(view or {}):
+        element = block.get("element")
+        if block.get("block_id") == block_id and isinstance(element, Mapping):
+            return element.get("initial_value") not in (None, "") or element.get("initial_option") is not None
+    return False
 
 
 def _offered_values(view: Mapping[str, Any] | None, block_id: str) -> set[str] | None:

@@ -176,3 +176,5 @@ class SlackPlugin:
         except TimeoutError:
             logger.warning("slack work still running at shutdown; cancelling it")
         await self.tasks.cancel()
+        if self.surface is not None:
+            await self.surface.close()

@@ -7,6 +7,7 @@ are posted unthreaded).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -130,6 +131,10 @@ QUEUED_STATUS = "has your message and will answer it after the current one…"
 """Slack shows status lines after the app's name: "countersign has your message and …"."""
 STREAM_TEXT_LIMIT = 11_500
 """Characters one streamed message may hold (Slack: 12,000 of markdown); a longer answer is posted whole."""
+MARKDOWN_TEXT_LIMIT = 12_000
+"""Slack's cap on the ``markdown_text`` of one streamed message, counted after escaping (``&`` → ``&amp;``)."""
+STATUS_REFRESH_SECONDS = 100.0
+"""``assistant.threads.setStatus`` clears itself after 2 minutes: a status still meant is sent again before."""
 NATIVE, UPDATE = "stream", "update"
 """How an answer streams: Slack's chat.startStream/appendStream/stopStream, or one message updated in place."""
 
@@ -138,12 +143,22 @@ class StreamTooLong(ValueError):
     """The answer outgrew one streamed message: the engine posts it whole (in as many messages as needed)."""
 
 
+def _count_markdown(stream: dict[str, Any], markdown: str) -> None:
+    """Add ``markdown`` to what the stream has sent; :class:`StreamTooLong` past Slack's 12,000 characters."""
+    sent = int(stream.get("markdown_sent", 0)) + len(markdown)
+    if sent > MARKDOWN_TEXT_LIMIT:
+        raise StreamTooLong(f"{sent} characters of markdown_text")
+    stream["markdown_sent"] = sent
+
+
 class SlackSurface(Surface):
     """Posts answers (streamed where it can), approval messages, ephemeral notes, the status line, modals
     and the App Home."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, status_refresh_seconds: float = STATUS_REFRESH_SECONDS) -> None:
         self.client = client
+        self._status_refresh_seconds = status_refresh_seconds
+        self._status_refreshers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.home_builder: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None
         """Builds one person's App Home view (user, workspace); set by the plugin."""
 
@@ -212,12 +227,36 @@ class SlackSurface(Surface):
         ts = thread_ts(thread) or message_id
         if ts is None:
             return
+        shown = f"is {status}" if status else ""
+        refresher = self._status_refreshers.pop((thread.channel, ts), None)
+        if refresher is not None:
+            refresher.cancel()
+        await self._send_status(thread.channel, ts, shown)
+        if shown:  # Slack clears a status after 2 minutes; an approval can wait far longer
+            task = asyncio.create_task(self._refresh_status(thread.channel, ts, shown))
+            self._status_refreshers[(thread.channel, ts)] = task
+
+    async def _send_status(self, channel: str, ts: str, shown: str) -> None:
         try:
-            await self.client.assistant_threads_setStatus(
-                channel_id=thread.channel, thread_ts=ts, status=f"is {status}" if status else ""
-            )
+            await self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=ts, status=shown)
         except SlackApiError as exc:  # cosmetic: the run goes on
             logger.info("status line not set", extra={"error": exc.response.get("error")})
+
+    async def _refresh_status(self, channel: str, ts: str, shown: str) -> None:
+        """Send ``shown`` again every ``status_refresh_seconds`` until the status changes or is cleared."""
+        while True:
+            await asyncio.sleep(self._status_refresh_seconds)
+            try:
+                await self._send_status(channel, ts, shown)
+            except Exception:  # cosmetic: a broken connection must not end in an unretrieved task error
+                logger.info("status line not refreshed", exc_info=True)
+
+    async def close(self) -> None:
+        """Stop refreshing status lines."""
+        for task in self._status_refreshers.values():
+            task.cancel()
+        await asyncio.gather(*self._status_refreshers.values(), return_exceptions=True)
+        self._status_refreshers.clear()
 
     async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
         """Open the message an answer streams into: Slack's own stream in a thread (with a private Stop
@@ -255,10 +294,11 @@ class SlackSurface(Surface):
             raise StreamTooLong(f"{len(text)} characters")
         async with _rate_limits():
             if stream["mode"] == NATIVE:
-                growth = masked_growth(text, shown)
-                if growth:
+                markdown = escape(masked_growth(text, shown))
+                _count_markdown(stream, markdown)
+                if markdown:
                     await self.client.chat_appendStream(
-                        channel=stream["channel"], ts=stream["ts"], markdown_text=escape(growth)
+                        channel=stream["channel"], ts=stream["ts"], markdown_text=markdown
                     )
                 return
             mrkdwn = markdown_to_mrkdwn(mask_text(text))
@@ -275,9 +315,10 @@ class SlackSurface(Surface):
             raise StreamTooLong(f"{len(text)} characters")
         async with _rate_limits():
             if stream["mode"] == NATIVE:
-                growth = masked_growth(text, shown)
+                markdown = escape(masked_growth(text, shown))
+                _count_markdown(stream, markdown)
                 await self.client.chat_stopStream(
-                    channel=stream["channel"], ts=stream["ts"], markdown_text=escape(growth) if growth else None
+                    channel=stream["channel"], ts=stream["ts"], markdown_text=markdown or None
                 )
                 return
             mrkdwn = markdown_to_mrkdwn(mask_text(text))
@@ -309,6 +350,15 @@ class SlackSurface(Surface):
             )
         except SlackApiError as exc:  # the answer streams all the same
             logger.info("stop button not offered", extra={"error": exc.response.get("error")})
+
+    async def suggest_prompts(self, channel: str, thread_ts: str, prompts: Sequence[dict[str, str]]) -> None:
+        """``assistant.threads.setSuggestedPrompts`` (at most 4); nothing if Slack refuses (cosmetic)."""
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel, thread_ts=thread_ts, prompts=list(prompts)[:4]
+            )
+        except SlackApiError as exc:
+            logger.info("suggested prompts not set", extra={"error": exc.response.get("error")})
 
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """Say on the thread's status line that the message waits for the current run; nothing if Slack refuses."""

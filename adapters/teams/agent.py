@@ -34,6 +34,7 @@ from adapters.teams.cards import (
     VERB_REFRESH,
     VERB_REJECT,
     EditForm,
+    answer_card,
     approval_card,
     edited_params,
     edited_result,
@@ -45,10 +46,9 @@ from adapters.teams.cards import (
     reason_card,
     reason_input_id,
     shared_card,
-    text_card,
     unoffered_inputs,
 )
-from adapters.teams.names import display_names, remember_name, with_names
+from adapters.teams.names import named_text, remember_name, with_names
 from adapters.teams.surface import conversation_record
 from bot.engine.admin_syntax import is_admin_command
 from bot.engine.errors import (
@@ -102,6 +102,7 @@ class TeamsAgent(ActivityHandler):
             return
         thread = handler.thread_of(activity)
         await remember_name(self._engine, handler.actor_of(activity), handler.actor_name_of(activity))
+        await remember_name(self._engine, thread.channel, handler.place_name_of(activity))  # "policies in #name"
         record = conversation_record(turn_context.identity, activity)
         await self._engine.save_conversation(thread.key, record)
         if handler.is_personal(activity):
@@ -110,11 +111,11 @@ class TeamsAgent(ActivityHandler):
         if is_admin_command(text):
             for person_id, name in handler.mentioned_people(activity).items():  # approvers, shown by name later
                 await remember_name(self._engine, person_id, name)
-            answer = await self._engine.admin(handler.admin_request(activity))
+            answer = await named_text(self._engine, await self._engine.admin(handler.admin_request(activity)))
             if text.split(maxsplit=1)[0].lower().lstrip("/") == "help":
                 # Teams never shows these ids; admins need theirs for COUNTERSIGN_ADMINS and approvers.
                 answer += f"\n\nYour Teams user id: {handler.actor_of(activity)}"
-            await turn_context.send_activity(_card_message(text_card(answer)))
+            await turn_context.send_activity(_card_message(answer_card(answer)))
             return
         # Stored before Teams gets its 202: a message the platform saw accepted survives this process dying.
         received = await self._engine.receive(handler.inbound_from(activity, text))
@@ -129,7 +130,7 @@ class TeamsAgent(ActivityHandler):
     def _finished(self, task: asyncio.Task[Any], thread_key: str) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("agent run failed", extra={"thread": thread_key}, exc_info=task.exception())
+            logger.error("agent run failed", extra={"thread_key": thread_key}, exc_info=task.exception())
 
     async def drain(self) -> None:
         """Wait for every scheduled ``engine.process`` (tests; shutdown)."""
@@ -200,10 +201,11 @@ class TeamsAgent(ActivityHandler):
                 extra={"approval_id": action.approval_id, "verb": action.verb, "fields": sorted(exc.errors)},
             )
             view = await engine.get_approval(action.approval_id)
-            submitted = {
-                f.name: str(action.data[param_input_id(view.approval_id, f.name)])
+            submitted = {  # a cleared field is shown empty again, by its error
+                f.name: str(action.data.get(param_input_id(view.approval_id, f.name), ""))
                 for f in form_fields(view)
-                if f.kind != "secret" and param_input_id(view.approval_id, f.name) in action.data
+                if f.kind != "secret"
+                and (param_input_id(view.approval_id, f.name) in action.data or f.name in exc.errors)
             }
             fields = {k: v for k, v in exc.errors.items() if k != "_"}
             edit = EditForm(view.approval_id, submitted, fields) if fields else None
@@ -214,16 +216,14 @@ class TeamsAgent(ActivityHandler):
             # Only the refusal: never the card, whose outcome and content this clicker may not see.
             return invoke_message_response(str(exc))
         except AlreadyDecided as exc:
-            notice = str(exc)
-            if exc.decided_by:  # "already approved by 29:1a2b…" reads better with the name
-                for person_id, name in (await display_names(engine, [exc.decided_by])).items():
-                    notice = notice.replace(person_id, name)
+            notice = await named_text(engine, str(exc))  # "already approved by Ana", not 29:1a2b…
             return await self._current_card(activity, action.approval_id, notice=notice)
         except JustificationRequired as exc:  # issue 31: ask the clicker for the reason, then approve with it
             return invoke_card_response(reason_card(await engine.get_approval(action.approval_id), str(exc)))
         except EngineError as exc:
-            return await self._current_card(activity, action.approval_id, notice=str(exc))
-        notice = result.message if result.refused else None  # Approve all, partly refused: say what waits
+            return await self._current_card(activity, action.approval_id, notice=await named_text(engine, str(exc)))
+        # Approve all, partly refused: say what waits ("already approved by Ana", not her id)
+        notice = await named_text(engine, result.message) if result.refused else None
         return invoke_card_response(approval_card(await with_names(engine, result.step), notice=notice))
 
     async def _decide(

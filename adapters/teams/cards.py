@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
+from bot.engine.params import CLEARED
 from bot.engine.presentation import (
     DisplayArgument,
     display_arguments,
@@ -241,17 +243,21 @@ def _same_json(submitted: str, prefill: str) -> bool:
         return False
 
 
-def edited_params(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str]:
+def edited_params(view: ApprovalView, data: Mapping[str, Any]) -> dict[str, str | None]:
     """The raw values of the inputs the person changed (only those: untouched fields keep their value).
 
-    Teams sends every input as a string; the engine coerces them by the tool's schema.
+    Teams sends every input as a string; the engine coerces them by the tool's schema. A prefilled input
+    missing from ``data`` was emptied (renderers leave such inputs out): it is :data:`CLEARED`, and the
+    engine refuses it if required, or uses the default or drops it. A toggle always sends its value.
     """
-    changed: dict[str, str] = {}
+    changed: dict[str, str | None] = {}
     for f in form_fields(view):
         if f.note is not None:
             continue
         raw = data.get(param_input_id(view.approval_id, f.name))
         if raw is None:
+            if f.prefill != "" and f.kind not in ("secret", "boolean"):
+                changed[f.name] = CLEARED  # renderers leave an emptied input out: it was cleared, not kept
             continue
         submitted = raw if isinstance(raw, str) else _scalar_text(raw)
         if f.kind == "secret":
@@ -358,6 +364,8 @@ def _input(view: ApprovalView, f: FormField, value: str | None) -> dict[str, Any
     text = f.prefill if value is None else value
     label = f"{f.name}{'' if f.required else ' (optional)'}"
     base: dict[str, Any] = {"id": param_input_id(view.approval_id, f.name), "label": label}
+    if f.required and f.kind not in ("boolean", "secret"):  # a secret left empty means "unchanged"
+        base.update(isRequired=True, errorMessage=f"{f.name} is required")
     if f.kind == "boolean":
         return {"type": "Input.Toggle", **base, "title": f.name, "value": "true" if text == "true" else "false"}
     if f.kind in ("integer", "number"):
@@ -528,6 +536,10 @@ def shown_arguments(view: ApprovalView, limit: int) -> list[ShownArgument]:
         else:
             change = f"edited; was {before[arg.name].text}"
         shown.append(ShownArgument(arg, change))
+    for name, arg in before.items():  # a cleared optional field without a default no longer runs
+        if name not in view.final_arguments:
+            was = "edited" if arg.secret else f"edited; was {arg.text}"
+            shown.append(ShownArgument(replace(arg, text="(removed)", truncated=False), was))
     return shown
 
 
@@ -703,16 +715,29 @@ def approval_card(
     return _build(approvals, notice, None, replace(compact, max_sections=fits), refresh)
 
 
-def shared_card(approvals: Sequence[ApprovalView]) -> dict[str, Any]:
-    """The card everyone sees. While calls wait and the people who may decide them (the engine's
+def shared_card(approvals: Sequence[ApprovalView], user_views: bool = True) -> dict[str, Any]:
+    """The card everyone sees. Where the host has user-specific views (``user_views``, see
+    :mod:`adapters.teams.hosts`), while calls wait and the people who may decide them (the engine's
     ``ApprovalView.deciders``: the requester and admins, or the named approvers, groups expanded) fit
     Teams' list: the status only, with a refresh for them (each then gets their own card, with the
-    buttons). Otherwise (nobody known, or too many people) the buttons for all; clicks are checked either way."""
+    buttons). Otherwise (no user views, nobody known, or too many people) the buttons for all; clicks are
+    checked either way."""
     pending = [v for v in approvals if v.is_pending]
     deciders = sorted({person for v in pending for person in v.deciders})
-    if pending and 0 < len(deciders) <= MAX_REFRESH_USERS:
+    if user_views and pending and 0 < len(deciders) <= MAX_REFRESH_USERS:
         return approval_card(approvals, buttons=False, refresh_for=deciders)
     return approval_card(approvals)
+
+
+def card_summary(approvals: Sequence[ApprovalView]) -> str:
+    """The message summary (notifications, the activity feed): follows the step's state."""
+    pending = [v for v in approvals if v.is_pending]
+    if pending:
+        return "Approval needed" if len(pending) == 1 else f"{len(pending)} approvals needed"
+    if len(approvals) == 1:
+        outcome = short_outcome(approvals[0])
+        return f"{approvals[0].tool_name}: {outcome}"[:200]
+    return f"{len(approvals)} calls decided"
 
 
 def _refresh(approvals: Sequence[ApprovalView], users: Sequence[str]) -> dict[str, Any] | None:
@@ -786,3 +811,38 @@ def text_card(text: str) -> dict[str, Any]:
         "fallbackText": "countersign: open this message in Teams to read the answer.",
         "body": [_runs(_run(shown, fontType="monospace"))],
     }
+
+
+HELP_HEADING = "countersign admin commands:"
+_HELP_LINE = re.compile(r"^  (\S.*?)\s{2,}(\S.*)$")
+_HELP_CONTINUED = re.compile(r"^\s{10,}(\S.*)$")
+
+
+def help_card(text: str) -> dict[str, Any]:
+    """The ``help`` answer stacked for narrow screens: each command on its own line, its meaning below.
+
+    The engine aligns commands and meanings in two columns, which wrap into each other at a card's width
+    (a phone is about 320 px). Lines that are not a command (the closing notes) are shown as they are.
+    """
+    body: list[dict[str, Any]] = [{"type": "TextBlock", "text": HELP_HEADING, "weight": "bolder", "wrap": True}]
+    for line in text.splitlines()[1:]:
+        command, continued = _HELP_LINE.match(line), _HELP_CONTINUED.match(line)
+        if command:
+            body.append(_runs(_run(command.group(1), fontType="monospace", weight="bolder"), spacing="small"))
+            body.append(_runs(_run(command.group(2), isSubtle=True), spacing="none"))
+        elif continued and len(body) > 1:
+            body.append(_runs(_run(continued.group(1), isSubtle=True), spacing="none"))
+        elif line.strip():
+            body.append(_runs(_run(line.strip()), spacing="medium"))
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: open this message in Teams to read the answer.",
+        "body": body,
+    }
+
+
+def answer_card(text: str) -> dict[str, Any]:
+    """An admin answer's card: :func:`help_card` for the help text, else :func:`text_card`."""
+    return help_card(text) if text.startswith(HELP_HEADING) else text_card(text)

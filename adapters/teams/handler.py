@@ -84,6 +84,17 @@ def actor_name_of(activity: Activity) -> str | None:
     return sender.name if sender and sender.name else None
 
 
+def place_name_of(activity: Activity) -> str | None:
+    """The channel's or chat's name when the activity carries one (``channelData.channel.name``, the
+    conversation's ``name``), for answers that name the place."""
+    data = activity.channel_data if isinstance(activity.channel_data, dict) else {}
+    channel = data.get("channel")
+    name = (channel.get("name") if isinstance(channel, dict) else None) or (
+        activity.conversation.name if activity.conversation else None
+    )
+    return name if isinstance(name, str) and name.strip() else None
+
+
 def tenant_of(activity: Activity) -> str:
     """The Microsoft 365 tenant of the conversation (the engine's workspace)."""
     if activity.conversation and activity.conversation.tenant_id:

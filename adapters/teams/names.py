@@ -7,6 +7,7 @@ Names are untrusted text: cards show them only as plain ``TextRun``s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -14,6 +15,9 @@ from adapters.teams.store import ConversationStore
 from bot.engine.model import ApprovalView
 
 NAME_LIMIT = 100
+_ID_TOKEN = re.compile(r"[\w.@]+(?:[:\-][\w.@]+)+")
+"""What a Teams id looks like in a sentence: ``29:1a2b…``, ``19:ops@thread.tacv2``, ``user-id-0``, a UUID."""
+MAX_LOOKUPS = 200
 
 
 def name_key(person_id: str) -> str:
@@ -54,3 +58,22 @@ async def with_names(store: ConversationStore, views: Sequence[ApprovalView]) ->
     """Look up and apply the names of everyone ``views`` mention."""
     ids = [v.requester for v in views] + [v.decided_by for v in views] + [a for v in views for a in v.approvers]
     return named(views, await display_names(store, ids))
+
+
+async def named_text(store: ConversationStore, text: str) -> str:
+    """``text`` with every id of a person or channel whose name is known replaced by that name.
+
+    The engine's answers (``pending``, ``audit``, ``policy list``, a refused Approve all) name people and
+    places by id; Teams never shows ids. Unknown ids stay as they are (the fallback).
+    """
+    tokens = list(dict.fromkeys(t.rstrip(".") for t in _ID_TOKEN.findall(text)))[:MAX_LOOKUPS]
+    names = await display_names(store, tokens)
+    if not names:
+        return text
+
+    def name_of(match: re.Match[str]) -> str:
+        token = match.group(0)
+        bare = token.rstrip(".")  # the sentence's full stop is not part of the id
+        return names[bare] + token[len(bare) :] if bare in names else token
+
+    return _ID_TOKEN.sub(name_of, text)

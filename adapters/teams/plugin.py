@@ -38,6 +38,7 @@ from microsoft_agents.hosting.core import (
 from adapters.teams.agent import ADAPTIVE_CARD_ACTION, GENERIC_FAILURE, TeamsAgent
 from adapters.teams.cards import invoke_message_response
 from adapters.teams.handler import PLATFORM, MalformedActivity, parse_activity
+from adapters.teams.sdk_logging import quiet_sdk_logging
 from adapters.teams.surface import TeamsSurface
 from bot.config import Config
 
@@ -170,11 +171,12 @@ class TeamsPlugin:
 
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Mount ``POST /api/messages`` behind the SDK's JWT check and register the Teams surface."""
+        quiet_sdk_logging()
         auth_config, connections = build_connections(config, self._token_provider_factory)
         adapter = CloudAdapter(connection_manager=connections)
         adapter.on_turn_error = _on_turn_error
         self.adapter = adapter
-        self.surface = TeamsSurface(adapter, engine, observer=engine.observer)
+        self.surface = TeamsSurface(adapter, engine, observer=engine.observer, user_views=config.teams_user_views)
         self.agent = TeamsAgent(engine)
         engine.register_surface(PLATFORM, self.surface)
         with warnings.catch_warnings():

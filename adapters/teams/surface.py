@@ -32,8 +32,9 @@ from microsoft_agents.hosting.core.app.proactive import Conversation
 from microsoft_agents.hosting.core.app.streaming import StreamingResponse
 from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, TypingOptions
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, shared_card, stop_card
+from adapters.teams.cards import CARD_CONTENT_TYPE, card_summary, shared_card, stop_card
 from adapters.teams.handler import PLATFORM, personal_key
+from adapters.teams.hosts import may_stream, may_type, uses_user_views
 from adapters.teams.names import display_names, with_names
 from adapters.teams.store import ConversationStore
 from adapters.teams.text import markdown_message, plain_message
@@ -99,13 +100,13 @@ def _card(card: dict[str, Any]) -> Activity:
     return Activity(type=ActivityTypes.message, attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)])
 
 
-def card_activity(approvals: Sequence[ApprovalView]) -> Activity:
-    """A message activity carrying the approval card of one step."""
-    card = shared_card(approvals)
+def card_activity(approvals: Sequence[ApprovalView], user_views: bool = True) -> Activity:
+    """A message activity carrying the approval card of one step; its summary follows the step's state."""
+    card = shared_card(approvals, user_views=user_views)
     return Activity(
         type=ActivityTypes.message,
         attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)],
-        summary="Approval needed",
+        summary=card_summary(approvals),
     )
 
 
@@ -133,8 +134,10 @@ class TeamsSurface(Surface):
         store: ConversationStore,
         typing_interval: float = TYPING_INTERVAL_SECONDS,
         observer: Observer | None = None,
+        user_views: str = "auto",
     ) -> None:
         self._adapter = adapter
+        self._user_views = user_views
         self._store = store
         self._observer: Observer = observer or NullObserver()
         self._typing_interval = typing_interval
@@ -175,6 +178,10 @@ class TeamsSurface(Surface):
             raise failure[0]
         return outcome[0]
 
+    async def _views_in(self, key: str) -> bool:
+        """Whether cards in ``key``'s conversation rely on user-specific views (``COUNTERSIGN_TEAMS_USER_VIEWS``)."""
+        return uses_user_views(self._user_views, await self._store.load_conversation(key))
+
     async def _send(self, key: str, activity: Activity) -> str | None:
         async def send(context: TurnContext) -> str | None:
             response = await context.send_activity(activity)
@@ -194,7 +201,7 @@ class TeamsSurface(Surface):
         """Post the step's approval card; the reference is the conversation key and the card's activity id."""
         self._stop_typing(thread.key)
         shown = await with_names(self._store, approvals)
-        activity_id = await self._send(thread.key, card_activity(shown))
+        activity_id = await self._send(thread.key, card_activity(shown, await self._views_in(thread.key)))
         return {"conversation": thread.key, "activity_id": activity_id}
 
     async def update_approvals(
@@ -203,15 +210,16 @@ class TeamsSurface(Surface):
         """Replace the posted card for everyone (``PUT`` of the stored activity id to the connector)."""
         activity_id = message_ref.get("activity_id")
         if not activity_id:
-            logger.warning("approval card has no activity id; cannot update it", extra={"thread": thread.key})
+            logger.warning("approval card has no activity id; cannot update it", extra={"thread_key": thread.key})
             return
-        updated = card_activity(await with_names(self._store, approvals))
+        key = message_ref.get("conversation") or thread.key
+        updated = card_activity(await with_names(self._store, approvals), await self._views_in(key))
         updated.id = activity_id
 
         async def update(context: TurnContext) -> None:
             await context.update_activity(updated)
 
-        await self._continue(message_ref.get("conversation") or thread.key, update)
+        await self._continue(key, update)
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Tell one person something: in their personal chat with the bot if known, else in the thread."""
@@ -248,10 +256,12 @@ class TeamsSurface(Surface):
         if status is None or status == WAITING_FOR_APPROVAL:
             await self._close_live(thread.key)
             return
+        if not may_type(await self._store.load_conversation(thread.key)):
+            return  # no typing in a channel's reply chain (see adapters.teams.hosts)
         try:
             live = await self._live_turn(thread.key)
         except Exception:  # cosmetic: never let a typing indicator fail the run
-            logger.warning("typing indicator failed", extra={"thread": thread.key}, exc_info=True)
+            logger.warning("typing indicator failed", extra={"thread_key": thread.key}, exc_info=True)
             return
         if live.streams:
             return  # an answer is streaming: that shows the bot at work
@@ -263,7 +273,13 @@ class TeamsSurface(Surface):
         live.typing.start()
 
     async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
-        """Start the SDK's streaming response: an informative update, with the AI-generated label."""
+        """Start the SDK's streaming response: an informative update, with the AI-generated label.
+
+        Only in a personal chat (Teams refuses streams elsewhere): ``None`` there, and the engine posts
+        the answer once, when it is complete, while typing shows the bot at work.
+        """
+        if not may_stream(await self._store.load_conversation(thread.key)):
+            return None
         live = await self._live_turn(thread.key)
         self._stop_typing(thread.key)
         assert live.context is not None
@@ -275,7 +291,7 @@ class TeamsSurface(Surface):
         try:  # a card with Stop beside the answer (a streamed message cannot carry buttons while it grows)
             stop_id = await self._send(thread.key, _card(stop_card(run_id)))
         except Exception:
-            logger.warning("stop card not posted", extra={"thread": thread.key}, exc_info=True)
+            logger.warning("stop card not posted", extra={"thread_key": thread.key}, exc_info=True)
             stop_id = None
         return {"stream": stream_id, "run_id": run_id, "stop_card": stop_id}
 
@@ -312,7 +328,7 @@ class TeamsSurface(Surface):
         try:
             await self._continue(thread.key, update)
         except Exception:
-            logger.warning("stop card not updated", extra={"thread": thread.key}, exc_info=True)
+            logger.warning("stop card not updated", extra={"thread_key": thread.key}, exc_info=True)
 
     async def show_tool_step(self, thread: ThreadRef, step: ToolStep) -> None:
         """A call that ran without approval, as one small line (masked and shortened like approvals)."""
@@ -356,7 +372,7 @@ class TeamsSurface(Surface):
             try:
                 await response.end_stream()
             except Exception:
-                logger.warning("could not end a stream", extra={"thread": key}, exc_info=True)
+                logger.warning("could not end a stream", extra={"thread_key": key}, exc_info=True)
         live.release.set()
         if live.task is not None:
             await asyncio.gather(live.task, return_exceptions=True)
@@ -368,6 +384,8 @@ class TeamsSurface(Surface):
 
     async def show_queued(self, thread: ThreadRef, message_id: str | None = None) -> None:
         """One typing indicator: the message was received and waits for the current answer."""
+        if not may_type(await self._store.load_conversation(thread.key)):
+            return
         try:
             await self._send_typing(thread.key)
         except Exception:  # cosmetic: the message is queued either way

@@ -164,7 +164,7 @@ class ApproverNotices:
             else:
                 await surface.tell_user(thread, person, text)
         except Exception:
-            logger.warning("reminder not delivered", extra={"thread": thread.key}, exc_info=True)
+            logger.warning("reminder not delivered", extra={"thread_key": thread.key}, exc_info=True)
 
 
 def _thread_dict(thread: ThreadRef) -> dict[str, str]:

@@ -8,20 +8,36 @@ from bot.engine.errors import InvalidEdit
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, coerce_value
 
-__all__ = ["coerce_value", "merge_edit"]
+__all__ = ["CLEARED", "coerce_value", "merge_edit"]
+
+CLEARED = None
+"""The edited value of a field the person emptied. Card renderers leave an emptied input out of a click's
+data, so an adapter that offered a prefilled input and got nothing back passes this (``None``)."""
+CLEARED_REQUIRED = "is required: give it a value (it was cleared)"
 
 
 def merge_edit(tool: Tool, original: dict[str, Any], edited: dict[str, Any]) -> dict[str, Any]:
     """Coerce ``edited`` by the tool's schema, merge it over ``original``, validate the result.
 
-    Raises :class:`InvalidEdit` with a message per field; unknown fields are refused too.
+    A value of :data:`CLEARED` means the person emptied the field: a required one is refused, an optional
+    one takes its schema ``default`` or is removed. Raises :class:`InvalidEdit` with a message per field;
+    unknown fields are refused too.
     """
     properties = tool.parameters.get("properties", {})
     errors: dict[str, str] = {}
     merged = dict(original)
+    required = set(tool.parameters.get("required", []) or [])
     for name, raw in (edited or {}).items():
         if name not in properties:
             errors[name] = "is not a parameter of this tool"
+            continue
+        if raw is CLEARED:  # emptied: a required field is refused; an optional one takes its default or goes
+            if name in required:
+                errors[name] = CLEARED_REQUIRED
+            elif "default" in properties[name]:
+                merged[name] = properties[name]["default"]
+            else:
+                merged.pop(name, None)
             continue
         try:
             merged[name] = coerce_value(properties[name], raw)

@@ -278,6 +278,7 @@ class FakeSlackAPI:
             "reactions.add": self._reaction,
             "reactions.remove": self._reaction,
             "assistant.threads.setStatus": self._set_status,
+            "assistant.threads.setSuggestedPrompts": self._set_suggested_prompts,
             "chat.startStream": self._stream_answer,
             "chat.appendStream": self._stream_answer,
             "chat.stopStream": self._stream_answer,
@@ -332,6 +333,16 @@ class FakeSlackAPI:
     def _set_status(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         if not args.get("channel_id") or not args.get("thread_ts") or "status" not in args:
             return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
+    def _set_suggested_prompts(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        prompts = args.get("prompts")
+        if isinstance(prompts, str):  # sent form-encoded: JSON text
+            prompts = json.loads(prompts)
+        if not args.get("channel_id") or not args.get("thread_ts") or not isinstance(prompts, list):
+            return {"ok": False, "error": "invalid_arguments"}
+        if not 1 <= len(prompts) <= 4 or not all({"title", "message"} <= set(p) for p in prompts):
+            return {"ok": False, "error": "invalid_arguments"}  # Slack takes 1 to 4 prompts
         return {"ok": True}
 
     def _connections_open(self, method: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -167,7 +167,11 @@ def execute_actions(card: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[
 def action_value(
     card: Mapping[str, Any], verb: str, approval_id: str | None = None, typed: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The invoke ``value`` Teams sends when someone clicks ``verb`` (after typing ``typed`` into inputs)."""
+    """The invoke ``value`` Teams sends when someone clicks ``verb`` (after typing ``typed`` into inputs).
+
+    As real renderers do (the Agents Playground, Teams), an empty input is left out of the data: typing
+    ``""`` clears a prefilled input, and its id is then missing.
+    """
     for action, inputs in execute_actions(card):
         data = action.get("data") or {}
         if action.get("verb") != verb or (approval_id and data.get("approval_id") != approval_id):
@@ -175,10 +179,14 @@ def action_value(
         merged = dict(data)
         if str(action.get("associatedInputs", "auto")).lower() != "none":
             for element in inputs:
-                merged[element["id"]] = _as_sent(element)
+                if _as_sent(element) != "":
+                    merged[element["id"]] = _as_sent(element)
             for input_id, value in (typed or {}).items():
                 assert any(e["id"] == input_id for e in inputs), f"no input {input_id!r} for {verb}"
-                merged[input_id] = value
+                if value == "":
+                    merged.pop(input_id, None)
+                else:
+                    merged[input_id] = value
         return {"action": {"type": "Action.Execute", "verb": verb, "data": merged}, "trigger": "manual"}
     raise AssertionError(f"the card has no {verb!r} button for {approval_id!r}")
 
@@ -234,6 +242,8 @@ class TeamsStack:
     config: Config
     clock: Clock
     closed: bool = False
+    channel_id: str = "msteams"
+    """The ``channelId`` of every activity sent (``emulator``, ``webchat``: the Playground's hosts)."""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @classmethod
@@ -251,6 +261,8 @@ class TeamsStack:
         clock: Clock | None = None,
         database_url: str | None = None,
         stream_update_seconds: float = 30.0,
+        user_views: str = "auto",
+        channel_id: str = "msteams",
     ) -> TeamsStack:
         """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep).
 
@@ -266,8 +278,11 @@ class TeamsStack:
             teams_settings={} if anonymous else teams_settings(),
             database_url=database_url,
             stream_update_seconds=stream_update_seconds,
+            teams_user_views=user_views,
         )
-        return await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
+        stack = await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
+        stack.channel_id = channel_id
+        return stack
 
     @classmethod
     async def _serve(
@@ -329,7 +344,7 @@ class TeamsStack:
     def _base(self, person: Person, conversation: str, conversation_type: str, activity_id: str) -> dict[str, Any]:
         return {
             "id": activity_id,
-            "channelId": "msteams",
+            "channelId": self.channel_id,
             "serviceUrl": self.connector.base_url,
             "timestamp": datetime.now(UTC).isoformat(),
             "from": {"id": person.id, "name": person.name},

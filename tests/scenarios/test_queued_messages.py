@@ -20,7 +20,7 @@ from tests.fakes.engine_kit import says
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack
 from tests.fakes.teams_stack import CHANNEL as TEAMS_CHANNEL
-from tests.fakes.teams_stack import TENANT, TeamsStack
+from tests.fakes.teams_stack import CHANNEL_THREAD, PERSONAL_CHAT, TENANT, TeamsStack
 
 ALICE = "U0ALICE"
 CHANNEL = "C0OPS"
@@ -93,16 +93,20 @@ async def test_teams_shows_a_queued_message_as_typing(tmp_path, monkeypatch) -> 
 
     async with FakeBotConnector() as connector, FakeBotFrameworkIssuer() as issuer:
         trust_issuer(monkeypatch, issuer)
-        stack = await TeamsStack.open(tmp_path, connector, issuer, replies=[says("Hi.")])
+        stack = await TeamsStack.open(tmp_path, connector, issuer, replies=[says("Hi."), says("Hi.")])
         try:
-            await stack.say("hello")
+            await stack.say("hello")  # in the channel: its reply chain's reference is stored
+            await stack.say("hello", conversation=PERSONAL_CHAT, conversation_type="personal")
             await stack.engine.wait_idle()
-            thread = ThreadRef("teams", TENANT, TEAMS_CHANNEL, connector.posted()[-1].conversation_id)
+            thread = ThreadRef("teams", TENANT, PERSONAL_CHAT, PERSONAL_CHAT)
             surface = TeamsSurface(stack.plugin.adapter, stack.engine)
             before = len(connector.typing())
             await surface.show_queued(thread, None)
             await connector.wait_for(lambda r: r.activity_type == "typing", count=before + 1)
-            assert len(connector.posted()) == 1, "a typing indicator, no message"
+            assert len(connector.posted()) == 2, "a typing indicator, no message"
+            # a channel's reply chain gets no typing (Teams shows none there; the Playground refuses it)
+            await surface.show_queued(ThreadRef("teams", TENANT, TEAMS_CHANNEL, CHANNEL_THREAD), None)
+            assert len(connector.typing()) == before + 1
         finally:
             await stack.aclose()
 

@@ -266,6 +266,29 @@ async def test_an_invalid_edit_shows_field_errors_in_the_modal_and_decides_nothi
     assert ops.scaled == [{"service": "api", "replicas": 4, "region": "eu"}]
 
 
+async def test_a_cleared_prefilled_field_is_refused_by_the_field_not_approved_with_its_old_value(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    openai.enqueue_tool_calls([("scale_service", {"service": "api", "replicas": 3})])
+    mention_ts, approval = await ask(stack, slack, "scale api")
+    [approval_id] = button_values(approval.args["blocks"], "cs_edit")
+    await stack.requests.click(
+        "cs_edit", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    [opened] = await slack.wait_for("views.open")
+
+    # Slack sends an emptied input as null: service was prefilled "api" and the person cleared it
+    values = form(service=text_input(None), replicas=number_input("3"))
+    reply = await stack.requests.submit(opened.args["view"], values, user=ALICE)
+
+    assert reply.status == 200
+    assert reply.json()["response_action"] == "errors"
+    assert reply.json()["errors"]["service"].startswith("is required")
+    await stack.settle()
+    assert ops.scaled == []
+    assert (await stack.engine.get_approval(approval_id)).is_pending
+
+
 async def test_approve_all_runs_every_call_of_the_step(
     stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
 ) -> None:

@@ -322,13 +322,18 @@ async def test_null_field_values_are_empty_fields_as_slack_sends_them(
     stack: SlackStack, slack: FakeSlackAPI, scaler: Scaler
 ) -> None:
     approval_id, view = await open_edit_modal(stack, slack)
+    # a null for a prefilled field means the person cleared it: required, so refused by the field
     values = form(region=select(None), service=text_input(None), replicas=number_input("4"))
+    refused = await stack.requests.submit(view, values, user=ALICE)
+    assert refused.json()["errors"]["service"].startswith("is required")
+    assert scaler.runs == []
 
+    values = form(region=select(None), service=text_input("api"), replicas=number_input("4"))
     reply = await stack.requests.submit(view, values, user=ALICE)
     await stack.settle()
 
     assert reply.text == ""
-    assert scaler.runs == [{"service": "api", "replicas": 4, "region": "eu"}]
+    assert scaler.runs == [{"service": "api", "replicas": 4, "region": "eu"}]  # the optional one: its default
 
 
 async def test_an_option_the_modal_never_offered_is_a_field_error(

@@ -124,3 +124,20 @@ async def test_the_stop_card_ends_the_run_after_the_running_tool(tmp_path, monke
     assert run.requester == ANA.id and len(llm.requests) == 1
     assert connector.texts()[-1] == "(Stopped.)"
     assert any("Done." in str(u.cards) for u in connector.updates())  # the Stop button is gone
+
+
+@pytest.mark.parametrize(("conversation", "kind"), [("19:group-chat@thread.v2", "groupChat"), (None, "channel")])
+async def test_outside_personal_chats_nothing_streams_the_answer_is_one_message_and_no_error_is_logged(
+    stack, caplog, conversation, kind
+):
+    stack.llm.enqueue_text(ANSWER)
+    where = {"conversation": conversation} if conversation else {}  # None: the channel's reply chain
+    with caplog.at_level("WARNING"):
+        await stack.say("how is everything?", conversation_type=kind, **where)
+        await stack.settle()
+
+    assert stack.connector.streamed() == []  # Teams answers 405 to streams there
+    assert [r.text for r in stack.connector.posted() if r.text] == [ANSWER]
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    typed = bool(stack.connector.typing())
+    assert typed is (kind == "groupChat")  # typing in a group chat, none in a channel's reply chain

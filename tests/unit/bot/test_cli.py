@@ -46,6 +46,7 @@ ENV_VARS = (
     "COUNTERSIGN_SLACK_API_URL",
     "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
     "COUNTERSIGN_TEAMS_ANONYMOUS",
+    "COUNTERSIGN_TEAMS_USER_VIEWS",
     "COUNTERSIGN_HISTORY_LAST_K",
     "COUNTERSIGN_SYSTEM_PROMPT",
     "COUNTERSIGN_GENERATION_KWARGS",
@@ -737,3 +738,11 @@ def test_the_readme_tools_can_be_tried_offline_with_call_and_with_words(tmp_path
     assert "checkout in eu now runs 3 replicas" in result.stdout
     assert "web in eu now runs 2 replicas" in result.stdout
     assert "call service_status service=<string>" in result.stdout
+
+
+def test_teams_user_views_default_to_auto_and_refuse_anything_else():
+    assert Config.from_env({}).teams_user_views == "auto"
+    assert Config.from_env({"COUNTERSIGN_TEAMS_USER_VIEWS": "OFF"}).teams_user_views == "off"
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"COUNTERSIGN_TEAMS_USER_VIEWS": "sometimes"})
+    assert str(refused.value) == "COUNTERSIGN_TEAMS_USER_VIEWS must be one of auto, on, off, got 'sometimes'"

@@ -341,3 +341,31 @@ def test_once_decided_the_shared_card_is_the_status_for_everyone_without_a_refre
 
     assert_valid_card(card)
     assert execute_actions(card) == [] and "refresh" not in card
+
+
+def test_the_summary_follows_the_state():
+    from adapters.teams.cards import card_summary
+
+    assert card_summary([view()]) == "Approval needed"
+    assert card_summary([view("ap-1"), view("ap-2")]) == "2 approvals needed"
+    decided = replace(view(), status=APPROVED, decided_by="Ana Lopez")
+    assert card_summary([decided]) == "deploy: approved by Ana Lopez"
+
+
+def test_without_user_views_the_shared_card_carries_the_buttons_for_all():
+    waiting = [replace(view(), deciders=("29:ana",))]
+    assert "refresh" in shared_card(waiting) and approval_ids(shared_card(waiting)) == []
+    no_views = shared_card(waiting, user_views=False)
+    assert "refresh" not in no_views and approval_ids(no_views) == ["ap-1"]
+
+
+def test_required_inputs_are_marked_required_with_an_error_message_and_a_cleared_one_is_cleared():
+    card = approval_card([view()])
+    inputs = {e["id"]: e for a, ins in execute_actions(card) for e in ins}
+    service, ratio = inputs[param_input_id("ap-1", "service")], inputs[param_input_id("ap-1", "ratio")]
+    assert service["isRequired"] is True and "service" in service["errorMessage"]
+    assert "isRequired" not in ratio
+    sent = action_value(card, "edit", "ap-1", typed={param_input_id("ap-1", "service"): ""})["action"]["data"]
+    assert param_input_id("ap-1", "service") not in sent  # the renderer leaves it out
+    assert edited_params(view(), sent) == {"service": None}  # CLEARED: the engine decides what that means
+    assert_valid_card(card)

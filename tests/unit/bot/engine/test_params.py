@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 
 from bot.engine.errors import InvalidEdit
-from bot.engine.params import merge_edit
+from bot.engine.params import CLEARED, merge_edit
 from bot.hitl.serialization import component_from_dict, component_to_dict
 from bot.hitl.ui import SimpleConsoleUI
 from bot.tools import tool
@@ -38,6 +38,17 @@ def test_form_strings_are_coerced_by_the_schema_and_merged_over_the_originals():
         {"replicas": "5", "dry_run": "true", "labels": '{"team": "ops"}'},
     )
     assert merged == {"service": "web", "replicas": 5, "dry_run": True, "labels": {"team": "ops"}}
+
+
+def test_a_cleared_required_field_is_refused_and_a_cleared_optional_one_takes_its_default_or_goes():
+    with pytest.raises(InvalidEdit) as refused:
+        merge_edit(scale_service, {"service": "nginx", "replicas": 2}, {"service": CLEARED, "dry_run": "true"})
+    assert set(refused.value.errors) == {"service"} and "required" in refused.value.errors["service"]
+
+    original = {"service": "web", "replicas": 2, "dry_run": True, "labels": {"team": "ops"}}
+    merged = merge_edit(scale_service, original, {"dry_run": CLEARED, "labels": CLEARED})
+    assert merged["dry_run"] is False  # the schema's default
+    assert merged.get("labels") is None  # default None (or removed): never the old value
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_field():
