@@ -228,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config.from_env()
         # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
         configure_logging(
-            args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG", fmt=config.log_format
+            args.log_level,
+            tracebacks=args.command == "serve" or args.log_level == "DEBUG",
+            fmt=config.log_format,
+            secrets=config.secret_values(),
         )
         return handler(args, config)
     except ConfigError as exc:
@@ -297,20 +300,24 @@ def log_formatter(*, tracebacks: bool) -> logging.Formatter:
     return formatter_class(LOG_FORMAT)
 
 
-def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text") -> logging.Handler:
-    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context."""
-    from bot.logs import ContextFilter, json_formatter
+def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> logging.Handler:
+    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context.
+
+    ``secrets`` (the configured tokens, keys and header values) never appear in a line, tracebacks included.
+    """
+    from bot.logs import ContextFilter, SecretMaskingFormatter, json_formatter
 
     handler = logging.StreamHandler(stream)
     formatter = json_formatter(tracebacks=tracebacks) if fmt == "json" else log_formatter(tracebacks=tracebacks)
-    handler.setFormatter(formatter)
+    handler.setFormatter(SecretMaskingFormatter(formatter, secrets))
     handler.addFilter(ContextFilter())
     return handler
 
 
-def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text") -> None:
+def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> None:
     """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
-    logging.basicConfig(level=level, handlers=[log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt)])
+    handler = log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt, secrets=secrets)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _importable_working_folder() -> None:
