@@ -206,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=ENVIRONMENT_HELP,
         formatter_class=_Formatter,
     )
-    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    serve.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: 0.0.0.0; 127.0.0.1 in Teams anonymous mode unless given)",
+    )
     serve.add_argument(
         "--port", type=int, default=3000, help="TCP port to listen on; 0 picks a free one (default: 3000)"
     )
@@ -356,8 +360,18 @@ def _run_chat(args: argparse.Namespace, config: Config) -> int:
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while shutting down
-        asyncio.run(serve(config, host=args.host, port=args.port))
+        asyncio.run(serve(config, host=bind_address(config, args.host), port=args.port))
     return 0
+
+
+def bind_address(config: Config, chosen: str | None) -> str:
+    """The address to listen on: the one given, else all interfaces, but only loopback in Teams anonymous mode.
+
+    Anonymous mode accepts requests without a token, so it must not be reachable from the network by accident.
+    """
+    if chosen:
+        return chosen
+    return "127.0.0.1" if config.teams_anonymous else "0.0.0.0"
 
 
 def served_routes(app: Any) -> str:

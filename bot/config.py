@@ -158,7 +158,12 @@ class Config:
             )
         upper = {k.upper(): v for k, v in self.teams_settings.items() if v}
         prefix = "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__"
-        if any(k.endswith("CLIENTID") for k in upper):
+        if self.teams_anonymous and any(k.endswith("CLIENTID") for k in upper):
+            problems.append(
+                "COUNTERSIGN_TEAMS_ANONYMOUS=1 cannot be used with Teams credentials "
+                f"({prefix}CLIENTID is set): anonymous mode lets anyone act as any user; unset one of them"
+            )
+        elif any(k.endswith("CLIENTID") for k in upper):
             secret_based = upper.get(f"{prefix}AUTHTYPE", "ClientSecret").lower() == "clientsecret"
             needed = ["TENANTID"] + (["CLIENTSECRET"] if secret_based else [])
             missing = [f"{prefix}{name}" for name in needed if f"{prefix}{name}" not in upper]
