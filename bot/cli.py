@@ -206,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=ENVIRONMENT_HELP,
         formatter_class=_Formatter,
     )
-    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    serve.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: 0.0.0.0; 127.0.0.1 in Teams anonymous mode unless given)",
+    )
     serve.add_argument(
         "--port", type=int, default=3000, help="TCP port to listen on; 0 picks a free one (default: 3000)"
     )
@@ -228,7 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config.from_env()
         # In the terminal chat a traceback would bury the conversation; serve logs keep them for operators.
         configure_logging(
-            args.log_level, tracebacks=args.command == "serve" or args.log_level == "DEBUG", fmt=config.log_format
+            args.log_level,
+            tracebacks=args.command == "serve" or args.log_level == "DEBUG",
+            fmt=config.log_format,
+            secrets=config.secret_values(),
         )
         return handler(args, config)
     except ConfigError as exc:
@@ -297,20 +304,24 @@ def log_formatter(*, tracebacks: bool) -> logging.Formatter:
     return formatter_class(LOG_FORMAT)
 
 
-def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text") -> logging.Handler:
-    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context."""
-    from bot.logs import ContextFilter, json_formatter
+def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> logging.Handler:
+    """A handler writing to ``stream`` in ``fmt`` (``text`` or ``json``), every line with its bound context.
+
+    ``secrets`` (the configured tokens, keys and header values) never appear in a line, tracebacks included.
+    """
+    from bot.logs import ContextFilter, SecretMaskingFormatter, json_formatter
 
     handler = logging.StreamHandler(stream)
     formatter = json_formatter(tracebacks=tracebacks) if fmt == "json" else log_formatter(tracebacks=tracebacks)
-    handler.setFormatter(formatter)
+    handler.setFormatter(SecretMaskingFormatter(formatter, secrets))
     handler.addFilter(ContextFilter())
     return handler
 
 
-def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text") -> None:
+def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> None:
     """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
-    logging.basicConfig(level=level, handlers=[log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt)])
+    handler = log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt, secrets=secrets)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _importable_working_folder() -> None:
@@ -349,8 +360,18 @@ def _run_chat(args: argparse.Namespace, config: Config) -> int:
 
 def _run_serve(args: argparse.Namespace, config: Config) -> int:
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while shutting down
-        asyncio.run(serve(config, host=args.host, port=args.port))
+        asyncio.run(serve(config, host=bind_address(config, args.host), port=args.port))
     return 0
+
+
+def bind_address(config: Config, chosen: str | None) -> str:
+    """The address to listen on: the one given, else all interfaces, but only loopback in Teams anonymous mode.
+
+    Anonymous mode accepts requests without a token, so it must not be reachable from the network by accident.
+    """
+    if chosen:
+        return chosen
+    return "127.0.0.1" if config.teams_anonymous else "0.0.0.0"
 
 
 def served_routes(app: Any) -> str:

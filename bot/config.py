@@ -158,7 +158,12 @@ class Config:
             )
         upper = {k.upper(): v for k, v in self.teams_settings.items() if v}
         prefix = "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__"
-        if any(k.endswith("CLIENTID") for k in upper):
+        if self.teams_anonymous and any(k.endswith("CLIENTID") for k in upper):
+            problems.append(
+                "COUNTERSIGN_TEAMS_ANONYMOUS=1 cannot be used with Teams credentials "
+                f"({prefix}CLIENTID is set): anonymous mode lets anyone act as any user; unset one of them"
+            )
+        elif any(k.endswith("CLIENTID") for k in upper):
             secret_based = upper.get(f"{prefix}AUTHTYPE", "ClientSecret").lower() == "clientsecret"
             needed = ["TENANTID"] + (["CLIENTSECRET"] if secret_based else [])
             missing = [f"{prefix}{name}" for name in needed if f"{prefix}{name}" not in upper]
@@ -166,6 +171,22 @@ class Config:
                 verb = "is" if len(missing) == 1 else "are"
                 problems.append(f"Teams: {prefix}CLIENTID is set but {' and '.join(missing)} {verb} not")
         return problems
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret value (tokens, keys, passwords, LLM header values), to keep out of logs."""
+        from urllib.parse import urlsplit
+
+        from bot.redaction import is_secret_key
+
+        values = [self.openai_api_key, self.slack_bot_token, self.slack_signing_secret, self.slack_app_token]
+        for header_value in self.llm_headers.values():
+            values += [header_value, *header_value.split()[1:]]  # "Bearer abc": the token alone may be echoed
+        values += [v for k, v in self.teams_settings.items() if is_secret_key(k) and not k.upper().endswith("AUTHTYPE")]
+        if self.database_url:
+            values.append(urlsplit(self.database_url).password)
+        if self.audit_key:
+            values.append(self.audit_key.decode("utf-8", "replace"))
+        return [v for v in values if v]
 
     def with_overrides(self, **changes: Any) -> Config:
         """A copy with some fields changed (tests, CLI flags)."""

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import structlog
 from structlog.contextvars import bind_contextvars, get_contextvars
 
-from bot.redaction import mask_text
+from bot.redaction import MASK, mask_text
 
 LOG_FORMATS = ("text", "json")
 CONTEXT_KEYS = ("run_id", "approval_id", "thread_key", "tool", "surface")
@@ -129,3 +129,29 @@ def json_formatter(*, tracebacks: bool) -> logging.Formatter:
             structlog.processors.JSONRenderer(ensure_ascii=False),
         ],
     )
+
+
+SECRET_MIN_LENGTH = 6
+"""Configured values shorter than this are not hunted for in log text (they would mask ordinary words)."""
+
+
+class SecretMaskingFormatter(logging.Formatter):
+    """Wraps a formatter: every configured secret value is replaced by the mask in the finished line.
+
+    Pattern masking (:func:`bot.redaction.mask_text`) cannot know that ``gw-secret-777`` is a header
+    value an LLM gateway echoed into its error; this knows the configured values, and works on the whole
+    output, tracebacks and both formats included.
+    """
+
+    def __init__(self, inner: logging.Formatter, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.secrets = sorted({s for s in secrets if len(s) >= SECRET_MIN_LENGTH}, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The inner formatter's line with each secret value masked."""
+        text = self.inner.format(record)
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text

@@ -99,6 +99,11 @@ class PrometheusObserver:
         self.approvals_pending = Gauge(
             "countersign_approvals_pending", "Approvals waiting for a decision, by tool", ["tool"], registry=r
         )
+        self.teams_anonymous = Gauge(
+            "countersign_teams_anonymous",
+            "1 while Teams requests are accepted without a token (COUNTERSIGN_TEAMS_ANONYMOUS)",
+            registry=r,
+        )
         self.inbox_depth = Gauge(
             "countersign_inbox_depth", "Messages waiting in thread inboxes for their thread to be free", registry=r
         )

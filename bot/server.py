@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 PLUGIN_GROUP = "countersign.server_plugins"
 ACTIVE_PLUGINS: web.AppKey[list] = web.AppKey("countersign.plugins", list)
 ENGINE: web.AppKey[Any] = web.AppKey("countersign.engine", object)
+ANONYMOUS: web.AppKey[bool] = web.AppKey("countersign.anonymous", bool)
+"""Whether this server accepts Teams requests without a token (reported by ``/readyz`` and ``/metrics``)."""
 READINESS_TIMEOUT_SECONDS = 5.0
 """A readiness check that takes longer than this is itself a problem (a hung database or platform)."""
 
@@ -90,10 +92,11 @@ async def readiness_problems(engine: Engine, plugins: list[Any]) -> list[str]:
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 200 when the database and every configured surface are usable, else 503 saying what is wrong."""
     problems = await readiness_problems(request.app[ENGINE], request.app[ACTIVE_PLUGINS])
+    flags = {"anonymous": True} if request.app[ANONYMOUS] else {}
     if problems:
         logger.warning("not ready", extra={"problems": "; ".join(problems)})
-        return web.json_response({"status": "not ready", "problems": problems}, status=503)
-    return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready", "problems": problems, **flags}, status=503)
+    return web.json_response({"status": "ready", **flags})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -131,4 +134,7 @@ async def build_web_app(engine: Engine, config: Config, plugins: list[ServerPlug
 
     app.on_cleanup.append(close_plugins)
     app[ACTIVE_PLUGINS] = active
+    app[ANONYMOUS] = config.teams_anonymous and any(plugin.name == "teams" for plugin in active)
+    if isinstance(engine.observer, PrometheusObserver):
+        engine.observer.teams_anonymous.set(1 if app[ANONYMOUS] else 0)
     return app

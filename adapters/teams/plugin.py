@@ -16,10 +16,11 @@ tokens from MSAL (``MsalAuth``) unless another token provider factory is given.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from adapters.teams.cards import invoke_message_response
 from adapters.teams.handler import PLATFORM, MalformedActivity, parse_activity
 from adapters.teams.sdk_logging import quiet_sdk_logging
 from adapters.teams.surface import TeamsSurface
+from adapters.teams.token_precheck import TokenPrecheck
 from bot.config import Config
 
 if TYPE_CHECKING:
@@ -53,6 +55,8 @@ AGENT_CONFIGURATION_KEY = "agent_configuration"
 
 TokenProviderFactory = Callable[[AgentAuthConfiguration], AccessTokenProviderBase]
 
+ANONYMOUS_REMINDER_SECONDS = 3600.0
+"""How often the anonymous-mode warning is repeated while it stays on."""
 ANONYMOUS_WARNING = (
     "!!! TEAMS ANONYMOUS MODE: POST /api/messages accepts requests WITHOUT a Bot Framework token "
     "(COUNTERSIGN_TEAMS_ANONYMOUS=1). Anyone who can reach this server can talk to the bot and approve "
@@ -124,9 +128,10 @@ def build_connections(
         sdk_config = load_configuration_from_env(settings)
         factory = token_provider_factory or _msal_factory()
         connections = ConnectionManager(provider_factory=factory, **sdk_config)
-        auth_config = connections.get_default_connection_configuration()
         if config.teams_anonymous:
-            auth_config.ANONYMOUS_ALLOWED = True
+            raise ValueError("Teams anonymous mode cannot be combined with credentials")
+        auth_config = connections.get_default_connection_configuration()
+        auth_config.VALIDATE_ISSUER = True  # the SDK's issuer allow-list is opt-in; a bot that verifies wants it
         return auth_config, connections
     if not config.teams_anonymous:
         raise ValueError("Teams needs CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID or anonymous mode")
@@ -161,6 +166,9 @@ class TeamsPlugin:
 
     def __init__(self, token_provider_factory: TokenProviderFactory | None = None) -> None:
         self._token_provider_factory = token_provider_factory
+        self.anonymous_reminder_seconds = ANONYMOUS_REMINDER_SECONDS
+        self._anonymous_reminder: asyncio.Task[None] | None = None
+        self._precheck = TokenPrecheck()
         self.adapter: CloudAdapter | None = None
         self.agent: TeamsAgent | None = None
         self.surface: TeamsSurface | None = None
@@ -183,12 +191,36 @@ class TeamsPlugin:
             # The SDK reads this plain string key; aiohttp would prefer an AppKey.
             warnings.simplefilter("ignore", NotAppKeyWarning)
             app[AGENT_CONFIGURATION_KEY] = auth_config
-        app.router.add_post(MESSAGES_ROUTE, jwt_authorization_decorator(self._messages))
+        app.router.add_post(MESSAGES_ROUTE, self._prechecked(jwt_authorization_decorator(self._messages)))
         sdk_logger = logging.getLogger(_SDK_ACTIVITY_LOGGER)
         if _REQUEST_CHECK_FILTER not in sdk_logger.filters:
             sdk_logger.addFilter(_REQUEST_CHECK_FILTER)
         if auth_config.ANONYMOUS_ALLOWED:
             logger.warning(ANONYMOUS_WARNING)
+            self._anonymous_reminder = asyncio.create_task(self._remind_anonymous(), name="teams-anonymous-reminder")
+
+    def _prechecked(
+        self, validated: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """``validated`` (the SDK's JWT check and the route) behind :class:`TokenPrecheck`: 401 for malformed tokens."""
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            reason, kid = self._precheck.refusal(request.headers.get("Authorization"))
+            if reason:
+                logger.warning("teams request rejected", extra={"reason": reason})
+                return _error(401, "Invalid token or authentication failed.")
+            response = await validated(request)
+            if kid is not None and "claims_identity" in request:
+                self._precheck.validated(kid)
+            return response
+
+        return route
+
+    async def _remind_anonymous(self) -> None:
+        """Repeat the anonymous-mode warning while it stays on, so it cannot scroll away unnoticed."""
+        while True:
+            await asyncio.sleep(self.anonymous_reminder_seconds)
+            logger.warning("still in anonymous mode: %s", ANONYMOUS_WARNING)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         assert self.adapter is not None and self.agent is not None, "setup() mounts this route"
@@ -227,6 +259,8 @@ class TeamsPlugin:
 
     async def close(self) -> None:
         """Stop typing indicators and cancel runs still in flight."""
+        if self._anonymous_reminder is not None:
+            self._anonymous_reminder.cancel()
         if self.agent is not None:
             await self.agent.close()
         if self.surface is not None:

@@ -134,3 +134,119 @@ async def test_anonymous_mode_is_announced_loudly_at_start(tmp_path, fakes, capl
         anonymous = await TeamsStack.open(tmp_path, *fakes, anonymous=True)
     await anonymous.aclose()
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [ANONYMOUS_WARNING]
+
+
+# --- malformed tokens, unknown signing keys, anonymous mode kept visible ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "eyJhbGciOiJub25lIn0.eyJhdWQiOiJ4In0.",  # alg none, no kid: a KeyError inside the SDK answered 500
+        "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJ4In0.c2ln",  # RS256 but no kid
+        "e30.e30.",  # an empty header
+    ],
+)
+async def test_a_token_without_a_signing_key_id_gets_401_and_one_log_line(stack, caplog, token):
+    with caplog.at_level(logging.WARNING):
+        status, body = await stack.post(stack.message("hello"), token=token)
+
+    assert body == {"error": "Invalid token or authentication failed."}
+    await assert_refused(stack, status)
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    assert "rejected" in lines[0].getMessage()
+
+
+async def test_made_up_signing_key_ids_refetch_the_keys_at_most_once_per_interval(stack):
+    import jwt as pyjwt
+
+    accepted, _ = await stack.post(stack.message("hello"))
+    assert accepted == 202
+    fetched = stack.issuer.jwks_requests
+
+    def forged(kid: str) -> str:
+        claims = {"aud": APP_ID, "iss": "https://api.botframework.com", "serviceurl": stack.connector.base_url}
+        return pyjwt.encode(claims, shared_key("attacker"), algorithm="RS256", headers={"kid": kid})
+
+    first, _ = await stack.post(stack.message("hello"), token=forged("made-up-1"))
+    after_first = stack.issuer.jwks_requests
+    statuses = [(await stack.post(stack.message("hello"), token=forged(f"made-up-{n}")))[0] for n in range(2, 12)]
+
+    assert first == 401 and statuses == [401] * 10
+    assert after_first - fetched <= 1, "one unknown kid may refetch the keys"
+    assert stack.issuer.jwks_requests == after_first, "later unknown kids in the interval refetch nothing"
+    again, _ = await stack.post(stack.message("hello"))
+    assert again == 202, "a kid that validated before is not limited"
+
+
+def test_anonymous_mode_with_credentials_is_refused():
+    config = Config(teams_anonymous=True, teams_settings=teams_settings())
+
+    assert any(
+        "COUNTERSIGN_TEAMS_ANONYMOUS=1 cannot be used with Teams credentials" in p
+        for p in config.incomplete_credentials()
+    )
+    with pytest.raises(ValueError, match="anonymous"):
+        build_connections(config)
+
+
+def test_anonymous_mode_listens_on_loopback_unless_an_address_is_given():
+    from bot.cli import bind_address
+
+    assert bind_address(Config(teams_anonymous=True), None) == "127.0.0.1"
+    assert bind_address(Config(teams_anonymous=True), "0.0.0.0") == "0.0.0.0"
+    assert bind_address(Config(teams_settings=teams_settings()), None) == "0.0.0.0"
+
+
+async def test_anonymous_mode_shows_in_readyz_and_metrics(tmp_path, fakes):
+    anonymous = await TeamsStack.open(tmp_path, *fakes, anonymous=True)
+    try:
+        async with anonymous.session.get(f"{anonymous.url}/readyz") as response:
+            ready = await response.json()
+        async with anonymous.session.get(f"{anonymous.url}/metrics") as response:
+            metrics = await response.text()
+    finally:
+        await anonymous.aclose()
+    assert ready["anonymous"] is True
+    assert "countersign_teams_anonymous 1.0" in metrics
+
+
+async def test_with_credentials_readyz_does_not_claim_anonymous(stack):
+    async with stack.session.get(f"{stack.url}/readyz") as response:
+        ready = await response.json()
+    async with stack.session.get(f"{stack.url}/metrics") as response:
+        metrics = await response.text()
+    assert "anonymous" not in ready
+    assert "countersign_teams_anonymous 0.0" in metrics
+
+
+async def test_anonymous_mode_repeats_its_warning_while_it_stays_on(tmp_path):
+    import asyncio
+
+    from bot.engine.engine import Engine
+    from bot.server import build_web_app
+
+    reminders: list[str] = []
+    seen_two = asyncio.Event()
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("still in anonymous mode"):
+                reminders.append(record.getMessage())
+                if len(reminders) >= 2:
+                    seen_two.set()
+
+    handler = Collect()
+    logging.getLogger("adapters.teams.plugin").addHandler(handler)
+    engine = await Engine.create(Config(db_path=tmp_path / "cs.db", teams_anonymous=True))
+    plugin = TeamsPlugin()
+    plugin.anonymous_reminder_seconds = 0.01
+    try:
+        await build_web_app(engine, engine.config, plugins=[plugin])
+        await asyncio.wait_for(seen_two.wait(), timeout=10)
+    finally:
+        logging.getLogger("adapters.teams.plugin").removeHandler(handler)
+        await plugin.close()
+        await engine.stop()
+    assert ANONYMOUS_WARNING in reminders[0]

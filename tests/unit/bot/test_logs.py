@@ -86,3 +86,43 @@ def test_log_format_is_validated_at_start():
     assert Config.from_env({"COUNTERSIGN_LOG_FORMAT": "JSON"}, dotenv_path=None).log_format == "json"
     with pytest.raises(ConfigError, match="COUNTERSIGN_LOG_FORMAT"):
         Config.from_env({"COUNTERSIGN_LOG_FORMAT": "xml"}, dotenv_path=None)
+
+
+# --- configured secrets never reach a log line, tracebacks included -----------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_configured_header_value_echoed_in_an_exception_is_masked_in_the_traceback(fmt: str) -> None:
+    config = Config.from_env(
+        {
+            "COUNTERSIGN_LLM_HEADERS": '{"X-Gateway-Key": "gw-secret-777", "Authorization": "Bearer tok-98765"}',
+            "OPENAI_API_KEY": "sk-test-1234567",
+            "COUNTERSIGN_DATABASE_URL": "postgresql://u:pa55word@127.0.0.1:5432/test",
+        },
+        dotenv_path=None,
+    )
+    stream = io.StringIO()
+    logger = logging.getLogger(f"countersign.test.secrets.{fmt}")
+    logger.propagate = False
+    logger.addHandler(log_handler(stream, tracebacks=True, fmt=fmt, secrets=config.secret_values()))
+    try:
+        raise RuntimeError("Error code: 500 - invalid api-key gw-secret-777 for route eu-1 (tok-98765, pa55word)")
+    except RuntimeError:
+        logger.exception("model call failed with sk-test-1234567")
+
+    text = stream.getvalue()
+    assert "Traceback" in text or '"exception"' in text, "the traceback is kept for operators"
+    assert "route eu-1" in text
+    for secret in ("gw-secret-777", "tok-98765", "pa55word", "sk-test-1234567"):
+        assert secret not in text
+
+
+def test_short_configured_values_are_not_hunted_for_in_log_text() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("countersign.test.secrets.short")
+    logger.propagate = False
+    logger.addHandler(log_handler(stream, tracebacks=True, secrets=["abc", "long-secret-value"]))
+    logger.warning("abc is fine, long-secret-value is not")
+
+    assert "abc is fine" in stream.getvalue()
+    assert "long-secret-value" not in stream.getvalue()
