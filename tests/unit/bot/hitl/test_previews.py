@@ -204,6 +204,7 @@ def test_respond_maps_to_a_non_executing_decision_with_the_marked_text_as_the_re
     assert applied.to_execute == []
     result = applied.messages[-1].tool_call_result
     assert result is not None and result.result == HUMAN_RESPONSE_PREFIX + "the ticket is INC-4411"
+    assert result.error is False  # the call's answer, not a failure
 
 
 def test_respond_is_refused_unless_the_tool_or_the_policy_allows_it() -> None:
