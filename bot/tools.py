@@ -76,6 +76,15 @@ class Tool:
     untrusted_output: bool = False
     """Its results are untrusted text (a web page, a ticket, an MCP server's ``openWorldHint`` tool): arguments
     copied from them later are marked tainted (``bot.engine.provenance``). Tool sources may set it."""
+    # --- previews (issue 30; bot.hitl.previews computes them) ---
+    preview: Callable[..., Any] | None = None
+    """A side-effect-free function with the tool's parameters returning what the call would do (a diff, a
+    plan, "3 pods will restart"). It may be async; a sync one runs in a worker thread with a time limit."""
+    preview_required: bool = False
+    """Refuse approval while the preview failed, timed out or is missing."""
+    respondable: bool = False
+    """Allow the fourth decision, Respond: a person types the result instead of the tool running."""
+    # --- end previews ---
     _validator: Any = field(default=None, init=False, repr=False, compare=False)
     _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -316,6 +325,9 @@ def tool(
     needs_approval: Callable[[dict[str, Any]], Any] | None = None,
     destructive: bool = False,
     untrusted_output: bool = False,
+    preview: Callable[..., Any] | None = None,
+    preview_required: bool = False,
+    respondable: bool = False,
 ) -> Any:
     """Build a :class:`Tool` from a function's type hints and docstring.
 
@@ -331,6 +343,8 @@ def tool(
     def build(fn: Callable[..., Any]) -> Tool:
         summary, param_docs = parse_docstring(inspect.getdoc(fn) or "")
         hidden = set((inputs_from_state or {}).values())
+        if "approved_preview" in inspect.signature(fn).parameters:
+            hidden.add("approved_preview")  # given by the engine from the approval, never by the model
         return Tool(
             name=name or fn.__name__,
             description=description or summary or fn.__name__,
@@ -342,6 +356,9 @@ def tool(
             needs_approval=needs_approval,
             destructive=destructive,
             untrusted_output=untrusted_output,
+            preview=preview,
+            preview_required=preview_required,
+            respondable=respondable,
         )
 
     return build(function) if function is not None else build

@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 from bot.canonical import canonical_json
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.hitl.respond import HUMAN_RESPONSE_PREFIX
 from bot.messages import ChatMessage, ChatRole, ToolCall
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool
@@ -151,7 +152,8 @@ def apply_decisions(
 def _split_rejected(assistant_message: ChatMessage, call: ToolCall, feedback: str) -> list[ChatMessage]:
     return [
         ChatMessage.from_assistant(text=None, tool_calls=[call], meta=_derived_meta(assistant_message)),
-        ChatMessage.from_tool(feedback, origin=call, error=True),
+        # A person's Respond (bot.hitl.respond) is the call's answer, not an error (issue 30).
+        ChatMessage.from_tool(feedback, origin=call, error=not feedback.startswith(HUMAN_RESPONSE_PREFIX)),
     ]
 
 
