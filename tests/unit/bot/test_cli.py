@@ -447,7 +447,26 @@ def test_a_failing_model_gets_an_apology_in_the_chat(terminal, monkeypatch, caps
 
         assert main(["chat"]) == 0
 
-    assert "Sorry, the language model could not answer" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"Sorry, the language model could not answer: the model server at {llm.base_url.rstrip('/')} answered with an error (see the log)."
+        in out
+    )
+
+
+def test_an_unreachable_model_server_is_named_in_the_chat_reply(terminal, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("COUNTERSIGN_LLM_RETRIES", "0")
+    monkeypatch.setenv("COUNTERSIGN_LLM_TIMEOUT", "5")
+    terminal("hello\n")
+
+    assert main(["chat"]) == 0
+
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Sorry, the language model could not answer: the model server at http://127.0.0.1:1/v1 could not be reached."
+        in out
+    )
 
 
 def test_chat_logs_an_exception_as_one_line_without_its_traceback():
