@@ -306,9 +306,23 @@ def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text") -> logging.
     return handler
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was when logging was set up.
+
+    While the chat shows its spinner, rich swaps ``sys.stderr`` for a proxy that prints above the live
+    line; a handler holding the original stream would write over the spinner instead.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text") -> None:
     """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
-    logging.basicConfig(level=level, handlers=[log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt)])
+    logging.basicConfig(level=level, handlers=[log_handler(_CurrentStderr(), tracebacks=tracebacks, fmt=fmt)])
 
 
 def _importable_working_folder() -> None:

@@ -209,7 +209,8 @@ class OpenAIChatGenerator:
         except TimeoutError as err:
             where = _without_userinfo(str(client.base_url)).rstrip("/")
             raise LLMError(
-                f"The model call to {where} timed out after {self._total_wait():g} s (all attempts)."
+                f"The model call to {where} timed out after {self._total_wait():g} s (all attempts).",
+                reason=f"the model server at {where} did not answer in time",
             ) from err
 
     def _total_wait(self) -> float | None:
