@@ -153,6 +153,18 @@ def test_a_command_is_required():
     assert exit_info.value.code == 2
 
 
+def test_chat_help_names_every_slash_command_and_the_offline_call_form(capsys):
+    from bot.engine.admin_syntax import COMMAND_WORDS
+
+    with pytest.raises(SystemExit):
+        main(["chat", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+
+    for word in (*COMMAND_WORDS, "quit"):
+        assert f"/{word}" in text, word
+    assert '"call <tool> key=value ..."' in text
+
+
 # --- configuration errors --------------------------------------------------------------------------------
 
 
