@@ -120,7 +120,9 @@ When a tool call needs approval it is shown with its arguments (secrets masked),
   n  reject: the call does not run; you may tell the model why
   m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
 Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
-/quorum, /four-eyes, /ttl, /pending, /audit (changes need your user in COUNTERSIGN_ADMINS).
+/quorum, /four-eyes, /ttl, /group, /access, /dm, /pending, /audit, /memory, /usage (changes need your
+user in COUNTERSIGN_ADMINS; /help shows each one's syntax).
+With the offline model, "call <tool> key=value ..." calls any configured tool.
 Ctrl-C while the assistant works stops it after its current step (a tool already running finishes).
 Ctrl-D, or Ctrl-C at the prompt, ends the chat; pending approvals wait for you: continue with --thread NAME.
 """
@@ -318,9 +320,23 @@ def log_handler(stream: Any, *, tracebacks: bool, fmt: str = "text", secrets: Se
     return handler
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was when logging was set up.
+
+    While the chat shows its spinner, rich swaps ``sys.stderr`` for a proxy that prints above the live
+    line; a handler holding the original stream would write over the spinner instead.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> None:
     """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
-    handler = log_handler(sys.stderr, tracebacks=tracebacks, fmt=fmt, secrets=secrets)
+    handler = log_handler(_CurrentStderr(), tracebacks=tracebacks, fmt=fmt, secrets=secrets)
     logging.basicConfig(level=level, handlers=[handler])
 
 

@@ -134,10 +134,34 @@ def parse_command(text: str) -> AdminCommand:
         return AdminCommand("help")
     head = words[0].lower().lstrip("/")
     parse = _COMMANDS.get(head)
-    command = parse(words[1:]) if parse is not None else None
+    if parse is None:
+        raise _usage(f"I don't understand '{text.strip()[:80]}'")  # not a command: all of them
+    try:
+        command = parse(words[1:])
+    except CommandError as exc:
+        message = str(exc)
+        if not message.endswith(USAGE):
+            raise
+        raise CommandError(f"{message[: -len(USAGE)].rstrip()}\n{usage_of(head, words[1:])}") from None
     if command is None:
-        raise _usage(f"I don't understand '{text.strip()[:80]}'")
+        raise CommandError(f"I don't understand '{text.strip()[:80]}'.\n{usage_of(head, words[1:])}")
     return command
+
+
+def usage_of(head: str, args: list[str]) -> str:
+    """The usage lines of one command (``policy set`` when that is what was typed, else every ``policy`` form)."""
+    entries: list[list[str]] = []
+    for line in USAGE.splitlines():
+        if line.startswith("  ") and not line.startswith("   ") and line.strip():
+            entries.append([line.strip()])
+        elif line.startswith("   ") and entries:
+            entries[-1].append(line.strip())
+    own = [e for e in entries if e[0] == head or e[0].startswith(f"{head} ")]
+    if args:
+        narrower = [e for e in own if e[0].startswith(f"{head} {args[0].lower()}")]
+        own = narrower or own
+    forms = [re.split(r"\s{2,}", e[0])[0] for e in own]
+    return "usage: " + " | ".join(forms) + " (help lists every command)"
 
 
 def _help_command(args: list[str]) -> AdminCommand | None:

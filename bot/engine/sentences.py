@@ -44,7 +44,7 @@ def failure_sentence(exc: BaseException) -> str:
             "Please ask again."
         )
     if isinstance(exc, LLMError):
-        return (
-            "Sorry, the language model could not answer (it timed out or failed). Nothing was lost; please try again."
-        )
+        # ``reason`` is ours, built without credentials (bot/llm/openai_generator.py), never the server's text.
+        why = f": {exc.reason}" if exc.reason else " (it timed out or failed)"
+        return f"Sorry, the language model could not answer{why}. Nothing was lost; please try again."
     return "Sorry, something went wrong while working on this. Nothing was lost; please try again."

@@ -23,12 +23,14 @@ class LLMError(Exception):
     """The model call failed: timeout, connection error, or an HTTP error left after the client's retries.
 
     The message says what happened in one sentence and never contains the API key. ``status_code``
-    is the HTTP status when the server answered, else ``None``.
+    is the HTTP status when the server answered, else ``None``. ``reason``, when set, is a short phrase
+    fit to show people in a chat ("the model server at http://127.0.0.1:1/v1 could not be reached").
     """
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.reason = reason
 
 
 class LLMResponseError(LLMError):

@@ -209,7 +209,8 @@ class OpenAIChatGenerator:
         except TimeoutError as err:
             where = _without_userinfo(str(client.base_url)).rstrip("/")
             raise LLMError(
-                f"The model call to {where} timed out after {self._total_wait():g} s (all attempts)."
+                f"The model call to {where} timed out after {self._total_wait():g} s (all attempts).",
+                reason=f"the model server at {where} did not answer in time",
             ) from err
 
     def _total_wait(self) -> float | None:
@@ -270,18 +271,22 @@ class OpenAIChatGenerator:
         if isinstance(err, openai.APITimeoutError):
             limit = f" after {self.timeout:g} s" if self.timeout is not None else ""
             message, status = f"The model call to {where} timed out{limit}.", None
+            reason = f"the model server at {where} did not answer in time{limit}"
         elif isinstance(err, openai.APIConnectionError):
             message, status = f"Could not connect to the model server at {where}: {err.message}", None
+            reason = f"the model server at {where} could not be reached"
         elif isinstance(err, openai.APIStatusError):
             message = f"The model server at {where} answered HTTP {err.status_code}: {_status_detail(err)}"
             status = err.status_code
+            reason = f"the model server at {where} answered with an error (see the log)"
         else:
             message, status = f"The model call to {where} failed: {err}", None
+            reason = f"the model call to {where} failed"
         secrets = [client.api_key, *self.default_headers.values()]
         for secret in secrets:
             if secret and secret != PLACEHOLDER_API_KEY and len(secret) >= 4:
                 message = message.replace(secret, "••••••")
-        return LLMError(message, status_code=status)
+        return LLMError(message, status_code=status, reason=reason)
 
 
 def _without_userinfo(url: str) -> str:

@@ -15,6 +15,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -151,6 +152,18 @@ def test_a_command_is_required():
         build_parser().parse_args([])
 
     assert exit_info.value.code == 2
+
+
+def test_chat_help_names_every_slash_command_and_the_offline_call_form(capsys):
+    from bot.engine.admin_syntax import COMMAND_WORDS
+
+    with pytest.raises(SystemExit):
+        main(["chat", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+
+    for word in (*COMMAND_WORDS, "quit"):
+        assert f"/{word}" in text, word
+    assert '"call <tool> key=value ..."' in text
 
 
 # --- configuration errors --------------------------------------------------------------------------------
@@ -448,7 +461,26 @@ def test_a_failing_model_gets_an_apology_in_the_chat(terminal, monkeypatch, caps
 
         assert main(["chat"]) == 0
 
-    assert "Sorry, the language model could not answer" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Sorry, the language model could not answer: the model server at "
+        f"{llm.base_url.rstrip('/')} answered with an error (see the log)." in out
+    )
+
+
+def test_an_unreachable_model_server_is_named_in_the_chat_reply(terminal, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("COUNTERSIGN_LLM_RETRIES", "0")
+    monkeypatch.setenv("COUNTERSIGN_LLM_TIMEOUT", "5")
+    terminal("hello\n")
+
+    assert main(["chat"]) == 0
+
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Sorry, the language model could not answer: the model server at http://127.0.0.1:1/v1 could not be reached."
+        in out
+    )
 
 
 def test_chat_logs_an_exception_as_one_line_without_its_traceback():
@@ -571,6 +603,39 @@ def test_a_long_pasted_line_and_a_multi_line_paste_reach_the_model_whole_in_a_re
     assert [m["role"] for m in sent] == ["user", "user"]
     assert sent[0]["content"] == long_line and len(sent[0]["content"]) == 10_000
     assert sent[1]["content"] == pasted, "a multi-line paste is one message"
+
+
+def test_log_lines_print_above_the_spinner_never_over_it_in_a_real_terminal(tmp_path):
+    """A model server that never answers: the run fails while the spinner spins, and its ERROR record is
+    printed above the live line, never after the spinner's text."""
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        base_url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        env = clean_env(tmp_path, OPENAI_BASE_URL=base_url, COUNTERSIGN_LLM_RETRIES="0", COUNTERSIGN_LLM_TIMEOUT="1.5")
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: becomes the countersign process on the pty
+            os.chdir(tmp_path)
+            os.execve(sys.executable, [sys.executable, "-m", "bot.cli", "chat", "--user", "ana"], env)
+        code = None
+        try:
+            read_until(fd, "ana ›")
+            os.write(fd, b"hello\r")
+            seen = read_until(fd, "did not answer in time", then="ana ›")
+            os.write(fd, b"\x04")  # Ctrl-D
+            code = wait_for_exit(pid)
+        finally:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
+    assert code == 0
+    assert "thinking…" in seen, "the spinner was up while the model call hung"
+    logged = [line for line in seen.split("\n") if "ERROR" in line]
+    assert logged, "the failed run logs an ERROR record"
+    for line in logged:
+        before = line.split("ERROR", 1)[0].rsplit("\r", 1)[-1]
+        assert "thinking" not in before and not any(frame in before for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), repr(line)
 
 
 def paste(fd: int, text: str) -> None:

@@ -136,4 +136,11 @@ async def test_only_admins_manage_a_channels_shared_memories(harnesses):
 )
 async def test_a_malformed_memory_command_gets_the_usage(harnesses, text):
     h = await harnesses.open()
-    assert "memory list [#channel]" in await command(h, text)
+    reply = await command(h, text)
+    words = text.split()
+    assert "\nusage: memory " in reply  # that command's usage line, not every command's
+    if len(words) > 1:
+        assert f"usage: memory {words[1]}" in reply
+    else:
+        assert "memory list [#channel]" in reply and "memory clear me|#channel" in reply
+    assert "policy set" not in reply
