@@ -138,6 +138,7 @@ async def test_outside_personal_chats_nothing_streams_the_answer_is_one_message_
 
     assert stack.connector.streamed() == []  # Teams answers 405 to streams there
     assert [r.text for r in stack.connector.posted() if r.text] == [ANSWER]
-    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    # asyncio's own records can come from an earlier test's client collected now; the bot's and the SDK's count.
+    assert [r for r in caplog.records if r.levelname == "ERROR" and r.name != "asyncio"] == []
     typed = bool(stack.connector.typing())
     assert typed is (kind == "groupChat")  # typing in a group chat, none in a channel's reply chain
