@@ -312,3 +312,17 @@ async def test_a_quorum_the_named_approvers_could_never_reach_is_refused(harness
     assert (row["approvers"], row["quorum"]) == (("U_ANA", "U_BEN"), 2)
     # without named approvers the requester and admins decide: any quorum up to 10 is allowed
     assert "quorum=5" in await command(h, "quorum scale_service 5")
+
+
+async def test_serve_warns_at_start_while_no_tool_has_four_eyes_and_admins_are_configured(harnesses):
+    from bot.self_approval import SELF_APPROVAL_WARNING, self_approval_warning
+
+    h = await harnesses.open()
+    storage = h.engine.storage
+
+    assert await self_approval_warning(storage, {ADMIN}) == SELF_APPROVAL_WARNING
+    assert await self_approval_warning(storage, set()) is None, "no admins: nobody expects a second person"
+    await command(h, "four-eyes delete_file on")
+    assert await self_approval_warning(storage, {ADMIN}) is None
+    await command(h, "four-eyes delete_file off")
+    assert await self_approval_warning(storage, {ADMIN}) == SELF_APPROVAL_WARNING
