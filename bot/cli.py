@@ -438,6 +438,7 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
             )
         # Only now, with the surfaces registered: recovery owes notices to threads and posts them through them.
         await engine.start()
+        await _warn_about_self_approval(engine.storage, config.admins)
         # Start-up objects live for the whole process: keep them out of every later GC pass, which otherwise
         # shows up in the p99 of Slack's 3-second acknowledgements (bench/slack_ack.py); collect less often.
         settle_for_serving()
@@ -459,6 +460,14 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         if runner is not None:
             await runner.cleanup()
         await engine.stop()
+
+
+async def _warn_about_self_approval(storage: Any, admins: frozenset[str]) -> None:
+    """Say once at start that requesters approve their own calls, when admins are set but no tool has four-eyes."""
+    from bot.self_approval import self_approval_warning
+
+    if warning := await self_approval_warning(storage, admins):
+        logger.warning(warning)
 
 
 def _bound_url(runner: Any, host: str, port: int) -> str:

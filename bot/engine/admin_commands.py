@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from bot.engine import justification
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
-from bot.engine.confirmation import effective_policy
+from bot.engine.confirmation import EffectivePolicy, effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
 from bot.engine.memory_commands import MemoryCommands
@@ -233,7 +233,7 @@ class AdminCommands:
             lines.append(
                 f"  {name}: {policy.mode}; approvers: {approvers}; quorum {policy.quorum}; "
                 f"four-eyes {'on' if policy.four_eyes else 'off'}; "
-                f"ttl {format_duration(policy.ttl_seconds)}"
+                f"ttl {format_duration(policy.ttl_seconds)}{_self_approval_note(policy)}"
             )
         rows = await self.policy_table(request.platform, request.workspace)
         conditional = await self._conditional_rules(request.platform, request.workspace)
@@ -275,3 +275,10 @@ async def _may_decide(roles: Roles, record: ApprovalRecord, actor: str) -> bool:
     except EngineError:
         return False
     return True
+
+
+def _self_approval_note(policy: EffectivePolicy) -> str:
+    """Say where the person who asked may approve their own call (four-eyes off, and the tool asks at all)."""
+    if policy.four_eyes or policy.mode == "never":
+        return ""
+    return "; requester may approve their own call" + (" if an approver" if policy.approvers else "")

@@ -103,15 +103,34 @@ async def test_policy_list_shows_every_tools_effective_policy_to_anyone(harnesse
         there = await command(h, "policy list #C_OPS", actor=actor)
         assert here.splitlines()[:6] == [
             f"Effective policies in #{CHANNEL}:",
-            "  delete_file: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
+            "  delete_file: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d; "
+            "requester may approve their own call",
             "  read_logs: never; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
             "  remember: never; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
-            "  scale_service: always; approvers: requester and admins; quorum 2; four-eyes off; ttl 1d",
-            "  set_secret: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d",
+            "  scale_service: always; approvers: requester and admins; quorum 2; four-eyes off; ttl 1d; "
+            "requester may approve their own call",
+            "  set_secret: always; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d; "
+            "requester may approve their own call",
         ]
-        assert "  delete_file: once; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d" in there
+        assert (
+            "  delete_file: once; approvers: requester and admins; quorum 1; four-eyes off; ttl 1d; "
+            "requester may approve their own call"
+        ) in there
         assert "  delete_file @ channel:slack:T1:C_OPS: mode=once" in there
     assert await h.audit() == [a for a in await h.audit() if a.actor == ADMIN], "listing is not a change"
+
+
+async def test_policy_list_says_where_the_requester_may_approve_their_own_call(harnesses):
+    h = await harnesses.open()
+    await command(h, "four-eyes delete_file on")
+    await command(h, "approvers set_secret <@U_SEC>")
+
+    lines = {line.split(":")[0].strip(): line for line in (await command(h, "policy list")).splitlines()[1:6]}
+
+    assert "may approve their own call" not in lines["delete_file"], "four-eyes on: someone else must approve"
+    assert "may approve their own call" not in lines["read_logs"], "a tool that never asks has no approval"
+    assert lines["scale_service"].endswith("; requester may approve their own call")
+    assert lines["set_secret"].endswith("; requester may approve their own call if an approver")
 
 
 async def test_pending_lists_the_waiting_approvals_to_anyone(harnesses):
@@ -297,3 +316,17 @@ async def test_a_quorum_the_named_approvers_could_never_reach_is_refused(harness
     assert (row["approvers"], row["quorum"]) == (("U_ANA", "U_BEN"), 2)
     # without named approvers the requester and admins decide: any quorum up to 10 is allowed
     assert "quorum=5" in await command(h, "quorum scale_service 5")
+
+
+async def test_serve_warns_at_start_while_no_tool_has_four_eyes_and_admins_are_configured(harnesses):
+    from bot.self_approval import SELF_APPROVAL_WARNING, self_approval_warning
+
+    h = await harnesses.open()
+    storage = h.engine.storage
+
+    assert await self_approval_warning(storage, {ADMIN}) == SELF_APPROVAL_WARNING
+    assert await self_approval_warning(storage, set()) is None, "no admins: nobody expects a second person"
+    await command(h, "four-eyes delete_file on")
+    assert await self_approval_warning(storage, {ADMIN}) is None
+    await command(h, "four-eyes delete_file off")
+    assert await self_approval_warning(storage, {ADMIN}) == SELF_APPROVAL_WARNING
