@@ -4,12 +4,14 @@
 # see docs/deployment.md. The port is COUNTERSIGN_PORT (default 3000), read by the server and the health check.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY bot ./bot
 COPY adapters ./adapters
 COPY storage ./storage
+# Every dependency from the hashed lock file (pip refuses anything else), then countersign itself alone.
 RUN python -m venv /opt/countersign \
-    && /opt/countersign/bin/pip install --no-cache-dir --disable-pip-version-check .
+    && /opt/countersign/bin/pip install --no-cache-dir --disable-pip-version-check --require-hashes -r requirements.lock \
+    && /opt/countersign/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps .
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /data --create-home countersign

@@ -39,3 +39,18 @@ def test_every_compose_service_runs_under_an_init_process():
     assert names == ["postgres", "countersign-a", "countersign-b"]
     assert "init: true" in COMPOSE.split("\nservices:\n", 1)[0], "the shared replica settings"
     assert "init: true" in services.split("countersign-a:")[0], "postgres"
+
+
+def test_the_image_installs_only_from_the_hashed_lock_file_which_pins_every_runtime_dependency():
+    import tomllib
+
+    assert "--require-hashes -r requirements.lock" in DOCKERFILE
+    assert "--no-deps ." in DOCKERFILE, "countersign itself must not pull unpinned dependencies"
+    lock = (ROOT / "requirements.lock").read_text()
+    pinned = {m.group(1).lower().replace("_", "-") for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==", lock, re.MULTILINE)}
+    blocks = re.split(r"\n(?=[A-Za-z0-9_.\-]+==)", lock)
+    assert all("--hash=sha256:" in block for block in blocks[1:]), "every pin carries its hashes"
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0].lower().replace("_", "-") for dep in dependencies}
+    missing = names - pinned
+    assert not missing, f"requirements.lock lacks {sorted(missing)}: rerun pip-compile (docs/deployment.md)"
