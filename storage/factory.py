@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from typing import Any
 
 from storage.async_protocols import AsyncStores
 from storage.sqlite.aio import AsyncStorage
@@ -21,10 +22,12 @@ async def open_async_storage(
     database_url: str | None = None,
     last_k: int = 10,
     pool_size: int | None = None,
+    pool_timeout: float | None = None,
 ) -> AsyncStores:
     """Open PostgreSQL at ``database_url`` when given, else the SQLite file ``db_path``; run pending migrations.
 
-    ``pool_size`` caps PostgreSQL's connections from this process (default 10); SQLite ignores it.
+    ``pool_size`` caps PostgreSQL's connections from this process (default 10), ``pool_timeout`` bounds a wait
+    for one of them (default 30 s); SQLite ignores both.
 
     >>> storage = await open_async_storage("countersign.db", database_url=None, last_k=30)
     >>> await storage.events.first_time("slack:Ev1")
@@ -35,6 +38,8 @@ async def open_async_storage(
         # Imported here: psycopg costs every SQLite user (and every CLI start) a noticeable fraction of a second.
         from storage.postgres import open_postgres_storage
 
-        sizing = {} if pool_size is None else {"pool_max": pool_size}
+        sizing: dict[str, Any] = {} if pool_size is None else {"pool_max": pool_size}
+        if pool_timeout is not None:
+            sizing["acquire_timeout"] = pool_timeout
         return await open_postgres_storage(database_url, last_k=last_k, **sizing)
     return AsyncStorage(await asyncio.to_thread(open_storage, db_path, last_k=last_k))

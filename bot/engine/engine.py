@@ -103,6 +103,7 @@ class Engine:
             database_url=config.database_url,
             last_k=config.history_last_k,
             pool_size=config.db_pool_size,
+            pool_timeout=config.db_pool_timeout,
         )
         return cls(
             config=config,
