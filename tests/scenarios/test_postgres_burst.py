@@ -16,7 +16,7 @@ import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -40,10 +40,7 @@ DEADLINE = 240.0
 
 def _tagged(url: str, application_name: str) -> str:
     """``url`` with ``application_name`` set, so the test can find this process's backends (and only them)."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    query["application_name"] = application_name
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return f"{url}{'&' if urlsplit(url).query else '?'}application_name={application_name}"
 
 
 @pytest_asyncio.fixture(loop_scope="module")
