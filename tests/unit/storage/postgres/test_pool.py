@@ -1,0 +1,56 @@
+"""The PostgreSQL pool under load: a busy pool is waited for (a delay), only its limit fails; both show in metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from bot.metrics import PrometheusObserver
+from storage import StorageError
+from storage.postgres import open_postgres_storage
+
+
+def _sample(observer: PrometheusObserver, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", observer.exposition().decode(), re.MULTILINE)
+    assert match, f"{name} not exposed"
+    return float(match.group(1))
+
+
+async def test_a_request_waits_for_a_busy_pool_and_only_the_pool_timeout_fails_it_and_metrics_count_both(
+    postgres_url: str,
+):
+    storage = await open_postgres_storage(postgres_url, pool_min=1, pool_max=2, acquire_timeout=0.5)
+    observer = PrometheusObserver()
+    try:
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with storage.db.connection():
+                held.set()
+                await release.wait()
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await held.wait()
+        while storage.pool_stats().get("pool_available", 0) or storage.pool_stats()["pool_size"] < 2:
+            await asyncio.sleep(0.01)  # polling the pool's own state until both connections are held
+        with pytest.raises(StorageError):
+            await storage.messages.count_messages("t")  # both connections held past the 0.5 s limit
+
+        waiting = asyncio.create_task(storage.messages.count_messages("t"))
+        while storage.pool_stats().get("requests_waiting", 0) == 0:
+            await asyncio.sleep(0.01)
+        release.set()
+        assert await waiting == 0  # a wait that ended in time is a delay, not an error
+        await asyncio.gather(*holders)
+
+        observer.set_pool_stats(storage.pool_stats())
+        assert _sample(observer, "countersign_db_pool_timeouts_total") == 1
+        assert _sample(observer, "countersign_db_pool_waits_total") >= 2
+        assert _sample(observer, "countersign_db_pool_waiting") == 0
+        observer.set_pool_stats(storage.pool_stats())  # read again: counters do not count twice
+        assert _sample(observer, "countersign_db_pool_timeouts_total") == 1
+    finally:
+        await storage.aclose()
