@@ -24,24 +24,26 @@ async def test_a_request_waits_for_a_busy_pool_and_only_the_pool_timeout_fails_i
     storage = await open_postgres_storage(postgres_url, pool_min=1, pool_max=2, acquire_timeout=0.5)
     observer = PrometheusObserver()
     try:
-        held = asyncio.Event()
+        inside: list[None] = []
+        both_held = asyncio.Event()
         release = asyncio.Event()
 
         async def hold() -> None:
             async with storage.db.connection():
-                held.set()
+                inside.append(None)
+                if len(inside) == 2:
+                    both_held.set()
                 await release.wait()
 
         holders = [asyncio.create_task(hold()) for _ in range(2)]
-        await held.wait()
-        while storage.pool_stats().get("pool_available", 0) or storage.pool_stats()["pool_size"] < 2:
-            await asyncio.sleep(0.01)  # polling the pool's own state until both connections are held
+        await both_held.wait()
         with pytest.raises(StorageError):
             await storage.messages.count_messages("t")  # both connections held past the 0.5 s limit
 
         waiting = asyncio.create_task(storage.messages.count_messages("t"))
-        while storage.pool_stats().get("requests_waiting", 0) == 0:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(10):  # the pool signals no event when a request queues: read its state
+            while storage.pool_stats().get("requests_waiting", 0) == 0:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         release.set()
         assert await waiting == 0  # a wait that ended in time is a delay, not an error
         await asyncio.gather(*holders)
