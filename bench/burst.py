@@ -196,7 +196,7 @@ async def _burst(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=500)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--pool", type=int, default=5, help="COUNTERSIGN_DB_POOL_SIZE of each replica")
