@@ -28,6 +28,7 @@ from bot.engine.surface import Surface
 from bot.metrics import Observer, PrometheusObserver
 from bot.tools import Tool
 from storage import open_async_storage
+from storage.priority import urgent
 from storage.protocols import ApprovalRecord, ApprovalStep
 
 if TYPE_CHECKING:
@@ -172,7 +173,8 @@ class Engine:
     async def receive(self, inbound: Inbound) -> Received | None:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery or a message
         the bot does not act on. Adapters await this before acknowledging the event, then :meth:`process` it."""
-        return await self.parts.intake.receive(inbound)
+        with urgent():  # stored ahead of the runs queued for a connection: the event is acknowledged in time
+            return await self.parts.intake.receive(inbound)
 
     async def process(self, received: Received) -> None:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""

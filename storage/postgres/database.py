@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from storage.codec import epoch
 from storage.errors import StorageError
+from storage.priority import is_urgent
 from storage.protocols import Instant
 from storage.records import TimeReader
 
@@ -41,6 +42,8 @@ sooner: while the pool's connect attempts fail, a request waits only ``UNREACHAB
 click or an event is still answered within Slack's 3 s deadline (a clear "try again", or a 503 that Slack
 retries).
 """
+URGENT_RESERVE = 1
+"""Connections of the pool kept for urgent work (:func:`storage.priority.urgent`: storing people's messages)."""
 FIRST_WAIT_SECONDS = 2.0
 """A wait for a connection longer than this goes on only while the pool can still connect (see ``_getconn``)."""
 MAX_IDLE_UNCHECKED = 5.0
@@ -96,6 +99,9 @@ class PostgresDatabase:
         self.acquire_timeout = acquire_timeout
         self.unreachable = False
         self.timeouts = 0
+        max_size = getattr(pool, "max_size", 0)
+        self._background = asyncio.Semaphore(max_size - URGENT_RESERVE) if max_size > URGENT_RESERVE else None
+        """Bounds the work that is not urgent to all but ``URGENT_RESERVE`` connections (see :meth:`connection`)."""
         """Requests that gave up waiting for a connection (a wait that went on after a first slice is one request)."""
         """The pool's latest connect attempts all failed (set by the pool, cleared by the next new connection)."""
 
@@ -197,6 +203,9 @@ class PostgresDatabase:
             except psycopg.Error as exc:
                 raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
             return
+        background = None if is_urgent() else self._background
+        if background is not None:
+            await self._enter(background)
         try:
             conn = await self._getconn()
             try:
@@ -205,6 +214,21 @@ class PostgresDatabase:
                 await self.pool.putconn(conn)
         except psycopg.Error as exc:
             raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
+        finally:
+            if background is not None:
+                background.release()
+
+    async def _enter(self, background: asyncio.Semaphore) -> None:
+        # Work that is not urgent (storage.priority) takes one of all but URGENT_RESERVE connections, so that a
+        # person's message is stored (and acknowledged) ahead of the runs queued for a connection.
+        if not background.locked():
+            await background.acquire()
+            return
+        try:
+            await asyncio.wait_for(background.acquire(), self.acquire_timeout)
+        except TimeoutError:
+            self.timeouts += 1
+            raise StorageError(f"PostgreSQL error: no connection free after {self.acquire_timeout:.2f} sec") from None
 
     async def _getconn(self) -> psycopg.AsyncConnection[Any]:
         # While the server is known to refuse connections, waiting the full acquire timeout only delays the
