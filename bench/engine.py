@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.pg_commands import COUNTER  # noqa: E402
 from bench.pg_schemas import Schemas  # noqa: E402
 from bot.aio import run_sync  # noqa: E402
 from bot.config import Config  # noqa: E402
@@ -353,12 +354,15 @@ async def run_conversations(
             failures.append(f"{key}: {answer[:80]}")
 
     round_trips_before = profiler.round_trips
+    commands_before = collections.Counter(COUNTER.counts)
     began, loop_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     await asyncio.gather(*(conversation(i) for i in range(n_threads)))
     wall = time.perf_counter() - began
     loop_cpu = time.thread_time() - loop_cpu
     process_cpu = time.process_time() - process_cpu
     round_trips = profiler.round_trips - round_trips_before
+    commands = collections.Counter(COUNTER.counts)
+    commands.subtract(commands_before)
     await engine.wait_idle()
     await engine.stop()
     if db_threads is not None or synchronous is not None:
@@ -376,6 +380,14 @@ async def run_conversations(
         "cpu_ms_per_conversation": round(process_cpu / n_threads * 1000, 3),
         "event_loop_cpu_ms_per_conversation": round(loop_cpu / n_threads * 1000, 3),
         "round_trips_per_conversation": round(round_trips / n_threads, 2),
+        "commands_per_conversation": (
+            None
+            if database_url is None
+            else round(sum(n for k, n in commands.items() if k != "prepare") / n_threads, 2)
+        ),
+        "commands_by_kind_per_conversation": (
+            None if database_url is None else {k: round(n / n_threads, 2) for k, n in sorted(commands.items()) if n}
+        ),
         # PostgreSQL's storage runs on the event loop: its CPU is the event loop's, not a thread's of its own.
         "storage_cpu_s": round(profiler.cpu_s, 2) if profile and database_url is None else None,
         "failures": len(failures) + (n_threads - len(resume_ms)),
@@ -386,6 +398,8 @@ async def run_conversations(
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     postgres = args.database_url is not None
+    if postgres:
+        COUNTER.install()  # every command this process sends to PostgreSQL, counted (bench/pg_commands.py)
     schemas = Schemas(args.database_url) if postgres else None
     with tempfile.TemporaryDirectory(prefix="countersign-bench-") as folder:
         try:
@@ -421,6 +435,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_conversation": many["cpu_ms_per_conversation"],
         "event_loop_cpu_ms_per_conversation": many["event_loop_cpu_ms_per_conversation"],
         "round_trips_per_conversation": many["round_trips_per_conversation"],
+        "commands_per_conversation": many["commands_per_conversation"],
+        "commands_by_kind_per_conversation": many["commands_by_kind_per_conversation"],
         "target_cpu_ms_per_conversation": TARGET_CPU_MS,
         "target_round_trips_per_conversation": TARGET_ROUND_TRIPS,
         "llm_calls": many["llm_calls"],
@@ -482,6 +498,11 @@ def main() -> None:
         f"{figures['event_loop_cpu_ms_per_conversation']} ms), target <= {TARGET_CPU_MS} ms; "
         f"{figures['round_trips_per_conversation']} storage round trips, target <= {TARGET_ROUND_TRIPS}"
     )
+    if figures.get("commands_per_conversation") is not None:
+        print(
+            f"  PostgreSQL commands per conversation: {figures['commands_per_conversation']} "
+            f"{figures['commands_by_kind_per_conversation']}"
+        )
     if figures.get("storage_cpu_s") is not None:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
     for row in figures.get("storage_profile", []):

@@ -37,6 +37,8 @@ configuration (environment variables; a .env file in the working folder is read 
                                    SQLite file, for several replicas sharing one database (default: unset)
   COUNTERSIGN_DB_POOL_SIZE         PostgreSQL only: at most this many connections per replica, a whole
                                    number of at least 2 (default: 10)
+  COUNTERSIGN_DB_POOL_TIMEOUT      PostgreSQL only: how long work waits for a free pooled connection
+                                   before it fails, a duration such as 30s or 2m (default: 30s)
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)

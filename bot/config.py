@@ -61,6 +61,8 @@ class Config:
     """``postgresql://…``: PostgreSQL instead of the SQLite file (``COUNTERSIGN_DATABASE_URL``; may hold a password)."""
     db_pool_size: int = 10
     """``COUNTERSIGN_DB_POOL_SIZE``: at most this many PostgreSQL connections per process (replica)."""
+    db_pool_timeout: float = 30.0
+    """``COUNTERSIGN_DB_POOL_TIMEOUT``: how long work waits for a pooled PostgreSQL connection before failing."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
@@ -211,6 +213,7 @@ class Config:
             db_path=db_path if database_url else check_db_path(db_path, "COUNTERSIGN_DB"),
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
+            db_pool_timeout=_db_pool_timeout(env),
             tool_specs=_tool_specs(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
@@ -492,6 +495,20 @@ def _default_ttl(env: Mapping[str, str]) -> int:
         return duration_seconds(raw)
     except DurationError as exc:
         raise ConfigError(f"COUNTERSIGN_DEFAULT_TTL: {exc}") from None
+
+
+MAX_DB_POOL_TIMEOUT_SECONDS = 3600
+
+
+def _db_pool_timeout(env: Mapping[str, str]) -> float:
+    """``COUNTERSIGN_DB_POOL_TIMEOUT``: a duration (``30s``, ``2m``, plain seconds), at most an hour; default 30 s."""
+    raw = env.get("COUNTERSIGN_DB_POOL_TIMEOUT")
+    if not raw:
+        return 30.0
+    try:
+        return float(duration_seconds(raw, maximum=MAX_DB_POOL_TIMEOUT_SECONDS, what="A pool timeout"))
+    except DurationError as exc:
+        raise ConfigError(f"COUNTERSIGN_DB_POOL_TIMEOUT: {exc}") from None
 
 
 def _database_url(env: Mapping[str, str], name: str) -> str | None:

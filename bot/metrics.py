@@ -153,6 +153,27 @@ class PrometheusObserver:
         self.lease_takeovers = Counter(
             "countersign_lease_takeovers", "Runs this process took over from a stopped owner", registry=r
         )
+        self.db_pool_waits = Counter(
+            "countersign_db_pool_waits", "Requests that waited for a pooled PostgreSQL connection", registry=r
+        )
+        self.db_pool_wait_seconds = Counter(
+            "countersign_db_pool_wait_seconds", "Time requests spent waiting for a pooled connection", registry=r
+        )
+        self.db_pool_timeouts = Counter(
+            "countersign_db_pool_timeouts",
+            "Requests that gave up waiting for a pooled connection (COUNTERSIGN_DB_POOL_TIMEOUT)",
+            registry=r,
+        )
+        self.db_pool_connections = Gauge(
+            "countersign_db_pool_connections",
+            "Connections of this process's PostgreSQL pool, by state",
+            ["state"],
+            registry=r,
+        )
+        self.db_pool_waiting = Gauge(
+            "countersign_db_pool_waiting", "Requests waiting for a pooled PostgreSQL connection now", registry=r
+        )
+        self._pool_seen: dict[str, float] = {}
 
     def _child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, looked up once: the client checks and locks on every ``labels`` call,
@@ -208,6 +229,23 @@ class PrometheusObserver:
         for tool in self._pending_tools:
             self.approvals_pending.labels(tool=tool).set(pending_by_tool.get(tool, 0))
         self.inbox_depth.set(inbox_depth)
+
+    def set_pool_stats(self, stats: Mapping[str, int]) -> None:
+        """Read the PostgreSQL pool's own counters (psycopg_pool's ``get_stats()`` names) at scrape time."""
+        for key, counter, scale in (
+            ("requests_queued", self.db_pool_waits, 1.0),
+            ("requests_wait_ms", self.db_pool_wait_seconds, 0.001),
+            ("requests_errors", self.db_pool_timeouts, 1.0),
+        ):
+            value = stats.get(key, 0) * scale
+            delta = value - self._pool_seen.get(key, 0.0)
+            if delta > 0:
+                counter.inc(delta)
+                self._pool_seen[key] = value
+        size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        self.db_pool_connections.labels(state="idle").set(available)
+        self.db_pool_connections.labels(state="busy").set(max(size - available, 0))
+        self.db_pool_waiting.set(stats.get("requests_waiting", 0))
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

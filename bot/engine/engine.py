@@ -28,6 +28,7 @@ from bot.engine.surface import Surface
 from bot.metrics import Observer, PrometheusObserver
 from bot.startup_errors import open_configured_storage
 from bot.tools import Tool
+from storage.priority import urgent
 from storage.protocols import ApprovalRecord, ApprovalStep
 
 if TYPE_CHECKING:
@@ -99,7 +100,9 @@ class Engine:
         chosen_tools = list(tools) if tools is not None else config.load_tools()
         chosen_generator = generator if generator is not None else config.build_generator()
         # One line naming the setting (exit 2) when the database cannot be opened: see bot.startup_errors.
-        storage = await open_configured_storage(config, last_k=config.history_last_k, pool_size=config.db_pool_size)
+        storage = await open_configured_storage(
+            config, last_k=config.history_last_k, pool_size=config.db_pool_size, pool_timeout=config.db_pool_timeout
+        )
         return cls(
             config=config,
             storage=storage,
@@ -167,7 +170,8 @@ class Engine:
     async def receive(self, inbound: Inbound) -> Received | None:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery or a message
         the bot does not act on. Adapters await this before acknowledging the event, then :meth:`process` it."""
-        return await self.parts.intake.receive(inbound)
+        with urgent():  # stored ahead of the runs queued for a connection: the event is acknowledged in time
+            return await self.parts.intake.receive(inbound)
 
     async def process(self, received: Received) -> None:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""

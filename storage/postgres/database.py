@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import select
+import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -16,10 +19,11 @@ from typing import Any, LiteralString, cast
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from storage.codec import epoch
 from storage.errors import DatabaseUnreachable, StorageError
+from storage.priority import is_urgent
 from storage.protocols import Instant
 from storage.records import TimeReader
 
@@ -29,11 +33,26 @@ DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
 """No statement may hold a connection (and its locks) longer than this."""
 RECONNECT_GIVE_UP_SECONDS = 1.0
 UNREACHABLE_ACQUIRE_TIMEOUT = 0.5
-DEFAULT_ACQUIRE_TIMEOUT = 2.0
-"""How long a statement waits for a pooled connection before :class:`StorageError` ("try again").
+DEFAULT_ACQUIRE_TIMEOUT = 30.0
+"""How long a statement waits for a pooled connection of a busy pool before :class:`StorageError` ("try again").
 
-Short on purpose: while the server is unreachable, a click or an event is answered within Slack's 3 s
-deadline (a clear "try again", or a 503 that Slack retries) instead of hanging until a proxy gives up.
+Long on purpose (``COUNTERSIGN_DB_POOL_TIMEOUT``): under a burst every connection is busy and a request queues
+for one; the wait is backpressure, a delay, not an error. A server that refuses connections is noticed
+sooner: while the pool's connect attempts fail, a request waits only ``UNREACHABLE_ACQUIRE_TIMEOUT``, so a
+click or an event is still answered within Slack's 3 s deadline (a clear "try again", or a 503 that Slack
+retries).
+"""
+URGENT_RESERVE = 1
+"""Connections of the pool kept for urgent work (:func:`storage.priority.urgent`: storing people's messages)."""
+FIRST_WAIT_SECONDS = 2.0
+"""A wait for a connection longer than this goes on only while the pool can still connect (see ``_getconn``)."""
+MAX_IDLE_UNCHECKED = 5.0
+"""A pooled connection idle at most this long is handed out without an empty round trip to the server.
+
+The pool's ``check`` costs a round trip per hand-out; under load a connection is back in the pool for
+milliseconds, and a server that closed it in between (a restart, a terminated backend) has said so on its
+socket, which a look at the socket (no round trip) sees. Longer idle connections, which a proxy or a
+firewall may have dropped without a word, get the full check.
 """
 
 
@@ -79,6 +98,11 @@ class PostgresDatabase:
         self.pool = pool
         self.acquire_timeout = acquire_timeout
         self.unreachable = False
+        self.timeouts = 0
+        max_size = getattr(pool, "max_size", 0)
+        self._background = asyncio.Semaphore(max_size - URGENT_RESERVE) if max_size > URGENT_RESERVE else None
+        """Bounds the work that is not urgent to all but ``URGENT_RESERVE`` connections (see :meth:`connection`)."""
+        """Requests that gave up waiting for a connection (a wait that went on after a first slice is one request)."""
         """The pool's latest connect attempts all failed (set by the pool, cleared by the next new connection)."""
 
     @property
@@ -106,10 +130,15 @@ class PostgresDatabase:
         """
         sweeping: set[asyncio.Task[None]] = set()
         database: PostgresDatabase | None = None  # set below; the pool's callbacks only run once it exists
+        returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
 
         async def check(conn: psycopg.AsyncConnection[Any]) -> None:
-            # An empty round trip before each use: a connection the server dropped while it sat idle (a
-            # restart, a failover, a proxy's timeout) is replaced instead of failing the caller's statement.
+            # A connection the server dropped while it sat idle (a restart, a failover, a proxy's timeout) is
+            # replaced instead of failing the caller's statement. A recently used one whose socket is quiet is
+            # alive as far as anything short of a round trip can tell: see MAX_IDLE_UNCHECKED.
+            since = returned.get(conn)
+            if since is not None and time.monotonic() - since <= MAX_IDLE_UNCHECKED and _quiet(conn):
+                return
             try:
                 await AsyncConnectionPool.check_connection(conn)
             except Exception:
@@ -126,6 +155,10 @@ class PostgresDatabase:
             if database is not None:
                 database.unreachable = False
             await conn.execute(SQL("SET statement_timeout = {}").format(int(statement_timeout_ms)))
+            returned[conn] = time.monotonic()
+
+        async def reset(conn: psycopg.AsyncConnection[Any]) -> None:
+            returned[conn] = time.monotonic()  # back in the pool, just used: see check
 
         def gave_up(_pool: AsyncConnectionPool) -> None:
             if database is not None:
@@ -137,6 +170,7 @@ class PostgresDatabase:
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=configure,
+            reset=reset,
             check=check,
             timeout=acquire_timeout,
             # The pool retries a failed connect with a doubling back-off (1 s, 2 s, 4 s, …), so after an outage
@@ -169,18 +203,57 @@ class PostgresDatabase:
             except psycopg.Error as exc:
                 raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
             return
+        background = None if is_urgent() else self._background
+        if background is not None:
+            await self._enter(background)
         try:
-            async with self.pool.connection(timeout=self._wait_for_connection()) as conn:
+            conn = await self._getconn()
+            try:
                 yield conn
+            finally:
+                await self.pool.putconn(conn)
         except psycopg.Error as exc:
             raise StorageError(f"PostgreSQL error: {_first_line(exc)}") from exc
+        finally:
+            if background is not None:
+                background.release()
 
-    def _wait_for_connection(self) -> float:
+    async def _enter(self, background: asyncio.Semaphore) -> None:
+        # Work that is not urgent (storage.priority) takes one of all but URGENT_RESERVE connections, so that a
+        # person's message is stored (and acknowledged) ahead of the runs queued for a connection.
+        if not background.locked():
+            await background.acquire()
+            return
+        try:
+            await asyncio.wait_for(background.acquire(), self.acquire_timeout)
+        except TimeoutError:
+            self.timeouts += 1
+            raise StorageError(f"PostgreSQL error: no connection free after {self.acquire_timeout:.2f} sec") from None
+
+    async def _getconn(self) -> psycopg.AsyncConnection[Any]:
         # While the server is known to refuse connections, waiting the full acquire timeout only delays the
         # "try again": wait just long enough for the one fresh attempt this request starts to succeed.
         if self.unreachable and self.pool.get_stats().get("pool_available", 0) == 0:
-            return min(UNREACHABLE_ACQUIRE_TIMEOUT, self.acquire_timeout)
-        return self.acquire_timeout
+            return await self._counted_getconn(min(UNREACHABLE_ACQUIRE_TIMEOUT, self.acquire_timeout))
+        # A busy pool is waited for (backpressure); a server that went away is told within Slack's deadline: wait
+        # a first slice, and only if the pool's connect attempts are not failing meanwhile, the rest of the limit.
+        first = min(FIRST_WAIT_SECONDS, self.acquire_timeout)
+        began = time.monotonic()
+        try:
+            return await self.pool.getconn(first)
+        except PoolTimeout:
+            remaining = self.acquire_timeout - (time.monotonic() - began)
+            if self.unreachable or remaining <= 0:
+                self.timeouts += 1
+                raise
+        return await self._counted_getconn(remaining)
+
+    async def _counted_getconn(self, seconds: float) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await self.pool.getconn(seconds)
+        except PoolTimeout:
+            self.timeouts += 1
+            raise
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -241,11 +314,27 @@ class PostgresDatabase:
         """Close every connection of the pool; later use raises :class:`StorageError`."""
         await self.pool.close()
 
+    def pool_stats(self) -> dict[str, int]:
+        """The pool's counters since it opened (psycopg_pool's names): ``requests_queued`` (requests that
+        waited for a connection), ``requests_wait_ms``, ``requests_errors`` (waits that timed out), and the
+        gauges ``pool_size``, ``pool_available``, ``requests_waiting``."""
+        return {**self.pool.get_stats(), "requests_errors": self.timeouts}
+
 
 _BOUND: contextvars.ContextVar[tuple[PostgresDatabase, psycopg.AsyncConnection[Any]] | None] = contextvars.ContextVar(
     "countersign_postgres_bound", default=None
 )
 """The transaction :meth:`PostgresDatabase.bound` opened in this task, with its database."""
+
+
+def _quiet(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection's socket has nothing to read (a server that ends a session says so on it)."""
+    try:
+        fd = conn.pgconn.socket
+        readable, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return not readable
 
 
 def _first_line(exc: BaseException) -> str:

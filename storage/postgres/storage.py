@@ -76,6 +76,10 @@ class PostgresStorage:
         async with self.db.connection() as conn:
             return await schema_version(conn)
 
+    def pool_stats(self) -> dict[str, int]:
+        """The connection pool's counters and gauges (:meth:`PostgresDatabase.pool_stats`), for ``/metrics``."""
+        return self.db.pool_stats()
+
     async def aclose(self) -> None:
         """Close the listening connection and the pool; later calls raise :class:`storage.StorageError`."""
         await self.wakeups.aclose()

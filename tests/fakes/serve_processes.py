@@ -219,6 +219,8 @@ class ScriptedModel:
         self._open = asyncio.Event()
         self._open.set()
         self._arrived = asyncio.Condition()
+        self.delay = 0.0
+        """Seconds every answer takes (a model that thinks, for load tests); 0 answers at once."""
 
     def plan(self, user_text: str, calls: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """When the last message is ``user_text``, ask for ``calls`` (``[(tool, arguments), ...]``)."""
@@ -245,6 +247,8 @@ class ScriptedModel:
             self.requests.append(body)
             self._arrived.notify_all()
         await self._open.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)  # the model's own thinking time, not a wait for an outcome
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         if last.get("role") == "tool":

@@ -36,6 +36,7 @@ ENV_VARS = (
     "COUNTERSIGN_DB",
     "COUNTERSIGN_DATABASE_URL",
     "COUNTERSIGN_DB_POOL_SIZE",
+    "COUNTERSIGN_DB_POOL_TIMEOUT",
     "COUNTERSIGN_TOOLS",
     "COUNTERSIGN_ADMINS",
     "COUNTERSIGN_MODEL",
@@ -220,6 +221,16 @@ def test_the_reply_mode_defaults_to_the_requester_and_refuses_anything_else():
 def test_the_pool_size_defaults_to_ten_connections_per_replica():
     assert Config.from_env({}).db_pool_size == 10
     assert Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": "25"}).db_pool_size == 25
+
+
+def test_the_pool_timeout_takes_a_duration_and_defaults_to_thirty_seconds():
+    assert Config.from_env({}).db_pool_timeout == 30.0
+    assert Config.from_env({"COUNTERSIGN_DB_POOL_TIMEOUT": "2m"}).db_pool_timeout == 120.0
+    assert Config.from_env({"COUNTERSIGN_DB_POOL_TIMEOUT": "5"}).db_pool_timeout == 5.0
+    for wrong in ("soon", "0", "2h"):
+        with pytest.raises(ConfigError) as refused:
+            Config.from_env({"COUNTERSIGN_DB_POOL_TIMEOUT": wrong})
+        assert str(refused.value).startswith("COUNTERSIGN_DB_POOL_TIMEOUT: ")
 
 
 def test_the_default_ttl_takes_the_durations_of_the_ttl_command_and_plain_seconds():

@@ -9,10 +9,12 @@ database, as another process (or replica) opens it.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
 
 from storage import open_async_storage
@@ -28,6 +30,29 @@ class Backend:
     storage: Any
     execute: Callable[[str], Awaitable[None]]
     open_another: Callable[..., Awaitable[Any]]
+    sever: Callable[[], None]
+    """Lose the current batch's connection, from inside the batch (a write's ``derive``): PostgreSQL terminates
+    its backend (as a restart or a failover does), SQLite's driver fails as on a disk that went away."""
+
+
+def _sqlite_sever(storage: Any) -> Callable[[], None]:
+    def sever() -> None:
+        # The writer's connection failing as one on a vanished disk does: the driver's own error, mid-transaction.
+        raise sqlite3.OperationalError("disk I/O error")
+
+    return sever
+
+
+def _postgres_sever(storage: Any, url: str) -> Callable[[], None]:
+    def sever() -> None:
+        from storage.postgres.database import _BOUND
+
+        bound = _BOUND.get()
+        assert bound is not None, "sever() is called from inside a batch"
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (bound[1].info.backend_pid,))
+
+    return sever
 
 
 def _sqlite_execute(storage: Any) -> Callable[[str], Awaitable[None]]:
@@ -62,7 +87,8 @@ async def backend(request, tmp_path):
 
     storage = await open_async_storage(tmp_path / "countersign.db", database_url=url, last_k=10)
     execute = _sqlite_execute(storage) if url is None else _postgres_execute(storage)
-    yield Backend(request.param, storage, execute, open_another)
+    sever = _sqlite_sever(storage) if url is None else _postgres_sever(storage, url)
+    yield Backend(request.param, storage, execute, open_another, sever)
     for other in others:
         await other.aclose()
     await storage.aclose()

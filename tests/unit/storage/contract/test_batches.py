@@ -22,6 +22,7 @@ from storage import (
     NotFound,
     Results,
     RunFence,
+    StorageError,
     StoreMethod,
     ThreadAddress,
     TokenUsage,
@@ -145,6 +146,27 @@ async def test_a_write_that_raises_rolls_back_the_batch_and_the_error_reaches_th
     await _nothing_of_the_pause(storage)
     # The storage is usable afterwards: the same pause applies cleanly.
     assert (await storage.batches.apply(_pause())).applied
+
+
+async def test_a_connection_lost_in_the_middle_of_a_batch_writes_nothing_and_the_storage_goes_on(storage, backend):
+    await create_run(storage)
+    batch = Batch()
+    batch.write(stores.runs.record_usage, "run-1", TokenUsage(21, 7, 28))
+    batch.write(stores.approvals.create_many, [new_approval("run-1", "call_a-1", approval_id="a-1")])
+
+    def severed(done: Results) -> Any:
+        backend.sever()  # after two writes were made, before the third: the connection is gone
+        return call(stores.runs.transition, "run-1", "running", "paused", step=1, snapshot_json={"step": 1})
+
+    batch.write_from(stores.runs.transition, severed, required=True)
+    batch.write(stores.audit.append, "U_ANA", "paused", "run-1", {"approvals": ["a-1"]}, now=NOW)
+
+    with pytest.raises(StorageError):
+        await storage.batches.apply(batch)
+
+    await _nothing_of_the_pause(await backend.open_another())
+    await _nothing_of_the_pause(storage)
+    assert (await storage.batches.apply(_pause())).applied  # a fresh connection: the same pause applies
 
 
 async def test_two_batches_racing_for_one_compare_and_set_apply_exactly_once(storage):
