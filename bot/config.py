@@ -62,6 +62,8 @@ class Config:
     db_pool_size: int = 10
     """``COUNTERSIGN_DB_POOL_SIZE``: at most this many PostgreSQL connections per process (replica)."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
+    mcp_servers: tuple[Any, ...] = field(default=(), repr=False)
+    """``COUNTERSIGN_MCP_CONFIG``: the MCP servers (``bot.mcp.MCPServerConfig``), their tools beside the others."""
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
     openai_api_key: str | None = field(default=None, repr=False)
@@ -191,6 +193,7 @@ class Config:
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             tool_specs=_tool_specs(env),
+            mcp_servers=_mcp_servers(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
@@ -260,6 +263,16 @@ class Config:
             max_retries=self.llm_max_retries,
             default_headers=dict(self.llm_headers),
         )
+
+
+def _mcp_servers(env: Mapping[str, str]) -> tuple[Any, ...]:
+    """``COUNTERSIGN_MCP_CONFIG`` read and checked now, so a bad file stops start-up in one line."""
+    from bot.mcp.config import MCPConfigError, load_mcp_config
+
+    try:
+        return tuple(load_mcp_config(env))
+    except MCPConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_db_path(path: Path, name: str) -> Path:

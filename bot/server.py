@@ -90,10 +90,15 @@ async def readiness_problems(engine: Engine, plugins: list[Any]) -> list[str]:
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 200 when the database and every configured surface are usable, else 503 saying what is wrong."""
     problems = await readiness_problems(request.app[ENGINE], request.app[ACTIVE_PLUGINS])
+    mcp = request.app[ENGINE].mcp
+    if mcp is not None and not mcp.all_tried:
+        problems.append("MCP servers are still starting")
     if problems:
         logger.warning("not ready", extra={"problems": "; ".join(problems)})
         return web.json_response({"status": "not ready", "problems": problems}, status=503)
-    return web.json_response({"status": "ready"})
+    degraded = mcp.degraded() if mcp is not None else []
+    # A failed MCP server leaves the rest ready: it is listed by name, its tools are absent.
+    return web.json_response({"status": "ready", "degraded": degraded} if degraded else {"status": "ready"})
 
 
 async def metrics(request: web.Request) -> web.Response:
