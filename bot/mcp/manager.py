@@ -163,7 +163,7 @@ class MCPManager:
                 from mcp.client.stdio import StdioServerParameters, stdio_client
 
                 params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.env), cwd=cfg.cwd)
-                errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed by the stack
+                errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115, ASYNC230 - /dev/null, closed by the stack
                 read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
             else:
                 from mcp.client.streamable_http import streamable_http_client
