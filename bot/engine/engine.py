@@ -111,6 +111,10 @@ class Engine:
         chosen_generator = generator if generator is not None else config.build_generator()
         # One line naming the setting (exit 2) when the database cannot be opened: see bot.startup_errors.
         storage = await open_configured_storage(config, last_k=config.history_last_k, pool_size=config.db_pool_size)
+        if mcp is not None:  # `policy set deploy__* always`: each server's tools are the group `<server>__*`
+            for group, names in mcp.server_groups().items():
+                if names:
+                    await storage.policies.define_group(group, names)
         engine = cls(
             config=config,
             storage=storage,

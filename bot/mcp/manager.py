@@ -97,6 +97,14 @@ class MCPManager:
                 out.append(mcp_tool(name, tool_name, spec, self.call))
         return out
 
+    def server_groups(self) -> dict[str, list[str]]:
+        """``<server>__*`` to the names of that server's tools: the tool groups ``policy set deploy__* …`` uses."""
+        groups: dict[str, list[str]] = {f"{name}__*": [] for name in self._servers}
+        for tool in self.tools():
+            if tool.mcp is not None:
+                groups[f"{tool.mcp.server}__*"].append(tool.name)
+        return groups
+
     async def call(self, server_name: str, tool: str, arguments: dict[str, Any]) -> str:
         """Call ``tool`` on ``server_name``; the text (and structured content) of its result."""
         server = self._servers.get(server_name)

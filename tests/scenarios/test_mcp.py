@@ -149,6 +149,15 @@ async def test_an_admin_rule_beats_the_annotation(h: Harness, sandbox: Path):
     assert approvals[0].tool_name == "fs__read_text_file"
 
 
+async def test_a_rule_for_a_whole_server_applies_to_each_of_its_tools(h: Harness, tmp_path: Path):
+    reply = await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "policy set t__* never"))
+    assert "never" in reply
+    script(h, asks_for("t__record", note="no card"), echoes_results)
+    await h.say("record")
+    assert all(not r.approvals for r in h.surface.renders)
+    assert (tmp_path / "log.jsonl").read_text().count("no card") == 1
+
+
 async def test_an_error_result_is_marked_error_and_names_the_server(h: Harness):
     script(h, asks_for("t__broken"), echoes_results)
     await h.say("break")
