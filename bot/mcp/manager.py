@@ -52,6 +52,7 @@ class _Server:
     specs: list[Any] = field(default_factory=list)
     tried: asyncio.Event = field(default_factory=asyncio.Event)
     broken: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
 
@@ -97,6 +98,10 @@ class MCPManager:
                 out.append(mcp_tool(name, tool_name, spec, self.call))
         return out
 
+    async def wait_ready(self, server_name: str, timeout: float) -> None:
+        """Wait until ``server_name`` is connected (after a restart, say); ``TimeoutError`` after ``timeout`` s."""
+        await asyncio.wait_for(self._servers[server_name].ready.wait(), timeout)
+
     def server_groups(self) -> dict[str, list[str]]:
         """``<server>__*`` to the names of that server's tools: the tool groups ``policy set deploy__* …`` uses."""
         groups: dict[str, list[str]] = {f"{name}__*": [] for name in self._servers}
@@ -119,7 +124,10 @@ class MCPManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a dead transport, a JSON-RPC error, ...
-            if _connection_lost(exc):
+            if _connection_lost(exc):  # restart (stdio) or reconnect (HTTP) now, with back-off
+                server.status.status = "failed"
+                server.session = None
+                server.ready.clear()
                 server.broken.set()
             raise MCPCallError(f"error from {server_name}: {_one_line(exc)}", tool) from None
         text = summarise_result(result)
@@ -153,6 +161,7 @@ class MCPManager:
                 server.status.status = "failed"
                 server.status.last_error = error
             finally:
+                server.ready.clear()
                 server.session = None
                 server.specs = []
                 server.status.tool_count = 0
@@ -189,6 +198,7 @@ class MCPManager:
             server.status.tool_count = len(specs)
             server.status.last_error = None
             server.tried.set()
+            server.ready.set()
             await server.broken.wait()
             raise ConnectionError("the connection was lost")
 
@@ -236,7 +246,11 @@ def summarise_result(result: Any) -> str:
 
 def _connection_lost(exc: BaseException) -> bool:
     import anyio
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED
 
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
     return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | ConnectionError | EOFError)
 
 

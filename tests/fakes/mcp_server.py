@@ -3,13 +3,14 @@
 ``python -m tests.fakes.mcp_server LOG [stdio|http PORT]``: every execution of ``record`` appends
 one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
-result), ``slow`` (sleeps, for timeouts and cancellation).
+result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,11 @@ def build(log_path: Path) -> MCPServer:
         """Sleep, then answer."""
         await asyncio.sleep(seconds)
         return "woke up"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def crash() -> str:
+        """The server process dies (for restart tests)."""
+        os._exit(3)
 
     return server
 

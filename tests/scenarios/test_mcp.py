@@ -80,7 +80,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 5
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 6
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
@@ -163,6 +163,20 @@ async def test_an_error_result_is_marked_error_and_names_the_server(h: Harness):
     await h.say("break")
     [(name, result, error)] = [r for r in tool_results(await h.history()) if r[0] == "t__broken"]
     assert error and "error from t" in result
+
+
+async def test_a_stdio_server_that_dies_is_restarted_and_works_again(h: Harness):
+    assert h.engine.mcp is not None
+    script(h, asks_for("t__crash"), echoes_results)
+    await h.say("crash it")
+    [(_, result, error)] = [r for r in tool_results(await h.history()) if r[0] == "t__crash"]
+    assert error and "error from t: MCPError: Connection closed" in result
+    assert "t" in h.engine.mcp.degraded()
+    await h.engine.mcp.wait_ready("t", 20)
+    script(h, asks_for("t__peek"), echoes_results)
+    await h.say("peek")
+    assert ("t__peek", "0 notes", False) in tool_results(await h.history())
+    assert h.engine.mcp.degraded() == ["down"]
 
 
 def _free_port() -> int:
