@@ -98,9 +98,9 @@ class MCPManager:
                 out.append(mcp_tool(name, tool_name, spec, self.call))
         return out
 
-    async def wait_ready(self, server_name: str, timeout: float) -> None:
-        """Wait until ``server_name`` is connected (after a restart, say); ``TimeoutError`` after ``timeout`` s."""
-        await asyncio.wait_for(self._servers[server_name].ready.wait(), timeout)
+    async def wait_ready(self, server_name: str) -> None:
+        """Wait until ``server_name`` is connected (after a restart, say); bound it with ``asyncio.timeout``."""
+        await self._servers[server_name].ready.wait()
 
     def server_groups(self) -> dict[str, list[str]]:
         """``<server>__*`` to the names of that server's tools: the tool groups ``policy set deploy__* …`` uses."""

@@ -23,6 +23,7 @@ from tests.fakes.engine_kit import (
     WORKSPACE,
     Harness,
     asks_for,
+    bounded,
     echoes_results,
     tool_results,
 )
@@ -172,7 +173,7 @@ async def test_a_stdio_server_that_dies_is_restarted_and_works_again(h: Harness)
     [(_, result, error)] = [r for r in tool_results(await h.history()) if r[0] == "t__crash"]
     assert error and "error from t: MCPError: Connection closed" in result
     assert "t" in h.engine.mcp.degraded()
-    await h.engine.mcp.wait_ready("t", 20)
+    await bounded(h.engine.mcp.wait_ready("t"), 20)
     script(h, asks_for("t__peek"), echoes_results)
     await h.say("peek")
     assert ("t__peek", "0 notes", False) in tool_results(await h.history())
