@@ -222,3 +222,14 @@ async def test_streamable_http_write_pauses_and_approve_runs_once(tmp_path: Path
         assert len((tmp_path / "http-log.jsonl").read_text().splitlines()) == 1
     finally:
         await harness.close()
+
+
+async def test_readyz_lists_a_failed_server_under_degraded_and_stays_ready(h: Harness):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bot.server import build_web_app
+
+    app = await build_web_app(h.engine, h.engine.config, plugins=[])
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/readyz")
+        assert (response.status, await response.json()) == (200, {"status": "ready", "degraded": ["down"]})
