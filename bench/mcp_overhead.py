@@ -41,9 +41,8 @@ async def main(n: int) -> None:
     t0 = time.perf_counter()
     await manager.start(60)
     startup = time.perf_counter() - t0
-    print(
-        f"start-up, three stdio servers: {startup * 1000:.0f} ms; {[(s.name, s.status, s.tool_count, s.last_error) for s in manager.statuses()]}"
-    )
+    states = [(s.name, s.status, s.tool_count, s.last_error) for s in manager.statuses()]
+    print(f"start-up, three stdio servers: {startup * 1000:.0f} ms; {states}")
     tool = next(t for t in manager.tools() if t.name == "t__peek")
     session = manager._servers["t"].session  # noqa: SLF001 - the direct client call to compare against
     direct: list[float] = []
