@@ -233,3 +233,30 @@ async def test_readyz_lists_a_failed_server_under_degraded_and_stays_ready(h: Ha
     async with TestClient(TestServer(app)) as client:
         response = await client.get("/readyz")
         assert (response.status, await response.json()) == (200, {"status": "ready", "degraded": ["down"]})
+
+
+async def test_a_call_past_the_servers_timeout_is_an_error_naming_the_server(tmp_path: Path):
+    from bot.mcp import MCPManager
+    from bot.mcp.manager import MCPCallError
+
+    cfg = parse_mcp_config(
+        {
+            "mcpServers": {
+                "t": {
+                    "command": sys.executable,
+                    "args": ["-m", "tests.fakes.mcp_server", str(tmp_path / "log")],
+                    "cwd": str(ROOT),
+                    "timeout": 1,
+                }
+            }
+        },
+        {},
+    )
+    manager = MCPManager(cfg)
+    try:
+        await bounded(manager.start(), 20)
+        with pytest.raises(MCPCallError, match=r"^error from t: no answer within 1 s$"):
+            await manager.call("t", "slow", {"seconds": 30})
+        assert await manager.call("t", "slow", {"seconds": 0}) == "woke up"  # the server still answers
+    finally:
+        await manager.aclose()
