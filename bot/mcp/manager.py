@@ -26,6 +26,7 @@ from bot.tools import ToolInvocationError
 log = logging.getLogger("countersign.mcp")
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
+START_TIMEOUT = 30.0
 
 
 class MCPCallError(ToolInvocationError):
@@ -190,8 +191,10 @@ class MCPManager:
                 client = await stack.enter_async_context(create_mcp_http_client(headers=dict(cfg.headers)))
                 read, write = await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
             session = await stack.enter_async_context(ClientSession(read, write))
-            await asyncio.wait_for(session.initialize(), cfg.timeout)
-            specs = await asyncio.wait_for(_list_all_tools(session), cfg.timeout)
+            # A server's first answer may take longer than its calls' ``timeout`` (npm, Python start-up).
+            start_timeout = max(cfg.timeout, START_TIMEOUT)
+            await asyncio.wait_for(session.initialize(), start_timeout)
+            specs = await asyncio.wait_for(_list_all_tools(session), start_timeout)
             server.specs = specs
             server.session = session
             server.status.status = "ready"
