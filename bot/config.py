@@ -64,6 +64,8 @@ class Config:
     db_pool_timeout: float = 30.0
     """``COUNTERSIGN_DB_POOL_TIMEOUT``: how long work waits for a pooled PostgreSQL connection before failing."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
+    mcp_servers: tuple[Any, ...] = field(default=(), repr=False)
+    """``COUNTERSIGN_MCP_CONFIG``: the MCP servers (``bot.mcp.MCPServerConfig``), their tools beside the others."""
     admins: frozenset[str] = frozenset()
     model: str = DEFAULT_MODEL
     openai_api_key: str | None = field(default=None, repr=False)
@@ -215,6 +217,7 @@ class Config:
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             db_pool_timeout=_db_pool_timeout(env),
             tool_specs=_tool_specs(env),
+            mcp_servers=_mcp_servers(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),
             model=env.get("COUNTERSIGN_MODEL") or DEFAULT_MODEL,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
@@ -284,6 +287,16 @@ class Config:
             max_retries=self.llm_max_retries,
             default_headers=dict(self.llm_headers),
         )
+
+
+def _mcp_servers(env: Mapping[str, str]) -> tuple[Any, ...]:
+    """``COUNTERSIGN_MCP_CONFIG`` read and checked now, so a bad file stops start-up in one line."""
+    from bot.mcp.config import MCPConfigError, load_mcp_config
+
+    try:
+        return tuple(load_mcp_config(env))
+    except MCPConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_db_path(path: Path, name: str) -> Path:

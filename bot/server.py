@@ -92,10 +92,16 @@ async def readiness_problems(engine: Engine, plugins: list[Any]) -> list[str]:
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 200 when the database and every configured surface are usable, else 503 saying what is wrong."""
     problems = await readiness_problems(request.app[ENGINE], request.app[ACTIVE_PLUGINS])
-    flags = {"anonymous": True} if request.app[ANONYMOUS] else {}
+    flags: dict[str, object] = {"anonymous": True} if request.app[ANONYMOUS] else {}
+    mcp = request.app[ENGINE].mcp
+    if mcp is not None and not mcp.all_tried:
+        problems.append("MCP servers are still starting")
     if problems:
         logger.warning("not ready", extra={"problems": "; ".join(problems)})
         return web.json_response({"status": "not ready", "problems": problems, **flags}, status=503)
+    degraded = mcp.degraded() if mcp is not None else []
+    if degraded:  # a failed MCP server leaves the rest ready: it is listed by name, its tools are absent
+        flags["degraded"] = degraded
     return web.json_response({"status": "ready", **flags})
 
 

@@ -32,6 +32,7 @@ from storage.priority import urgent
 from storage.protocols import ApprovalRecord, ApprovalStep
 
 if TYPE_CHECKING:
+    from bot.mcp import MCPManager
     from storage.async_protocols import AsyncStores
 
 __all__ = [
@@ -66,6 +67,8 @@ class Engine:
     ) -> None:
         # Each engine counts into a registry of its own (served by GET /metrics), never the global one.
         observer = observer if observer is not None else PrometheusObserver()
+        self.mcp: MCPManager | None = None
+        """The MCP servers' connections (``COUNTERSIGN_MCP_CONFIG``), closed by :meth:`stop`."""
         self.parts = parts = Parts(
             config=config, storage=storage, generator=generator, tools=tools, clock=clock or utcnow, observer=observer
         )
@@ -98,12 +101,24 @@ class Engine:
         >>> engine = await Engine.create(Config.from_env())
         """
         chosen_tools = list(tools) if tools is not None else config.load_tools()
+        mcp = None
+        if config.mcp_servers:
+            from bot.mcp import MCPManager
+
+            # Started once per process; a server that fails is reported (degraded), never fatal.
+            mcp = MCPManager(config.mcp_servers)
+            await mcp.start()
+            chosen_tools = [*chosen_tools, *mcp.tools()]
         chosen_generator = generator if generator is not None else config.build_generator()
         # One line naming the setting (exit 2) when the database cannot be opened: see bot.startup_errors.
         storage = await open_configured_storage(
             config, last_k=config.history_last_k, pool_size=config.db_pool_size, pool_timeout=config.db_pool_timeout
         )
-        return cls(
+        if mcp is not None:  # `policy set deploy__* always`: each server's tools are the group `<server>__*`
+            for group, names in mcp.server_groups().items():
+                if names:
+                    await storage.policies.define_group(group, names)
+        engine = cls(
             config=config,
             storage=storage,
             generator=chosen_generator,
@@ -111,6 +126,8 @@ class Engine:
             clock=clock,
             observer=observer,
         )
+        engine.mcp = mcp
+        return engine
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -144,6 +161,8 @@ class Engine:
             return
         self._stopped = True
         await self.lifecycle.shutdown(self.config.shutdown_grace_seconds if grace is None else grace)
+        if self.mcp is not None:
+            await self.mcp.aclose()
         await self.storage.aclose()
 
     async def wait_idle(self) -> None:

@@ -1,0 +1,90 @@
+"""One MCP tool as an ordinary :class:`bot.tools.Tool`, its default policy taken from its annotations."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.canonical import canonical_json
+from bot.tools import Tool
+
+CallFn = Callable[[str, str, dict[str, Any]], Awaitable[str]]
+"""``(server, tool, arguments) -> result text``; raises for an error result."""
+
+
+@dataclass(frozen=True)
+class MCPToolInfo:
+    """What the server said about a tool, kept on :attr:`MCPTool.mcp` (annotations are only hints)."""
+
+    server: str
+    tool: str
+    """The tool's name on its server (the agent sees :attr:`Tool.name`, ``<server>__<tool>``)."""
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+    fingerprint: str
+    """A hash of the input schema and annotations: an approval binds to it when the call pauses."""
+
+
+@dataclass
+class MCPTool(Tool):
+    """A :class:`Tool` whose function calls an MCP server. ``mcp`` holds its server-side facts."""
+
+    mcp: MCPToolInfo | None = None
+
+    @property
+    def open_world(self) -> bool:
+        """MCP's ``openWorldHint`` (the card shows it; its results come from outside)."""
+        return self.mcp is not None and self.mcp.open_world
+
+
+def mcp_tool(server: str, name: str, spec: Any, call: CallFn) -> MCPTool:
+    """Build the tool for ``spec`` (an ``mcp.types.Tool``) offered as ``name``.
+
+    Defaults from annotations (MCP's own defaults when absent): ``readOnlyHint`` true runs without
+    asking (``confirmation_default="never"``); anything else asks (``"always"``), and a tool that is
+    not read-only is destructive unless it says ``destructiveHint: false``.
+    """
+    ann = spec.annotations
+    read_only = bool(ann is not None and ann.read_only_hint)
+    destructive = not read_only and (ann is None or ann.destructive_hint is None or bool(ann.destructive_hint))
+    idempotent = bool(ann is not None and ann.idempotent_hint)
+    open_world = ann is None or ann.open_world_hint is None or bool(ann.open_world_hint)
+    schema = dict(spec.input_schema or {"type": "object", "properties": {}})
+    schema.setdefault("type", "object")
+    annotations = ann.model_dump(by_alias=True, exclude_none=True) if ann is not None else {}
+    info = MCPToolInfo(
+        server=server,
+        tool=spec.name,
+        read_only=read_only,
+        destructive=destructive,
+        idempotent=idempotent,
+        open_world=open_world,
+        fingerprint=tool_fingerprint(schema, annotations),
+    )
+    remote = spec.name
+
+    async def invoke(**arguments: Any) -> str:
+        return await call(server, remote, arguments)
+
+    description = (spec.description or spec.title or remote).strip()
+    if open_world:
+        description = f"{description} (open world: reaches outside systems)"
+    return MCPTool(
+        name=name,
+        description=f"[{server}] {description}",
+        parameters=schema,
+        function=invoke,
+        confirmation_default="never" if read_only else "always",
+        destructive=destructive,
+        mcp=info,
+    )
+
+
+def tool_fingerprint(schema: dict[str, Any], annotations: dict[str, Any]) -> str:
+    """A stable hash of what an approval binds to."""
+    import hashlib
+
+    return hashlib.sha256(canonical_json({"schema": schema, "annotations": annotations}).encode()).hexdigest()[:16]

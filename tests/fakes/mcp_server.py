@@ -1,0 +1,70 @@
+"""A small MCP server (the SDK's ``MCPServer``) for exact control in the MCP tests.
+
+``python -m tests.fakes.mcp_server LOG [stdio|http PORT]``: every execution of ``record`` appends
+one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
+destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
+result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+
+def build(log_path: Path) -> MCPServer:
+    server = MCPServer("countersign-test")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    def record(note: str) -> str:
+        """Record a note (each execution appends one line to the log)."""
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"tool": "record", "note": note}) + "\n")
+        return f"recorded {note}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    def peek() -> str:
+        """How many notes were recorded."""
+        lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.exists() else []
+        return f"{len(lines)} notes"
+
+    @server.tool()
+    def bare(value: int) -> str:
+        """A tool without annotations."""
+        return f"bare {value}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def broken() -> str:
+        """Always fails."""
+        raise RuntimeError("the disk is on fire")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        await asyncio.sleep(seconds)
+        return "woke up"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def crash() -> str:
+        """The server process dies (for restart tests)."""
+        os._exit(3)
+
+    return server
+
+
+def main(argv: list[str]) -> None:
+    server = build(Path(argv[0]))
+    if len(argv) > 1 and argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(argv[2]))
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

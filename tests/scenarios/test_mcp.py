@@ -1,0 +1,262 @@
+"""MCP tools end to end through the engine: the real @modelcontextprotocol/server-filesystem (npm, from the
+lockfile in tests/npm/mcp) checking the real file system, and tests/fakes/mcp_server.py over stdio and HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.engine.model import AdminRequest, DecisionRequest
+from bot.mcp import MCPServerConfig, parse_mcp_config
+from tests.fakes.engine_kit import (
+    ADMIN,
+    CHANNEL,
+    PLATFORM,
+    REQUESTER,
+    WORKSPACE,
+    Harness,
+    asks_for,
+    bounded,
+    echoes_results,
+    tool_results,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "tests" / "npm" / "mcp" / "node_modules" / ".bin"
+FILESYSTEM = BIN / "mcp-server-filesystem"
+
+
+def servers(folder: Path, log: Path, **extra: dict) -> tuple[MCPServerConfig, ...]:
+    assert FILESYSTEM.exists(), "run `npm ci` in tests/npm/mcp (.ci/run does)"
+    spec = {
+        "fs": {"command": str(FILESYSTEM), "args": [str(folder)], "timeout": 20},
+        "t": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log)], "cwd": str(ROOT)},
+        **extra,
+    }
+    return tuple(parse_mcp_config({"mcpServers": spec}, {}))
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("hello from disk")
+    return folder.resolve()
+
+
+@pytest.fixture
+async def h(tmp_path: Path, sandbox: Path) -> AsyncIterator[Harness]:
+    harness = await Harness.open(
+        tmp_path,
+        generator=None,
+        replies=[],
+        mcp_servers=servers(sandbox, tmp_path / "log.jsonl", down={"command": str(tmp_path / "no-such-server")}),
+    )
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+def script(h: Harness, *replies) -> None:
+    h.generator.replies.extend(replies)  # type: ignore[attr-defined]
+
+
+async def decide(h: Harness, action: str, **kwargs) -> None:
+    approval = h.surface.renders[-1].approvals[0]
+    await h.engine.decide(
+        DecisionRequest(approval.approval_id, REQUESTER, action, place=approval.thread.place, **kwargs)
+    )
+    await h.engine.wait_idle()
+
+
+async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_own(h: Harness):
+    assert h.engine.mcp is not None
+    statuses = {s.name: s for s in h.engine.mcp.statuses()}
+    assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 6
+    assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
+    assert h.engine.mcp.degraded() == ["down"]
+    tools = {t.name for t in h.engine.mcp.tools()}
+    assert {"fs__read_text_file", "fs__write_file", "t__record", "t__bare"} <= tools
+    assert not any(n.startswith("down__") for n in tools)
+
+
+async def test_a_read_only_tool_runs_without_a_card(h: Harness, sandbox: Path):
+    script(h, asks_for("fs__read_text_file", path=str(sandbox / "notes.txt")), echoes_results)
+    await h.say("read notes")
+    assert h.surface.renders == [] or all(not r.approvals for r in h.surface.renders)
+    assert ("fs__read_text_file", "hello from disk", False) in tool_results(await h.history())
+
+
+async def test_a_write_pauses_and_approve_writes_once(h: Harness, sandbox: Path):
+    target = sandbox / "new.txt"
+    script(h, asks_for("fs__write_file", path=str(target), content="approved"), echoes_results)
+    approvals = await h.paused_approvals("write it")
+    assert approvals[0].tool_name == "fs__write_file" and approvals[0].destructive  # confirm dialog on Approve
+    assert not target.exists()
+    await decide(h, "confirm")
+    assert target.read_text() == "approved"
+
+
+async def test_reject_writes_nothing(h: Harness, sandbox: Path, tmp_path: Path):
+    target = sandbox / "never.txt"
+    script(h, asks_for("fs__write_file", path=str(target), content="x"), echoes_results)
+    await h.paused_approvals("write it")
+    await decide(h, "reject", feedback="no")
+    assert not target.exists()
+    script(h, asks_for("t__record", note="a"), echoes_results)
+    await h.paused_approvals("record")
+    await decide(h, "reject")
+    assert not (tmp_path / "log.jsonl").exists()  # the rejected call never reached the server
+
+
+async def test_edit_changes_the_path_on_disk(h: Harness, sandbox: Path):
+    script(h, asks_for("fs__write_file", path=str(sandbox / "a.txt"), content="edited"), echoes_results)
+    await h.paused_approvals("write it")
+    await decide(h, "modify", edited_params={"path": str(sandbox / "b.txt"), "content": "edited"})
+    assert not (sandbox / "a.txt").exists() and (sandbox / "b.txt").read_text() == "edited"
+
+
+async def test_an_approved_call_reaches_the_server_exactly_once(h: Harness, tmp_path: Path):
+    script(h, asks_for("t__record", note="once"), echoes_results)
+    approvals = await h.paused_approvals("record")
+    assert not approvals[0].destructive  # destructiveHint: false
+    await decide(h, "confirm")
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["note"] for line in lines] == ["once"]
+
+
+async def test_an_unannotated_tool_asks_with_the_confirm_dialog(h: Harness):
+    script(h, asks_for("t__bare", value=3), echoes_results)
+    approvals = await h.paused_approvals("bare")
+    assert approvals[0].destructive
+
+
+async def test_an_admin_rule_beats_the_annotation(h: Harness, sandbox: Path):
+    reply = await h.engine.admin(
+        AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "policy set fs__read_text_file always")
+    )
+    assert "always" in reply
+    script(h, asks_for("fs__read_text_file", path=str(sandbox / "notes.txt")), echoes_results)
+    approvals = await h.paused_approvals("read")
+    assert approvals[0].tool_name == "fs__read_text_file"
+
+
+async def test_a_rule_for_a_whole_server_applies_to_each_of_its_tools(h: Harness, tmp_path: Path):
+    reply = await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "policy set t__* never"))
+    assert "never" in reply
+    script(h, asks_for("t__record", note="no card"), echoes_results)
+    await h.say("record")
+    assert all(not r.approvals for r in h.surface.renders)
+    assert (tmp_path / "log.jsonl").read_text().count("no card") == 1
+
+
+async def test_an_error_result_is_marked_error_and_names_the_server(h: Harness):
+    script(h, asks_for("t__broken"), echoes_results)
+    await h.say("break")
+    [(name, result, error)] = [r for r in tool_results(await h.history()) if r[0] == "t__broken"]
+    assert error and "error from t" in result
+
+
+async def test_a_stdio_server_that_dies_is_restarted_and_works_again(h: Harness):
+    assert h.engine.mcp is not None
+    script(h, asks_for("t__crash"), echoes_results)
+    await h.say("crash it")
+    [(_, result, error)] = [r for r in tool_results(await h.history()) if r[0] == "t__crash"]
+    assert error and "error from t: MCPError: Connection closed" in result
+    assert "t" in h.engine.mcp.degraded()
+    await bounded(h.engine.mcp.wait_ready("t"), 20)
+    script(h, asks_for("t__peek"), echoes_results)
+    await h.say("peek")
+    assert ("t__peek", "0 notes", False) in tool_results(await h.history())
+    assert h.engine.mcp.degraded() == ["down"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.mcp_server", str(tmp_path / "http-log.jsonl"), "http", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)  # polling a port that opens, not a sleep standing in for synchronisation
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_streamable_http_write_pauses_and_approve_runs_once(tmp_path: Path, http_server: str):
+    cfg = tuple(parse_mcp_config({"mcpServers": {"web": {"url": http_server, "timeout": 20}}}, {}))
+    harness = await Harness.open(tmp_path, replies=[], mcp_servers=cfg)
+    try:
+        assert harness.engine.mcp is not None and harness.engine.mcp.degraded() == []
+        script(harness, asks_for("web__peek"), echoes_results)
+        await harness.say("peek")
+        assert ("web__peek", "0 notes", False) in tool_results(await harness.history())
+        script(harness, asks_for("web__record", note="http"), echoes_results)
+        await harness.paused_approvals("record")
+        await decide(harness, "confirm")
+        assert len((tmp_path / "http-log.jsonl").read_text().splitlines()) == 1
+    finally:
+        await harness.close()
+
+
+async def test_readyz_lists_a_failed_server_under_degraded_and_stays_ready(h: Harness):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bot.server import build_web_app
+
+    app = await build_web_app(h.engine, h.engine.config, plugins=[])
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/readyz")
+        assert (response.status, await response.json()) == (200, {"status": "ready", "degraded": ["down"]})
+
+
+async def test_a_call_past_the_servers_timeout_is_an_error_naming_the_server(tmp_path: Path):
+    from bot.mcp import MCPManager
+    from bot.mcp.manager import MCPCallError
+
+    cfg = parse_mcp_config(
+        {
+            "mcpServers": {
+                "t": {
+                    "command": sys.executable,
+                    "args": ["-m", "tests.fakes.mcp_server", str(tmp_path / "log")],
+                    "cwd": str(ROOT),
+                    "timeout": 1,
+                }
+            }
+        },
+        {},
+    )
+    manager = MCPManager(cfg)
+    try:
+        await bounded(manager.start(), 20)
+        with pytest.raises(MCPCallError, match=r"^error from t: no answer within 1 s$"):
+            await manager.call("t", "slow", {"seconds": 30})
+        assert await manager.call("t", "slow", {"seconds": 0}) == "woke up"  # the server still answers
+    finally:
+        await manager.aclose()
