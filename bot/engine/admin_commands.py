@@ -62,7 +62,7 @@ class AdminCommands:
                     request.actor,
                     "policy change refused",
                     command.tool_key or command.name,
-                    {"command": request.text[:200]},
+                    {"command": request.text[:200], "workspace": f"{request.platform}:{request.workspace}"},
                     now=self.clock(),
                 )
                 raise NotAnAdmin()

@@ -121,7 +121,8 @@ class PostgresAuditLog:
             clauses.append(
                 "(subject IN (SELECT approval_id FROM approvals WHERE starts_with(chat_history_id, %s)) "
                 "OR subject IN (SELECT run_id FROM runs WHERE starts_with(chat_history_id, %s)) "
-                "OR starts_with(subject, %s) OR starts_with(subject, %s) OR subject = %s)"
+                "OR starts_with(subject, %s) OR starts_with(subject, %s) OR subject = %s "
+                "OR details_json->>'workspace' = %s)"
             )
             params.extend(
                 [
@@ -130,6 +131,7 @@ class PostgresAuditLog:
                     f"workspace:{workspace}/",
                     f"channel:{workspace}:",
                     f"workspace:{workspace}",
+                    workspace,
                 ]
             )
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""

@@ -61,7 +61,8 @@ class SQLiteAuditLog:
         """The ``n`` newest entries, newest first, optionally of one actor and/or subject.
 
         ``workspace`` (``platform:workspace``, e.g. ``slack:T1``) keeps only that workspace's entries: those about
-        its approvals and runs, and its policy changes (subjects ``workspace:slack:T1/…``, ``channel:slack:T1:…``).
+        its approvals and runs, its policy changes (subjects ``workspace:slack:T1/…``, ``channel:slack:T1:…``), and
+        entries whose details name it (``{"workspace": "slack:T1"}``, e.g. a refused change).
 
         >>> [e.action for e in storage.audit.recent(5, actor="U2")]
         ['approval.approved']
@@ -77,10 +78,13 @@ class SQLiteAuditLog:
             clauses.append(
                 "(subject IN (SELECT approval_id FROM approvals WHERE substr(chat_history_id, 1, length(?)) = ?) "
                 "OR subject IN (SELECT run_id FROM runs WHERE substr(chat_history_id, 1, length(?)) = ?) "
-                "OR substr(subject, 1, length(?)) = ? OR substr(subject, 1, length(?)) = ? OR subject = ?)"
+                "OR substr(subject, 1, length(?)) = ? OR substr(subject, 1, length(?)) = ? OR subject = ? "
+                "OR json_extract(details_json, '$.workspace') = ?)"
             )
             thread, policy, channel = f"{workspace}:", f"workspace:{workspace}/", f"channel:{workspace}:"
-            params.extend([thread, thread, thread, thread, policy, policy, channel, channel, f"workspace:{workspace}"])
+            params.extend(
+                [thread, thread, thread, thread, policy, policy, channel, channel, f"workspace:{workspace}", workspace]
+            )
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         with self.connector.reading() as db:
             rows = db.execute(

@@ -181,10 +181,13 @@ async def test_recent_keeps_one_workspaces_entries(storage):
     await storage.audit.append("U4", "paused", "run-unknown", {})
     await storage.audit.append("U5", "dm", "workspace:slack:T1", {})
     await storage.audit.append("U5", "dm", "workspace:slack:T10", {})
+    # A refused change names no place in its subject (the tool someone typed): its details name the workspace.
+    await storage.audit.append("U6", "policy change refused", "delete_file", {"workspace": "slack:T1"})
+    await storage.audit.append("U7", "policy change refused", "delete_file", {"workspace": "slack:T10"})
     entries = await storage.audit.recent(20, workspace="slack:T1")
-    assert [e.actor for e in entries] == ["U5", "U3", "U3", "U1", "U1"]
+    assert [e.actor for e in entries] == ["U6", "U5", "U3", "U3", "U1", "U1"]
     assert [e.actor for e in await storage.audit.recent(20, workspace="slack:T2")] == ["U2"]
-    assert len(await storage.audit.recent(20)) == 9
+    assert len(await storage.audit.recent(20)) == 11
 
 
 async def test_a_log_written_before_the_key_is_signed_once_and_then_verifies(backend):
