@@ -207,6 +207,12 @@ class Engine:
         """The step of ``approval_id`` as ``actor`` alone sees it, and whether they may decide any of it there."""
         return await self.parts.views.personal_step(approval_id, actor, place)
 
+    async def breakglass_at(self, approval_id: str) -> datetime | None:
+        """When the requester may break glass on this pending call (issue 31); ``None``: never (off, deny, tainted).
+        The decision itself checks everything again (who, the reason, the delay, the rate limit)."""
+        record = await self.parts.views.record(approval_id)
+        return await self.parts.breakglass.available_at(record) if record.is_pending else None
+
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         return await self.parts.deciding.check_can_decide(approval_id, actor, place)
