@@ -110,7 +110,7 @@ def outcome_sentence(view: ApprovalView) -> str:
         return _review_outcome(view, who, when)
     reason = f" Reason: {mask_text(view.feedback)}" if view.feedback else ""  # issue 31: justification
     if view.status == APPROVED and (view.feedback or "").startswith(BREAKGLASS_MARK):  # issue 31: break-glass
-        why = mask_text(view.feedback[len(BREAKGLASS_MARK) :])
+        why = mask_text((view.feedback or "")[len(BREAKGLASS_MARK) :])
         return f"🔴 BREAK GLASS: run by {who} at {when} without an approval; a review is due. Reason: {why}"
     if view.status == APPROVED:
         return f"Approved by {who} at {when}.{reason}"
