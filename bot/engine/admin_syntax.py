@@ -36,6 +36,7 @@ USAGE = """countersign admin commands:
   justification <tool> required|off | list                 approving needs a short reason
   policy set <tool> <mode> … breakglass after <d>|off      the requester may break glass after <d> undecided
   breakglass list | review <id> ok|not-ok [note]           open break-glass reviews; review one
+  breakglass run <id> <reason>                             run your undecided call once (after the delay)
   group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
   group list                                               the approver groups and their members
   group delete <name>                                      remove an approver group
@@ -230,6 +231,10 @@ def _breakglass_command(args: list[str]) -> AdminCommand | None:
         if not _MEMORY_ID.match(args[1]):
             raise _usage(f"'{args[1][:64]}' is not a break-glass id (breakglass list shows them)")
         return AdminCommand("breakglass review", value=(args[1], args[2].lower(), " ".join(args[3:]) or None))
+    if len(args) >= 3 and args[0].lower() == "run":
+        if not _MEMORY_ID.match(args[1]):
+            raise _usage(f"'{args[1][:64]}' is not an approval id")
+        return AdminCommand("breakglass run", value=(args[1], " ".join(args[2:])))
     return None
 
 

@@ -19,7 +19,7 @@ the open ones). Both the break-glass and its review live in the audit log, so th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 from bot.durations import format_duration
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnApprover
-from bot.engine.model import Inbound, Mention, Note, ThreadRef
+from bot.engine.model import (
+    BREAKGLASS,
+    DecisionRequest,
+    DecisionResult,
+    Inbound,
+    Mention,
+    Note,
+    ThreadRef,
+    conversation_place,
+)
 
 if TYPE_CHECKING:
     from bot.engine.access import AccessControl
@@ -43,8 +52,6 @@ logger = logging.getLogger(__name__)
 
 SETTING = "breakglass"
 """The ``tool_settings`` setting: the delay in seconds after which the requester may break glass."""
-BREAKGLASS = "breakglass"
-"""The decision action."""
 AUDIT_ACTION = "break-glass"
 REVIEW_ACTION = "break-glass review"
 MARK = "[break-glass] "
@@ -114,6 +121,8 @@ class BreakGlass:
         self.limit = limit
         self.channel = channel
         self.review_seconds = review_seconds
+        self.decider: Callable[[DecisionRequest], Awaitable[DecisionResult]] | None = None
+        """How ``breakglass run`` decides (the engine's parts set it to the deciding part's ``decide``)."""
 
     async def delay_of(self, tool_name: str) -> int | None:
         """The tool's break-glass delay in seconds, ``None`` when break-glass is off for it."""
@@ -126,6 +135,33 @@ class BreakGlass:
         if delay is None or record.kind != "approval" or record.mode == "deny" or is_tainted(record):
             return None
         return record.created_at + timedelta(seconds=delay)
+
+    async def offer_due(self) -> int:
+        """Tell each requester whose call nobody decided within the delay that they may break glass: once per
+        approval (the outbox key), whichever process sweeps, before or after a restart; how many were told now."""
+        now, told = self.clock(), 0
+        delays = {t: int(v) for t, v in (await self.storage.tool_settings.values(SETTING)).items() if v.isdigit()}
+        if not delays:
+            return 0
+        for record in await self.storage.approvals.pending():
+            at = await self.available_at(record) if record.tool_name in delays else None
+            if at is None or now < at or now >= record.expires_at:
+                continue
+            text = Note(
+                (
+                    Mention(record.requester),
+                    f": nobody decided {record.tool_name} within {format_duration(delays[record.tool_name])}. "
+                    "If it cannot wait, you may break glass (it runs once, is announced and reviewed): "
+                    f"breakglass run {record.approval_id[:8]} <reason>",
+                )
+            )
+            try:
+                thread = await self.notices.views.thread_of(record)
+                if await self.deliveries.say(thread, text, f"breakglass-offer:{record.approval_id}"):
+                    told += 1
+            except Exception:
+                logger.warning("break-glass offer not sent", extra={"approval_id": record.approval_id}, exc_info=True)
+        return told
 
     async def authorise(self, record: ApprovalRecord, actor: str, feedback: str | None) -> None:
         """Raise why ``actor`` may not break glass on ``record`` now; return if they may."""
@@ -144,11 +180,10 @@ class BreakGlass:
             raise BreakGlassRefused(f"Break-glass is possible only if nobody decides within the delay: wait {wait}.")
         if not (feedback or "").strip():
             raise BreakGlassRefused("Breaking glass needs a reason: nothing was decided.")
-        parts = record.chat_history_id.split(":", 3)
-        if len(parts) == 4:
-            asking = Inbound(parts[0], parts[1], parts[2], parts[3], user=actor, text="", event_id="breakglass")
-            if await self.access.refusal(asking) is not None:
-                raise BreakGlassRefused("You may no longer ask the bot there, so you cannot break glass.")
+        thread = await self.notices.views.thread_of(record)
+        asking = Inbound(thread.platform, thread.workspace, thread.channel, thread.thread, actor, "", "breakglass")
+        if await self.access.refusal(asking) is not None:
+            raise BreakGlassRefused("You may no longer ask the bot there, so you cannot break glass.")
         used = await self.count_recent(actor)
         if used >= self.limit:
             raise BreakGlassRefused(f"You broke glass {used} times in the last 24 h, the most allowed.")
@@ -169,8 +204,7 @@ class BreakGlass:
                 f"breakglass review {record.approval_id[:8]} ok|not-ok [note]",
             )
         )
-        parts = record.chat_history_id.split(":")
-        workspace = parts[1] if len(parts) > 1 else ""
+        workspace = (await self.notices.views.thread_of(record)).workspace
         if self.channel:
             thread = ThreadRef(record.platform, workspace, self.channel, "")
             await self._say(thread, text, f"breakglass:{record.approval_id}:channel")
@@ -223,8 +257,27 @@ class BreakGlass:
         )
         return f"Review of the break-glass of {review.tool_name} by {review.requester} recorded: {outcome}."
 
+    async def run_from_command(self, prefix: str, reason: str, request: AdminRequest) -> str:
+        """``breakglass run <id> <reason>``: break glass on one of your pending calls from any conversation."""
+        mine = [
+            r
+            for r in await self.storage.approvals.pending(platform=request.platform)
+            if r.approval_id.startswith(prefix) and r.requester == request.actor
+        ]
+        if len(mine) != 1 or self.decider is None:
+            raise CommandError(f"None of your pending calls matches '{prefix[:64]}'.")
+        here = conversation_place(request.platform, request.channel)
+        await self.storage.places.record([mine[0].approval_id], here, now=self.clock())
+        decided = await self.decider(
+            DecisionRequest(mine[0].approval_id, request.actor, BREAKGLASS, feedback=reason, place=here)
+        )
+        return decided.message
+
     async def run_command(self, command: AdminCommand, request: AdminRequest) -> str:
-        """``breakglass list`` and ``breakglass review <id> ok|not-ok [note]``."""
+        """``breakglass list``, ``breakglass review <id> ok|not-ok [note]`` and ``breakglass run <id> <reason>``."""
+        if command.name == "breakglass run":
+            prefix, reason = command.value
+            return await self.run_from_command(prefix, reason, request)
         if command.name == "breakglass review":
             prefix, outcome, note = command.value
             return await self.review(prefix, request.actor, outcome, note)

@@ -251,6 +251,11 @@ class Engine:
         """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
         await self.parts.expiry.after_expiry(records, concurrency)
 
+    async def offer_breakglass_due(self) -> int:
+        """Tell requesters whose calls waited past their tool's break-glass delay that they may break glass (the
+        sweep does it too); how many were told now."""
+        return await self.parts.breakglass.offer_due()
+
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""
         return await self.notices.remind_due()

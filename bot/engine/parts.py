@@ -201,6 +201,7 @@ class Parts:
             glass=self.breakglass,
         )
         self.admin_commands.breakglass = self.breakglass
+        self.breakglass.decider = self.deciding.decide
         self.approving = Approving(
             storage, gate=self.gate, roles=self.roles, views=self.views, deciding=self.deciding, clock=clock
         )
@@ -231,6 +232,7 @@ class Parts:
             notices=self.notices,
             deliveries=deliveries,
             retention=Retention(storage, config, clock, say=deliveries.say),
+            offers=self.breakglass.offer_due,
             clock=clock,
             heartbeat_seconds=config.heartbeat_seconds,
             sweep_interval_seconds=config.sweep_interval_seconds,

@@ -196,3 +196,26 @@ async def test_the_delay_and_the_open_review_survive_a_restart(harnesses):
 
     assert h3.tools.runs_of("delete_file") == [{"path": "a.log"}]
     assert view.approval_id[:8] in await command(h3, "breakglass list")
+
+
+async def test_the_requester_is_told_once_after_the_delay_and_can_break_glass_by_command(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.log"), says("done")])
+    await command(h, "policy set delete_file always breakglass after 5m")
+    [view] = await h.paused_approvals("delete a.log")
+    h.clock.advance(minutes=4)
+    assert await h.engine.offer_breakglass_due() == 0, "not before the delay"
+    h.clock.advance(minutes=1)
+    h2 = await harnesses.reopen(h)
+
+    assert await h2.engine.offer_breakglass_due() == 1
+    assert await h2.engine.offer_breakglass_due() == 0, "once"
+    [offer] = [r for r in h2.surface.replies if "may break glass" in r.text]
+    assert offer.thread == view.thread and f"breakglass run {view.approval_id[:8]}" in offer.text
+    assert "None of your pending calls" in await command(h2, f"breakglass run {view.approval_id[:8]} now", OTHER)
+
+    answer = await command(h2, f"breakglass run {view.approval_id[:8]} prod down, OPS-3", REQUESTER)
+    await h2.engine.wait_idle()
+
+    assert "Break glass" in answer
+    assert h2.tools.runs_of("delete_file") == [{"path": "a.log"}]
+    assert (await h2.engine.get_approval(view.approval_id)).feedback == MARK + "prod down, OPS-3"
