@@ -184,6 +184,8 @@ class BreakGlass:
         asking = Inbound(thread.platform, thread.workspace, thread.channel, thread.thread, actor, "", "breakglass")
         if await self.access.refusal(asking) is not None:
             raise BreakGlassRefused("You may no longer ask the bot there, so you cannot break glass.")
+        if self.limit <= 0:
+            raise BreakGlassRefused("Break-glass is turned off here (COUNTERSIGN_BREAKGLASS_LIMIT is 0).")
         used = await self.count_recent(actor)
         if used >= self.limit:
             raise BreakGlassRefused(f"You broke glass {used} times in the last 24 h, the most allowed.")

@@ -84,6 +84,10 @@ async def test_after_the_delay_the_requester_breaks_glass_once_marked_audited_an
     assert decided.status == "approved" and decided.decided_by == REQUESTER
     assert decided.feedback == MARK + "prod is down, nobody answers"
     assert outcome_sentence(decided).startswith("🔴 BREAK GLASS: run by")
+    registry = h.engine.observer.registry  # type: ignore[attr-defined]
+    assert (
+        registry.get_sample_value("countersign_decisions_total", {"action": "breakglass", "outcome": "recorded"}) == 1
+    )
     [entry] = await h.audit("break-glass")
     assert entry.actor == REQUESTER and entry.subject == view.approval_id
     assert await h.audit("approved") == []
@@ -178,6 +182,15 @@ async def test_the_rate_limit_per_person(harnesses):
     with pytest.raises(BreakGlassRefused, match="1 times in the last 24 h"):
         await h.engine.decide(glass(second))
     assert (await h.engine.get_approval(second.approval_id)).is_pending
+
+
+async def test_a_limit_of_zero_turns_it_off(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a"), says("done")], breakglass_limit=0)
+    await command(h, "policy set delete_file always breakglass after 1m")
+    [view] = await h.paused_approvals("delete a")
+    h.clock.advance(minutes=1)
+    with pytest.raises(BreakGlassRefused, match="turned off here"):
+        await h.engine.decide(glass(view))
 
 
 async def test_the_delay_and_the_open_review_survive_a_restart(harnesses):
