@@ -136,6 +136,43 @@ class BreakGlass:
             return None
         return record.created_at + timedelta(seconds=delay)
 
+    async def sweep(self) -> int:
+        """One sweep: :meth:`offer_due`, then :meth:`remind_overdue`; how many people were told now."""
+        return await self.offer_due() + await self.remind_overdue()
+
+    async def remind_overdue(self) -> int:
+        """Remind, once per break-glass (the outbox key), that its review is overdue: in the call's thread, naming
+        the requester and the approvers, and in the break-glass channel; how many reminders went out now."""
+        now, sent = self.clock(), 0
+        for review in await self.open_reviews():
+            if now < review.due_at:
+                continue
+            try:
+                record = await self.storage.approvals.get(review.approval_id)
+                thread = await self.notices.views.thread_of(record)
+                people = await self.notices.approvers_of([record], fresh=False)
+                text = Note(
+                    (
+                        "Break-glass review overdue: ",
+                        Mention(review.requester),
+                        f" ran {review.tool_name} on {review.broken_at:%Y-%m-%d %H:%M} UTC. Reviewers",
+                        *[part for person in people for part in (" ", Mention(person))],
+                        f": breakglass review {review.approval_id[:8]} ok|not-ok [note]",
+                    )
+                )
+                key = f"breakglass-overdue:{review.approval_id}"
+                if await self.deliveries.say(thread, text, key):
+                    sent += 1
+                if self.channel:
+                    await self._say(
+                        ThreadRef(thread.platform, thread.workspace, self.channel, ""), text, key + ":channel"
+                    )
+            except Exception:
+                logger.warning(
+                    "break-glass review reminder not sent", extra={"approval_id": review.approval_id}, exc_info=True
+                )
+        return sent
+
     async def offer_due(self) -> int:
         """Tell each requester whose call nobody decided within the delay that they may break glass: once per
         approval (the outbox key), whichever process sweeps, before or after a restart; how many were told now."""

@@ -252,9 +252,9 @@ class Engine:
         await self.parts.expiry.after_expiry(records, concurrency)
 
     async def offer_breakglass_due(self) -> int:
-        """Tell requesters whose calls waited past their tool's break-glass delay that they may break glass (the
-        sweep does it too); how many were told now."""
-        return await self.parts.breakglass.offer_due()
+        """Tell requesters whose calls waited past their tool's break-glass delay that they may break glass, and
+        remind overdue break-glass reviews, once each (the sweep does it too); how many messages went out now."""
+        return await self.parts.breakglass.sweep()
 
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""

@@ -232,7 +232,7 @@ class Parts:
             notices=self.notices,
             deliveries=deliveries,
             retention=Retention(storage, config, clock, say=deliveries.say),
-            offers=self.breakglass.offer_due,
+            offers=self.breakglass.sweep,
             clock=clock,
             heartbeat_seconds=config.heartbeat_seconds,
             sweep_interval_seconds=config.sweep_interval_seconds,

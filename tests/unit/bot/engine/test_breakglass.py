@@ -209,6 +209,19 @@ async def test_the_delay_and_the_open_review_survive_a_restart(harnesses):
 
     assert h3.tools.runs_of("delete_file") == [{"path": "a.log"}]
     assert view.approval_id[:8] in await command(h3, "breakglass list")
+    h.clock.advance(hours=23, minutes=59)
+    assert await h3.engine.offer_breakglass_due() == 0, "the review is not due yet"
+    h.clock.advance(minutes=1)
+    assert await h3.engine.offer_breakglass_due() == 1
+    assert await h3.engine.offer_breakglass_due() == 0, "reminded once"
+    [reminder] = [r for r in h3.surface.replies if "review overdue" in r.text]
+    assert reminder.thread == view.thread and REQUESTER in reminder.text
+    assert "OVERDUE" in await command(h3, "breakglass list")
+    await command(h3, f"breakglass review {view.approval_id[:8]} ok", ADMIN)
+    h.clock.advance(days=2)
+    assert await h3.engine.offer_breakglass_due() == 0 and await command(h3, "breakglass list") == (
+        "No break-glass review is open."
+    )
 
 
 async def test_the_requester_is_told_once_after_the_delay_and_can_break_glass_by_command(harnesses):
