@@ -60,6 +60,12 @@ OK, NOT_OK = "ok", "not-ok"
 DEFAULT_LIMIT = 3
 WINDOW = timedelta(hours=24)
 DEFAULT_REVIEW_SECONDS = 24 * 3600
+LIST_WINDOW = timedelta(days=90)
+"""How far back ``breakglass list`` (and review) looks in the audit log for break-glass decisions."""
+REMIND_WINDOW = timedelta(days=7)
+"""A review overdue for longer than this is no longer reminded (bounds the audit read of each sweep)."""
+REMIND_EVERY = timedelta(minutes=5)
+"""How often one process looks for overdue reviews (each look reads a window of the audit log)."""
 MAX_REASON_CHARS = 500
 
 
@@ -121,6 +127,7 @@ class BreakGlass:
         self.limit = limit
         self.channel = channel
         self.review_seconds = review_seconds
+        self._next_remind: datetime | None = None
         self.decider: Callable[[DecisionRequest], Awaitable[DecisionResult]] | None = None
         """How ``breakglass run`` decides (the engine's parts set it to the deciding part's ``decide``)."""
 
@@ -144,7 +151,11 @@ class BreakGlass:
         """Remind, once per break-glass (the outbox key), that its review is overdue: in the call's thread, naming
         the requester and the approvers, and in the break-glass channel; how many reminders went out now."""
         now, sent = self.clock(), 0
-        for review in await self.open_reviews():
+        if self._next_remind is not None and now < self._next_remind:
+            return 0
+        self._next_remind = now + REMIND_EVERY
+        window = now - timedelta(seconds=self.review_seconds) - REMIND_WINDOW
+        for review in await self.open_reviews(since=window):
             if now < review.due_at:
                 continue
             try:
@@ -265,9 +276,10 @@ class BreakGlass:
         except Exception:
             logger.warning("break-glass notice not sent", extra={"key": key}, exc_info=True)
 
-    async def open_reviews(self) -> list[OpenReview]:
-        """The break-glass decisions not reviewed yet, oldest first."""
-        entries = await self.storage.audit.since(None)
+    async def open_reviews(self, since: datetime | None = None) -> list[OpenReview]:
+        """The break-glass decisions not reviewed yet, oldest first (of those since ``since``; default: the last
+        :data:`LIST_WINDOW`)."""
+        entries = await self.storage.audit.since(since or self.clock() - LIST_WINDOW)
         reviewed = {e.subject for e in entries if e.action == REVIEW_ACTION}
         return [
             _open_review(e, self.review_seconds)

@@ -211,8 +211,9 @@ async def test_the_delay_and_the_open_review_survive_a_restart(harnesses):
     assert view.approval_id[:8] in await command(h3, "breakglass list")
     h.clock.advance(hours=23, minutes=59)
     assert await h3.engine.offer_breakglass_due() == 0, "the review is not due yet"
-    h.clock.advance(minutes=1)
+    h.clock.advance(minutes=5)
     assert await h3.engine.offer_breakglass_due() == 1
+    h.clock.advance(minutes=5)
     assert await h3.engine.offer_breakglass_due() == 0, "reminded once"
     [reminder] = [r for r in h3.surface.replies if "review overdue" in r.text]
     assert reminder.thread == view.thread and REQUESTER in reminder.text
@@ -245,3 +246,17 @@ async def test_the_requester_is_told_once_after_the_delay_and_can_break_glass_by
     assert "Break glass" in answer
     assert h2.tools.runs_of("delete_file") == [{"path": "a.log"}]
     assert (await h2.engine.get_approval(view.approval_id)).feedback == MARK + "prod down, OPS-3"
+
+
+async def test_a_deny_set_after_the_pause_still_stops_a_broken_glass_call(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.log"), says("blocked")])
+    await command(h, "policy set delete_file always breakglass after 1m")
+    [view] = await h.paused_approvals("delete a.log")
+    await command(h, "policy set delete_file deny")
+    h.clock.advance(minutes=1)
+
+    await h.engine.decide(glass(view))
+    await h.engine.wait_idle()
+
+    assert h.tools.runs_of("delete_file") == [], "deny wins over break-glass, as over an approval"
+    assert await h.audit("blocked after approval")
