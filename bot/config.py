@@ -108,6 +108,10 @@ class Config:
     remind_at: float = 0.5
     """``COUNTERSIGN_REMIND_AT``: the fraction of an approval's TTL after which approvers who have not answered
     are reminded, once (0 turns reminders off)."""
+    breakglass_limit: int = 3
+    """``COUNTERSIGN_BREAKGLASS_LIMIT``: break-glass decisions allowed per person per 24 h (issue 31; 0: none)."""
+    breakglass_channel: str | None = None
+    """``COUNTERSIGN_BREAKGLASS_CHANNEL``: the channel id every break-glass is posted to (unset: no post)."""
     reply_mode: str = "requester"
     """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
@@ -241,6 +245,8 @@ class Config:
             teams_user_views=_choice(env, "COUNTERSIGN_TEAMS_USER_VIEWS", TEAMS_USER_VIEWS),
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
+            breakglass_limit=_int(env, "COUNTERSIGN_BREAKGLASS_LIMIT", 3, minimum=0, maximum=1000),
+            breakglass_channel=(env.get("COUNTERSIGN_BREAKGLASS_CHANNEL") or "").strip() or None,
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_operations_settings(env),
             **_audit_settings(env),

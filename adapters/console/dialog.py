@@ -17,7 +17,7 @@ from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
+from bot.engine.model import BREAKGLASS, CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
 from bot.redaction import MASK, is_secret_key, mask_for_display
 
@@ -104,8 +104,16 @@ class ApprovalDialog:
         label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
         if view.is_review:
             return await self._ask_review(view, label)
+        glass_at = await self._engine.breakglass_at(view.approval_id)  # issue 31
         while True:
-            action = await self._ask_choice(label)
+            action = await self._ask_choice(label, glass_at is not None and view.requester == self._user)
+            if action == BREAKGLASS:
+                reason = await self._ask_feedback("Reason for breaking glass (required; Enter alone cancels): ")
+                if not reason:
+                    continue
+                return DecisionRequest(
+                    view.approval_id, self._user, BREAKGLASS, feedback=reason, actor_name=self._user, place=self._place
+                )
             if action == CONFIRM:
                 return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user, place=self._place)
             if action == REJECT:
@@ -154,10 +162,15 @@ class ApprovalDialog:
                 return replace(request, edited_result=text)
             return request
 
-    async def _ask_choice(self, label: str) -> str:
+    async def _ask_choice(self, label: str, glass: bool = False) -> str:
+        """``glass``: break-glass is on for the call and this is its requester (the engine says whether it is
+        too early, and checks the rest)."""
+        extra = " · [b] break glass (if nobody decided in time)" if glass else ""
         while True:
-            answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify: ")
+            answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify{extra}: ")
             action = CHOICES.get(answer.strip().lower())
+            if glass and answer.strip().lower() in ("b", "break"):
+                return BREAKGLASS
             if action is not None:
                 return action
             self._say(REASK, "yellow")

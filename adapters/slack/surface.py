@@ -123,8 +123,9 @@ async def _rate_limits() -> AsyncIterator[None]:
 
 
 def thread_ts(thread: ThreadRef) -> str | None:
-    """The ``thread_ts`` to post into, or ``None`` for the top level of a direct message."""
-    return None if thread.thread == DIRECT_THREAD else thread.thread
+    """The ``thread_ts`` to post into, or ``None`` for the top level of a direct message or, for an empty thread
+    (a post to a channel such as ``COUNTERSIGN_BREAKGLASS_CHANNEL``), of the channel."""
+    return None if thread.thread in (DIRECT_THREAD, "") else thread.thread
 
 
 QUEUED_STATUS = "has your message and will answer it after the current one…"

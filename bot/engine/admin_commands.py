@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from bot.engine import justification
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
+from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
+from bot.engine.breakglass import BreakGlass
 from bot.engine.confirmation import EffectivePolicy, effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
@@ -50,6 +52,8 @@ class AdminCommands:
         self.default_ttl = default_ttl
         self.memory = MemoryCommands(storage, roles, clock)
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
+        self.breakglass: BreakGlass | None = None
+        """Issue 31: ``breakglass list|review`` (set by the engine's parts once it is built)."""
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
@@ -66,6 +70,8 @@ class AdminCommands:
                     now=self.clock(),
                 )
                 raise NotAnAdmin()
+            if command.name.startswith("breakglass ") or command.breakglass is not None:
+                return await self._breakglass(command, request)
             return await self._run_admin(command, request)
         except EngineError as exc:
             return str(exc)
@@ -188,6 +194,35 @@ class AdminCommands:
             request, "policy set", tool.name, scope, {"mode": command.value, "condition": condition.text}
         )
         return f"Rule updated: {where}: mode={command.value}"
+
+    async def _breakglass(self, command: AdminCommand, request: AdminRequest) -> str:
+        """Issue 31: ``breakglass list|review …``, and ``policy set … breakglass after <d>|off``."""
+        if command.name.startswith("breakglass "):
+            if self.breakglass is None:
+                raise CommandError("Break-glass is not available here.")
+            return await self.breakglass.run_command(command, request)
+        await self._set_breakglass(command, request)
+        answer = await self._run_admin(replace(command, breakglass=None), request)
+        if command.breakglass:
+            return f"{answer}\nBreak-glass: the requester may break glass after {format_duration(command.breakglass)}."
+        return f"{answer}\nBreak-glass is off for {command.tool_key}."
+
+    async def _set_breakglass(self, command: AdminCommand, request: AdminRequest) -> None:
+        """Store a tool's break-glass delay (``storage.tool_settings``; per tool, every channel), audited."""
+        tool_name = command.tool_key or ""
+        if tool_name not in self.tools:
+            raise CommandError("Break-glass is set per tool: name a tool, not a group or '*'.")
+        seconds = command.breakglass or None
+        await self.storage.tool_settings.set_value(
+            tool_name, BREAKGLASS_SETTING, str(seconds) if seconds else None, updated_by=request.actor, now=self.clock()
+        )
+        await self.storage.audit.append(
+            request.actor,
+            "breakglass",
+            f"global/{tool_name}",
+            {"fields": {"breakglass_seconds": seconds}, "platform": request.platform},
+            now=self.clock(),
+        )
 
     async def _check_quorum(self, scope: str, tool_key: str, command: AdminCommand) -> None:
         """Refuse a quorum that the rule's own approvers could never reach (the approval would only expire)."""

@@ -34,6 +34,9 @@ USAGE = """countersign admin commands:
   four-eyes <tool> on|off                                  the requester may not approve
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
   justification <tool> required|off | list                 approving needs a short reason
+  policy set <tool> <mode> … breakglass after <d>|off      the requester may break glass after <d> undecided
+  breakglass list | review <id> ok|not-ok [note]           open break-glass reviews; review one
+  breakglass run <id> <reason>                             run your undecided call once (after the delay)
   group set <name> <@user ...>                             a named approver group, e.g. group set oncall @ana @ben
   group list                                               the approver groups and their members
   group delete <name>                                      remove an approver group
@@ -57,6 +60,7 @@ COMMAND_WORDS = (
     "four-eyes",
     "ttl",
     "justification",
+    "breakglass",
     "group",
     "access",
     "dm",
@@ -101,6 +105,8 @@ class AdminCommand:
     value: Any = None
     condition: Condition | None = None
     """``policy set|reset … when …``: the condition on the call's arguments."""
+    breakglass: int | None = None
+    """``policy set … breakglass after <duration>|off``: the break-glass delay in seconds (0: off; issue 31)."""
 
     @property
     def is_change(self) -> bool:
@@ -202,6 +208,9 @@ def _policy_command(args: list[str]) -> AdminCommand | None:
     if not args:
         return None
     sub = args[0].lower()
+    args, glass = _split_breakglass(args)
+    if glass is not None and sub != "set":
+        raise _usage("breakglass goes with policy set")
     rest, condition = _split_when(args[1:])
     if sub == "list" and len(rest) <= 1:
         return AdminCommand("policy list", channel=_channel(rest[0]) if rest else None)
@@ -210,10 +219,46 @@ def _policy_command(args: list[str]) -> AdminCommand | None:
         if mode not in MODES:
             raise _usage(f"mode must be one of {', '.join(MODES)}")
         return AdminCommand(
-            "policy set", tool_key=rest[0], value=mode, channel=_channel_opt(rest[2:]), condition=condition
+            "policy set",
+            tool_key=rest[0],
+            value=mode,
+            channel=_channel_opt(rest[2:]),
+            condition=condition,
+            breakglass=glass,
         )
     if sub == "reset" and len(rest) in (1, 2):
         return AdminCommand("policy reset", tool_key=rest[0], channel=_channel_opt(rest[1:]), condition=condition)
+    return None
+
+
+def _split_breakglass(words: list[str]) -> tuple[list[str], int | None]:
+    """The words without ``breakglass after <duration>`` or ``breakglass off``, and that delay (0: off)."""
+    lowered = [w.lower() for w in words]
+    if "breakglass" not in lowered:
+        return words, None
+    at = lowered.index("breakglass")
+    if lowered[at + 1 : at + 2] == ["off"]:
+        return words[:at] + words[at + 2 :], 0
+    if lowered[at + 1 : at + 2] == ["after"] and len(words) > at + 2:
+        seconds = parse_duration(words[at + 2])
+        if seconds < 1:
+            raise _usage("breakglass after takes a duration of at least 1s")
+        return words[:at] + words[at + 3 :], seconds
+    raise _usage("write breakglass after <duration> (e.g. 5m) or breakglass off")
+
+
+def _breakglass_command(args: list[str]) -> AdminCommand | None:
+    """``breakglass list``, ``breakglass review <id> ok|not-ok [note]`` (issue 31: bot.engine.breakglass)."""
+    if len(args) == 1 and args[0].lower() == "list":
+        return AdminCommand("breakglass list")
+    if len(args) >= 3 and args[0].lower() == "review" and args[2].lower() in ("ok", "not-ok"):
+        if not _MEMORY_ID.match(args[1]):
+            raise _usage(f"'{args[1][:64]}' is not a break-glass id (breakglass list shows them)")
+        return AdminCommand("breakglass review", value=(args[1], args[2].lower(), " ".join(args[3:]) or None))
+    if len(args) >= 3 and args[0].lower() == "run":
+        if not _MEMORY_ID.match(args[1]):
+            raise _usage(f"'{args[1][:64]}' is not an approval id")
+        return AdminCommand("breakglass run", value=(args[1], " ".join(args[2:])))
     return None
 
 
@@ -306,6 +351,7 @@ _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "four-eyes": _four_eyes_command,
     "ttl": _ttl_command,
     "justification": _justification_command,
+    "breakglass": _breakglass_command,
 }
 """Each command word's parser: the command, or ``None`` when its words do not fit (the usage help then)."""
 

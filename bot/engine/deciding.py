@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import history_to_read
 from bot.canonical import args_digest
-from bot.engine import justification
+from bot.engine import breakglass, justification
 from bot.engine.cards import Cards
 from bot.engine.confirmation import ONCE, channel_scope
 from bot.engine.decisions import STATUS_OF_ACTION, check_open
@@ -33,7 +34,7 @@ from bot.engine.errors import (
 )
 from bot.engine.gate import Gate
 from bot.engine.leases import Leases
-from bot.engine.model import ACTIONS, CONFIRM, MODIFY, ApprovalView, DecisionRequest, DecisionResult
+from bot.engine.model import ACTIONS, BREAKGLASS, CONFIRM, MODIFY, ApprovalView, DecisionRequest, DecisionResult
 from bot.engine.params import merge_edit
 from bot.engine.resuming import ClaimedStep, Resuming
 from bot.engine.review import REVIEW, edited_result
@@ -73,9 +74,12 @@ class Deciding:
         work: Work,
         observer: Observer,
         clock: Callable[[], datetime],
+        glass: breakglass.BreakGlass | None = None,
     ) -> None:
         self.storage = storage
         self.tools = tools
+        self.glass = glass
+        """Issue 31: checks and follows up break-glass decisions (``None``: break-glass is refused)."""
         self.gate = gate
         self.views = views
         self.cards = cards
@@ -116,7 +120,10 @@ class Deciding:
         try:
             if request.action not in ACTIONS:
                 raise UnknownAction(request.action)
-            await self.gate.check(clicked, request.actor, request.place)
+            if request.action == BREAKGLASS:
+                request = await self._admit_breakglass(clicked, request)
+            else:
+                await self.gate.check(clicked, request.actor, request.place)
             action, final_arguments, final_result = self._final(record, request)
             if action in (CONFIRM, MODIFY) and record.quorum > 1:
                 if action == MODIFY:
@@ -141,6 +148,20 @@ class Deciding:
                 extra={"approval_id": record.approval_id},
             )
             raise DecidedButUnfinished() from exc
+
+    async def _admit_breakglass(self, clicked: ClickedApproval, request: DecisionRequest) -> DecisionRequest:
+        """The gate for a break-glass (issue 31): the place, the break-glass rules instead of who may decide, still
+        open; the request with its reason marked, as it is stored."""
+        glass, record = self.glass, clicked.record
+        if glass is None:
+            raise breakglass.BreakGlassRefused("Break-glass is not turned on here.")
+
+        async def authorise() -> None:
+            await glass.authorise(record, request.actor, request.feedback)
+
+        await self.gate.check(clicked, request.actor, request.place, authorise=authorise)
+        reason = (request.feedback or "").strip()[: breakglass.MAX_REASON_CHARS]
+        return replace(request, feedback=breakglass.MARK + reason, edited_params=None, edited_result=None)
 
     def _final(self, record: ApprovalRecord, request: DecisionRequest) -> tuple[str, Any, Any]:
         """The action as it stands, with the final arguments or result of an edit (an edit that changes nothing
@@ -254,6 +275,9 @@ class Deciding:
                     scope, record.tool_name, args_digest(record.arguments), request.actor, now=self.clock()
                 )
             message = f"{STATUS_OF_ACTION[action].capitalize()}."
+            if action == BREAKGLASS and self.glass is not None:  # issue 31: the channel post and the approvers' DMs
+                message = "Break glass: the call runs once, and a review is due."
+                await self.glass.announce(record, breakglass.reason_of(request.feedback))
             if not render_later:
                 resumes_later = True  # after_decision starts a claimed run's resume (once), whatever happens in it
                 return await self.after_decision(record, message, claimed)
@@ -280,9 +304,8 @@ class Deciding:
         }
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
-        batch.write(
-            stores.audit.append, request.actor, STATUS_OF_ACTION[action], record.approval_id, details, now=self.clock()
-        )
+        audited_as = breakglass.AUDIT_ACTION if action == BREAKGLASS else STATUS_OF_ACTION[action]
+        batch.write(stores.audit.append, request.actor, audited_as, record.approval_id, details, now=self.clock())
 
     async def _vote(self, record: ApprovalRecord, request: DecisionRequest) -> DecisionResult | None:
         """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.engine.confirmation import DENY, best_condition, policy_of
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
-from bot.engine.model import CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
+from bot.engine.model import BREAKGLASS, CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
 from bot.engine.roles import Roles
 from bot.hitl.apply import bind_decisions
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
@@ -36,7 +36,8 @@ BLOCKED_AFTER_APPROVAL = "blocked after approval"
 """The audit action of such a call."""
 ID_LESS_PREFIX = "no-id:"
 """Marks the stored key of a call the model gave no id (its decision must then carry none)."""
-STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified"}
+STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified", BREAKGLASS: "approved"}
+"""A break-glass decision is an approval (bot.engine.breakglass marks it in its feedback and audit action)."""
 
 
 def approval_call_key(call_id: str | None, step_message_id: str, position: int) -> str:

@@ -230,6 +230,12 @@ class Engine:
         """The step of ``approval_id`` as ``actor`` alone sees it, and whether they may decide any of it there."""
         return await self.parts.views.personal_step(approval_id, actor, place)
 
+    async def breakglass_at(self, approval_id: str) -> datetime | None:
+        """When the requester may break glass on this pending call (issue 31); ``None``: never (off, deny, tainted).
+        The decision itself checks everything again (who, the reason, the delay, the rate limit)."""
+        record = await self.parts.views.record(approval_id)
+        return await self.parts.breakglass.available_at(record) if record.is_pending else None
+
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         return await self.parts.deciding.check_can_decide(approval_id, actor, place)
@@ -267,6 +273,11 @@ class Engine:
     async def after_expiry(self, records: list[ApprovalRecord], concurrency: int = 64) -> None:
         """Re-render each expired approval's step and resume the steps now fully decided (once per step)."""
         await self.parts.expiry.after_expiry(records, concurrency)
+
+    async def offer_breakglass_due(self) -> int:
+        """Tell requesters whose calls waited past their tool's break-glass delay that they may break glass, and
+        remind overdue break-glass reviews, once each (the sweep does it too); how many messages went out now."""
+        return await self.parts.breakglass.sweep()
 
     async def remind_due(self) -> int:
         """Remind, once, the approvers who have not answered approvals past ``COUNTERSIGN_REMIND_AT``."""

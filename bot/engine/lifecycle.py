@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -72,7 +72,10 @@ class RunLifecycle:
         clock: Callable[[], datetime],
         heartbeat_seconds: float,
         sweep_interval_seconds: float,
+        offers: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        self.offers = offers
+        """Issue 31: tells requesters they may break glass once a call waited past its tool's delay."""
         self.storage = storage
         self.work = work
         self.leases = leases
@@ -168,6 +171,8 @@ class RunLifecycle:
         deliver the outbox."""
         await self.expiry.sweep_expired()
         await self.notices.remind_due()
+        if self.offers is not None:
+            await self.offers()
         await self.recovery.recover()
         await self.storage.events.prune(EVENT_RETENTION_SECONDS)
         await self.retention.maybe_apply()

@@ -29,7 +29,9 @@ APPROVAL_STATUSES = (PENDING, APPROVED, REJECTED, MODIFIED, EXPIRED, SUPERSEDED,
 CONFIRM = "confirm"
 REJECT = "reject"
 MODIFY = "modify"
-ACTIONS = (CONFIRM, REJECT, MODIFY)
+BREAKGLASS = "breakglass"
+"""Issue 31: the requester runs the call once, with a reason, after nobody decided in time (bot.engine.breakglass)."""
+ACTIONS = (CONFIRM, REJECT, MODIFY, BREAKGLASS)
 
 
 def conversation_place(platform: str, conversation: str) -> str:

@@ -17,6 +17,7 @@ from bot.engine.access import AccessControl
 from bot.engine.admin_commands import AdminCommands
 from bot.engine.ahead import ReadsAhead
 from bot.engine.approving import Approving
+from bot.engine.breakglass import BreakGlass
 from bot.engine.cards import Cards
 from bot.engine.confirmation import PolicyConfirmationStrategy
 from bot.engine.deciding import Deciding
@@ -176,6 +177,16 @@ class Parts:
             clock=clock,
             default_ttl=ttl,
         )
+        self.breakglass = BreakGlass(
+            storage,
+            access=self.access,
+            notices=self.notices,
+            surfaces=self.surfaces,
+            deliveries=deliveries,
+            clock=clock,
+            limit=config.breakglass_limit,
+            channel=config.breakglass_channel,
+        )
         self.deciding = Deciding(
             storage,
             self.tools,
@@ -187,7 +198,10 @@ class Parts:
             work=self.work,
             observer=self.observer,
             clock=clock,
+            glass=self.breakglass,
         )
+        self.admin_commands.breakglass = self.breakglass
+        self.breakglass.decider = self.deciding.decide
         self.approving = Approving(
             storage, gate=self.gate, roles=self.roles, views=self.views, deciding=self.deciding, clock=clock
         )
@@ -218,6 +232,7 @@ class Parts:
             notices=self.notices,
             deliveries=deliveries,
             retention=Retention(storage, config, clock, say=deliveries.say),
+            offers=self.breakglass.sweep,
             clock=clock,
             heartbeat_seconds=config.heartbeat_seconds,
             sweep_interval_seconds=config.sweep_interval_seconds,

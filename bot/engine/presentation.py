@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bot.engine.breakglass import MARK as BREAKGLASS_MARK
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView, ToolStep
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text, scrub
 
@@ -108,6 +109,9 @@ def outcome_sentence(view: ApprovalView) -> str:
     if view.is_review:
         return _review_outcome(view, who, when)
     reason = f" Reason: {mask_text(view.feedback)}" if view.feedback else ""  # issue 31: justification
+    if view.status == APPROVED and (view.feedback or "").startswith(BREAKGLASS_MARK):  # issue 31: break-glass
+        why = mask_text((view.feedback or "")[len(BREAKGLASS_MARK) :])
+        return f"🔴 BREAK GLASS: run by {who} at {when} without an approval; a review is due. Reason: {why}"
     if view.status == APPROVED:
         return f"Approved by {who} at {when}.{reason}"
     if view.status == REJECTED:

@@ -1,0 +1,355 @@
+"""Break-glass: when nobody with the right to decide has decided a call in time, its requester may run it once.
+
+``policy set <tool> <mode> breakglass after <duration>`` stores the delay per tool (``storage.tool_settings``,
+setting ``breakglass``, the seconds; ``breakglass off`` removes it). Once a pending approval of the tool is at least
+that old, its requester may decide it with the action ``breakglass`` and a required reason. Every condition is
+checked by the engine at the decision (:meth:`BreakGlass.authorise`, through the decision's gate), never only by a
+surface: the requester only, a reason, the delay passed (engine clock, from the approval's durable ``created_at``,
+so it survives a restart), not a ``deny`` tool, no tainted argument, the requester still allowed to ask there,
+and at most ``COUNTERSIGN_BREAKGLASS_LIMIT`` break-glass decisions per person per 24 h (counted from the audit).
+
+The decision is an approval (status ``approved``, the same exactly-once claim, resume and ledger path as Approve)
+whose stored feedback starts with :data:`MARK`, audited as ``break-glass``, counted by the decision metric with the
+action ``breakglass``. Afterwards a post goes to ``COUNTERSIGN_BREAKGLASS_CHANNEL`` and a direct message to each
+approver of the tool (through the durable outbox, once each), and a review by someone other than the requester is
+due (``breakglass review <id> ok|not-ok [note]``, audited as ``break-glass review``; ``breakglass list`` shows
+the open ones). Both the break-glass and its review live in the audit log, so they survive restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from bot.durations import format_duration
+from bot.engine.decisions import authorize_now
+from bot.engine.errors import CommandError, EngineError, NotAnApprover
+from bot.engine.model import (
+    BREAKGLASS,
+    DecisionRequest,
+    DecisionResult,
+    Inbound,
+    Mention,
+    Note,
+    ThreadRef,
+    conversation_place,
+)
+
+if TYPE_CHECKING:
+    from bot.engine.access import AccessControl
+    from bot.engine.admin_syntax import AdminCommand
+    from bot.engine.model import AdminRequest
+    from bot.engine.notices import ApproverNotices
+    from bot.engine.outbox import Deliveries
+    from bot.engine.surface import Surface
+    from storage.async_protocols import AsyncStores
+    from storage.protocols import ApprovalRecord, AuditEntry
+
+logger = logging.getLogger(__name__)
+
+SETTING = "breakglass"
+"""The ``tool_settings`` setting: the delay in seconds after which the requester may break glass."""
+AUDIT_ACTION = "break-glass"
+REVIEW_ACTION = "break-glass review"
+MARK = "[break-glass] "
+"""The start of a break-glass decision's stored feedback: how a decided card knows to show it in red."""
+OK, NOT_OK = "ok", "not-ok"
+DEFAULT_LIMIT = 3
+WINDOW = timedelta(hours=24)
+DEFAULT_REVIEW_SECONDS = 24 * 3600
+LIST_WINDOW = timedelta(days=90)
+"""How far back ``breakglass list`` (and review) looks in the audit log for break-glass decisions."""
+REMIND_WINDOW = timedelta(days=7)
+"""A review overdue for longer than this is no longer reminded (bounds the audit read of each sweep)."""
+REMIND_EVERY = timedelta(minutes=5)
+"""How often one process looks for overdue reviews (each look reads a window of the audit log)."""
+MAX_REASON_CHARS = 500
+
+
+class BreakGlassRefused(EngineError):
+    """Break-glass is not possible for this call, for this person, now; nothing was decided."""
+
+
+def is_breakglass(record: ApprovalRecord) -> bool:
+    """Whether ``record`` was decided by breaking glass."""
+    return record.status == "approved" and (record.feedback or "").startswith(MARK)
+
+
+def reason_of(feedback: str | None) -> str:
+    """The reason of a break-glass decision's stored feedback (without :data:`MARK`)."""
+    text = feedback or ""
+    return text[len(MARK) :] if text.startswith(MARK) else text
+
+
+def is_tainted(record: ApprovalRecord) -> bool:
+    """Whether a call had an argument copied from untrusted text (its stored provenance lists one)."""
+    provenance = record.provenance or {}
+    return bool(provenance.get("tainted"))
+
+
+@dataclass(frozen=True)
+class OpenReview:
+    """A break-glass decision whose review is not done yet."""
+
+    approval_id: str
+    tool_name: str
+    requester: str
+    reason: str
+    broken_at: datetime
+    due_at: datetime
+
+
+class BreakGlass:
+    """Checks, follows up and reviews break-glass decisions (see the module docstring)."""
+
+    def __init__(
+        self,
+        storage: AsyncStores,
+        *,
+        access: AccessControl,
+        notices: ApproverNotices,
+        surfaces: Mapping[str, Surface],
+        deliveries: Deliveries,
+        clock: Callable[[], datetime],
+        limit: int = DEFAULT_LIMIT,
+        channel: str | None = None,
+        review_seconds: int = DEFAULT_REVIEW_SECONDS,
+    ) -> None:
+        self.storage = storage
+        self.access = access
+        self.notices = notices
+        self.surfaces = surfaces
+        self.deliveries = deliveries
+        self.clock = clock
+        self.limit = limit
+        self.channel = channel
+        self.review_seconds = review_seconds
+        self._next_remind: datetime | None = None
+        self.decider: Callable[[DecisionRequest], Awaitable[DecisionResult]] | None = None
+        """How ``breakglass run`` decides (the engine's parts set it to the deciding part's ``decide``)."""
+
+    async def delay_of(self, tool_name: str) -> int | None:
+        """The tool's break-glass delay in seconds, ``None`` when break-glass is off for it."""
+        value = (await self.storage.tool_settings.values(SETTING)).get(tool_name)
+        return int(value) if value and value.isdigit() else None
+
+    async def available_at(self, record: ApprovalRecord) -> datetime | None:
+        """When the requester may break glass on ``record`` (``None``: never), ignoring the rate limit."""
+        delay = await self.delay_of(record.tool_name)
+        if delay is None or record.kind != "approval" or record.mode == "deny" or is_tainted(record):
+            return None
+        return record.created_at + timedelta(seconds=delay)
+
+    async def sweep(self) -> int:
+        """One sweep: :meth:`offer_due`, then :meth:`remind_overdue`; how many people were told now."""
+        return await self.offer_due() + await self.remind_overdue()
+
+    async def remind_overdue(self) -> int:
+        """Remind, once per break-glass (the outbox key), that its review is overdue: in the call's thread, naming
+        the requester and the approvers, and in the break-glass channel; how many reminders went out now."""
+        now, sent = self.clock(), 0
+        if self._next_remind is not None and now < self._next_remind:
+            return 0
+        self._next_remind = now + REMIND_EVERY
+        window = now - timedelta(seconds=self.review_seconds) - REMIND_WINDOW
+        for review in await self.open_reviews(since=window):
+            if now < review.due_at:
+                continue
+            try:
+                record = await self.storage.approvals.get(review.approval_id)
+                thread = await self.notices.views.thread_of(record)
+                people = await self.notices.approvers_of([record], fresh=False)
+                text = Note(
+                    (
+                        "Break-glass review overdue: ",
+                        Mention(review.requester),
+                        f" ran {review.tool_name} on {review.broken_at:%Y-%m-%d %H:%M} UTC. Reviewers",
+                        *[part for person in people for part in (" ", Mention(person))],
+                        f": breakglass review {review.approval_id[:8]} ok|not-ok [note]",
+                    )
+                )
+                key = f"breakglass-overdue:{review.approval_id}"
+                if await self.deliveries.say(thread, text, key):
+                    sent += 1
+                if self.channel:
+                    await self._say(
+                        ThreadRef(thread.platform, thread.workspace, self.channel, ""), text, key + ":channel"
+                    )
+            except Exception:
+                logger.warning(
+                    "break-glass review reminder not sent", extra={"approval_id": review.approval_id}, exc_info=True
+                )
+        return sent
+
+    async def offer_due(self) -> int:
+        """Tell each requester whose call nobody decided within the delay that they may break glass: once per
+        approval (the outbox key), whichever process sweeps, before or after a restart; how many were told now."""
+        now, told = self.clock(), 0
+        delays = {t: int(v) for t, v in (await self.storage.tool_settings.values(SETTING)).items() if v.isdigit()}
+        if not delays:
+            return 0
+        for record in await self.storage.approvals.pending():
+            at = await self.available_at(record) if record.tool_name in delays else None
+            if at is None or now < at or now >= record.expires_at:
+                continue
+            text = Note(
+                (
+                    Mention(record.requester),
+                    f": nobody decided {record.tool_name} within {format_duration(delays[record.tool_name])}. "
+                    "If it cannot wait, you may break glass (it runs once, is announced and reviewed): "
+                    f"breakglass run {record.approval_id[:8]} <reason>",
+                )
+            )
+            try:
+                thread = await self.notices.views.thread_of(record)
+                if await self.deliveries.say(thread, text, f"breakglass-offer:{record.approval_id}"):
+                    told += 1
+            except Exception:
+                logger.warning("break-glass offer not sent", extra={"approval_id": record.approval_id}, exc_info=True)
+        return told
+
+    async def authorise(self, record: ApprovalRecord, actor: str, feedback: str | None) -> None:
+        """Raise why ``actor`` may not break glass on ``record`` now; return if they may."""
+        if actor != record.requester:
+            raise NotAnApprover("Only the person who asked for this call can break glass.")
+        if record.mode == "deny" or record.kind != "approval":
+            raise BreakGlassRefused("Break-glass is not possible for this tool.")
+        if is_tainted(record):
+            raise BreakGlassRefused("Break-glass is not possible: an argument came from untrusted text.")
+        at = await self.available_at(record)
+        if at is None:
+            raise BreakGlassRefused(f"Break-glass is not turned on for {record.tool_name}.")
+        now = self.clock()
+        if now < at:
+            wait = format_duration(max(1, int((at - now).total_seconds())))
+            raise BreakGlassRefused(f"Break-glass is possible only if nobody decides within the delay: wait {wait}.")
+        if not (feedback or "").strip():
+            raise BreakGlassRefused("Breaking glass needs a reason: nothing was decided.")
+        thread = await self.notices.views.thread_of(record)
+        asking = Inbound(thread.platform, thread.workspace, thread.channel, thread.thread, actor, "", "breakglass")
+        if await self.access.refusal(asking) is not None:
+            raise BreakGlassRefused("You may no longer ask the bot there, so you cannot break glass.")
+        if self.limit <= 0:
+            raise BreakGlassRefused("Break-glass is turned off here (COUNTERSIGN_BREAKGLASS_LIMIT is 0).")
+        used = await self.count_recent(actor)
+        if used >= self.limit:
+            raise BreakGlassRefused(f"You broke glass {used} times in the last 24 h, the most allowed.")
+
+    async def count_recent(self, actor: str) -> int:
+        """How many times ``actor`` broke glass in the last 24 h (from the audit log)."""
+        since = self.clock() - WINDOW
+        return sum(1 for e in await self.storage.audit.since(since) if e.action == AUDIT_ACTION and e.actor == actor)
+
+    async def announce(self, record: ApprovalRecord, reason: str) -> None:
+        """Post the break-glass to the break-glass channel and DM each approver of the tool (outbox, once each)."""
+        text = Note(
+            (
+                "🔴 Break glass: ",
+                Mention(record.requester),
+                f" ran {record.tool_name} without an approval (id {record.approval_id[:8]}). Reason: {reason[:200]}. "
+                f"A review by someone else is due within {format_duration(self.review_seconds)}: "
+                f"breakglass review {record.approval_id[:8]} ok|not-ok [note]",
+            )
+        )
+        workspace = (await self.notices.views.thread_of(record)).workspace
+        if self.channel:
+            thread = ThreadRef(record.platform, workspace, self.channel, "")
+            await self._say(thread, text, f"breakglass:{record.approval_id}:channel")
+        surface = self.surfaces.get(record.platform)
+        if surface is None:
+            return
+        for person in await self.notices.approvers_of([record], fresh=True):
+            try:
+                direct = await surface.direct_thread(workspace, person)
+            except Exception:
+                logger.warning("break-glass DM not sent", extra={"approval_id": record.approval_id}, exc_info=True)
+                continue
+            if direct is not None:
+                await self._say(direct, text, f"breakglass:{record.approval_id}:dm:{person}")
+
+    async def _say(self, thread: ThreadRef, text: Note, key: str) -> None:
+        try:
+            await self.deliveries.say(thread, text, key)
+        except Exception:
+            logger.warning("break-glass notice not sent", extra={"key": key}, exc_info=True)
+
+    async def open_reviews(self, since: datetime | None = None) -> list[OpenReview]:
+        """The break-glass decisions not reviewed yet, oldest first (of those since ``since``; default: the last
+        :data:`LIST_WINDOW`)."""
+        entries = await self.storage.audit.since(since or self.clock() - LIST_WINDOW)
+        reviewed = {e.subject for e in entries if e.action == REVIEW_ACTION}
+        return [
+            _open_review(e, self.review_seconds)
+            for e in entries
+            if e.action == AUDIT_ACTION and e.subject not in reviewed
+        ]
+
+    async def review(self, approval_prefix: str, actor: str, outcome: str, note: str | None) -> str:
+        """Record the review of one break-glass decision (someone other than the requester; audited)."""
+        matches = [r for r in await self.open_reviews() if r.approval_id.startswith(approval_prefix)]
+        if len(matches) != 1:
+            raise CommandError(f"No open break-glass review matches '{approval_prefix[:64]}' (breakglass list).")
+        review = matches[0]
+        if actor == review.requester:
+            raise NotAnApprover("You broke glass on this call, so someone else must review it.")
+        # Who may review: who may have decided the call (its approvers; else admins), never the requester.
+        await authorize_now(self.notices.roles, await self.storage.approvals.get(review.approval_id), actor)
+        if outcome == NOT_OK and not (note or "").strip():
+            raise CommandError("A 'not-ok' review needs a note saying why.")
+        await self.storage.audit.append(
+            actor,
+            REVIEW_ACTION,
+            review.approval_id,
+            {"outcome": outcome, "note": (note or "")[:MAX_REASON_CHARS] or None, "tool": review.tool_name},
+            now=self.clock(),
+        )
+        return f"Review of the break-glass of {review.tool_name} by {review.requester} recorded: {outcome}."
+
+    async def run_from_command(self, prefix: str, reason: str, request: AdminRequest) -> str:
+        """``breakglass run <id> <reason>``: break glass on one of your pending calls from any conversation."""
+        mine = [
+            r
+            for r in await self.storage.approvals.pending(platform=request.platform)
+            if r.approval_id.startswith(prefix) and r.requester == request.actor
+        ]
+        if len(mine) != 1 or self.decider is None:
+            raise CommandError(f"None of your pending calls matches '{prefix[:64]}'.")
+        here = conversation_place(request.platform, request.channel)
+        await self.storage.places.record([mine[0].approval_id], here, now=self.clock())
+        decided = await self.decider(
+            DecisionRequest(mine[0].approval_id, request.actor, BREAKGLASS, feedback=reason, place=here)
+        )
+        return decided.message
+
+    async def run_command(self, command: AdminCommand, request: AdminRequest) -> str:
+        """``breakglass list``, ``breakglass review <id> ok|not-ok [note]`` and ``breakglass run <id> <reason>``."""
+        if command.name == "breakglass run":
+            prefix, reason = command.value
+            return await self.run_from_command(prefix, reason, request)
+        if command.name == "breakglass review":
+            prefix, outcome, note = command.value
+            return await self.review(prefix, request.actor, outcome, note)
+        reviews = await self.open_reviews()
+        if not reviews:
+            return "No break-glass review is open."
+        now = self.clock()
+        return "\n".join(
+            f"{r.tool_name} by {r.requester} at {r.broken_at:%Y-%m-%d %H:%M} UTC (id {r.approval_id[:8]}), "
+            f"review {'OVERDUE since' if now >= r.due_at else 'due'} {r.due_at:%Y-%m-%d %H:%M} UTC; reason: {r.reason}"
+            for r in reviews
+        )
+
+
+def _open_review(entry: AuditEntry, review_seconds: int) -> OpenReview:
+    details: dict[str, Any] = entry.details
+    return OpenReview(
+        approval_id=entry.subject,
+        tool_name=str(details.get("tool", "")),
+        requester=entry.actor,
+        reason=reason_of(details.get("feedback")),
+        broken_at=entry.at,
+        due_at=entry.at + timedelta(seconds=review_seconds),
+    )
