@@ -96,7 +96,11 @@ async def test_an_access_change_by_someone_who_is_not_an_admin_is_refused_and_au
     assert await command(h, text, actor=REQUESTER) == NOT_AN_ADMIN
     assert await h.engine.storage.access.rules() == []
     [audited] = await h.audit()
-    assert (audited.actor, audited.action, audited.details) == (REQUESTER, "policy change refused", {"command": text})
+    assert (audited.actor, audited.action, audited.details) == (
+        REQUESTER,
+        "policy change refused",
+        {"command": text, "workspace": f"{PLATFORM}:{WORKSPACE}"},
+    )
 
 
 async def test_every_access_change_is_audited(harnesses):

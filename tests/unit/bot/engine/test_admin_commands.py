@@ -69,7 +69,7 @@ async def test_a_change_by_someone_who_is_not_an_admin_is_refused_and_audited(ha
     assert await rules(h) == []
     [audited] = await h.audit()
     assert (audited.actor, audited.action) == (REQUESTER, "policy change refused")
-    assert audited.details == {"command": text}
+    assert audited.details == {"command": text, "workspace": f"{PLATFORM}:{WORKSPACE}"}
 
 
 async def test_policy_reset_removes_the_rule_and_says_when_there_was_none(harnesses):

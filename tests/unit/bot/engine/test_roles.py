@@ -56,7 +56,11 @@ async def test_a_group_change_by_someone_who_is_not_an_admin_is_refused_and_audi
 
     assert [g.members for g in await h.engine.storage.approver_groups.list_groups()] == [(BEN,)]
     [audited] = await h.audit()
-    assert (audited.actor, audited.action, audited.details) == (REQUESTER, "policy change refused", {"command": text})
+    assert (audited.actor, audited.action, audited.details) == (
+        REQUESTER,
+        "policy change refused",
+        {"command": text, "workspace": f"{PLATFORM}:{WORKSPACE}"},
+    )
 
 
 async def test_a_group_may_not_share_a_name_with_a_tool_and_its_members_are_people(harnesses):
