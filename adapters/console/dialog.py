@@ -59,7 +59,15 @@ class ApprovalDialog:
             return
         if not view.is_pending:  # decided meanwhile (expired, or decided elsewhere)
             return
-        request = await self._ask(view, index, total)
+        missing = self._engine.not_configured(view)
+        if missing is not None:  # said before asking: it can only be rejected (or left waiting)
+            self._say(str(missing), "yellow")
+            rejection = await self._ask_reject(view, index, total)
+            if rejection is None:
+                return
+            request = rejection
+        else:
+            request = await self._ask(view, index, total)
         while True:
             try:
                 with self._surface.busy():
@@ -131,6 +139,21 @@ class ApprovalDialog:
                 actor_name=self._user,
                 place=self._place,
             )
+
+    async def _ask_reject(self, view: ApprovalView, index: int, total: int) -> DecisionRequest | None:
+        """Reject a call that can't run here, or leave it waiting (``None``)."""
+        label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
+        while True:
+            answer = (await self._reader.read(f"Reject {label}? [y] reject · [n] leave it waiting: ")).strip().lower()
+            if answer in ("n", "no"):
+                self._say("Left waiting; continue this thread once the tool is configured.", "dim")
+                return None
+            if answer in ("y", "yes"):
+                feedback = await self._ask_feedback("Why? Feedback for the assistant (optional, Enter to skip): ")
+                return DecisionRequest(
+                    view.approval_id, self._user, REJECT, feedback=feedback, actor_name=self._user, place=self._place
+                )
+            self._say("Please answer y (reject it) or n (leave it waiting).", "yellow")
 
     async def _ask_review(self, view: ApprovalView, label: str) -> DecisionRequest:
         """A result held for review: release it, reject it with feedback, or give the model other text."""

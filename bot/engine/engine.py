@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.config import Config
+from bot.engine.errors import ToolsNotConfigured
 from bot.engine.inbox import Received
 from bot.engine.model import AdminRequest, ApprovalView, DecisionRequest, DecisionResult, Inbound, ThreadRef
 from bot.engine.parts import Parts
@@ -210,6 +211,13 @@ class Engine:
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         return await self.parts.deciding.check_can_decide(approval_id, actor, place)
+
+    def not_configured(self, view: ApprovalView) -> ToolsNotConfigured | None:
+        """Why ``view``'s call can't be approved or edited here (its tool is not configured now), else ``None``.
+
+        :meth:`decide` refuses an approval or edit of it with that error; a rejection is still taken.
+        """
+        return self.parts.deciding.not_configured(view.tool_name)
 
     async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, resume when the step is decided."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.stored_snapshot import HistoryUnavailable
-from bot.engine.errors import PolicyKeptChanging
+from bot.engine.errors import PolicyKeptChanging, ToolsNotConfigured
 from bot.llm import LLMError
 
 SUPERSEDED_RESULT = "superseded by a newer message"
@@ -38,6 +38,12 @@ def failure_sentence(exc: BaseException) -> str:
     """What a thread is told when its run failed with ``exc`` (never the exception's own text, but ours)."""
     if isinstance(exc, PolicyKeptChanging):
         return str(exc)
+    if isinstance(exc, ToolsNotConfigured):
+        return (
+            f"Sorry, this request cannot continue: it was using {', '.join(exc.missing)}, which "
+            f"{'is' if len(exc.missing) == 1 else 'are'} not configured here now (COUNTERSIGN_TOOLS). "
+            "Nothing more of it ran; ask again once the tools are configured."
+        )
     if isinstance(exc, HistoryUnavailable):
         return (
             "Sorry, this request cannot continue: the conversation history it paused with is no longer stored. "

@@ -349,3 +349,21 @@ def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path)
     assert "Everyone may ask the bot, in every channel of this workspace (no access rules)." in outcome.output
     assert f"@oncall: {USER}" in outcome.output
     assert harness.executed["delete_file"] == 1
+
+
+def test_a_thread_paused_with_tools_not_configured_now_says_which_and_offers_to_reject(harness):
+    harness.chat(["delete old.log"], thread="ops")
+    harness.tools = [t for t in harness.tools if t.name != "delete_file"]
+
+    outcome = harness.chat(["y", "not needed any more"], thread="ops")
+
+    assert "delete_file is not configured here now" in outcome.output
+    assert "COUNTERSIGN_TOOLS" in outcome.output
+    assert outcome.prompts_starting("Reject delete_file? [y] reject · [n] leave it waiting")
+    assert not outcome.prompts_starting("Run delete_file?")
+    assert "this request cannot continue: it was using delete_file" in outcome.output
+    assert "Approved" not in outcome.output
+    assert "something went wrong" not in outcome.output
+    assert (harness.sandbox / "old.log").exists()
+    assert harness.executed["delete_file"] == 0
+    assert "waiting for your decision" not in harness.chat([], thread="ops").output
