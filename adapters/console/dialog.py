@@ -200,16 +200,30 @@ class ApprovalDialog:
         self._say("Type a new value for each parameter, or press Enter to keep it.", "dim")
         edits = dict(edits)
         for name in fields:
-            secret = is_secret_key(name)
-            shown = edits[name] if name in edits else view.arguments.get(name)
-            if name not in edits and name not in view.arguments:
-                current = "not set"
-            else:
-                current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
-            raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
-            if raw.strip():
+            raw = await self._ask_value(view, name, edits)
+            if raw is not None:
                 edits[name] = raw
         return edits
+
+    async def _ask_value(self, view: ApprovalView, name: str, edits: dict[str, Any]) -> str | None:
+        """One field's new value, asked again until the engine finds it fits (``None``: Enter kept the shown one)."""
+        secret = is_secret_key(name)
+        schema = (view.parameters_schema.get("properties") or {}).get(name) or {}
+        if name in edits or name in view.arguments:
+            shown = edits[name] if name in edits else view.arguments[name]
+            current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
+        elif "default" in schema:  # not set: the tool runs with its default
+            current = MASK if secret else truncate(value_text(schema["default"]), CURRENT_LIMIT)[0] + ", the default"
+        else:
+            current = "not set"
+        while True:
+            raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
+            if not raw.strip():
+                return None
+            error = self._engine.edit_value_error(view, name, raw)
+            if error is None:
+                return raw
+            self._say(f"{name}: {error}. Type it again, or press Enter to keep it.", "red")
 
     @property
     def _place(self) -> str | None:

@@ -74,6 +74,7 @@ def test_modifying_runs_the_call_with_the_edited_path(harness):
     assert harness.executed["delete_file"] == 1
     assert outcome.prompts_starting("  path (current: old.log)")
     assert f"Edited and approved by {USER}" in outcome.output and "path=notes.txt" in outcome.output
+    assert '✔ delete_file(path="notes.txt"): Edited and approved' in outcome.output  # the arguments that ran
     assert "Deleted notes.txt." in outcome.output
 
 
@@ -95,14 +96,19 @@ def test_enter_alone_and_unknown_answers_ask_again(harness):
     assert outcome.output.count(REASK) == 2
 
 
-def test_an_invalid_edit_is_refused_and_asked_again(harness):
-    # restart_service(service, force: bool): "perhaps" is not a boolean, so the engine refuses the edit
-    outcome = harness.chat(["restart nginx", "m", "", "perhaps", "", "true"])
+def test_each_edited_value_is_checked_as_it_is_typed_and_a_default_is_shown_as_current(harness):
+    # restart_service(service, force: bool = False): "perhaps" is not a boolean, so that field is asked again
+    outcome = harness.chat(["restart nginx", "m", "", "perhaps", "true", ""])
 
-    assert "The edited parameters are invalid: force: must be true or false" in outcome.output
-    assert len(outcome.prompts_starting("  force (current: not set)")) == 2
+    assert "force: must be true or false. Type it again, or press Enter to keep it." in outcome.output
+    asked = outcome.keyboard.prompts
+    force = [i for i, p in enumerate(asked) if p.startswith("  force (current: false, the default)")]
+    note = [i for i, p in enumerate(asked) if p.startswith("Note for the assistant")]
+    assert len(force) == 2 and len(note) == 1 and force[-1] < note[0]  # re-asked before the note
+    assert "The edited parameters are invalid" not in outcome.output
     assert harness.executed["restart_service"] == 1
     assert "Service 'nginx' forcefully restarted" in outcome.output
+    assert '✔ restart_service(service="nginx", force=true): Edited and approved' in outcome.output
     assert outcome.keyboard.unread == 0
 
 
