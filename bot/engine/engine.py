@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from bot import failpoints
 from bot.config import Config
 from bot.engine.errors import ToolsNotConfigured
-from bot.engine.params import field_error
 from bot.engine.inbox import Received
 from bot.engine.model import AdminRequest, ApprovalView, DecisionRequest, DecisionResult, Inbound, ThreadRef
+from bot.engine.params import field_error
 from bot.engine.parts import Parts
 from bot.engine.resuming import ClaimedStep
 from bot.engine.running import Invoke
