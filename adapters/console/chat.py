@@ -34,6 +34,8 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
+CHAT = "this chat"
+"""How confirmations name the console's workspace (a rule without ``#channel`` applies to every console chat)."""
 # The engine's command words; /help is the console's own.
 ADMIN_WORDS = tuple(word for word in COMMAND_WORDS if word != "help")
 QUIT_WORDS = ("/quit", "/exit", "/q")
@@ -208,7 +210,9 @@ class ChatSession:
         elif word not in ADMIN_WORDS:
             self.console.print(Text(f"Unknown command /{inert(word)}. Type /help for the commands.", style="yellow"))
             return
-        request = AdminRequest(platform=PLATFORM, workspace=WORKSPACE, channel=CHANNEL, actor=self.user, text=command)
+        request = AdminRequest(
+            platform=PLATFORM, workspace=WORKSPACE, channel=CHANNEL, actor=self.user, text=command, workspace_name=CHAT
+        )
         answer = await engine.admin(request)
         self.console.print(Text(inert(answer)))
 

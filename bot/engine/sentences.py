@@ -7,6 +7,7 @@ from typing import Any
 
 from bot.agent.stored_snapshot import HistoryUnavailable
 from bot.engine.errors import PolicyKeptChanging, ToolsNotConfigured
+from bot.engine.model import AdminRequest
 from bot.llm import LLMError
 
 SUPERSEDED_RESULT = "superseded by a newer message"
@@ -32,6 +33,17 @@ def answer_text(result: Mapping[str, Any]) -> str:
     if note is not None:
         text = (text + "\n\n" if text else "") + note
     return text
+
+
+def place_name(request: AdminRequest, channel: str | None) -> str:
+    """Where a command applies, as people know the place: ``#ops``, ``this channel``, or (no channel) the
+    surface's name for its workspace (the console: ``this chat``), else ``this workspace``."""
+    if channel is None:
+        return request.workspace_name or "this workspace"
+    name = request.channel_names.get(channel)
+    if name:
+        return f"#{name}"
+    return "this channel" if channel == request.channel else f"#{channel}"
 
 
 def failure_sentence(exc: BaseException) -> str:

@@ -343,7 +343,7 @@ def test_ctrl_c_while_the_agent_works_stops_the_run_after_the_running_tool_and_t
     assert "Stopping after the current step." in output
     assert "↳ build_report(name=q3) → report q3 built" in output
     assert "(Stopped.)" in output
-    assert "Token usage in this workspace" in output  # the chat went on after the stop
+    assert "Token usage in this chat" in output  # the chat went on after the stop
 
 
 def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path):
@@ -373,3 +373,13 @@ def test_a_thread_paused_with_tools_not_configured_now_says_which_and_offers_to_
     assert (harness.sandbox / "old.log").exists()
     assert harness.executed["delete_file"] == 0
     assert "waiting for your decision" not in harness.chat([], thread="ops").output
+
+
+def test_admin_confirmations_name_the_place_as_this_chat(tmp_path):
+    admin = ConsoleHarness(tmp_path, admins=frozenset({USER}))
+
+    outcome = admin.chat(["/policy set delete_file never", "/policy reset delete_file"])
+
+    assert "Rule updated: delete_file in this chat: mode=never" in outcome.output
+    assert "Rule for delete_file in this chat removed." in outcome.output
+    assert "workspace:console" not in outcome.output
