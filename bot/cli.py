@@ -108,6 +108,39 @@ configuration (environment variables; a .env file in the working folder is read 
                                    verifiable from the first entry left (default: 0, never)
 """
 
+SERVE_ONLY_SETTINGS = frozenset(
+    {
+        "COUNTERSIGN_REPLY_MODE",
+        "COUNTERSIGN_REMIND_AT",
+        "COUNTERSIGN_STREAM_UPDATE_SECONDS",
+        "SLACK_BOT_TOKEN",
+        "COUNTERSIGN_SLACK_API_URL",
+        "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID",
+        "COUNTERSIGN_TEAMS_ANONYMOUS",
+        "COUNTERSIGN_TEAMS_USER_VIEWS",
+        "COUNTERSIGN_INSTANCE_ID",
+        "COUNTERSIGN_LEASE_SECONDS",
+        "COUNTERSIGN_HEARTBEAT_SECONDS",
+        "COUNTERSIGN_SHUTDOWN_GRACE_SECONDS",
+        "COUNTERSIGN_FAILPOINT",
+    }
+)
+"""Settings of channel threads, the chat platforms and several replicas: ``chat --help`` leaves them out."""
+
+
+def settings_help(leave_out: frozenset[str] = frozenset()) -> str:
+    """:data:`ENVIRONMENT_HELP` without the entries whose first variable is in ``leave_out``."""
+    header, *lines = ENVIRONMENT_HELP.splitlines(keepends=True)
+    entries: list[list[str]] = []
+    for line in lines:
+        if line.startswith("  ") and not line.startswith("   "):  # an entry's first line names its variable
+            entries.append([line])
+        else:
+            entries[-1].append(line)
+    kept = [entry for entry in entries if entry[0].split()[0].rstrip(",") not in leave_out]
+    return header + "".join("".join(entry) for entry in kept)
+
+
 DESCRIPTION = (
     "countersign: a chat-ops bot. People chat with an LLM agent; every sensitive tool call waits for a "
     "human's approval (approve, reject with feedback, or edit its parameters) and then runs exactly once."
@@ -125,7 +158,8 @@ Enter alone never approves. Commands: /help, /quit, and the admin commands /poli
 /quorum, /four-eyes, /ttl, /justification, /breakglass, /group, /access, /dm, /pending, /audit, /memory,
 /usage (changes need your user in COUNTERSIGN_ADMINS; /help shows each one's syntax).
 With the offline model, "call <tool> key=value ..." calls any configured tool.
-Ctrl-C while the assistant works stops it after its current step (a tool already running finishes).
+Ctrl-C while the assistant works stops it after its current step (a tool already running finishes;
+a third Ctrl-C quits without waiting, and that tool's outcome is recorded as unknown).
 Ctrl-D, or Ctrl-C at the prompt, ends the chat; pending approvals wait for you: continue with --thread NAME.
 """
 
@@ -184,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "chat",
         help="chat with the agent in this terminal and approve its tool calls",
         description=CHAT_DESCRIPTION,
-        epilog=ENVIRONMENT_HELP,
+        epilog=settings_help(SERVE_ONLY_SETTINGS),
         formatter_class=_Formatter,
     )
     chat.add_argument(

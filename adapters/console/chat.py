@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import contextlib
 import getpass
+import os
 import signal
 import uuid
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,14 @@ from bot.tools import Tool, Toolset, flatten_tools
 PLATFORM = "console"
 WORKSPACE = "local"
 CHANNEL = "console"
+CHAT = "this chat"
+SECOND_CTRL_C = (
+    "(Still waiting for the running tool to finish. Press Ctrl-C once more to quit without waiting: "
+    "its outcome is then recorded as unknown, as after a crash, and it is never run again.)"
+)
+THIRD_CTRL_C = "Quitting without waiting for the running tool; its outcome will be recorded as unknown."
+INTERRUPTED_EXIT_CODE = 130
+"""How confirmations name the console's workspace (a rule without ``#channel`` applies to every console chat)."""
 # The engine's command words; /help is the console's own.
 ADMIN_WORDS = tuple(word for word in COMMAND_WORDS if word != "help")
 QUIT_WORDS = ("/quit", "/exit", "/q")
@@ -47,7 +56,8 @@ Commands:
   /help                 this text
   /quit                 leave (so do Ctrl-D and Ctrl-C at the prompt); pending approvals wait for
                         you: continue with `countersign chat --thread NAME`
-  Ctrl-C while the assistant works stops it after its current step (a running tool finishes)
+  Ctrl-C while the assistant works stops it after its current step (a running tool finishes;
+                        a third Ctrl-C quits without waiting, its outcome recorded as unknown)
   /policy list          each tool's effective policy here
   /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
   /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
@@ -121,6 +131,8 @@ class ChatSession:
         self.surface = ConsoleSurface(console, thread=self.thread)
         self._stopping: asyncio.Future[None] | None = None
         """The stop Ctrl-C asked for, while it is checked (a reference, so the task is not collected)."""
+        self._interrupts = 0
+        """Ctrl-C presses while the agent works on the current message."""
 
     async def run(self, *, generator: Any = None, tools: Sequence[Tool | Toolset] | None = None) -> int:
         """Open the engine, chat until the input ends, stop the engine; returns 0."""
@@ -173,6 +185,7 @@ class ChatSession:
         """While the agent works, Ctrl-C stops the run after its current step instead of leaving the chat."""
         loop = asyncio.get_running_loop()
         previous = signal.getsignal(signal.SIGINT)
+        self._interrupts = 0
         try:
             loop.add_signal_handler(signal.SIGINT, self._stop_run, engine)
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
@@ -185,9 +198,25 @@ class ChatSession:
             signal.signal(signal.SIGINT, previous)  # Ctrl-C at the prompt leaves the chat again
 
     def _stop_run(self, engine: Engine) -> None:
-        # A signal handler cannot await: whether this user may stop the run (an admin through a group, too) is
-        # asked in a task of its own.
-        self._stopping = asyncio.ensure_future(self._request_stop(engine))
+        """Ctrl-C while the agent works: the first stops the run after its step, the second says what a third does,
+        the third quits at once."""
+        self._interrupts += 1
+        if self._interrupts == 1:
+            # A signal handler cannot await: whether this user may stop the run (an admin through a group, too) is
+            # asked in a task of its own.
+            self._stopping = asyncio.ensure_future(self._request_stop(engine))
+        elif self._interrupts == 2:
+            self.console.print(Text(SECOND_CTRL_C, style="yellow"))
+        else:
+            self._quit_without_waiting()
+
+    def _quit_without_waiting(self) -> None:
+        """End the process now, as a crash would: a running tool's outcome is recorded as unknown by the recovery
+        of the next start (its ledger entry says it began and never ended), and it is never run again."""
+        self.surface.stop_working()
+        self.console.print(Text(THIRD_CTRL_C, style="red"))
+        self.console.file.flush()
+        os._exit(INTERRUPTED_EXIT_CODE)
 
     async def _request_stop(self, engine: Engine) -> None:
         try:
@@ -208,7 +237,9 @@ class ChatSession:
         elif word not in ADMIN_WORDS:
             self.console.print(Text(f"Unknown command /{inert(word)}. Type /help for the commands.", style="yellow"))
             return
-        request = AdminRequest(platform=PLATFORM, workspace=WORKSPACE, channel=CHANNEL, actor=self.user, text=command)
+        request = AdminRequest(
+            platform=PLATFORM, workspace=WORKSPACE, channel=CHANNEL, actor=self.user, text=command, workspace_name=CHAT
+        )
         answer = await engine.admin(request)
         self.console.print(Text(inert(answer)))
 

@@ -59,7 +59,15 @@ class ApprovalDialog:
             return
         if not view.is_pending:  # decided meanwhile (expired, or decided elsewhere)
             return
-        request = await self._ask(view, index, total)
+        missing = self._engine.not_configured(view)
+        if missing is not None:  # said before asking: it can only be rejected (or left waiting)
+            self._say(str(missing), "yellow")
+            rejection = await self._ask_reject(view, index, total)
+            if rejection is None:
+                return
+            request = rejection
+        else:
+            request = await self._ask(view, index, total)
         while True:
             try:
                 with self._surface.busy():
@@ -140,6 +148,21 @@ class ApprovalDialog:
                 place=self._place,
             )
 
+    async def _ask_reject(self, view: ApprovalView, index: int, total: int) -> DecisionRequest | None:
+        """Reject a call that can't run here, or leave it waiting (``None``)."""
+        label = view.tool_name if total == 1 else f"{view.tool_name} ({index} of {total})"
+        while True:
+            answer = (await self._reader.read(f"Reject {label}? [y] reject · [n] leave it waiting: ")).strip().lower()
+            if answer in ("n", "no"):
+                self._say("Left waiting; continue this thread once the tool is configured.", "dim")
+                return None
+            if answer in ("y", "yes"):
+                feedback = await self._ask_feedback("Why? Feedback for the assistant (optional, Enter to skip): ")
+                return DecisionRequest(
+                    view.approval_id, self._user, REJECT, feedback=feedback, actor_name=self._user, place=self._place
+                )
+            self._say("Please answer y (reject it) or n (leave it waiting).", "yellow")
+
     async def _ask_review(self, view: ApprovalView, label: str) -> DecisionRequest:
         """A result held for review: release it, reject it with feedback, or give the model other text."""
         while True:
@@ -190,16 +213,30 @@ class ApprovalDialog:
         self._say("Type a new value for each parameter, or press Enter to keep it.", "dim")
         edits = dict(edits)
         for name in fields:
-            secret = is_secret_key(name)
-            shown = edits[name] if name in edits else view.arguments.get(name)
-            if name not in edits and name not in view.arguments:
-                current = "not set"
-            else:
-                current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
-            raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
-            if raw.strip():
+            raw = await self._ask_value(view, name, edits)
+            if raw is not None:
                 edits[name] = raw
         return edits
+
+    async def _ask_value(self, view: ApprovalView, name: str, edits: dict[str, Any]) -> str | None:
+        """One field's new value, asked again until the engine finds it fits (``None``: Enter kept the shown one)."""
+        secret = is_secret_key(name)
+        schema = (view.parameters_schema.get("properties") or {}).get(name) or {}
+        if name in edits or name in view.arguments:
+            shown = edits[name] if name in edits else view.arguments[name]
+            current = MASK if secret else truncate(value_text(mask_for_display(shown)), CURRENT_LIMIT)[0]
+        elif "default" in schema:  # not set: the tool runs with its default
+            current = MASK if secret else truncate(value_text(schema["default"]), CURRENT_LIMIT)[0] + ", the default"
+        else:
+            current = "not set"
+        while True:
+            raw = await self._reader.read(f"  {inert(name)} (current: {inert(current)}): ", secret=secret)
+            if not raw.strip():
+                return None
+            error = self._engine.edit_value_error(view, name, raw)
+            if error is None:
+                return raw
+            self._say(f"{name}: {error}. Type it again, or press Enter to keep it.", "red")
 
     @property
     def _place(self) -> str | None:

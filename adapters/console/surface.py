@@ -117,11 +117,13 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
 def call_label(view: ApprovalView) -> str:
     """The call in short, secrets masked: ``delete_file(path="old.log")`` (long values and lists cut)."""
     parts = []
-    for argument in display_arguments(view.arguments, limit=LABEL_VALUE_LIMIT):
-        quoted = isinstance(view.arguments.get(argument.name), str) and not argument.secret
+    # An edited call is named with the arguments it ran with, not the ones the model asked for.
+    arguments = view.final_arguments if view.status == MODIFIED and view.final_arguments else view.arguments
+    for argument in display_arguments(arguments, limit=LABEL_VALUE_LIMIT):
+        quoted = isinstance(arguments.get(argument.name), str) and not argument.secret
         parts.append(f"{argument.name}={json.dumps(argument.text, ensure_ascii=False) if quoted else argument.text}")
-    arguments, _ = truncate(", ".join(parts), LABEL_LIMIT)
-    return f"{view.tool_name}({arguments})"
+    shown, _ = truncate(", ".join(parts), LABEL_LIMIT)
+    return f"{view.tool_name}({shown})"
 
 
 def outcome_text(view: ApprovalView, index: int = 1, total: int = 1) -> Text:

@@ -384,12 +384,15 @@ class SlackListeners:
         if not user:
             logger.warning("slash command without a user ignored")
             return
+        channel = _text(command.get("channel_id")) or ""
+        text = _text(command.get("text")) or ""
         request = AdminRequest(
             PLATFORM,
             _text(command.get("team_id")) or "",
-            _text(command.get("channel_id")) or "",
+            channel,
             user,
-            _text(command.get("text")) or "",
+            text,
+            channel_names=channel_names(channel, _text(command.get("channel_name")), text),
         )
         answer = await self.engine.admin(request)
         try:
@@ -538,3 +541,14 @@ def _form_refused(view: Mapping[str, Any], text: str) -> dict[str, Any]:
     if inputs:
         return {"response_action": "errors", "errors": {inputs[0]: text}}
     return {"response_action": "update", "view": notice_modal(text)}
+
+
+_CHANNEL_MENTION = re.compile(r"<#([A-Za-z0-9_]+)\|([^>|]+)>")
+
+
+def channel_names(channel: str, channel_name: str | None, text: str) -> dict[str, str]:
+    """The names Slack gave with a slash command: its channel's, and each ``<#C123|ops>`` in its text."""
+    names = {m.group(1): m.group(2) for m in _CHANNEL_MENTION.finditer(text)}
+    if channel and channel_name and channel_name not in ("directmessage", "privategroup"):
+        names.setdefault(channel, channel_name)
+    return names

@@ -19,6 +19,7 @@ from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.engine.review import REVIEW
 from bot.engine.roles import Roles, group_label
+from bot.engine.sentences import place_name
 from bot.engine.team_commands import TeamCommands, approver_count
 from bot.redaction import mask_text
 from bot.tools import Tool
@@ -131,9 +132,8 @@ class AdminCommands:
         if command.name == "policy reset":
             removed = await self.storage.policies.reset_rule(scope, tool_key)
             await self._audit_change(request, "policy reset", tool_key, scope, {})
-            return (
-                f"Rule for {tool_key} @ {scope} removed." if removed else f"There was no rule for {tool_key} @ {scope}."
-            )
+            where = f"{tool_key} in {place_name(request, channel)}"
+            return f"Rule for {where} removed." if removed else f"There was no rule for {where}."
         if command.name == "approvers":
             command = replace(command, value=await self.team.approver_entries(command.value))
         if command.name in ("quorum", "approvers"):
@@ -151,7 +151,8 @@ class AdminCommands:
         return "Rule updated: " + format_rule(
             tool_key,
             scope,
-            {
+            where=place_name(request, channel),
+            fields={
                 "mode": rule.mode,
                 "approvers": rule.approvers,
                 "quorum": rule.quorum,
@@ -168,7 +169,7 @@ class AdminCommands:
             channel=channel,
             since=self.clock() - timedelta(days=days),
         )
-        where = f"#{channel}" if channel else "this workspace"
+        where = place_name(request, channel)
         period = "the last day" if days == 1 else f"the last {days} days"
         return (
             f"Token usage in {where} over {period}: {totals.total_tokens:,} tokens "
@@ -182,7 +183,7 @@ class AdminCommands:
         if tool is None:
             raise CommandError("A condition looks at one tool's arguments: name a tool, not a group or '*'.")
         condition.check_fields(tool)
-        where = f"{tool.name} when {condition.text} @ {scope}"
+        where = f"{tool.name} when {condition.text} in {place_name(request, command.channel)}"
         if command.name == "policy reset":
             removed = await self.storage.conditions.reset_rule(scope, tool.name, condition.text)
             await self._audit_change(request, "policy reset", tool.name, scope, {"condition": condition.text})

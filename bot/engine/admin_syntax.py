@@ -423,8 +423,12 @@ def _approver(word: str) -> str:
     return "@" + _user(word)
 
 
-def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
-    """One line describing a rule, e.g. ``delete_file @ channel:slack:T1:C1: mode=always, quorum=2``."""
+def format_rule(tool_key: str, scope: str, fields: dict[str, Any], *, where: str | None = None) -> str:
+    """One line describing a rule, e.g. ``delete_file @ channel:slack:T1:C1: mode=always, quorum=2``.
+
+    ``where``: the place as people know it (``#ops``, ``this chat``), said instead of the scope:
+    ``delete_file in #ops: mode=always``.
+    """
     shown = []
     for name in ("mode", "approvers", "quorum", "four_eyes", "ttl_seconds"):
         value = fields.get(name)
@@ -437,4 +441,5 @@ def format_rule(tool_key: str, scope: str, fields: dict[str, Any]) -> str:
         if name == "ttl_seconds":
             name, value = "ttl", format_duration(int(value))
         shown.append(f"{name}={value}")
-    return f"{tool_key} @ {scope}: {', '.join(shown) or '(inherits everything)'}"
+    place = f"in {where}" if where is not None else f"@ {scope}"
+    return f"{tool_key} {place}: {', '.join(shown) or '(inherits everything)'}"

@@ -29,12 +29,22 @@ from bot.engine.errors import (
     EngineError,
     InvalidEdit,
     NotShownHere,
+    ToolsNotConfigured,
     UnknownAction,
     refused_while_storage_fails,
 )
 from bot.engine.gate import Gate
 from bot.engine.leases import Leases
-from bot.engine.model import ACTIONS, BREAKGLASS, CONFIRM, MODIFY, ApprovalView, DecisionRequest, DecisionResult
+from bot.engine.model import (
+    ACTIONS,
+    BREAKGLASS,
+    CONFIRM,
+    MODIFY,
+    REJECT,
+    ApprovalView,
+    DecisionRequest,
+    DecisionResult,
+)
 from bot.engine.params import merge_edit
 from bot.engine.resuming import ClaimedStep, Resuming
 from bot.engine.review import REVIEW, edited_result
@@ -89,6 +99,10 @@ class Deciding:
         self.observer = observer
         self.clock = clock
 
+    def not_configured(self, tool_name: str) -> ToolsNotConfigured | None:
+        """Why a call of ``tool_name`` can't be approved here (its tool is not configured now), else ``None``."""
+        return None if tool_name in self.tools else ToolsNotConfigured([tool_name])
+
     @refused_while_storage_fails
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
@@ -124,6 +138,9 @@ class Deciding:
                 request = await self._admit_breakglass(clicked, request)
             else:
                 await self.gate.check(clicked, request.actor, request.place)
+            missing = self.not_configured(record.tool_name)
+            if missing is not None and request.action != REJECT:
+                raise missing
             action, final_arguments, final_result = self._final(record, request)
             if action in (CONFIRM, MODIFY) and record.quorum > 1:
                 if action == MODIFY:

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from bot import failpoints
 from bot.config import Config
+from bot.engine.errors import ToolsNotConfigured
 from bot.engine.inbox import Received
 from bot.engine.model import AdminRequest, ApprovalView, DecisionRequest, DecisionResult, Inbound, ThreadRef
+from bot.engine.params import field_error
 from bot.engine.parts import Parts
 from bot.engine.resuming import ClaimedStep
 from bot.engine.running import Invoke
@@ -239,6 +241,21 @@ class Engine:
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""
         return await self.parts.deciding.check_can_decide(approval_id, actor, place)
+
+    def not_configured(self, view: ApprovalView) -> ToolsNotConfigured | None:
+        """Why ``view``'s call can't be approved or edited here (its tool is not configured now), else ``None``.
+
+        :meth:`decide` refuses an approval or edit of it with that error; a rejection is still taken.
+        """
+        return self.parts.deciding.not_configured(view.tool_name)
+
+    def edit_value_error(self, view: ApprovalView, name: str, raw: str) -> str | None:
+        """What is wrong with ``raw`` typed for parameter ``name`` of ``view``'s call, checked alone, else ``None``.
+
+        For forms that check each value as it is typed; :meth:`decide` checks the whole edit again.
+        """
+        tool = self.parts.tools.get(view.tool_name)
+        return None if tool is None else field_error(tool, name, raw)
 
     async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, resume when the step is decided."""

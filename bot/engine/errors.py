@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
@@ -77,6 +77,20 @@ class InvalidEdit(EngineError):
         detail = "; ".join(f"{k}: {v}" for k, v in errors.items())
         super().__init__(f"The edited parameters are invalid: {detail}")
         self.errors = errors
+
+
+class ToolsNotConfigured(EngineError):
+    """The call (or the paused run it belongs to) uses tools this process is not configured with now."""
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        names = ", ".join(missing)
+        verb, them = ("is", "it") if len(missing) == 1 else ("are", "them")
+        super().__init__(
+            f"{names} {verb} not configured here now, so this call can't run. "
+            f"Set COUNTERSIGN_TOOLS to the module that provides {them} (for example "
+            f"COUNTERSIGN_TOOLS=mytools:tools) and start again, or reject the call."
+        )
+        self.missing = tuple(missing)
 
 
 class UnknownAction(EngineError):

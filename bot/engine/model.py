@@ -220,8 +220,11 @@ class AdminRequest:
     actor: str
     text: str
     channel_names: dict[str, str] = field(default_factory=dict)
+    """Channel id → the name people know it by (``ops`` for ``#ops``), where the surface knows it."""
     private: bool = True
     """Whether only ``actor`` sees the answer (a Slack slash command, a DM, the console); not in a Teams channel."""
+    workspace_name: str | None = None
+    """How confirmations name the whole workspace (the console: ``this chat``); ``None``: ``this workspace``."""
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,24 @@ from bot.engine.errors import InvalidEdit
 from bot.redaction import scrub
 from bot.tools import InvalidToolArguments, Tool, coerce_value
 
-__all__ = ["CLEARED", "coerce_value", "merge_edit"]
+__all__ = ["CLEARED", "coerce_value", "field_error", "merge_edit"]
 
 CLEARED = None
 """The edited value of a field the person emptied. Card renderers leave an emptied input out of a click's
 data, so an adapter that offered a prefilled input and got nothing back passes this (``None``)."""
 CLEARED_REQUIRED = "is required: give it a value (it was cleared)"
+
+
+def field_error(tool: Tool, name: str, raw: Any) -> str | None:
+    """What is wrong with ``raw`` typed for parameter ``name`` of ``tool``, checked alone (``None``: it fits).
+
+    The check an edit form can make as each value is typed; :func:`merge_edit` checks the whole edit again.
+    """
+    try:
+        tool.coerce_field(name, raw)
+    except InvalidToolArguments as exc:
+        return scrub(exc.errors.get(name, str(exc)), [{name: raw}])
+    return None
 
 
 def merge_edit(tool: Tool, original: dict[str, Any], edited: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from bot.agent import AgentSnapshot, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import HistoryRef, parse_stored, with_history
 from bot.engine.decisions import step_decisions
+from bot.engine.errors import ToolsNotConfigured
 from bot.engine.inbox import Inbox
 from bot.engine.leases import Leases
 from bot.engine.model import PENDING, ThreadRef
@@ -160,6 +161,10 @@ class Resuming:
             snapshot, ref = parse_stored(stored)
         except (SnapshotError, StorageError) as exc:  # a corrupt snapshot fails this run only
             await self.runner.fail_run(run_id, thread, exc)
+            return
+        missing = [name for name in snapshot.tool_names or () if name not in self.tools]
+        if missing:  # paused with tools not configured now (e.g. a rejection taken for such a call)
+            await self.runner.fail_run(run_id, thread, ToolsNotConfigured(missing))
             return
         try:
             started = await self._started(run_id, snapshot, ref, claimed)

@@ -19,7 +19,7 @@ from bot.agent.snapshot import TOOL_INVOKER_STAGE
 from bot.engine.ahead import ReadsAhead
 from bot.engine.confirmation import POLICIES_READ, PoliciesRead
 from bot.engine.dangling import close_dangling
-from bot.engine.errors import PolicyKeptChanging
+from bot.engine.errors import PolicyKeptChanging, ToolsNotConfigured
 from bot.engine.history import StepHistory, add_history
 from bot.engine.leases import LeaseLost, Leases
 from bot.engine.ledger import StorageExecutionLedger
@@ -336,7 +336,10 @@ class Runner:
             self.leases.dropped(run_id)  # taken over: the new owner tells the thread what happened
             return
         self.observer.run_ended("failed")
-        logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
+        if isinstance(exc, ToolsNotConfigured):  # a configuration to fix, said in the thread: no traceback
+            logger.warning("run failed: %s", exc, extra={"run_id": run_id, "error_type": type(exc).__name__})
+        else:
+            logger.error("run failed", extra={"run_id": run_id, "error_type": type(exc).__name__}, exc_info=exc)
         await close_dangling(self.storage, thread.key, "not run: the run failed", lookback=max(50, self.history_last_k))
         await self._tell(thread, failure_sentence(exc), f"failed:{run_id}", live)
 

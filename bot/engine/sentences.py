@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.stored_snapshot import HistoryUnavailable
-from bot.engine.errors import PolicyKeptChanging
+from bot.engine.errors import PolicyKeptChanging, ToolsNotConfigured
+from bot.engine.model import AdminRequest
 from bot.llm import LLMError
 
 SUPERSEDED_RESULT = "superseded by a newer message"
@@ -34,10 +35,27 @@ def answer_text(result: Mapping[str, Any]) -> str:
     return text
 
 
+def place_name(request: AdminRequest, channel: str | None) -> str:
+    """Where a command applies, as people know the place: ``#ops``, ``this channel``, or (no channel) the
+    surface's name for its workspace (the console: ``this chat``), else ``this workspace``."""
+    if channel is None:
+        return request.workspace_name or "this workspace"
+    name = request.channel_names.get(channel)
+    if name:
+        return f"#{name}"
+    return "this channel" if channel == request.channel else f"#{channel}"
+
+
 def failure_sentence(exc: BaseException) -> str:
     """What a thread is told when its run failed with ``exc`` (never the exception's own text, but ours)."""
     if isinstance(exc, PolicyKeptChanging):
         return str(exc)
+    if isinstance(exc, ToolsNotConfigured):
+        return (
+            f"Sorry, this request cannot continue: it was using {', '.join(exc.missing)}, which "
+            f"{'is' if len(exc.missing) == 1 else 'are'} not configured here now (COUNTERSIGN_TOOLS). "
+            "Nothing more of it ran; ask again once the tools are configured."
+        )
     if isinstance(exc, HistoryUnavailable):
         return (
             "Sorry, this request cannot continue: the conversation history it paused with is no longer stored. "

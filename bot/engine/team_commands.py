@@ -15,6 +15,7 @@ from bot.engine.admin_syntax import EVERYONE, AdminCommand
 from bot.engine.errors import CommandError
 from bot.engine.model import AdminRequest
 from bot.engine.roles import group_label, is_group, named_group
+from bot.engine.sentences import place_name
 from bot.tools import Tool
 from storage.policy_rules import scope_channel, scope_workspace
 
@@ -106,7 +107,9 @@ class TeamCommands:
             if command.channel
             else scope_workspace(request.platform, request.workspace)
         )
-        where = f"#{command.channel}" if command.channel else "the whole workspace"
+        where = (
+            place_name(request, command.channel) if command.channel else request.workspace_name or "the whole workspace"
+        )
         [principal] = [EVERYONE] if command.value == EVERYONE else await self.approver_entries([command.value])
         if command.name == "access allow":
             await self.storage.access.allow(scope, principal, updated_by=request.actor, now=self.clock())

@@ -74,6 +74,7 @@ def test_modifying_runs_the_call_with_the_edited_path(harness):
     assert harness.executed["delete_file"] == 1
     assert outcome.prompts_starting("  path (current: old.log)")
     assert f"Edited and approved by {USER}" in outcome.output and "path=notes.txt" in outcome.output
+    assert '✔ delete_file(path="notes.txt"): Edited and approved' in outcome.output  # the arguments that ran
     assert "Deleted notes.txt." in outcome.output
 
 
@@ -95,14 +96,19 @@ def test_enter_alone_and_unknown_answers_ask_again(harness):
     assert outcome.output.count(REASK) == 2
 
 
-def test_an_invalid_edit_is_refused_and_asked_again(harness):
-    # restart_service(service, force: bool): "perhaps" is not a boolean, so the engine refuses the edit
-    outcome = harness.chat(["restart nginx", "m", "", "perhaps", "", "true"])
+def test_each_edited_value_is_checked_as_it_is_typed_and_a_default_is_shown_as_current(harness):
+    # restart_service(service, force: bool = False): "perhaps" is not a boolean, so that field is asked again
+    outcome = harness.chat(["restart nginx", "m", "", "perhaps", "true", ""])
 
-    assert "The edited parameters are invalid: force: must be true or false" in outcome.output
-    assert len(outcome.prompts_starting("  force (current: not set)")) == 2
+    assert "force: must be true or false. Type it again, or press Enter to keep it." in outcome.output
+    asked = outcome.keyboard.prompts
+    force = [i for i, p in enumerate(asked) if p.startswith("  force (current: false, the default)")]
+    note = [i for i, p in enumerate(asked) if p.startswith("Note for the assistant")]
+    assert len(force) == 2 and len(note) == 1 and force[-1] < note[0]  # re-asked before the note
+    assert "The edited parameters are invalid" not in outcome.output
     assert harness.executed["restart_service"] == 1
     assert "Service 'nginx' forcefully restarted" in outcome.output
+    assert '✔ restart_service(service="nginx", force=true): Edited and approved' in outcome.output
     assert outcome.keyboard.unread == 0
 
 
@@ -337,7 +343,7 @@ def test_ctrl_c_while_the_agent_works_stops_the_run_after_the_running_tool_and_t
     assert "Stopping after the current step." in output
     assert "↳ build_report(name=q3) → report q3 built" in output
     assert "(Stopped.)" in output
-    assert "Token usage in this workspace" in output  # the chat went on after the stop
+    assert "Token usage in this chat" in output  # the chat went on after the stop
 
 
 def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path):
@@ -349,3 +355,31 @@ def test_the_console_is_always_listened_to_and_takes_the_team_commands(tmp_path)
     assert "Everyone may ask the bot, in every channel of this workspace (no access rules)." in outcome.output
     assert f"@oncall: {USER}" in outcome.output
     assert harness.executed["delete_file"] == 1
+
+
+def test_a_thread_paused_with_tools_not_configured_now_says_which_and_offers_to_reject(harness):
+    harness.chat(["delete old.log"], thread="ops")
+    harness.tools = [t for t in harness.tools if t.name != "delete_file"]
+
+    outcome = harness.chat(["y", "not needed any more"], thread="ops")
+
+    assert "delete_file is not configured here now" in outcome.output
+    assert "COUNTERSIGN_TOOLS" in outcome.output
+    assert outcome.prompts_starting("Reject delete_file? [y] reject · [n] leave it waiting")
+    assert not outcome.prompts_starting("Run delete_file?")
+    assert "this request cannot continue: it was using delete_file" in outcome.output
+    assert "Approved" not in outcome.output
+    assert "something went wrong" not in outcome.output
+    assert (harness.sandbox / "old.log").exists()
+    assert harness.executed["delete_file"] == 0
+    assert "waiting for your decision" not in harness.chat([], thread="ops").output
+
+
+def test_admin_confirmations_name_the_place_as_this_chat(tmp_path):
+    admin = ConsoleHarness(tmp_path, admins=frozenset({USER}))
+
+    outcome = admin.chat(["/policy set delete_file never", "/policy reset delete_file"])
+
+    assert "Rule updated: delete_file in this chat: mode=never" in outcome.output
+    assert "Rule for delete_file in this chat removed." in outcome.output
+    assert "workspace:console" not in outcome.output

@@ -160,3 +160,10 @@ async def test_approving_from_the_home_tab_decides_and_refreshes_it(
     alice_home = slack.calls_to("views.publish")[-1].args
     assert alice_home["user_id"] == ALICE and button_values(alice_home["view"]["blocks"], "cs_approve") == []
     assert "Approved by <@U0ALICE>" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
+
+
+def test_slash_command_names_give_channels_their_names():
+    from adapters.slack.app import channel_names
+
+    assert channel_names("C1", "ops", "policy set x never <#C2|prod> <#C3>") == {"C2": "prod", "C1": "ops"}
+    assert channel_names("D1", "directmessage", "usage") == {}

@@ -116,12 +116,26 @@ def help_text(capsys, *argv: str) -> str:
 # --- help and version ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [(), ("chat",), ("serve",)], ids=["countersign", "chat", "serve"])
+@pytest.mark.parametrize("command", [(), ("serve",)], ids=["countersign", "serve"])
 def test_help_mentions_every_environment_variable(capsys, command):
     text = help_text(capsys, *command)
 
     missing = [name for name in ENV_VARS if name not in text]
     assert missing == []
+
+
+def test_chat_help_lists_only_the_settings_that_apply_to_chat():
+    from bot.cli import SERVE_ONLY_SETTINGS
+
+    chat = subprocess.run(["countersign", "chat", "--help"], capture_output=True, text=True, check=True).stdout
+    serve = subprocess.run(["countersign", "serve", "--help"], capture_output=True, text=True, check=True).stdout
+
+    for name in ("SLACK_BOT_TOKEN", "COUNTERSIGN_REPLY_MODE", "COUNTERSIGN_TEAMS_ANONYMOUS", "COUNTERSIGN_FAILPOINT"):
+        assert name in SERVE_ONLY_SETTINGS and name not in chat and name in serve, name
+    for name in ENV_VARS:
+        if name.split(",")[0] not in SERVE_ONLY_SETTINGS and not name.startswith(("SLACK_", "CONNECTIONS__")):
+            assert name in chat, name
+    assert "third Ctrl-C quits without waiting" in " ".join(chat.split())
 
 
 def test_chat_help_explains_its_flags_and_the_approval_answers(capsys):

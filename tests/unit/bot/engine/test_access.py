@@ -39,7 +39,7 @@ async def test_by_default_everyone_may_ask_and_access_list_says_so_plainly(harne
 
 async def test_a_channel_rule_refuses_others_privately_audits_it_and_leaves_other_channels_open(harnesses):
     h = await harnesses.open(replies=[says("one"), says("two"), says("three")])
-    assert await command(h, "access allow #C1 @U_ANA") == "U_ANA may ask the bot in #C1."
+    assert await command(h, "access allow #C1 @U_ANA") == "U_ANA may ask the bot in this channel."
 
     assert not await asked(h, "restart api", OTHER)
     assert await asked(h, "restart web", "U_ANA")
@@ -126,7 +126,7 @@ async def test_slack_an_access_rule_refuses_and_allows_requests(tmp_path: Path, 
     )
     try:
         answer = await slack_command(stack, slack, "access allow <#C0OPS|ops> <@U0ALICE>", "U0ADMIN")
-        assert "U0ALICE may ask the bot in #C0OPS." in answer
+        assert "U0ALICE may ask the bot in #ops." in answer
         await stack.requests.event(stack.requests.mention("U0MALLORY", "C0OPS", "<@U0BOT> drop the database"))
         await stack.requests.event(stack.requests.mention("U0ALICE", "C0OPS", "<@U0BOT> restart api"))
         await stack.settle()

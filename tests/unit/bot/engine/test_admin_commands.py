@@ -25,8 +25,8 @@ KNOWN_TOOLS = "Known tools: delete_file, read_logs, remember, scale_service, set
 
 # (command, the rule it leaves in the table, the answer's fragment)
 CHANGES = [
-    ("policy set delete_file deny", {"mode": "deny"}, "delete_file @ workspace:slack:T1: mode=deny"),
-    ("policy set * once", {"tool": "*", "mode": "once"}, "* @ workspace:slack:T1: mode=once"),
+    ("policy set delete_file deny", {"mode": "deny"}, "delete_file in this workspace: mode=deny"),
+    ("policy set * once", {"tool": "*", "mode": "once"}, "* in this workspace: mode=once"),
     ("policy set delete_file never #C_OPS", {"scope": "channel:slack:T1:C_OPS", "mode": "never"}, "mode=never"),
     ("approvers delete_file @U_ANA <@U_BEN|ben>", {"approvers": ("U_ANA", "U_BEN")}, "approvers=U_ANA, U_BEN"),
     ("quorum delete_file 2", {"quorum": 2}, "quorum=2"),
@@ -77,8 +77,8 @@ async def test_policy_reset_removes_the_rule_and_says_when_there_was_none(harnes
     await command(h, "policy set delete_file deny")
     await command(h, "policy set delete_file never #C_OPS")
 
-    assert await command(h, "policy reset delete_file") == f"Rule for delete_file @ {WORKSPACE_SCOPE} removed."
-    assert await command(h, "policy reset delete_file") == f"There was no rule for delete_file @ {WORKSPACE_SCOPE}."
+    assert await command(h, "policy reset delete_file") == "Rule for delete_file in this workspace removed."
+    assert await command(h, "policy reset delete_file") == "There was no rule for delete_file in this workspace."
     assert [(r["scope"], r["mode"]) for r in await rules(h)] == [("channel:slack:T1:C_OPS", "never")]
     assert [e.action for e in await h.audit()][:2] == ["policy reset", "policy reset"]
 

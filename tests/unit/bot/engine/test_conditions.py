@@ -51,7 +51,7 @@ async def test_a_prod_call_asks_and_a_staging_call_runs(harnesses):
     )
     await command(h, "policy set restart_service never")
     reply = await command(h, "policy set restart_service always when env=prod")
-    assert reply == "Rule updated: restart_service when env=prod @ workspace:slack:T1: mode=always"
+    assert reply == "Rule updated: restart_service when env=prod in this workspace: mode=always"
 
     assert await paused(h, "restart api in prod")
     assert not await paused(h, "restart api in staging")
@@ -104,7 +104,7 @@ async def test_policy_list_shows_conditions_and_reset_removes_one(harnesses):
     assert "restart_service when env=prod @ channel:slack:T1:C_OPS: mode=always" in listing
 
     answer = await command(h, "policy reset restart_service #C_OPS when env=prod")
-    assert answer == "Rule for restart_service when env=prod @ channel:slack:T1:C_OPS removed."
+    assert answer == "Rule for restart_service when env=prod in #C_OPS removed."
     assert await h.engine.storage.conditions.rules() == []
     actions = [(e.action, e.details["fields"].get("condition")) for e in reversed(await h.audit())]
     assert actions == [("policy set", "env=prod"), ("policy reset", "env=prod")]

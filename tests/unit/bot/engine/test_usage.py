@@ -60,7 +60,7 @@ async def test_usage_sums_the_workspace_or_one_channel_over_the_days_asked(harne
         "Token usage in this workspace over the last 30 days: 1,233 tokens (1,030 prompt, 203 completion) in 2 run(s)."
     )
     assert await usage(h, f"usage #{CHANNEL} 30", actor=ADMIN) == (
-        f"Token usage in #{CHANNEL} over the last 30 days: 1,200 tokens (1,000 prompt, 200 completion) in 1 run(s)."
+        "Token usage in this channel over the last 30 days: 1,200 tokens (1,000 prompt, 200 completion) in 1 run(s)."
     )
     assert await usage(h, "usage <#C_OPS|ops> 1") == (
         "Token usage in #C_OPS over the last day: 33 tokens (30 prompt, 3 completion) in 1 run(s)."
