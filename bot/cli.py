@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -81,8 +82,9 @@ configuration (environment variables; a .env file in the working folder is read 
                                    warns loudly at start (default: off)
   COUNTERSIGN_TEAMS_USER_VIEWS     auto|on|off: approval buttons per person (refresh.userIds) or on the
                                    shared card; auto: per person only in Teams itself (docs/teams-hosts.md)
-  COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on (default:
-                                   hostname-pid-random; unique per process)
+  COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on; a restart
+                                   under the same id takes its runs back at once (default for serve: an id
+                                   kept in <db>.instance for SQLite, the hostname for PostgreSQL)
   COUNTERSIGN_LEASE_SECONDS        how long a run stays with its process without a heartbeat before another
                                    process takes it over (default: 30)
   COUNTERSIGN_HEARTBEAT_SECONDS    how often a process renews the leases of its runs; less than the lease
@@ -419,10 +421,14 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from bot import failpoints
     from bot.engine.engine import Engine
     from bot.heap import settle_for_serving
+    from bot.instance import stable_instance_id
     from bot.server import ACTIVE_PLUGINS, build_web_app
 
     check_credentials(config)
     failpoints.arm(config.failpoints)
+    if not config.instance_id_set:  # a restart under the same id takes its runs back at once
+        config = dataclasses.replace(config, instance_id=stable_instance_id(config))
+    logger.info("instance id: %s", config.instance_id)
     engine = await Engine.create(config)
     runner: web.AppRunner | None = None
     try:
