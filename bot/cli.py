@@ -422,6 +422,7 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from bot.engine.engine import Engine
     from bot.heap import settle_for_serving
     from bot.instance import stable_instance_id
+    from bot.startup import open_when_ready
     from bot.server import ACTIVE_PLUGINS, build_web_app
 
     check_credentials(config)
@@ -429,7 +430,8 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     if not config.instance_id_set:  # a restart under the same id takes its runs back at once
         config = dataclasses.replace(config, instance_id=stable_instance_id(config))
     logger.info("instance id: %s", config.instance_id)
-    engine = await Engine.create(config)
+    # With the database not answering yet, /healthz and /readyz are served meanwhile (bot/startup.py).
+    engine, waiting = await open_when_ready(lambda: Engine.create(config), host=host, port=port, ready=ready)
     runner: web.AppRunner | None = None
     try:
         app = await build_web_app(engine, config)
@@ -450,11 +452,14 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         settle_for_serving()
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
+        if waiting is not None:  # the stand-in server gives its port to the real one
+            port = waiting.port
+            await waiting.close()
         site = web.TCPSite(runner, host, port)
         await site.start()
         url = _bound_url(runner, host, port)
         logger.info("listening on %s (%s)", url, served_routes(app))
-        if ready is not None:
+        if ready is not None and waiting is None:
             ready(url)
         await _wait_for_stop_signal()
         # Keep serving while in-flight work finishes: new messages go to the durable inbox meanwhile, for
