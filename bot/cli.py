@@ -422,8 +422,8 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from bot.engine.engine import Engine
     from bot.heap import settle_for_serving
     from bot.instance import stable_instance_id
-    from bot.startup import open_when_ready
     from bot.server import ACTIVE_PLUGINS, build_web_app
+    from bot.startup import open_when_ready
 
     check_credentials(config)
     failpoints.arm(config.failpoints)
