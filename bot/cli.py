@@ -429,9 +429,9 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     failpoints.arm(config.failpoints)
     if not config.instance_id_set:  # a restart under the same id takes its runs back at once
         config = dataclasses.replace(config, instance_id=stable_instance_id(config))
-    logger.info("instance id: %s", config.instance_id)
     # With the database not answering yet, /healthz and /readyz are served meanwhile (bot/startup.py).
     engine, waiting = await open_when_ready(lambda: Engine.create(config), host=host, port=port, ready=ready)
+    logger.info("instance id: %s", config.instance_id)
     runner: web.AppRunner | None = None
     try:
         app = await build_web_app(engine, config)
