@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -83,8 +84,9 @@ configuration (environment variables; a .env file in the working folder is read 
                                    warns loudly at start (default: off)
   COUNTERSIGN_TEAMS_USER_VIEWS     auto|on|off: approval buttons per person (refresh.userIds) or on the
                                    shared card; auto: per person only in Teams itself (docs/teams-hosts.md)
-  COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on (default:
-                                   hostname-pid-random; unique per process)
+  COUNTERSIGN_INSTANCE_ID          this process's name as the owner of the runs it works on; a restart
+                                   under the same id takes its runs back at once (default for serve: an id
+                                   kept in <db>.instance for SQLite, the hostname for PostgreSQL)
   COUNTERSIGN_LEASE_SECONDS        how long a run stays with its process without a heartbeat before another
                                    process takes it over (default: 30)
   COUNTERSIGN_HEARTBEAT_SECONDS    how often a process renews the leases of its runs; less than the lease
@@ -455,11 +457,17 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
     from bot import failpoints
     from bot.engine.engine import Engine
     from bot.heap import settle_for_serving
+    from bot.instance import stable_instance_id
     from bot.server import ACTIVE_PLUGINS, build_web_app
+    from bot.startup import open_when_ready
 
     check_credentials(config)
     failpoints.arm(config.failpoints)
-    engine = await Engine.create(config)
+    if not config.instance_id_set:  # a restart under the same id takes its runs back at once
+        config = dataclasses.replace(config, instance_id=stable_instance_id(config))
+    # With the database not answering yet, /healthz and /readyz are served meanwhile (bot/startup.py).
+    engine, waiting = await open_when_ready(lambda: Engine.create(config), host=host, port=port, ready=ready)
+    logger.info("instance id: %s", config.instance_id)
     runner: web.AppRunner | None = None
     try:
         app = await build_web_app(engine, config)
@@ -480,11 +488,14 @@ async def serve(config: Config, *, host: str, port: int, ready: Callable[[str], 
         settle_for_serving()
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
+        if waiting is not None:  # the stand-in server gives its port to the real one
+            port = waiting.port
+            await waiting.close()
         site = web.TCPSite(runner, host, port)
         await site.start()
         url = _bound_url(runner, host, port)
         logger.info("listening on %s (%s)", url, served_routes(app))
-        if ready is not None:
+        if ready is not None and waiting is None:
             ready(url)
         await _wait_for_stop_signal()
         # Keep serving while in-flight work finishes: new messages go to the durable inbox meanwhile, for

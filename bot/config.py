@@ -90,6 +90,8 @@ class Config:
     """``COUNTERSIGN_SWEEP_SECONDS``: the interval of the expiry sweep, the recovery scan and outbox retries."""
     instance_id: str = field(default_factory=lambda: default_instance_id())
     """``COUNTERSIGN_INSTANCE_ID``: this process's name as the owner of the runs it works on."""
+    instance_id_set: bool = False
+    """Whether ``COUNTERSIGN_INSTANCE_ID`` was set; if not, ``serve`` takes a stable one (:mod:`bot.instance`)."""
     lease_seconds: float = 30.0
     """``COUNTERSIGN_LEASE_SECONDS``: how long a run stays owned without a heartbeat before recovery may take it."""
     heartbeat_seconds: float = 10.0
@@ -560,6 +562,7 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     }
     if instance:
         settings["instance_id"] = instance
+        settings["instance_id_set"] = True
     return settings
 
 

@@ -869,6 +869,16 @@ class RunLeases(Protocol):
         """Give up ``owner``'s runs (owner cleared, lease expired at ``now``) so another process continues them."""
         ...
 
+    def claim_own(self, owner: str, until: Instant, limit: int = 100) -> list[RunRecord]:
+        """Take back, whatever their lease, the running/resuming runs ``owner`` holds; the runs as taken.
+
+        Called once by a process that starts with the instance id of its previous life (which died holding
+        these runs), before its first heartbeat renews them: it recovers them at once instead of after the
+        lease. Bumps ``recoveries`` (the fencing generation) as a takeover does. SQL: ``UPDATE runs SET
+        lease_expires_at=?, recoveries=recoveries+1 WHERE owner=? AND status IN ('running','resuming')``.
+        """
+        ...
+
     def expired(self, now: Instant = None, limit: int = 100) -> list[RunRecord]:
         """Running/resuming runs whose lease expired by ``now`` (or that have none), oldest first."""
         ...

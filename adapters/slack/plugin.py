@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
 from adapters.slack.guard import Refusal, check_request, read_body
+from adapters.slack.socket import SOCKET_NOT_OPEN, OneLineLogger, SocketConnector
 from adapters.slack.surface import SlackSurface, configure_web_client
 from bot.config import Config, ConfigError
 
@@ -99,6 +100,7 @@ class SlackPlugin:
         self.verifier: SignatureVerifier | None = None
         self.tasks = BackgroundTasks()
         self._socket_handler: Any = None
+        self._socket: SocketConnector | None = None
         self._auth_problem: str | None = "slack: not set up"
 
     def is_configured(self, config: Config) -> bool:
@@ -113,9 +115,11 @@ class SlackPlugin:
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
-            self._socket_handler = AsyncSocketModeHandler(self.app, config.slack_app_token)
-            await self._socket_handler.connect_async()
-            logger.info("slack connected over socket mode")
+            # Connected in the background, with back-off and one line per attempt (adapters/slack/socket.py).
+            sdk_logger = OneLineLogger(logging.getLogger("slack_sdk.socket_mode"), {})
+            self._socket_handler = AsyncSocketModeHandler(self.app, config.slack_app_token, logger=sdk_logger)  # type: ignore[arg-type]
+            self._socket = SocketConnector(self._socket_handler)
+            await self._socket.start()
             return
         self.verifier = SignatureVerifier(config.slack_signing_secret or "")
         app.router.add_post(EVENTS_PATH, self.handle)
@@ -156,11 +160,10 @@ class SlackPlugin:
                 self._auth_problem = await check_bot_token(self.app.client)
             except ConfigError as exc:  # the token was revoked since start
                 self._auth_problem = f"slack: {exc}"
-        if self._auth_problem is not None:
-            return self._auth_problem
+        problems = [] if self._auth_problem is None else [self._auth_problem]
         if self._socket_handler is not None and not await self._socket_handler.client.is_connected():
-            return "slack: the Socket Mode connection is not open"
-        return None
+            problems.append(self._socket.problem() if self._socket is not None else SOCKET_NOT_OPEN)
+        return "; ".join(problems) or None
 
     async def wait_idle(self) -> None:
         """Wait for the work started after acks (tests, graceful shutdown)."""
@@ -168,6 +171,9 @@ class SlackPlugin:
 
     async def close(self, grace_seconds: float = 10.0) -> None:
         """Disconnect Socket Mode; give running work ``grace_seconds`` to finish, then cancel it."""
+        if self._socket is not None:
+            await self._socket.close()
+            self._socket = None
         if self._socket_handler is not None:
             await self._socket_handler.close_async()
             self._socket_handler = None

@@ -101,11 +101,14 @@ class Recovery:
         self.observer = observer
         self.clock = clock
         self.default_ttl = default_ttl
+        self._took_back_own = False
 
     async def recover(self) -> None:
         """Take over runs whose owner stopped, resume decided steps, start orphaned messages, post owed messages."""
         if self.work.stopping:
             return
+        if not self._took_back_own:
+            await self.take_back_own()
         now = self.clock()
         for run in await self.storage.leases.expired(now=now):
             claimed = await self.storage.leases.claim_expired(
@@ -120,6 +123,19 @@ class Recovery:
             thread = thread_of(item.address)
             self.work.spawn(self.inbox.drain(thread), name=f"drain-{thread.key}")
         await self.deliveries.deliver_due()
+
+    async def take_back_own(self) -> None:
+        """Once, at start: take back at once the runs this instance id held when its previous life died.
+
+        They would otherwise wait out their lease (and this process's first heartbeat would even renew it).
+        Nothing of this process works on a run before its first recovery, so every run still owned under its
+        id is a dead life's; each is claimed with the usual fencing bump and recovered as any takeover is.
+        """
+        self._took_back_own = True
+        for run in await self.storage.leases.claim_own(self.leases.owner, self.leases.lease_until()):
+            logger.info("taking back a run this instance held before it restarted", extra={"run_id": run.run_id})
+            self.observer.lease_takeover()
+            self.work.spawn(self._recover_run(run), name=f"recover-{run.run_id}")
 
     async def _recover_run(self, run: RunRecord) -> None:
         thread = thread_of_run(run)

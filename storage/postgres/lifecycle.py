@@ -82,6 +82,21 @@ class PostgresRunLeases:
         )
         return None if row is None else run_from_row(row)
 
+    async def claim_own(self, owner: str, until: Instant, limit: int = 100) -> list[RunRecord]:
+        """Take back ``owner``'s running/resuming runs whatever their lease (a restart under the same id).
+
+        >>> [r.recoveries for r in await storage.leases.claim_own("host-1-a", now + timedelta(seconds=30))]
+        [1]
+        """
+        rows = await self.db.fetchall(
+            "UPDATE runs SET lease_expires_at = %s, recoveries = recoveries + 1, updated_at = now() "
+            f"WHERE run_id IN (SELECT run_id FROM runs WHERE owner = %s AND status IN {_WORKING} "
+            "ORDER BY created_at LIMIT %s FOR UPDATE) "
+            f"AND owner = %s AND status IN {_WORKING} RETURNING {RUN_COLUMNS}",
+            [instant(until), owner, limit, owner],
+        )
+        return sorted((run_from_row(row) for row in rows), key=lambda r: r.created_at)
+
     async def renew(self, owner: str, until: Instant) -> list[str]:
         """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
 

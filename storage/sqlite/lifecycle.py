@@ -82,6 +82,22 @@ class SQLiteRunLeases:
             ).fetchone()
         return None if row is None else _run_record(row)
 
+    def claim_own(self, owner: str, until: Instant, limit: int = 100) -> list[RunRecord]:
+        """Take back ``owner``'s running/resuming runs whatever their lease (a restart under the same id).
+
+        >>> [r.recoveries for r in storage.leases.claim_own("host-1-a", now + timedelta(seconds=30))]
+        [1]
+        """
+        with self.connector.writing() as db:
+            rows = db.execute(
+                "UPDATE runs SET lease_expires_at = ?, recoveries = recoveries + 1, updated_at = ? "
+                f"WHERE run_id IN (SELECT run_id FROM runs WHERE owner = ? AND status IN {_WORKING} "
+                "ORDER BY created_at, rowid LIMIT ?) "
+                f"RETURNING {_RUN_COLUMNS}",
+                [epoch(until), epoch(None), owner, limit],
+            ).fetchall()
+        return sorted((_run_record(row) for row in rows), key=lambda r: r.created_at)
+
     def renew(self, owner: str, until: Instant) -> list[str]:
         """Extend every lease ``owner`` holds on a running/resuming run; returns those runs' ids.
 

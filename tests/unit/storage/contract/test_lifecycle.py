@@ -454,3 +454,23 @@ async def test_audit_entries_are_appended_many_at_once_in_order(storage):
     assert [(e.actor, e.action, e.subject, e.details, e.at) for e in reversed(newest_first)] == [
         (actor, action, subject, details, NOW) for actor, action, subject, details in entries
     ]
+
+
+async def test_a_restarted_process_takes_back_its_own_runs_at_once_with_a_fencing_bump(storage):
+    """Under the same instance id after a restart, the runs its previous life held are claimed before the lease ends."""
+    run = await started(storage, owner="host-a")
+    old_fence = RunFence.of(run)
+    early = NOW + timedelta(seconds=1)  # the lease has 29 s to go: no other process may take the run yet
+    assert await storage.leases.claim_expired("run-1", "host-b", early + LEASE, now=early) is None
+    assert await storage.leases.claim_own("host-b", early + LEASE) == []
+    [taken] = await storage.leases.claim_own("host-a", early + LEASE)
+    assert (taken.run_id, taken.owner, taken.lease_expires_at, taken.recoveries) == (
+        "run-1",
+        "host-a",
+        early + LEASE,
+        1,
+    )
+    assert not old_fence.holds_for(taken), "the previous life's writes are fenced out"
+    assert RunFence.of(taken).holds_for(await storage.runs.get("run-1"))
+    await storage.runs.transition("run-1", "running", "paused", snapshot_json={"step": 1}, step=1)
+    assert await storage.leases.claim_own("host-a", early + LEASE) == [], "a paused run has no owner"
