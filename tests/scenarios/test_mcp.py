@@ -27,16 +27,17 @@ from tests.fakes.engine_kit import (
     echoes_results,
     tool_results,
 )
+from tests.fakes.npm_packages import installed_bin
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "tests" / "npm" / "mcp" / "node_modules" / ".bin"
-FILESYSTEM = BIN / "mcp-server-filesystem"
+NPM_FOLDER = ROOT / "tests" / "npm" / "mcp"
 
 
 def servers(folder: Path, log: Path, **extra: dict) -> tuple[MCPServerConfig, ...]:
-    assert FILESYSTEM.exists(), "run `npm ci` in tests/npm/mcp (.ci/run does)"
+    filesystem = installed_bin(NPM_FOLDER) / "mcp-server-filesystem"
+    assert filesystem.exists(), "tests/npm/mcp/package.json lists @modelcontextprotocol/server-filesystem"
     spec = {
-        "fs": {"command": str(FILESYSTEM), "args": [str(folder)], "timeout": 20},
+        "fs": {"command": str(filesystem), "args": [str(folder)], "timeout": 20},
         "t": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log)], "cwd": str(ROOT)},
         **extra,
     }
