@@ -45,3 +45,12 @@ def test_every_relative_link_and_anchor_in_the_readme_and_docs_exists():
             elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text(encoding="utf-8")):
                 missing.append(f"{page.name}: {target} (no such heading)")
     assert missing == []
+
+
+def test_the_operations_doc_lists_every_status_runs_total_reports():
+    root = Path(__file__).resolve().parents[2]
+    reported = set()
+    for path in (root / "bot").rglob("*.py"):
+        reported |= set(re.findall(r'run_ended\("([a-z]+)"\)', path.read_text(encoding="utf-8")))
+    row = next(line for line in (root / "docs" / "operations.md").read_text().splitlines() if "runs_total" in line)
+    assert reported and all(f"`{status}`" in row for status in reported), (sorted(reported), row)
