@@ -183,6 +183,9 @@ class NewApproval:
     """For a review: the full result of the call that ran (shown masked and truncated)."""
     provenance: dict[str, Any] | None = None
     """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
+    and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,9 @@ class ApprovalRecord:
     """For a review decided ``modified``: the edited result the model sees."""
     provenance: dict[str, Any] | None = None
     """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
+    and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
 
     @property
     def is_pending(self) -> bool:
