@@ -104,6 +104,8 @@ class Config:
     remind_at: float = 0.5
     """``COUNTERSIGN_REMIND_AT``: the fraction of an approval's TTL after which approvers who have not answered
     are reminded, once (0 turns reminders off)."""
+    preview_timeout_seconds: float = 10.0
+    """``COUNTERSIGN_PREVIEW_TIMEOUT``: how long a tool's preview may take, at a pause and before the run (issue 30)."""
     reply_mode: str = "requester"
     """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
@@ -235,6 +237,7 @@ class Config:
             teams_user_views=_choice(env, "COUNTERSIGN_TEAMS_USER_VIEWS", TEAMS_USER_VIEWS),
             reply_mode=_choice(env, "COUNTERSIGN_REPLY_MODE", REPLY_MODES),
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
+            preview_timeout_seconds=_preview_timeout(env),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_operations_settings(env),
             **_audit_settings(env),
@@ -525,6 +528,16 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
     if instance:
         settings["instance_id"] = instance
     return settings
+
+
+def _preview_timeout(env: Mapping[str, str]) -> float:
+    """``COUNTERSIGN_PREVIEW_TIMEOUT`` (the duration syntax, ``10s`` by default)."""
+    from bot.hitl.previews import preview_timeout
+
+    try:
+        return preview_timeout(env)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _fraction(env: Mapping[str, str], name: str, default: float) -> float:

@@ -45,6 +45,7 @@ from bot.engine.model import (
 )
 from bot.engine.params import CLEARED
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
+from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import is_secret_key, mask_for_display
@@ -234,6 +235,9 @@ def _call_text(
     if not shown_args:
         lines.append("_no arguments_")
     lines.extend(escape_truncated(line, 400) for line in provenance_lines(call.provenance))  # issue 31
+    budget = max(_MIN_VALUE_BUDGET, value_budget)
+    for section in preview_sections(call.preview, budget):  # issue 30: what the call would do
+        lines.append(f"*{escape_truncated(section.label.capitalize(), 60)}:* {_value_markup(section.text, budget)}")
     if call.is_review:  # the tool ran; this is what the model would see (masked and cut; all of it is stored)
         shown, _ = display_result(call, limit=max(_MIN_VALUE_BUDGET, value_budget))
         lines.append(f"*Result:* {_value_markup(shown, max(_MIN_VALUE_BUDGET, value_budget))}")

@@ -33,6 +33,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
@@ -574,6 +575,14 @@ def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
     return runs
 
 
+def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
+    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut."""
+    return [
+        _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
+        for section in preview_sections(view.preview, max(layout.value_limit, 80) * 2)
+    ]
+
+
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
     if view.is_review:
@@ -604,6 +613,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
     for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
         items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
+    items.extend(_preview_items(view, layout))  # issue 30: what the call would do
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)
         items.append(_runs(_run("Result: ", weight="bolder"), _run(result, fontType="monospace")))

@@ -35,6 +35,7 @@ from bot.engine.gate import Gate
 from bot.engine.leases import Leases
 from bot.engine.model import ACTIONS, CONFIRM, MODIFY, ApprovalView, DecisionRequest, DecisionResult
 from bot.engine.params import merge_edit
+from bot.engine.previewing import PreviewRequired, approve_refusal, audit_preview
 from bot.engine.resuming import ClaimedStep, Resuming
 from bot.engine.review import REVIEW, edited_result
 from bot.engine.threads import channel_of, quietly
@@ -118,6 +119,10 @@ class Deciding:
                 raise UnknownAction(request.action)
             await self.gate.check(clicked, request.actor, request.place)
             action, final_arguments, final_result = self._final(record, request)
+            if action in (CONFIRM, MODIFY):  # issue 30: preview_required refuses an approval without a good preview
+                refusal = approve_refusal(self.tools.get(record.tool_name), record)
+                if refusal is not None:
+                    raise PreviewRequired(refusal)
             if action in (CONFIRM, MODIFY) and record.quorum > 1:
                 if action == MODIFY:
                     raise InvalidEdit({"_": QUORUM_CANNOT_EDIT})
@@ -278,6 +283,7 @@ class Deciding:
             "feedback": request.feedback,
             "changed": sorted(k for k in changed if changed[k] != record.arguments.get(k)),
         }
+        details.update(audit_preview(record))  # issue 30: the preview's digest the decision was made on
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
         batch.write(

@@ -149,6 +149,8 @@ class ApprovalView:
     e.g. whom Teams shows the buttons to. Every click is still checked by the engine."""
     provenance: dict[str, Any] | None = None
     """Arguments copied from untrusted text and where from (``bot.engine.provenance.provenance_lines`` words it)."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
 
     @property
     def is_pending(self) -> bool:

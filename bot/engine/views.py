@@ -129,6 +129,7 @@ class Views:
             destructive=bool(tool and tool.destructive),
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
+            preview=record.preview,
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:
