@@ -34,7 +34,9 @@ ACTIVE_RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming")
 TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired", "stopped")
 """``stopped``: a person stopped the run from chat; it ended after the step that was under way."""
 
-ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
+ApprovalStatus = Literal[
+    "pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled", "responded"
+]
 APPROVAL_STATUSES: tuple[str, ...] = (
     "pending",
     "approved",
@@ -43,8 +45,10 @@ APPROVAL_STATUSES: tuple[str, ...] = (
     "expired",
     "superseded",
     "cancelled",
+    "responded",
 )
-DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
+DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified", "responded")
+"""``responded`` (issue 30): a person answered in the tool's place; the tool never runs."""
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
 VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
 

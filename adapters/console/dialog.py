@@ -17,7 +17,7 @@ from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
+from bot.engine.model import CONFIRM, MODIFY, REJECT, RESPOND, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
 from bot.redaction import MASK, is_secret_key, mask_for_display
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "m": MODIFY, "modify": MODIFY}
 REVIEW_CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "e": MODIFY, "edit": MODIFY}
+RESPOND_CHOICES = {"r": RESPOND, "respond": RESPOND}
+"""Issue 30: answer in the tool's place, offered for a ``respondable`` tool."""
 REASK = "Please answer y (run it), n (reject it) or m (modify its parameters); Enter alone does not approve."
 REVIEW_REASK = "Please answer y (release the result), n (reject it) or e (edit it); Enter alone does not approve."
 CURRENT_LIMIT = 200
@@ -105,7 +107,15 @@ class ApprovalDialog:
         if view.is_review:
             return await self._ask_review(view, label)
         while True:
-            action = await self._ask_choice(label)
+            action = await self._ask_choice(label, respondable=view.respondable)
+            if action == RESPOND:
+                text = await self._ask_feedback("Your answer for the assistant (the tool will not run): ")
+                if not text:  # Enter alone must not turn into a decision
+                    self._say("No answer was given; choose again.", "yellow")
+                    continue
+                return DecisionRequest(
+                    view.approval_id, self._user, RESPOND, feedback=text, actor_name=self._user, place=self._place
+                )
             if action == CONFIRM:
                 return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user, place=self._place)
             if action == REJECT:
@@ -154,10 +164,12 @@ class ApprovalDialog:
                 return replace(request, edited_result=text)
             return request
 
-    async def _ask_choice(self, label: str) -> str:
+    async def _ask_choice(self, label: str, *, respondable: bool = False) -> str:
+        choices = {**CHOICES, **RESPOND_CHOICES} if respondable else CHOICES
+        respond = " · [r] respond" if respondable else ""
         while True:
-            answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify: ")
-            action = CHOICES.get(answer.strip().lower())
+            answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify{respond}: ")
+            action = choices.get(answer.strip().lower())
             if action is not None:
                 return action
             self._say(REASK, "yellow")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +34,10 @@ from bot.engine.errors import (
 )
 from bot.engine.gate import Gate
 from bot.engine.leases import Leases
-from bot.engine.model import ACTIONS, CONFIRM, MODIFY, ApprovalView, DecisionRequest, DecisionResult
+from bot.engine.model import ACTIONS, CONFIRM, MODIFY, RESPOND, ApprovalView, DecisionRequest, DecisionResult
 from bot.engine.params import merge_edit
 from bot.engine.previewing import PreviewRequired, approve_refusal, audit_preview
+from bot.engine.responding import add_ledger_entry, checked_response
 from bot.engine.resuming import ClaimedStep, Resuming
 from bot.engine.review import REVIEW, edited_result
 from bot.engine.threads import channel_of, quietly
@@ -123,6 +125,10 @@ class Deciding:
                 refusal = approve_refusal(self.tools.get(record.tool_name), record)
                 if refusal is not None:
                     raise PreviewRequired(refusal)
+            if action == RESPOND:  # issue 30: the person's text is the call's answer (one decider, like a reject)
+                request = replace(
+                    request, feedback=checked_response(self.tools.get(record.tool_name), record, request.feedback)
+                )
             if action in (CONFIRM, MODIFY) and record.quorum > 1:
                 if action == MODIFY:
                     raise InvalidEdit({"_": QUORUM_CANNOT_EDIT})
@@ -192,6 +198,8 @@ class Deciding:
             now=self.clock(),
             final_result=final_result,
         )
+        if action == RESPOND:  # the ledger records the call as answered by a person, in the decision's write
+            add_ledger_entry(batch, record, request.feedback or "")
         # When stopping, another process's sweep resumes the run.
         claim = (
             None

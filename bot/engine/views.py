@@ -130,6 +130,7 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
+            respondable=bool(tool and tool.respondable) and record.kind == "approval",
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:
