@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,11 @@ class PreviewRequired(EngineError):
 
 
 EDITED_REASON = "The call was edited: its preview was computed again for the edited arguments."
+NOT_RUN_AFTER_RESTART = (
+    "not run: the bot restarted before this call ran, and its preview no longer matches the approved one; "
+    "ask for it again if it is still wanted"
+)
+"""What the model is told of an approved call that a recovery finds with a changed preview (it never runs)."""
 
 
 def stored_preview(
@@ -178,11 +183,13 @@ class Prechecks:
         snapshot: AgentSnapshot,
         records: Sequence[ApprovalRecord],
         decisions: list[ToolExecutionDecision],
+        started: Collection[int] = (),
     ) -> Reask | None:
         """Compute the preview of each approved call again; ``None``: every one matches (they run, each given its
         approved preview if its tool takes it), else the pause that asks the changed ones again.
 
         ``decisions``: what the step resumes with, those made at the pause first, then one per record (in order).
+        ``started``: positions of calls that began already (a recovery finds them in the ledger): not judged.
         """
         step = snapshot.step_message
         try:
@@ -195,7 +202,7 @@ class Prechecks:
         for position, decision in bound.items():
             record = record_of.get(id(decision))
             tool = self.tools.get(decision.tool_name)
-            if record is None or tool is None or tool.preview is None or not decision.execute:
+            if record is None or tool is None or tool.preview is None or not decision.execute or position in started:
                 continue
             call = step.tool_calls[position]
             final = dict(decision.final_tool_params) if decision.final_tool_params is not None else dict(call.arguments)
@@ -218,6 +225,30 @@ class Prechecks:
         if not changed:
             return None
         return self._reask(snapshot, bound, changed)
+
+    async def recovered(
+        self,
+        run_id: str,
+        snapshot: AgentSnapshot,
+        records: Sequence[ApprovalRecord],
+        decisions: list[ToolExecutionDecision],
+        started: Collection[int],
+    ) -> list[ToolExecutionDecision]:
+        """A recovery's re-check of the calls it is about to run: one whose preview no longer matches is not run (its
+        decision becomes a rejection the model is told about); the others run with their approved preview."""
+        reask = await self.check(run_id, snapshot, records, decisions, started)
+        if reask is None:
+            return decisions
+        again = {id(c) for c in reask.pause.pending_tool_calls}
+        bound = bind_decisions(snapshot.step_message.tool_calls, decisions)
+        changed = {id(d) for p, d in bound.items() if id(snapshot.step_message.tool_calls[p]) in again}
+        logger.warning("a recovered call's preview changed since it was approved; not run", extra={"run_id": run_id})
+        return [
+            ToolExecutionDecision(d.tool_name, False, d.tool_call_id, feedback=NOT_RUN_AFTER_RESTART)
+            if id(d) in changed
+            else d
+            for d in decisions
+        ]
 
     def _reask(
         self,

@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 
 from bot.engine.model import DecisionRequest
-from bot.engine.previewing import PreviewRequired, preview_sections
+from bot.engine.previewing import NOT_RUN_AFTER_RESTART, PreviewRequired, preview_sections
 from bot.hitl.previews import CHANGED_SINCE_APPROVED, preview_digest
+from bot.llm import ScriptedChatGenerator
 from bot.tools import Tool, tool
-from tests.fakes.engine_kit import REQUESTER, asks_for, says
+from tests.fakes.engine_kit import REQUESTER, asks_for, dangling_calls, echoes_results, says, tool_results
+
+DEAD = "dead-process"
 
 
 def decision(view, action: str = "confirm", **kwargs) -> DecisionRequest:
@@ -223,3 +227,42 @@ async def test_the_model_cannot_supply_approved_preview(harnesses):
     await h.engine.decide(decision(view))
     await asyncio.wait_for(h.engine.wait_idle(), 5)
     assert world.applied[0]["approved_preview"] == "3 pods of web.yaml will restart"
+
+
+async def approved_and_claimed_by_a_dead_process(h, *, started: bool):
+    """The call approved and its resume claimed by a process that then died (right after the re-check: the
+    ``after_preview_recheck`` failpoint, or before it: a claim that never started the run)."""
+    [view] = await h.paused_approvals("apply web.yaml")
+    storage = h.engine.storage
+    assert await storage.approvals.decide(view.approval_id, status="approved", decided_by=REQUESTER, now=h.clock())
+    assert await storage.leases.claim_paused(
+        view.run_id, DEAD, h.clock() + timedelta(seconds=30), step=1, start=started
+    )
+    return view
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["claimed_by_a_resume", "claimed_and_started"])
+@pytest.mark.parametrize("changed", [False, True], ids=["same_world", "world_changed"])
+async def test_a_crash_between_the_re_check_and_the_run_never_runs_without_a_matching_preview(
+    harnesses, started, changed
+):
+    world = Cluster()
+    before = await harnesses.open(replies=[asks_for("apply_manifest", path="web.yaml")], extra_tools=world.tools())
+    view = await approved_and_claimed_by_a_dead_process(before, started=started)
+    if changed:
+        world.pods = 9
+
+    before.clock.advance(seconds=before.engine.config.lease_seconds + 1)
+    after = await harnesses.reopen(before, generator=ScriptedChatGenerator([echoes_results, says("done")]))
+    await after.engine.wait_idle()
+
+    run = await after.run_of(view.run_id)
+    if not changed:
+        assert world.applied == [{"path": "web.yaml", "approved_preview": "3 pods of web.yaml will restart"}]
+        assert run.status == "finished"
+    else:  # the recovery finishes the step itself: the call is not run and the model is told why
+        assert world.applied == []
+        history = await after.history()
+        assert dangling_calls(history) == []
+        assert tool_results(history) == [("apply_manifest", NOT_RUN_AFTER_RESTART, True)]
+        assert run.status == "finished"
