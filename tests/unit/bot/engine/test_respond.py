@@ -12,7 +12,7 @@ from bot.engine.presentation import outcome_sentence
 from bot.engine.responding import RespondNotAllowed
 from bot.hitl.respond import HUMAN_RESPONSE_PREFIX
 from bot.tools import Tool, tool
-from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, asks_for, sent_to_llm, says
+from tests.fakes.engine_kit import ADMIN, CHANNEL, OTHER, PLATFORM, REQUESTER, WORKSPACE, asks_for, says, sent_to_llm
 
 
 def respondable_tools(ran: list[str]) -> list[Tool]:
