@@ -363,7 +363,10 @@ def test_a_postgresql_url_selects_postgresql_and_stays_out_of_the_config_repr():
             "COUNTERSIGN_HEARTBEAT_SECONDS (5) must be less than COUNTERSIGN_LEASE_SECONDS (5)",
         ),
         ({"COUNTERSIGN_PREVIEW_TIMEOUT": "soon"}, "COUNTERSIGN_PREVIEW_TIMEOUT: 'soon' is not a duration"),
-        ({"COUNTERSIGN_PREVIEW_TIMEOUT": "0"}, "COUNTERSIGN_PREVIEW_TIMEOUT: A preview time-out must be longer than zero"),
+        (
+            {"COUNTERSIGN_PREVIEW_TIMEOUT": "0"},
+            "COUNTERSIGN_PREVIEW_TIMEOUT: A preview time-out must be longer than zero",
+        ),
     ],
     ids=[
         "lease-not-a-number",
