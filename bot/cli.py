@@ -51,6 +51,8 @@ configuration (environment variables; a .env file in the working folder is read 
                                    mentions) or all (every reply); DMs are always answered (default: requester)
   COUNTERSIGN_REMIND_AT            fraction of an approval's TTL after which approvers who have not
                                    answered are reminded once; 0 turns reminders off (default: 0.5)
+  COUNTERSIGN_PREVIEW_TIMEOUT      how long a tool's preview may take, at a pause and again before the call
+                                   runs; a slower one is shown as timed out (default: 10s)
   COUNTERSIGN_MODEL                model name for the OpenAI-compatible endpoint (default: gpt-4o-mini)
   OPENAI_API_KEY, OPENAI_BASE_URL  the OpenAI client's own variables; any OpenAI-compatible server (vLLM,
                                    Ollama, llama.cpp). Neither set: the offline demo model answers

@@ -114,6 +114,8 @@ class Config:
     """``COUNTERSIGN_BREAKGLASS_LIMIT``: break-glass decisions allowed per person per 24 h (issue 31; 0: none)."""
     breakglass_channel: str | None = None
     """``COUNTERSIGN_BREAKGLASS_CHANNEL``: the channel id every break-glass is posted to (unset: no post)."""
+    preview_timeout_seconds: float = 10.0
+    """``COUNTERSIGN_PREVIEW_TIMEOUT``: how long a tool's preview may take, at a pause and before the run (issue 30)."""
     reply_mode: str = "requester"
     """``COUNTERSIGN_REPLY_MODE``: ``requester`` (the run's requester, or anyone who mentions the bot),
     ``mention`` (only a mention) or ``all`` (every reply in a thread the bot takes part in)."""
@@ -249,6 +251,7 @@ class Config:
             remind_at=_fraction(env, "COUNTERSIGN_REMIND_AT", 0.5),
             breakglass_limit=_int(env, "COUNTERSIGN_BREAKGLASS_LIMIT", 3, minimum=0, maximum=1000),
             breakglass_channel=(env.get("COUNTERSIGN_BREAKGLASS_CHANNEL") or "").strip() or None,
+            preview_timeout_seconds=_preview_timeout(env),
             failpoints=(env.get("COUNTERSIGN_FAILPOINT") or "").strip(),
             **_operations_settings(env),
             **_audit_settings(env),
@@ -564,6 +567,16 @@ def _lifecycle_settings(env: Mapping[str, str]) -> dict[str, Any]:
         settings["instance_id"] = instance
         settings["instance_id_set"] = True
     return settings
+
+
+def _preview_timeout(env: Mapping[str, str]) -> float:
+    """``COUNTERSIGN_PREVIEW_TIMEOUT`` (the duration syntax, ``10s`` by default)."""
+    from bot.hitl.previews import preview_timeout
+
+    try:
+        return preview_timeout(env)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _fraction(env: Mapping[str, str], name: str, default: float) -> float:

@@ -15,6 +15,9 @@ The points (each is reached by every process, in this order through one approved
   step, which starts it in the same write (``paused → running``, with owner and lease), or by a resume of a step
   decided without a claim (``paused → resuming``; the start follows). Either way the dead owner's run is taken
   over once its lease expires, and the recovery finishes the decided step (its approved calls run once).
+- ``after_preview_recheck``: a resumed step's approved calls had their previews computed again (issue 30), before
+  they are compared and run. A recovery compares them once more: a call whose preview no longer matches the approved
+  one never runs (the model is told); one that matches runs once, with its approved preview.
 - ``before_ledger``: right before the ledger ``begin`` of a call that is about to run. The run's history not yet
   written (the model's reply with the call, see :mod:`bot.engine.history`) goes in that same write, so a crash
   here leaves the reply unstored too: the run is continued from its snapshot, or retried from history.

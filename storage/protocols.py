@@ -34,7 +34,9 @@ ACTIVE_RUN_STATUSES: tuple[str, ...] = ("running", "paused", "resuming")
 TERMINAL_RUN_STATUSES: tuple[str, ...] = ("finished", "failed", "expired", "stopped")
 """``stopped``: a person stopped the run from chat; it ended after the step that was under way."""
 
-ApprovalStatus = Literal["pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled"]
+ApprovalStatus = Literal[
+    "pending", "approved", "rejected", "modified", "expired", "superseded", "cancelled", "responded"
+]
 APPROVAL_STATUSES: tuple[str, ...] = (
     "pending",
     "approved",
@@ -43,8 +45,10 @@ APPROVAL_STATUSES: tuple[str, ...] = (
     "expired",
     "superseded",
     "cancelled",
+    "responded",
 )
-DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified")
+DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified", "responded")
+"""``responded`` (issue 30): a person answered in the tool's place; the tool never runs."""
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
 VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
 
@@ -183,6 +187,9 @@ class NewApproval:
     """For a review: the full result of the call that ran (shown masked and truncated)."""
     provenance: dict[str, Any] | None = None
     """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
+    and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +225,9 @@ class ApprovalRecord:
     """For a review decided ``modified``: the edited result the model sees."""
     provenance: dict[str, Any] | None = None
     """Which arguments came from untrusted text, and from where (``bot.engine.provenance``); ``None``: none did."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
+    and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
 
     @property
     def is_pending(self) -> bool:

@@ -54,7 +54,8 @@ def qualified(columns: str, alias: str) -> str:
 def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
     """Columns: approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester,
     mode, approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by,
-    decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result, provenance_json."""
+    decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result, provenance_json,
+    preview_json."""
     approval_id = row[0]
 
     def parse(text: str | None) -> Any:
@@ -87,6 +88,7 @@ def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
         result=row[23],
         final_result=row[24],
         provenance=parse(row[25]),
+        preview=parse(row[26]),
     )
 
 

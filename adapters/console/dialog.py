@@ -17,7 +17,7 @@ from adapters.console.reader import Reader
 from adapters.console.surface import ConsoleSurface, inert
 from bot.engine.errors import ApprovalNotFound, EngineError, InvalidEdit
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import BREAKGLASS, CONFIRM, MODIFY, REJECT, ApprovalView, DecisionRequest
+from bot.engine.model import BREAKGLASS, CONFIRM, MODIFY, REJECT, RESPOND, ApprovalView, DecisionRequest
 from bot.engine.presentation import truncate, value_text
 from bot.redaction import MASK, is_secret_key, mask_for_display
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "m": MODIFY, "modify": MODIFY}
 REVIEW_CHOICES = {"y": CONFIRM, "yes": CONFIRM, "n": REJECT, "no": REJECT, "e": MODIFY, "edit": MODIFY}
+RESPOND_CHOICES = {"r": RESPOND, "respond": RESPOND}
+"""Issue 30: answer in the tool's place, offered for a ``respondable`` tool."""
 REASK = "Please answer y (run it), n (reject it) or m (modify its parameters); Enter alone does not approve."
 REVIEW_REASK = "Please answer y (release the result), n (reject it) or e (edit it); Enter alone does not approve."
 CURRENT_LIMIT = 200
@@ -114,13 +116,23 @@ class ApprovalDialog:
             return await self._ask_review(view, label)
         glass_at = await self._engine.breakglass_at(view.approval_id)  # issue 31
         while True:
-            action = await self._ask_choice(label, glass_at is not None and view.requester == self._user)
+            action = await self._ask_choice(
+                label, glass_at is not None and view.requester == self._user, respondable=view.respondable
+            )
             if action == BREAKGLASS:
                 reason = await self._ask_feedback("Reason for breaking glass (required; Enter alone cancels): ")
                 if not reason:
                     continue
                 return DecisionRequest(
                     view.approval_id, self._user, BREAKGLASS, feedback=reason, actor_name=self._user, place=self._place
+                )
+            if action == RESPOND:
+                text = await self._ask_feedback("Your answer for the assistant (the tool will not run): ")
+                if not text:  # Enter alone must not turn into a decision
+                    self._say("No answer was given; choose again.", "yellow")
+                    continue
+                return DecisionRequest(
+                    view.approval_id, self._user, RESPOND, feedback=text, actor_name=self._user, place=self._place
                 )
             if action == CONFIRM:
                 return DecisionRequest(view.approval_id, self._user, CONFIRM, actor_name=self._user, place=self._place)
@@ -185,13 +197,16 @@ class ApprovalDialog:
                 return replace(request, edited_result=text)
             return request
 
-    async def _ask_choice(self, label: str, glass: bool = False) -> str:
+    async def _ask_choice(self, label: str, glass: bool = False, *, respondable: bool = False) -> str:
         """``glass``: break-glass is on for the call and this is its requester (the engine says whether it is
-        too early, and checks the rest)."""
-        extra = " · [b] break glass (if nobody decided in time)" if glass else ""
+        too early, and checks the rest). ``respondable``: the tool may be answered in its place."""
+        choices = {**CHOICES, **RESPOND_CHOICES} if respondable else CHOICES
+        extra = (" · [r] respond" if respondable else "") + (
+            " · [b] break glass (if nobody decided in time)" if glass else ""
+        )
         while True:
             answer = await self._reader.read(f"Run {label}? [y] approve · [n] reject · [m] modify{extra}: ")
-            action = CHOICES.get(answer.strip().lower())
+            action = choices.get(answer.strip().lower())
             if glass and answer.strip().lower() in ("b", "break"):
                 return BREAKGLASS
             if action is not None:

@@ -30,6 +30,7 @@ from bot.engine.presentation import (
     tool_step_line,
     truncate,
 )
+from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.engine.surface import Surface
@@ -97,6 +98,8 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
         table.add_row(Text("result", style="bold"), shown)
     for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
         table.add_row(Text("untrusted", style="bold red"), Text(inert(line), style="red"))
+    for section in preview_sections(view.preview, VALUE_LIMIT * 4):  # issue 30: what the call would do
+        table.add_row(Text(section.label, style="bold yellow"), Text(inert(section.text)))
     table.add_row("requested by", Text(inert(view.requester)))
     table.add_row("policy", Text(inert(policy_text(view))))
     table.add_row("expires", Text(format_time(view.expires_at)))

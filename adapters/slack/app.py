@@ -33,10 +33,12 @@ from adapters.slack.blocks import (
     ACTION_APPROVE_ALWAYS,
     ACTION_EDIT,
     ACTION_REJECT,
+    ACTION_RESPOND,
     ACTION_STOP,
     EDIT_CALLBACK,
     REASON_CALLBACK,
     REJECT_CALLBACK,
+    RESPOND_CALLBACK,
     RESULT_BLOCK,
     FormError,
     edit_modal,
@@ -48,6 +50,7 @@ from adapters.slack.blocks import (
     notice_modal,
     reason_modal,
     reject_modal,
+    respond_modal,
 )
 from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.prompts import suggested_prompts
@@ -58,6 +61,7 @@ from bot.engine.model import (
     CONFIRM,
     MODIFY,
     REJECT,
+    RESPOND,
     AdminRequest,
     DecisionRequest,
     DecisionResult,
@@ -139,10 +143,12 @@ class SlackListeners:
         app.action(ACTION_APPROVE_ALWAYS)(self.on_approve_always)
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
+        app.action(ACTION_RESPOND)(self.on_open_respond)
         app.action(ACTION_STOP)(self.on_stop)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
         app.view(REASON_CALLBACK)(self.on_reason_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
+        app.view(RESPOND_CALLBACK)(self.on_respond_submitted)
         app.command(COMMAND)(self.on_command)
         app.error(self.on_error)
 
@@ -274,6 +280,11 @@ class SlackListeners:
         await ack()
         self._spawn_open_modal(body, action, reject_modal, name="slack-open-reject")
 
+    async def on_open_respond(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Respond (issue 30): open the modal with one text input (if this person may decide)."""
+        await ack()
+        self._spawn_open_modal(body, action, respond_modal, name="slack-open-respond")
+
     async def on_open_edit(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Edit: open the parameter modal (if this person may decide)."""
         await ack()
@@ -329,6 +340,17 @@ class SlackListeners:
             return
         request = DecisionRequest(
             approval_id, actor, REJECT, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
+        )
+        await self._decide_in_modal(ack, view, request)
+
+    async def on_respond_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Respond with the text typed into the modal (issue 30): the tool does not run."""
+        approval_id, actor, values, place = _submitted(body, view)
+        if approval_id is None or actor is None or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
+        request = DecisionRequest(
+            approval_id, actor, RESPOND, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
         )
         await self._decide_in_modal(ack, view, request)
 

@@ -45,8 +45,11 @@ from bot.engine.model import (
 )
 from bot.engine.params import CLEARED
 from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
+from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
+from bot.hitl.respond import MAX_RESPONSE_CHARS
+from bot.hitl.respond import RESPOND as RESPOND_LABEL
 from bot.redaction import is_secret_key, mask_for_display
 
 ACTION_APPROVE = "cs_approve"
@@ -55,7 +58,17 @@ ACTION_EDIT = "cs_edit"
 ACTION_APPROVE_ALL = "cs_approve_all"
 ACTION_STOP = "cs_stop"
 ACTION_APPROVE_ALWAYS = "cs_approve_always"
-DECISION_ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_EDIT, ACTION_APPROVE_ALL, ACTION_APPROVE_ALWAYS)
+ACTION_RESPOND = "cs_respond"
+"""Issue 30: "Respond" opens a modal with one text input: the answer the model gets instead of running the tool."""
+DECISION_ACTIONS = (
+    ACTION_APPROVE,
+    ACTION_REJECT,
+    ACTION_EDIT,
+    ACTION_APPROVE_ALL,
+    ACTION_APPROVE_ALWAYS,
+    ACTION_RESPOND,
+)
+RESPOND_CALLBACK = "cs_respond_modal"
 
 REJECT_CALLBACK = "cs_reject_modal"
 REASON_CALLBACK = "cs_reason_modal"
@@ -234,6 +247,9 @@ def _call_text(
     if not shown_args:
         lines.append("_no arguments_")
     lines.extend(escape_truncated(line, 400) for line in provenance_lines(call.provenance))  # issue 31
+    budget = max(_MIN_VALUE_BUDGET, value_budget)
+    for section in preview_sections(call.preview, budget):  # issue 30: what the call would do
+        lines.append(f"*{escape_truncated(section.label.capitalize(), 60)}:* {_value_markup(section.text, budget)}")
     if call.is_review:  # the tool ran; this is what the model would see (masked and cut; all of it is stored)
         shown, _ = display_result(call, limit=max(_MIN_VALUE_BUDGET, value_budget))
         lines.append(f"*Result:* {_value_markup(shown, max(_MIN_VALUE_BUDGET, value_budget))}")
@@ -302,6 +318,8 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
         buttons.append(ButtonElement(text="Edit result", action_id=ACTION_EDIT, value=aid))
     elif _editable_parameters(call):
         buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
+    if call.respondable and not call.is_review:  # issue 30: answer in the tool's place
+        buttons.append(ButtonElement(text=RESPOND_LABEL, action_id=ACTION_RESPOND, value=aid))
     if call.offer_always_allow:  # only in views shown to one admin (their DM, their App Home)
         always = ConfirmObject(
             title="Stop asking here?",
@@ -366,6 +384,32 @@ def reject_modal(call: ApprovalView) -> dict[str, Any]:
         private_metadata=call.approval_id,
         title="Reject result" if call.is_review else "Reject tool call",
         submit="Reject",
+        close="Cancel",
+        blocks=blocks,
+    ).to_dict()
+
+
+def respond_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 30: Respond: the call shown read-only, and the answer the model gets instead of running the tool."""
+    blocks: list[Block] = [
+        SectionBlock(text=_call_text(call, 1, 1, 1_500)),
+        InputBlock(
+            block_id=FEEDBACK_BLOCK,
+            label="Your answer for the agent (the tool will not run)",
+            element=PlainTextInputElement(
+                action_id=FEEDBACK_ACTION,
+                multiline=True,
+                max_length=min(FEEDBACK_LIMIT, MAX_RESPONSE_CHARS),
+                placeholder="e.g. I restarted it by hand",
+            ),
+        ),
+    ]
+    return View(
+        type="modal",
+        callback_id=RESPOND_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Respond",
+        submit="Respond",
         close="Cancel",
         blocks=blocks,
     ).to_dict()

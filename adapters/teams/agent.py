@@ -33,6 +33,7 @@ from adapters.teams.cards import (
     VERB_EDIT,
     VERB_REFRESH,
     VERB_REJECT,
+    VERB_RESPOND,
     EditForm,
     answer_card,
     approval_card,
@@ -45,6 +46,7 @@ from adapters.teams.cards import (
     param_input_id,
     reason_card,
     reason_input_id,
+    respond_input_id,
     shared_card,
     unoffered_inputs,
 )
@@ -62,7 +64,7 @@ from bot.engine.errors import (
     NotShownHere,
 )
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import CONFIRM, MODIFY, REJECT, DecisionRequest, DecisionResult
+from bot.engine.model import CONFIRM, MODIFY, REJECT, RESPOND, DecisionRequest, DecisionResult
 from storage import StorageError
 
 if TYPE_CHECKING:
@@ -242,7 +244,12 @@ class TeamsAgent(ActivityHandler):
         request = DecisionRequest(
             action.approval_id, actor, CONFIRM, feedback=reason, actor_name=actor_name, place=place
         )
-        if action.verb == VERB_REJECT:
+        if action.verb == VERB_RESPOND:  # issue 30: the engine refuses an empty answer or a tool not respondable
+            answer = str(action.data.get(respond_input_id(action.approval_id)) or "")
+            request = DecisionRequest(
+                action.approval_id, actor, RESPOND, feedback=answer, actor_name=actor_name, place=place
+            )
+        elif action.verb == VERB_REJECT:
             feedback = str(action.data.get(feedback_input_id(action.approval_id)) or "").strip() or None
             request = DecisionRequest(
                 action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name, place=place

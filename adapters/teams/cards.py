@@ -33,8 +33,11 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
+from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
+from bot.hitl.respond import MAX_RESPONSE_CHARS
+from bot.hitl.respond import RESPOND as RESPOND_LABEL
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 
 CARD_VERSION = "1.5"
@@ -49,8 +52,10 @@ VERB_EDIT = "edit"
 VERB_APPROVE_ALL = "approve_all"
 VERB_APPROVE_ALWAYS = "approve_always"
 VERB_REFRESH = "refresh"
+VERB_RESPOND = "respond"
+"""Issue 30: "Respond": the card input's text is the model's answer instead of running the tool."""
 """Teams asks for one person's view of a card (``refresh.userIds``): deciders get buttons, others the status."""
-VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL, VERB_APPROVE_ALWAYS, VERB_REFRESH)
+VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL, VERB_APPROVE_ALWAYS, VERB_REFRESH, VERB_RESPOND)
 MAX_REFRESH_USERS = 60
 """Teams refreshes a card automatically for at most this many listed users."""
 VERB_STOP = "stop"
@@ -95,6 +100,11 @@ class FormField:
     required: bool
     choices: tuple[str, ...] = ()
     note: str | None = None
+
+
+def respond_input_id(approval_id: str) -> str:
+    """The id of the Respond input of one approval (issue 30)."""
+    return f"{approval_id}.respond"
 
 
 def feedback_input_id(approval_id: str) -> str:
@@ -284,6 +294,11 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
     """
     if verb == VERB_REJECT:
         return _unoffered_feedback(view, data)
+    if verb == VERB_RESPOND:  # issue 30: only the card's one text input, within the limit
+        answer = data.get(respond_input_id(view.approval_id))
+        if answer is not None and (not isinstance(answer, str) or len(answer) > MAX_RESPONSE_CHARS):
+            return {"_": "the answer was not sent as text within the limit"}
+        return {}
     if verb == VERB_APPROVE:  # issue 31: only the reason of reason_card, as text within the limit
         reason = data.get(reason_input_id(view.approval_id))
         if reason is not None and (not isinstance(reason, str) or len(reason) > FEEDBACK_LIMIT):
@@ -454,6 +469,24 @@ def policy_text(view: ApprovalView) -> str:
     return " · ".join(parts)
 
 
+def _respond_card(view: ApprovalView) -> dict[str, Any]:
+    return {
+        "type": "AdaptiveCard",
+        "body": [
+            {
+                "type": "Input.Text",
+                "id": respond_input_id(view.approval_id),
+                "label": "Your answer for the agent (the tool will not run)",
+                "isMultiline": True,
+                "isRequired": True,
+                "errorMessage": "Type the answer the agent should get.",
+                "maxLength": MAX_RESPONSE_CHARS,
+            }
+        ],
+        "actions": [_execute(RESPOND_LABEL, view.approval_id, VERB_RESPOND)],
+    }
+
+
 def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> list[dict[str, Any]]:
     approve = _execute("Approve", view.approval_id, VERB_APPROVE, style="positive", inputs=False)
     reject_card = {
@@ -470,6 +503,8 @@ def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> lis
         "actions": [_execute("Reject", view.approval_id, VERB_REJECT, style="destructive")],
     }
     actions = [approve, {"type": "Action.ShowCard", "title": "Reject", "card": reject_card}]
+    if view.respondable and not view.is_review:  # issue 30: answer in the tool's place
+        actions.append({"type": "Action.ShowCard", "title": RESPOND_LABEL, "card": _respond_card(view)})
     if view.offer_always_allow:  # only in the view of one admin (Teams asked for their own card)
         actions.append(_execute("Approve and always allow here", view.approval_id, VERB_APPROVE_ALWAYS, inputs=False))
     if view.is_review:
@@ -574,6 +609,14 @@ def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
     return runs
 
 
+def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
+    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut."""
+    return [
+        _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
+        for section in preview_sections(view.preview, max(layout.value_limit, 80) * 2)
+    ]
+
+
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
     if view.is_review:
@@ -604,6 +647,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
     for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
         items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
+    items.extend(_preview_items(view, layout))  # issue 30: what the call would do
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)
         items.append(_runs(_run("Result: ", weight="bolder"), _run(result, fontType="monospace")))

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bot.hitl.previews import APPROVED_PREVIEW_PARAMETER, takes_approved_preview
 from bot.logs import log_context
 from bot.messages import ChatMessage, ToolCall
 from bot.redaction import scrub
@@ -27,6 +28,8 @@ class LedgerClaim:
     granted: bool
     prior_result: str | None = None
     prior_error: bool = True
+    approved_preview: str | None = None
+    """The approved preview's text (issue 30), given to a tool that takes ``approved_preview``."""
 
 
 class ExecutionLedger(Protocol):
@@ -101,8 +104,10 @@ class ToolRunner:
             return ChatMessage.from_tool(
                 f"Tool '{call.tool_name}' not found. Available tools: {available}", origin=call, error=True
             )
+        approved_preview: str | None = None
         if self.ledger is not None:
             claim = await self.ledger.begin(run_id, call_key, call)
+            approved_preview = claim.approved_preview
             if not claim.granted:
                 logger.warning(
                     "tool call already claimed; not running it again",
@@ -111,7 +116,7 @@ class ToolRunner:
                 return ChatMessage.from_tool(
                     claim.prior_result or OUTCOME_UNKNOWN, origin=call, error=claim.prior_error
                 )
-        ok, text, exc = await self._invoke(tool, call, state)
+        ok, text, exc = await self._invoke(tool, call, state, approved_preview)
         if self.ledger is not None:
             await self.ledger.finish(run_id, call_key, ok, text)
         if exc is not None and self.raise_on_failure:
@@ -119,7 +124,7 @@ class ToolRunner:
         return ChatMessage.from_tool(text, origin=call, error=not ok)
 
     async def _invoke(
-        self, tool: Tool, call: ToolCall, state: dict[str, Any]
+        self, tool: Tool, call: ToolCall, state: dict[str, Any], approved_preview: str | None = None
     ) -> tuple[bool, str, BaseException | None]:
         try:
             tool.validate(call.arguments)
@@ -129,6 +134,12 @@ class ToolRunner:
         for state_key, param in (tool.inputs_from_state or {}).items():
             if state_key in state:
                 kwargs[param] = state[state_key]
+        if tool.preview is not None and takes_approved_preview(
+            tool
+        ):  # issue 30: exactly the approved preview, never the model's value
+            kwargs.pop(APPROVED_PREVIEW_PARAMETER, None)
+            if approved_preview is not None:
+                kwargs[APPROVED_PREVIEW_PARAMETER] = approved_preview
         try:
             result = await tool.invoke_async(**kwargs)
         except Exception as exc:  # a tool's failure is data for the LLM, not a crash of the run

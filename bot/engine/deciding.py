@@ -41,11 +41,14 @@ from bot.engine.model import (
     CONFIRM,
     MODIFY,
     REJECT,
+    RESPOND,
     ApprovalView,
     DecisionRequest,
     DecisionResult,
 )
 from bot.engine.params import merge_edit
+from bot.engine.previewing import PreviewRequired, approve_refusal, audit_preview
+from bot.engine.responding import add_ledger_entry, checked_response
 from bot.engine.resuming import ClaimedStep, Resuming
 from bot.engine.review import REVIEW, edited_result
 from bot.engine.threads import channel_of, quietly
@@ -142,6 +145,14 @@ class Deciding:
             if missing is not None and request.action != REJECT:
                 raise missing
             action, final_arguments, final_result = self._final(record, request)
+            if action in (CONFIRM, MODIFY):  # issue 30: preview_required refuses an approval without a good preview
+                refusal = approve_refusal(self.tools.get(record.tool_name), record)
+                if refusal is not None:
+                    raise PreviewRequired(refusal)
+            if action == RESPOND:  # issue 30: the person's text is the call's answer (one decider, like a reject)
+                request = replace(
+                    request, feedback=checked_response(self.tools.get(record.tool_name), record, request.feedback)
+                )
             if action in (CONFIRM, MODIFY) and record.quorum > 1:
                 if action == MODIFY:
                     raise InvalidEdit({"_": QUORUM_CANNOT_EDIT})
@@ -225,6 +236,8 @@ class Deciding:
             now=self.clock(),
             final_result=final_result,
         )
+        if action == RESPOND:  # the ledger records the call as answered by a person, in the decision's write
+            add_ledger_entry(batch, record, request.feedback or "")
         # When stopping, another process's sweep resumes the run.
         claim = (
             None
@@ -319,6 +332,7 @@ class Deciding:
             "feedback": request.feedback,
             "changed": sorted(k for k in changed if changed[k] != record.arguments.get(k)),
         }
+        details.update(audit_preview(record))  # issue 30: the preview's digest the decision was made on
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
         audited_as = breakglass.AUDIT_ACTION if action == BREAKGLASS else STATUS_OF_ACTION[action]

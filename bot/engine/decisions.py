@@ -11,11 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 from bot.engine.confirmation import DENY, best_condition, policy_of
 from bot.engine.errors import AlreadyDecided, ApprovalClosed, ApprovalExpired, NotAnApprover
-from bot.engine.model import BREAKGLASS, CONFIRM, EXPIRED, MODIFY, PENDING, REJECT, SUPERSEDED, Mention
+from bot.engine.model import (
+    BREAKGLASS,
+    CONFIRM,
+    EXPIRED,
+    MODIFY,
+    PENDING,
+    REJECT,
+    RESPOND,
+    RESPONDED,
+    SUPERSEDED,
+    Mention,
+)
 from bot.engine.roles import Roles
 from bot.hitl.apply import bind_decisions
 from bot.hitl.blocking import MODIFICATION_FEEDBACK_TEMPLATE, REJECTION_FEEDBACK_TEMPLATE, USER_FEEDBACK_TEMPLATE
 from bot.hitl.dataclasses import ToolExecutionDecision
+from bot.hitl.respond import human_response
 from bot.messages import ToolCall
 from bot.redaction import mask_secrets
 from bot.tools import Tool
@@ -36,7 +48,13 @@ BLOCKED_AFTER_APPROVAL = "blocked after approval"
 """The audit action of such a call."""
 ID_LESS_PREFIX = "no-id:"
 """Marks the stored key of a call the model gave no id (its decision must then carry none)."""
-STATUS_OF_ACTION = {CONFIRM: "approved", REJECT: "rejected", MODIFY: "modified", BREAKGLASS: "approved"}
+STATUS_OF_ACTION = {
+    CONFIRM: "approved",
+    REJECT: "rejected",
+    MODIFY: "modified",
+    BREAKGLASS: "approved",
+    RESPOND: "responded",
+}
 """A break-glass decision is an approval (bot.engine.breakglass marks it in its feedback and audit action)."""
 
 
@@ -125,6 +143,8 @@ def decision_from_record(record: ApprovalRecord) -> ToolExecutionDecision:
         return ToolExecutionDecision(
             record.tool_name, True, call_id, feedback=feedback + user_feedback, final_tool_params=final
         )
+    if record.status == RESPONDED:  # issue 30: the person's text is the call's answer; the tool never runs
+        return ToolExecutionDecision(record.tool_name, False, call_id, feedback=human_response(record.feedback or ""))
     if record.status == EXPIRED:
         return ToolExecutionDecision(
             record.tool_name, False, call_id, feedback=EXPIRED_FEEDBACK.format(tool_name=record.tool_name)

@@ -64,6 +64,9 @@ class StorageExecutionLedger:
         a read of the tool's policy there, for the review check after it (:meth:`policy_seen`)."""
         self._policies_seen: dict[tuple[str, str, str], Any] = {}
         self._beginning: dict[str, asyncio.Lock] = {}  # per run: its calls' begins, one at a time
+        self.approved_previews: dict[str, str] = {}
+        """Per ledger key, the approved preview's text of a call whose re-check matched (issue 30): handed to the
+        tool as ``approved_preview`` with its claim (once)."""
         self.stops_seen: dict[str, str | None] = {}
         """Per run, who had asked it to stop (``None``: nobody) as read with its last tool outcome, in the same
         transaction: the step's stop check takes it (:meth:`stop_seen`) instead of reading the run again."""
@@ -92,7 +95,7 @@ class StorageExecutionLedger:
         if granted:
             failpoints.failpoint("after_ledger")
             self._started[key] = (call.tool_name, time.perf_counter())
-            return LedgerClaim(granted=True)
+            return LedgerClaim(granted=True, approved_preview=self.approved_previews.pop(key, None))
         entry = await self.storage.ledger.get(key)
         if entry is None or entry.status == "executing":
             return LedgerClaim(granted=False, prior_result=OUTCOME_UNKNOWN, prior_error=True)
@@ -124,6 +127,8 @@ class StorageExecutionLedger:
         self.channels.pop(run_id, None)
         self.stops_seen.pop(run_id, None)
         self._beginning.pop(run_id, None)
+        for key in [k for k in self.approved_previews if k.startswith(f"{run_id}:")]:
+            del self.approved_previews[key]
         for key in [k for k in self._policies_seen if k[0] == run_id]:
             del self._policies_seen[key]
 

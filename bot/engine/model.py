@@ -21,17 +21,21 @@ PENDING = "pending"
 APPROVED = "approved"
 REJECTED = "rejected"
 MODIFIED = "modified"
+RESPONDED = "responded"
+"""Issue 30: a person answered in the tool's place (Respond); the tool never ran."""
 EXPIRED = "expired"
 SUPERSEDED = "superseded"
 CANCELLED = "cancelled"
-APPROVAL_STATUSES = (PENDING, APPROVED, REJECTED, MODIFIED, EXPIRED, SUPERSEDED, CANCELLED)
+APPROVAL_STATUSES = (PENDING, APPROVED, REJECTED, MODIFIED, EXPIRED, SUPERSEDED, CANCELLED, RESPONDED)
 
 CONFIRM = "confirm"
 REJECT = "reject"
 MODIFY = "modify"
 BREAKGLASS = "breakglass"
 """Issue 31: the requester runs the call once, with a reason, after nobody decided in time (bot.engine.breakglass)."""
-ACTIONS = (CONFIRM, REJECT, MODIFY, BREAKGLASS)
+RESPOND = "respond"
+"""Issue 30: the approver types the result the model gets instead of running the tool (``feedback``)."""
+ACTIONS = (CONFIRM, REJECT, MODIFY, BREAKGLASS, RESPOND)
 
 
 def conversation_place(platform: str, conversation: str) -> str:
@@ -151,6 +155,10 @@ class ApprovalView:
     e.g. whom Teams shows the buttons to. Every click is still checked by the engine."""
     provenance: dict[str, Any] | None = None
     """Arguments copied from untrusted text and where from (``bot.engine.provenance.provenance_lines`` words it)."""
+    respondable: bool = False
+    """Issue 30: whether a person may answer in the tool's place (Respond)."""
+    preview: dict[str, Any] | None = None
+    """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
 
     @property
     def is_pending(self) -> bool:

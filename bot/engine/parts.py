@@ -35,6 +35,7 @@ from bot.engine.memory import MEMORY_SCOPE, REMEMBER, RememberConfirmation, reme
 from bot.engine.notices import ApproverNotices
 from bot.engine.outbox import Deliveries
 from bot.engine.pausing import Pausing
+from bot.engine.previewing import Prechecks
 from bot.engine.provenance import ProvenanceHook
 from bot.engine.recovery import Recovery
 from bot.engine.resuming import Resuming
@@ -120,6 +121,7 @@ class Parts:
             cards=self.cards,
             clock=clock,
             default_ttl=ttl,
+            preview_seconds=config.preview_timeout_seconds,
         )
         self.stops = Stops(storage, self.roles, self.ledger, live, clock)
         self.runner = Runner(
@@ -163,6 +165,7 @@ class Parts:
             runner=self.runner,
             clock=clock,
             default_ttl=ttl,
+            prechecks=Prechecks(storage, self.tools, self.ledger, clock=clock, seconds=config.preview_timeout_seconds),
         )
         recovery = Recovery(
             storage,

@@ -23,6 +23,7 @@ from bot.engine.history import PendingHistory, StepHistory, add_history
 from bot.engine.leases import Leases
 from bot.engine.model import ThreadRef
 from bot.engine.outbox import Deliveries
+from bot.engine.previewing import Reask, pause_previews, stored_preview
 from bot.engine.provenance import RunProvenance, audited_taints
 from bot.engine.review import REVIEW, held_result
 from bot.engine.surface import Surface
@@ -67,7 +68,10 @@ class Pausing:
         cards: Cards,
         clock: Callable[[], datetime],
         default_ttl: int,
+        preview_seconds: float = 10.0,
     ) -> None:
+        self.preview_seconds = preview_seconds
+        """``COUNTERSIGN_PREVIEW_TIMEOUT``: how long each call's preview may take at the pause (issue 30)."""
         self.storage = storage
         self.tools = tools
         self.surfaces = surfaces
@@ -88,10 +92,13 @@ class Pausing:
         policies_read: PoliciesRead | None = None,
         *,
         provenance: RunProvenance | None = None,
+        reask: Reask | None = None,
     ) -> bool:
         """Store the snapshot and one approval per pending call, then render them.
 
         ``provenance``: the run's tainted arguments (issue 31), stored with each approval and in the audit entry.
+
+        ``reask``: calls whose preview changed since they were approved (issue 30), asked again with both previews.
 
         ``policies_read``: the policies this step's checks read moments ago; a pending call's approval is
         stored with the policy that paused it, and only a call no check noted reads storage again. A policy that
@@ -104,7 +111,7 @@ class Pausing:
         fence = self.leases.fence(run_id)
         step = await self._step_of(run_id)
         now = self.clock()
-        planned = await self._approvals(run_id, step, thread, requester, pause, policies_read, now, provenance)
+        planned = await self._approvals(run_id, step, thread, requester, pause, policies_read, now, provenance, reask)
         if policies_read is not None:
             policies_read.clear()  # the step ends here: nothing read for it is used again
         surface = self.surfaces.get(thread.platform)
@@ -155,6 +162,8 @@ class Pausing:
         tainted = audited_taints(planned.approvals)
         if tainted:
             details["tainted"] = tainted
+        if reask is not None:
+            details["reasked"] = reask.audit  # what changed since each was approved (issue 30)
         batch.write(stores.audit.append, requester, "paused", run_id, details, now=now)
         failpoints.failpoint("while_pausing")
         try:
@@ -200,6 +209,7 @@ class Pausing:
         policies_read: PoliciesRead | None,
         now: datetime,
         provenance: RunProvenance | None = None,
+        reask: Reask | None = None,
     ) -> _PauseWrites:
         """One new approval per pending call of the paused step, each with the policy that paused it."""
         snapshot = pause.snapshot
@@ -207,17 +217,26 @@ class Pausing:
         context = channel_of(thread)
         planned = _PauseWrites([], {})
         review = snapshot.stage == REVIEW_STAGE
-        for position, call in enumerate(snapshot.step_message.tool_calls):
-            if not any(call is p for p in pause.pending_tool_calls):
-                continue
+        calls = snapshot.step_message.tool_calls
+        asked = [i for i, call in enumerate(calls) if any(call is p for p in pause.pending_tool_calls)]
+        # Issue 30: what each call would do, computed now (concurrently, time-limited); a re-ask brings its own.
+        brought = reask.previews if reask is not None else {}
+        fresh = [i for i in asked if approval_call_key(calls[i].id, snapshot.step_message.id, i) not in brought]
+        previews = {} if review else await pause_previews(self.tools, calls, self.preview_seconds, fresh)
+        for position in asked:
+            call = calls[position]
+            key = approval_call_key(call.id, snapshot.step_message.id, position)
             policy = await self._policy_of(call, context, policies_read, planned.checks)
+            preview = brought.get(key)
+            if preview is None and position in previews:
+                preview = stored_preview(previews[position])
             planned.approvals.append(
                 NewApproval(
                     run_id=run_id,
                     step=step,
-                    tool_call_id=approval_call_key(call.id, snapshot.step_message.id, position),
+                    tool_call_id=key,
                     tool_name=call.tool_name,
-                    arguments=call.arguments,
+                    arguments=reask.arguments.get(key, call.arguments) if reask is not None else call.arguments,
                     requester=requester,
                     platform=thread.platform,
                     chat_history_id=thread.key,
@@ -231,6 +250,7 @@ class Pausing:
                     result=held_result(snapshot, call) if review else None,
                     approval_id=new_approval_id(),
                     provenance=provenance.stored(call.tool_name, call.id) if provenance and not review else None,
+                    preview=preview,
                 )
             )
         return planned

@@ -11,7 +11,17 @@ from datetime import datetime
 from typing import Any
 
 from bot.engine.breakglass import MARK as BREAKGLASS_MARK
-from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView, ToolStep
+from bot.engine.model import (
+    APPROVED,
+    CANCELLED,
+    EXPIRED,
+    MODIFIED,
+    REJECTED,
+    RESPONDED,
+    SUPERSEDED,
+    ApprovalView,
+    ToolStep,
+)
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text, scrub
 
 DEFAULT_VALUE_LIMIT = 500
@@ -120,6 +130,8 @@ def outcome_sentence(view: ApprovalView) -> str:
     if view.status == MODIFIED:
         change = ", ".join(f"{k}={value_text(v)}" for k, v in changed_arguments(view).items())
         return f"Edited and approved by {who} at {when}: {change}.{reason}"
+    if view.status == RESPONDED:  # issue 30
+        return f"Answered by {who} at {when} instead of running the tool: {mask_text(view.feedback or '')}"
     if view.status == EXPIRED:
         return f"Expired without a decision at {when}; the call was not run."
     if view.status == SUPERSEDED:

@@ -213,6 +213,8 @@ class Recovery:
             now=self.clock(),
             started=started,
         )
+        if self.resuming.prechecks is not None:  # issue 30: never run without a matching preview, after a crash too
+            decisions = await self.resuming.prechecks.recovered(run.run_id, snapshot, records, decisions, started)
         applied = apply_decisions(step, decisions, self.tools)
         history = await self.storage.messages.retrieve_messages(thread.key, last_k=HISTORY_LOOKBACK)
         written = {m.id for m in history} | {m.meta.get("split_from") for m in history}
@@ -263,7 +265,10 @@ class Recovery:
                 feedback = refused[positions[id(call)]].feedback or NOT_RUN_AFTER_CRASH
                 results.append(ChatMessage.from_tool(feedback, origin=call, error=True))
         if calls:
-            runner = ToolRunner(self.tools, ledger=StorageExecutionLedger(self.storage, self.leases.fence))
+            ledger = StorageExecutionLedger(self.storage, self.leases.fence)
+            if self.resuming.prechecks is not None:  # the approved previews of the calls that passed their re-check
+                ledger.approved_previews = self.resuming.prechecks.ledger.approved_previews
+            runner = ToolRunner(self.tools, ledger=ledger)
             results += await runner.run(calls, run_id=run.run_id, call_keys=keys, state=dict(snapshot.state))
         return results
 

@@ -22,6 +22,7 @@ from bot.engine.errors import ToolsNotConfigured
 from bot.engine.inbox import Inbox
 from bot.engine.leases import Leases
 from bot.engine.model import PENDING, ThreadRef
+from bot.engine.previewing import Prechecks
 from bot.engine.review import review_from_record
 from bot.engine.running import Runner
 from bot.engine.threads import channel_of, thread_of_run
@@ -65,7 +66,10 @@ class Resuming:
         runner: Runner,
         clock: Callable[[], datetime],
         default_ttl: int,
+        prechecks: Prechecks | None = None,
     ) -> None:
+        self.prechecks = prechecks
+        """Issue 30: each approved call's preview computed again right before it runs."""
         self.storage = storage
         self.tools = tools
         self.work = work
@@ -176,6 +180,12 @@ class Resuming:
         except (SnapshotError, StorageError) as exc:  # a lost history (or storage failing) fails this run only
             await self.runner.fail_run(run_id, thread, exc)
             return
+        if self.prechecks is not None and "tool_execution_decisions" in outcome:
+            # Issue 30: a call whose preview changed since it was approved does not run; it is asked again.
+            reask = await self.prechecks.check(run_id, snapshot, records, outcome["tool_execution_decisions"])
+            if reask is not None:
+                await self.runner.pausing.pause(run_id, thread, requester, reask.pause, reask=reask)
+                return
         await self.runner.run_agent(
             run_id,
             thread,

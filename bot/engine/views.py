@@ -129,6 +129,8 @@ class Views:
             destructive=bool(tool and tool.destructive),
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
+            preview=record.preview,
+            respondable=bool(tool and tool.respondable) and record.kind == "approval",
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:

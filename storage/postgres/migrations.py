@@ -410,6 +410,18 @@ _TOOL_SETTINGS: Migration = (
     "updated_by text NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (tool_name, setting))",
 )
 
+_APPROVAL_PREVIEW: Migration = (
+    # What the call would do, computed when it paused, and its digest (issue 30), as JSON text.
+    "ALTER TABLE approvals ADD COLUMN preview_json text",
+)
+
+_APPROVAL_RESPONDED: Migration = (
+    # Issue 30: a person answered in the tool's place (Respond), a decision of its own.
+    "ALTER TABLE approvals DROP CONSTRAINT approvals_status_check",
+    "ALTER TABLE approvals ADD CONSTRAINT approvals_status_check CHECK (status IN ('pending', 'approved', "
+    "'rejected', 'modified', 'expired', 'superseded', 'cancelled', 'responded'))",
+)
+
 _AUDIT_SIGNATURES: Migration = (
     # The audit key's signatures (storage/audit_chain.py's sign): of each entry, each anchor and the head
     # (ref 0). The key itself is never stored in the database.
@@ -431,6 +443,8 @@ MIGRATIONS: list[Migration] = [
     _AUDIT_SIGNATURES,
     _APPROVAL_PROVENANCE,
     _TOOL_SETTINGS,
+    _APPROVAL_PREVIEW,
+    _APPROVAL_RESPONDED,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

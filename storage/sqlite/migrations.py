@@ -543,6 +543,11 @@ def _tool_settings(db: Database) -> None:
     )
 
 
+def _approval_preview(db: Database) -> None:
+    """What the call would do, computed when it paused, and its digest (issue 30), as JSON."""
+    db.table("approvals").add_column("preview_json", str)
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -561,6 +566,7 @@ MIGRATIONS: list[Migration] = [
     _audit_signatures,
     _approval_provenance,
     _tool_settings,
+    _approval_preview,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

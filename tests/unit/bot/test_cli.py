@@ -65,6 +65,7 @@ ENV_VARS = (
     "COUNTERSIGN_SWEEP_SECONDS",
     "COUNTERSIGN_REPLY_MODE",
     "COUNTERSIGN_REMIND_AT",
+    "COUNTERSIGN_PREVIEW_TIMEOUT",
 )
 
 
@@ -399,8 +400,20 @@ def test_a_postgresql_url_selects_postgresql_and_stays_out_of_the_config_repr():
             {"COUNTERSIGN_LEASE_SECONDS": "5", "COUNTERSIGN_HEARTBEAT_SECONDS": "5"},
             "COUNTERSIGN_HEARTBEAT_SECONDS (5) must be less than COUNTERSIGN_LEASE_SECONDS (5)",
         ),
+        ({"COUNTERSIGN_PREVIEW_TIMEOUT": "soon"}, "COUNTERSIGN_PREVIEW_TIMEOUT: 'soon' is not a duration"),
+        (
+            {"COUNTERSIGN_PREVIEW_TIMEOUT": "0"},
+            "COUNTERSIGN_PREVIEW_TIMEOUT: A preview time-out must be longer than zero",
+        ),
     ],
-    ids=["lease-not-a-number", "sweep-zero", "grace-negative", "heartbeat-not-below-lease"],
+    ids=[
+        "lease-not-a-number",
+        "sweep-zero",
+        "grace-negative",
+        "heartbeat-not-below-lease",
+        "preview-timeout-not-a-duration",
+        "preview-timeout-zero",
+    ],
 )
 def test_a_bad_lifecycle_setting_exits_2_naming_the_variable(terminal, monkeypatch, capsys, settings, error):
     for name, value in settings.items():
@@ -423,6 +436,8 @@ def test_lifecycle_settings_are_read_with_fractions_and_each_process_gets_its_ow
     assert Config.from_env({}).instance_id != Config.from_env({}).instance_id
     assert str(os.getpid()) in Config.from_env({}).instance_id
     assert Config.from_env({"COUNTERSIGN_INSTANCE_ID": "web-1"}).instance_id == "web-1"
+    assert Config.from_env({}).preview_timeout_seconds == 10.0
+    assert Config.from_env({"COUNTERSIGN_PREVIEW_TIMEOUT": "2m"}).preview_timeout_seconds == 120.0
 
 
 # --- the real console script ------------------------------------------------------------------------------

@@ -305,3 +305,26 @@ async def test_an_approvals_provenance_is_stored_and_read_back(approvals):
     assert (await approvals.get(tainted.approval_id)).provenance == provenance
     assert await approvals.decide(tainted.approval_id, status="approved", decided_by="U_BOB", now=LATER)
     assert (await approvals.get(tainted.approval_id)).provenance == provenance, "kept through the decision"
+
+
+async def test_an_approvals_preview_is_stored_and_read_back(approvals):
+    preview = {
+        "status": "ok",
+        "text": "3 pods will restart",
+        "digest": "d" * 64,
+        "approved": {"status": "ok", "text": "2 pods will restart", "digest": "a" * 64},
+        "reason": "The preview changed since you approved.",
+    }
+    previewed, plain = await approvals.create_many(
+        [
+            new_approval(tool_call_id="call_1", preview=preview, provenance={"tainted": []}),
+            new_approval(tool_call_id="call_2"),
+        ]
+    )
+
+    assert previewed.preview == preview and plain.preview is None
+    assert previewed.provenance == {"tainted": []}, "the column before it is not shifted"
+    assert (await approvals.get(previewed.approval_id)).preview == preview
+    assert await approvals.decide(previewed.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert (await approvals.get(previewed.approval_id)).preview == preview, "kept through the decision"
+    assert [r.preview for r in await approvals.for_run("run-1")] == [preview, None]

@@ -1,0 +1,113 @@
+"""Previews and Respond in Slack (issue 30): the card shows the preview; "Respond" opens a modal with one text input
+whose text the model gets instead of running the tool.
+
+Real Bolt AsyncApp over HTTP, the real Engine, the fake Slack Web API and a fake OpenAI endpoint.
+"""
+
+# ruff: noqa: F811 - fixtures imported from test_approvals
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bot.llm import OpenAIChatGenerator
+from bot.tools import tool
+from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, ask  # noqa: F401
+from tests.fakes.clock import Clock
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.slack_requests import form, text_input
+from tests.fakes.slack_stack import SlackStack, all_text, button_values
+
+
+async def test_respond_opens_a_modal_and_the_typed_answer_replaces_the_run(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    ran: list[str] = []
+
+    def plan(service: str) -> str:
+        return f"3 pods of {service} will restart"
+
+    @tool(preview=plan, respondable=True)
+    def restart_service(service: str) -> str:
+        """Restart a service.
+
+        :param service: The service.
+        """
+        ran.append(service)
+        return "restarted"
+
+    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=[restart_service],
+        admins={ADMIN},
+        clock=clock,
+    )
+    try:
+        openai.enqueue_tool_calls([("restart_service", {"service": "web"})])
+        openai.enqueue_text("Noted.")
+        mention_ts, approval = await ask(stack, slack, "restart web")
+        blocks = approval.args["blocks"]
+        assert "Preview" in all_text(blocks) and "3 pods of web will restart" in all_text(blocks)
+        [approval_id] = button_values(blocks, "cs_respond")
+
+        await stack.requests.click(
+            "cs_respond",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
+            thread_ts=mention_ts,
+        )
+        [opened] = await slack.wait_for("views.open")
+        modal = opened.args["view"]
+        assert modal["callback_id"] == "cs_respond_modal"
+        assert json.loads(modal["private_metadata"]) == {"approval_id": approval_id, "place": f"slack:{CHANNEL}"}
+
+        reply = await stack.requests.submit(
+            modal, form("feedback", cs_feedback=text_input("the ticket is INC-4411")), user=ALICE
+        )
+        assert reply.status == 200 and reply.text == ""
+        await stack.settle()
+
+        assert ran == []
+        assert "instead of running the tool: the ticket is INC-4411" in all_text(
+            slack.calls_to("chat.update")[-1].args["blocks"]
+        )
+        sent = json.dumps(openai.requests[-1]["messages"])
+        assert "the ticket is INC-4411" in sent
+    finally:
+        await stack.stop()
+
+
+async def test_no_respond_button_on_a_tool_that_is_not_respondable(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    @tool
+    def restart_service(service: str) -> str:
+        """Restart a service.
+
+        :param service: The service.
+        """
+        return "restarted"
+
+    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=[restart_service],
+        admins={ADMIN},
+        clock=clock,
+    )
+    try:
+        openai.enqueue_tool_calls([("restart_service", {"service": "web"})])
+        _, approval = await ask(stack, slack, "restart web")
+        assert button_values(approval.args["blocks"], "cs_respond") == []
+        assert button_values(approval.args["blocks"], "cs_approve")
+    finally:
+        await stack.stop()
