@@ -391,48 +391,50 @@ def reject_modal(call: ApprovalView) -> dict[str, Any]:
 
 def respond_modal(call: ApprovalView) -> dict[str, Any]:
     """Issue 30: Respond: the call shown read-only, and the answer the model gets instead of running the tool."""
-    blocks: list[Block] = [
-        SectionBlock(text=_call_text(call, 1, 1, 1_500)),
-        InputBlock(
-            block_id=FEEDBACK_BLOCK,
-            label="Your answer for the agent (the tool will not run)",
-            element=PlainTextInputElement(
-                action_id=FEEDBACK_ACTION,
-                multiline=True,
-                max_length=min(FEEDBACK_LIMIT, MAX_RESPONSE_CHARS),
-                placeholder="e.g. I restarted it by hand",
-            ),
-        ),
-    ]
-    return View(
-        type="modal",
+    return _required_text_modal(
+        call,
         callback_id=RESPOND_CALLBACK,
-        private_metadata=call.approval_id,
         title="Respond",
         submit="Respond",
-        close="Cancel",
-        blocks=blocks,
-    ).to_dict()
+        label="Your answer for the agent (the tool will not run)",
+        placeholder="e.g. I restarted it by hand",
+        max_length=min(FEEDBACK_LIMIT, MAX_RESPONSE_CHARS),
+    )
 
 
 def reason_modal(call: ApprovalView) -> dict[str, Any]:
     """Issue 31: the reason for approving a call whose tool needs one (``justification <tool> required``)."""
+    return _required_text_modal(
+        call,
+        callback_id=REASON_CALLBACK,
+        title="Approve with a reason",
+        submit="Approve",
+        label="Why approve it? (required)",
+        placeholder="e.g. ticket OPS-17",
+        max_length=FEEDBACK_LIMIT,
+    )
+
+
+def _required_text_modal(
+    call: ApprovalView, *, callback_id: str, title: str, submit: str, label: str, placeholder: str, max_length: int
+) -> dict[str, Any]:
+    """A modal showing the call read-only above one required text input (its value arrives as feedback)."""
     blocks: list[Block] = [
         SectionBlock(text=_call_text(call, 1, 1, 1_500)),
         InputBlock(
             block_id=FEEDBACK_BLOCK,
-            label="Why approve it? (required)",
+            label=label,
             element=PlainTextInputElement(
-                action_id=FEEDBACK_ACTION, multiline=True, max_length=FEEDBACK_LIMIT, placeholder="e.g. ticket OPS-17"
+                action_id=FEEDBACK_ACTION, multiline=True, max_length=max_length, placeholder=placeholder
             ),
         ),
     ]
     return View(
         type="modal",
-        callback_id=REASON_CALLBACK,
+        callback_id=callback_id,
         private_metadata=call.approval_id,
-        title="Approve with a reason",
-        submit="Approve",
+        title=title,
+        submit=submit,
         close="Cancel",
         blocks=blocks,
     ).to_dict()
