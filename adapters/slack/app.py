@@ -323,34 +323,24 @@ class SlackListeners:
 
     async def on_reason_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Approve with the reason typed into the modal (issue 31)."""
-        approval_id, actor, values, place = _submitted(body, view)
-        if approval_id is None or actor is None or values is None:
-            await ack(**_form_refused(view, UNREADABLE_FORM))
-            return
-        request = DecisionRequest(
-            approval_id, actor, CONFIRM, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
-        )
-        await self._decide_in_modal(ack, view, request)
+        await self._decide_with_text(ack, body, view, CONFIRM)
 
     async def on_reject_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Reject with the feedback typed into the modal."""
-        approval_id, actor, values, place = _submitted(body, view)
-        if approval_id is None or actor is None or values is None:
-            await ack(**_form_refused(view, UNREADABLE_FORM))
-            return
-        request = DecisionRequest(
-            approval_id, actor, REJECT, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
-        )
-        await self._decide_in_modal(ack, view, request)
+        await self._decide_with_text(ack, body, view, REJECT)
 
     async def on_respond_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Respond with the text typed into the modal (issue 30): the tool does not run."""
+        await self._decide_with_text(ack, body, view, RESPOND)
+
+    async def _decide_with_text(self, ack: Any, body: dict[str, Any], view: dict[str, Any], action: str) -> None:
+        """Decide ``action`` with the modal's one text field as the decision's feedback."""
         approval_id, actor, values, place = _submitted(body, view)
         if approval_id is None or actor is None or values is None:
             await ack(**_form_refused(view, UNREADABLE_FORM))
             return
         request = DecisionRequest(
-            approval_id, actor, RESPOND, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
+            approval_id, actor, action, feedback=feedback_value(values), actor_name=_actor_name(body), place=place
         )
         await self._decide_in_modal(ack, view, request)
 

@@ -19,6 +19,7 @@ processes tests start use it too), and is stopped and deleted when the session e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -60,12 +61,10 @@ def binary_folders(env: MutableMapping[str, str] | None = None) -> list[Path]:
     on_path = shutil.which("initdb")
     if on_path:
         found.append(Path(on_path).resolve().parent)
-    try:
-        import pgserver  # type: ignore[import-untyped]  # the test extras' bundled server
+    with contextlib.suppress(ImportError):  # the test extras' bundled server, when installed
+        import pgserver  # type: ignore[import-untyped]
 
         found.append(Path(pgserver.__file__).parent / "pginstall" / "bin")
-    except ImportError:
-        pass
     return [folder for folder in found if (folder / "initdb").exists() and (folder / "pg_ctl").exists()]
 
 
