@@ -112,6 +112,17 @@ class Inbound:
 
 
 @dataclass(frozen=True)
+class BreakGlassReview:
+    """Issue 31: the review of a break-glass decision, by someone other than its requester (from the audit)."""
+
+    reviewer: str
+    outcome: str
+    """``ok`` or ``not-ok``."""
+    note: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
 class ApprovalView:
     """Everything an adapter needs to render one approval (a paused tool call) and its outcome.
 
@@ -159,6 +170,11 @@ class ApprovalView:
     """Issue 30: whether a person may answer in the tool's place (Respond)."""
     preview: dict[str, Any] | None = None
     """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
+    breakglass_open: bool = False
+    """Issue 31: nobody decided within the tool's break-glass delay, so its requester is offered Break glass (for
+    rendering only: the engine checks the click again)."""
+    breakglass_review: BreakGlassReview | None = None
+    """Issue 31: for a break-glass decision, its review once done (``None``: still due)."""
 
     @property
     def is_pending(self) -> bool:
