@@ -184,7 +184,11 @@ class SlackSurface(Surface):
         """Post the approval message in the thread; its ``{"channel", "ts"}`` is the message reference."""
         message = approval_message(approvals)
         response = await self.client.chat_postMessage(
-            channel=thread.channel, thread_ts=thread_ts(thread), text=message.text, blocks=message.blocks
+            channel=thread.channel,
+            thread_ts=thread_ts(thread),
+            text=message.text,
+            blocks=message.blocks,
+            attachments=message.attachments,
         )
         return {"channel": response["channel"], "ts": response["ts"]}
 
@@ -195,7 +199,11 @@ class SlackSurface(Surface):
         message = approval_message(approvals)
         try:
             await self.client.chat_update(
-                channel=message_ref["channel"], ts=message_ref["ts"], text=message.text, blocks=message.blocks
+                channel=message_ref["channel"],
+                ts=message_ref["ts"],
+                text=message.text,
+                blocks=message.blocks,
+                attachments=message.attachments,
             )
         except SlackClientError as exc:  # after slack_sdk's retries: the decision stands, the card is stale
             error = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
