@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from bot.engine.model import BreakGlassReview
+from bot.engine.model import PENDING, BreakGlassReview
 from storage.protocols import ApprovalRecord, AuditEntry
 
 SETTING = "breakglass"
@@ -20,6 +20,8 @@ REVIEW_ACTION = "break-glass review"
 MARK = "[break-glass] "
 """The start of a break-glass decision's stored feedback: how a decided card knows to show it in red."""
 OK, NOT_OK = "ok", "not-ok"
+MIN_DELAY = timedelta(seconds=1)
+"""The shortest delay ``breakglass after`` takes: a call younger than this cannot offer break-glass yet."""
 
 
 def is_breakglass(record: ApprovalRecord) -> bool:
@@ -49,6 +51,11 @@ def opens_at(record: ApprovalRecord, delay: int | None) -> datetime | None:
     if delay is None or record.kind != "approval" or record.mode == "deny" or is_tainted(record):
         return None
     return record.created_at + timedelta(seconds=delay)
+
+
+def may_open(record: ApprovalRecord, now: datetime) -> bool:
+    """Whether ``record`` could offer break-glass now with some delay (so its tool's delay is worth reading)."""
+    return record.status == PENDING and opens_at(record, 0) is not None and now - record.created_at >= MIN_DELAY
 
 
 def review_of(entries: Sequence[AuditEntry]) -> BreakGlassReview | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from bot.engine.breakglass_marks import SETTING as BREAKGLASS_SETTING
-from bot.engine.breakglass_marks import delay_seconds, is_breakglass, opens_at, review_of
+from bot.engine.breakglass_marks import delay_seconds, is_breakglass, may_open, opens_at, review_of
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
 from bot.engine.model import CONFIRM, PENDING, ApprovalView, ThreadRef
@@ -102,7 +102,8 @@ class Views:
 
     async def breakglass_delays(self, records: Sequence[ApprovalRecord]) -> dict[str, int]:
         """Issue 31: the break-glass delay of each tool that has one (read only if one of ``records`` may offer it)."""
-        if not any(r.status == PENDING and opens_at(r, 0) is not None for r in records):
+        now = self.clock()
+        if not any(may_open(r, now) for r in records):  # e.g. a card shown as its call pauses: no read
             return {}
         values = await self.storage.tool_settings.values(BREAKGLASS_SETTING)
         return {tool: seconds for tool, value in values.items() if (seconds := delay_seconds(value)) is not None}
