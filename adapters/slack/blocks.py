@@ -211,10 +211,7 @@ def _breakglass_attachment(call: ApprovalView) -> dict[str, Any]:
     ]
     review = call.breakglass_review
     if breakglass_review_due(call):
-        aid = call.approval_id
-        ok = ButtonElement(text="Review: OK", action_id=ACTION_REVIEW_OK, value=aid, style="primary")
-        not_ok = ButtonElement(text="Review: Not OK", action_id=ACTION_REVIEW_NOT_OK, value=aid, style="danger")
-        blocks.append(ActionsBlock(block_id=f"cs_bg_review:{aid}", elements=[ok, not_ok]))
+        blocks.append(_review_buttons(call.approval_id))
         due = f"A review by someone other than {mention(call.requester)} is due."
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=due)]))
     elif review is not None:
@@ -224,6 +221,22 @@ def _breakglass_attachment(call: ApprovalView) -> dict[str, Any]:
         )
     fallback = escape_truncated(f"break-glass by {call.decided_by}: {breakglass_reason(call)}", 300)
     return {"color": BREAKGLASS_COLOR, "fallback": fallback, "blocks": [b.to_dict() for b in blocks]}
+
+
+def review_request(markup: str, approval_id: str) -> list[dict[str, Any]]:
+    """Issue 31: the break-glass channel's post or an approver's DM (a note's ``markup``, escaped already) as a red
+    attachment with Review: OK / Review: Not OK."""
+    text = markup if len(markup) <= SECTION_TEXT_LIMIT else markup[: SECTION_TEXT_LIMIT - 1] + "…"
+    blocks = [SectionBlock(text=MarkdownTextObject(text=text)), _review_buttons(approval_id)]
+    fallback = text[:300]
+    return [{"color": BREAKGLASS_COLOR, "fallback": fallback, "blocks": [b.to_dict() for b in blocks]}]
+
+
+def _review_buttons(approval_id: str) -> ActionsBlock:
+    aid = approval_id[:BUTTON_VALUE_LIMIT]
+    ok = ButtonElement(text="Review: OK", action_id=ACTION_REVIEW_OK, value=aid, style="primary")
+    not_ok = ButtonElement(text="Review: Not OK", action_id=ACTION_REVIEW_NOT_OK, value=aid, style="danger")
+    return ActionsBlock(block_id=f"cs_bg_review:{aid[:200]}", elements=[ok, not_ok])
 
 
 def blocks_size(blocks: Sequence[Mapping[str, Any]]) -> int:

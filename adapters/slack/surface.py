@@ -24,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import (
     approval_message,
+    review_request,
     stop_offer_blocks,
     streaming_blocks,
     tool_step_blocks,
@@ -166,6 +167,18 @@ class SlackSurface(Surface):
     async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
         messages as needed; a :class:`Note` with its people as real mentions."""
+        if isinstance(text, Note) and text.review:  # issue 31: a break-glass review request, with its buttons
+            markup = note_markup(text)
+            await self.client.chat_postMessage(
+                channel=thread.channel,
+                thread_ts=thread_ts(thread),
+                text=markup,
+                attachments=review_request(markup, text.review),
+                link_names=False,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+            return
         chunks = [note_markup(text)] if isinstance(text, Note) else split_message(markdown_to_mrkdwn(mask_text(text)))
         for chunk in chunks:
             if not chunk.strip():

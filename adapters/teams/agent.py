@@ -207,7 +207,7 @@ class TeamsAgent(ActivityHandler):
         actor, actor_name = handler.actor_of(activity), handler.actor_name_of(activity)
         await remember_name(engine, actor, actor_name)
         if action.verb in (VERB_REVIEW_OK, VERB_REVIEW_NOT_OK):  # issue 31: a review, not a decision
-            return await self._review(activity, action, actor)
+            return await self._review(action, actor)
         try:
             result = await self._decide(action, actor, actor_name, handler.thread_of(activity).place)
         except InvalidEdit as exc:
@@ -288,9 +288,9 @@ class TeamsAgent(ActivityHandler):
             raise AssertionError(f"unhandled verb {action.verb!r}")  # card_action() only lets VERBS through
         return await engine.decide(request)
 
-    async def _review(self, activity: Activity, action: handler.CardAction, actor: str) -> dict[str, Any]:
-        """Review: OK / Review: Not OK on a break-glass card (issue 31): the clicker's card shows the outcome, or why
-        not."""
+    async def _review(self, action: handler.CardAction, actor: str) -> dict[str, Any]:
+        """Review: OK / Review: Not OK (issue 31), on a break-glass card or on the review request (the channel's
+        post, an approver's DM): the clicker reads the outcome or why not; the card is updated for everyone."""
         engine = self._engine
         try:
             view = await engine.get_approval(action.approval_id)
@@ -302,7 +302,7 @@ class TeamsAgent(ActivityHandler):
             answer = await engine.review_breakglass(action.approval_id, actor, outcome, note)
         except EngineError as refusal:
             answer = str(refusal)
-        return await self._current_card(activity, action.approval_id, notice=await named_text(engine, answer))
+        return invoke_message_response(await named_text(engine, answer))
 
     async def _personal_card(self, activity: Activity, approval_id: str) -> dict[str, Any]:
         """One person's view of a step's card: the buttons if the engine says they may decide, else the status;

@@ -554,12 +554,12 @@ def breakglass_action(view: ApprovalView) -> dict[str, Any]:
     return {"type": "Action.ShowCard", "title": "Break glass", "card": form}
 
 
-def review_actions(view: ApprovalView) -> list[dict[str, Any]]:
+def review_actions(approval_id: str) -> list[dict[str, Any]]:
     """Issue 31: "Review: OK" and "Review: Not OK" (a form asking the required note) for a break-glass decision."""
-    ok = _execute("Review: OK", view.approval_id, VERB_REVIEW_OK, style="positive", inputs=False)
-    not_ok = _execute("Review: Not OK", view.approval_id, VERB_REVIEW_NOT_OK, style="destructive")
+    ok = _execute("Review: OK", approval_id, VERB_REVIEW_OK, style="positive", inputs=False)
+    not_ok = _execute("Review: Not OK", approval_id, VERB_REVIEW_NOT_OK, style="destructive")
     form = _text_form(
-        review_note_input_id(view.approval_id), "What was wrong with it? (required)", "A note is required.", not_ok
+        review_note_input_id(approval_id), "What was wrong with it? (required)", "A note is required.", not_ok
     )
     return [ok, {"type": "Action.ShowCard", "title": "Review: Not OK", "card": form}]
 
@@ -723,7 +723,7 @@ def _breakglass_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any
         items.append(_runs(_run(truncate(reviewed, 1_200)[0], weight="bolder")))
     elif breakglass_review_due(view) and layout.buttons:
         items.append(_runs(_run(f"A review by someone other than {view.requester} is due.", isSubtle=True)))
-        items.append({"type": "ActionSet", "actions": review_actions(view)})
+        items.append({"type": "ActionSet", "actions": review_actions(view.approval_id)})
     return items
 
 
@@ -966,6 +966,20 @@ def stop_card(run_id: str | None) -> dict[str, Any]:
             }
         ]
     return card
+
+
+def review_request_card(text: str, approval_id: str) -> dict[str, Any]:
+    """Issue 31: the break-glass channel's post or an approver's DM: ``text`` (plain, never Markdown) in a red
+    container, with Review: OK / Review: Not OK."""
+    shown, _ = truncate(text, TEXT_CARD_LIMIT)
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: a break-glass needs a review. Open this message in Teams to review it.",
+        "body": [{"type": "Container", "style": "attention", "items": [_runs(_run(shown, weight="bolder"))]}],
+        "actions": review_actions(approval_id),
+    }
 
 
 def text_card(text: str) -> dict[str, Any]:

@@ -32,7 +32,14 @@ from microsoft_agents.hosting.core.app.proactive import Conversation
 from microsoft_agents.hosting.core.app.streaming import StreamingResponse
 from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, TypingOptions
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, card_summary, refresh_users, shared_card, stop_card
+from adapters.teams.cards import (
+    CARD_CONTENT_TYPE,
+    card_summary,
+    refresh_users,
+    review_request_card,
+    shared_card,
+    stop_card,
+)
 from adapters.teams.handler import PLATFORM, personal_key
 from adapters.teams.hosts import may_stream, may_type, uses_user_views
 from adapters.teams.names import display_names, with_names
@@ -206,6 +213,9 @@ class TeamsSurface(Surface):
         """Post the agent's answer as safe Markdown (links shown with their target, no mentions); a
         :class:`Note` as plain text, its people by their display names."""
         self._stop_typing(thread.key)
+        if isinstance(text, Note) and text.review:  # issue 31: a break-glass review request, with its buttons
+            await self._send(thread.key, _card(review_request_card(await self._note_text(text), text.review)))
+            return
         shown = plain_message(await self._note_text(text)) if isinstance(text, Note) else markdown_message(text)
         message = Activity(type=ActivityTypes.message, text=shown, text_format="markdown")
         await self._send(thread.key, message)

@@ -250,7 +250,8 @@ class BreakGlass:
                 f" ran {record.tool_name} without an approval (id {record.approval_id[:8]}). Reason: {reason[:200]}. "
                 f"A review by someone else is due within {format_duration(self.review_seconds)}: "
                 f"breakglass review {record.approval_id[:8]} ok|not-ok [note]",
-            )
+            ),
+            review=record.approval_id,  # the review buttons on the post and in each DM, where a surface has them
         )
         workspace = (await self.notices.views.thread_of(record)).workspace
         if self.channel:

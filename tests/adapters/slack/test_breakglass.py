@@ -122,9 +122,12 @@ async def test_break_glass_button_after_the_delay_runs_once_red_card_announced_a
     [post] = slack.calls_to("chat.postMessage", lambda c: c.args.get("channel") == GLASS_CHANNEL)
     assert "Break glass" in post.args["text"] and "prod is down" in post.args["text"]
     assert not post.args.get("thread_ts")
+    assert post.args["attachments"][0]["color"] == "#d40e0d"
+    assert button_values(post.args["attachments"][0]["blocks"], "cs_breakglass_ok") == [approval_id]
     assert {c.args["users"] for c in slack.calls_to("conversations.open")} == {BEN}
     [dm] = slack.calls_to("chat.postMessage", lambda c: c.args.get("channel") == f"D{BEN}" and not c.args.get("blocks"))
     assert "Break glass" in dm.args["text"] and "delete_file" in dm.args["text"] and "prod is down" in dm.args["text"]
+    assert button_values(dm.args["attachments"][0]["blocks"], "cs_breakglass_not_ok") == [approval_id]
 
     updates = len(slack.calls_to("chat.update"))
     await click("cs_breakglass_ok", ALICE)  # the requester never reviews their own break-glass
@@ -133,7 +136,11 @@ async def test_break_glass_button_after_the_delay_runs_once_red_card_announced_a
     assert "someone else must review" in await ephemeral_to(slack, ALICE, 3)
     assert len(slack.calls_to("chat.update")) == updates and len(slack.calls_to("views.open")) == 1
 
-    await click("cs_breakglass_not_ok", BEN)
+    # Ben reviews from the buttons of his DM.
+    await stack.requests.click(
+        "cs_breakglass_not_ok", approval_id, user=BEN, channel=f"D{BEN}", message_ts=dm.response["ts"]
+    )
+    await stack.settle()
     opened = (await slack.wait_for("views.open", count=2))[-1]
     modal = opened.args["view"]
     assert modal["callback_id"] == "cs_breakglass_review_modal"

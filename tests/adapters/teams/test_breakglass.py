@@ -16,7 +16,7 @@ from typing import Any
 from adapters.teams.cards import approval_card, breakglass_input_id, review_note_input_id
 from tests.adapters.teams.test_flow import open_stack  # noqa: F401 - a fixture
 from tests.fakes.engine_kit import asks_for, says
-from tests.fakes.teams_stack import ADA, ANA, BEN, CHANNEL, TeamsStack, execute_actions, texts_of
+from tests.fakes.teams_stack import ADA, ANA, BEN, CHANNEL, TeamsStack, action_value, execute_actions, texts_of
 
 BEN_CHAT = "a:1personal-chat-with-ben"
 
@@ -86,20 +86,34 @@ async def test_break_glass_on_the_card_after_the_delay_runs_once_red_announced_a
     # The channel's top-level post and Ben's DM went through the Bot Connector (proactive posts).
     [post] = [r for r in stack.connector.posted() if r.conversation_id == CHANNEL]
     assert post.kind == "send" and "replyToId" not in post.body, "a new post at the channel's top level"
-    assert (
-        "Break glass" in (post.text or "") and "prod is down" in (post.text or "") and "Ana Lopez" in (post.text or "")
-    )
-    [dm] = [r for r in stack.connector.posted() if r.conversation_id == BEN_CHAT and "Break glass" in (r.text or "")]
-    assert "Ana Lopez ran delete\\_file" in (dm.text or "")
+    post_text = " ".join(texts_of(post.cards[0]))
+    assert {"breakglass_ok", "breakglass_not_ok"} <= verbs(post.cards[0]), "the review request has the buttons"
+    assert "Break glass" in post_text and "prod is down" in post_text and "Ana Lopez ran delete_file" in post_text
+    [dm] = [
+        r
+        for r in stack.connector.posted()
+        if r.conversation_id == BEN_CHAT and r.cards and "breakglass_ok" in verbs(r.cards[0])
+    ]
+    assert "Ana Lopez ran delete_file" in " ".join(texts_of(dm.cards[0]))
 
     status, body = await stack.click("breakglass_ok", ANA, approval_id, card=red)  # never one's own break-glass
-    assert any("someone else must review" in t for t in texts_of(body["value"]))
+    assert body["value"] == "You broke glass on this call, so someone else must review it."
     status, body = await stack.click("breakglass_not_ok", BEN, approval_id, card=red)  # a note is required
-    assert any("needs a note" in t for t in texts_of(body["value"]))
-    status, body = await stack.click(
-        "breakglass_not_ok", BEN, approval_id, {review_note_input_id(approval_id): "too broad"}, red
+    assert "needs a note" in body["value"]
+
+    async def review_in_dm(verb: str, typed: dict[str, str]) -> Any:  # Ben reviews from the DM's buttons
+        value = action_value(dm.cards[0], verb, approval_id, typed)
+        status, body = await stack.post(
+            stack.invoke(value, BEN, card_activity_id=dm.answered_id, conversation=BEN_CHAT)
+        )
+        await stack.settle()
+        assert status == 200
+        return body["value"]
+
+    assert "recorded: not-ok" in await review_in_dm(
+        "breakglass_not_ok", {review_note_input_id(approval_id): "too broad"}
     )
-    assert any("recorded: not-ok" in t for t in texts_of(body["value"]))
+    assert "No open break-glass review" in await review_in_dm("breakglass_ok", {})
     reviewed = latest_card(stack)
     assert any(t.startswith("Review: not OK by Ben Okafor") and "too broad" in t for t in texts_of(reviewed))
     assert not {"breakglass_ok", "breakglass_not_ok"} & verbs(reviewed)

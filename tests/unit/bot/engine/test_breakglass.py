@@ -8,7 +8,7 @@ import pytest
 from bot.engine.admin_syntax import parse_command
 from bot.engine.breakglass import MARK, BreakGlassRefused
 from bot.engine.errors import AlreadyDecided, CommandError, NotAnApprover
-from bot.engine.model import AdminRequest, DecisionRequest
+from bot.engine.model import AdminRequest, DecisionRequest, Mention, Note
 from bot.engine.presentation import breakglass_review_sentence, outcome_sentence
 from tests.fakes.engine_kit import (
     ADMIN,
@@ -310,3 +310,32 @@ async def test_a_tainted_call_is_never_offered_break_glass_on_its_card(harnesses
     h.clock.advance(hours=1)
     assert (await h.engine.get_approval(tainted.approval_id)).breakglass_open is False
     assert await h.engine.offer_breakglass_due() == 0
+
+
+def test_a_review_request_note_keeps_its_approval_through_the_outbox_json():
+    asking = Note(("Break glass: ", Mention("U1"), " ran it."), review="ap-1")
+    assert Note.from_json(asking.to_json()) == asking
+    plain = Note(("Decided by ", Mention("U1")))
+    assert plain.to_json() == '["Decided by ", {"mention": "U1"}]', "notes stored before keep their format"
+    assert Note.from_json(plain.to_json()) == plain
+    with pytest.raises(ValueError):
+        Note.from_json('{"review": "ap-1", "parts": "not a list"}')
+
+
+async def test_the_channel_post_and_the_dms_ask_for_the_review(harnesses):
+    h = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.log"), says("done")], breakglass_channel="C_BREAKGLASS"
+    )
+    h.surface.direct.add("U_APP1")
+    await command(h, "approvers delete_file <@U_APP1>")
+    await command(h, "policy set delete_file always breakglass after 1m")
+    await h.say("delete a.log")
+    [view] = next(r for r in h.surface.renders if r.thread.channel == CHANNEL).approvals
+    h.clock.advance(minutes=1)
+
+    await h.engine.decide(glass(view))
+    await h.engine.wait_idle()
+
+    asked = {r.thread.channel: r.note for r in h.surface.replies if r.note is not None and r.note.review}
+    assert set(asked) == {"C_BREAKGLASS", "D-U_APP1"}
+    assert {note.review for note in asked.values()} == {view.approval_id}
