@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from bot.engine.model import AdminRequest
-from bot.llm import OpenAIChatGenerator
-from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, Ops, ask
+from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, Ops, ask, start_stack
 from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall
@@ -36,17 +35,7 @@ def ops() -> Ops:
 async def stack(
     tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock
 ) -> AsyncIterator[SlackStack]:
-    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
-    running = await SlackStack.start(
-        db_path=tmp_path / "cs.db",
-        slack=slack,
-        generator=generator,
-        tools=ops.tools(),
-        admins={ADMIN},
-        clock=clock,
-        default_ttl_seconds=3600,
-        breakglass_channel=GLASS_CHANNEL,
-    )
+    running = await start_stack(tmp_path, slack, openai, ops, clock, breakglass_channel=GLASS_CHANNEL)
     yield running
     await running.stop()
 
