@@ -159,6 +159,9 @@ class ApprovalView:
     """Issue 30: whether a person may answer in the tool's place (Respond)."""
     preview: dict[str, Any] | None = None
     """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
+    void_votes: tuple[str, ...] = ()
+    """Issue 30: voters whose approval no longer counts, after an admin tightened the policy while it waited
+    (``bot.engine.presentation.void_vote_sentence`` says why)."""
 
     @property
     def is_pending(self) -> bool:

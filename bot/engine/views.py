@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
-from bot.engine.model import CONFIRM, PENDING, ApprovalView, ThreadRef
+from bot.engine.model import PENDING, ApprovalView, ThreadRef
 from bot.engine.roles import Roles
 from bot.engine.threads import thread_of_run
 from bot.tools import Tool
 from storage import NotFound
-from storage.protocols import ApprovalRecord, ClickedApproval
+from storage.protocols import COUNTED_VOTES, VOID_VOTE, ApprovalRecord, ClickedApproval
 
 if TYPE_CHECKING:
     from storage.async_protocols import AsyncStores
@@ -114,7 +114,7 @@ class Views:
             approvers=tuple(record.approvers),
             quorum=record.quorum,
             four_eyes=record.four_eyes,
-            votes=tuple(v.voter for v in votes if v.vote == CONFIRM),
+            votes=tuple(v.voter for v in votes if v.vote in COUNTED_VOTES),
             created_at=record.created_at,
             expires_at=record.expires_at,
             status=record.status,
@@ -131,6 +131,7 @@ class Views:
             provenance=record.provenance,
             preview=record.preview,
             respondable=bool(tool and tool.respondable) and record.kind == "approval",
+            void_votes=tuple(v.voter for v in votes if v.vote == VOID_VOTE),
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:

@@ -262,7 +262,8 @@ class PostgresApprovalStore:
                     [None if feedback is None else Json(feedback), approval_id],
                 )
             cursor = await conn.execute(
-                "SELECT COUNT(*) FROM votes WHERE approval_id = %s AND vote = ANY(%s)", [approval_id, list(COUNTED_VOTES)]
+                "SELECT COUNT(*) FROM votes WHERE approval_id = %s AND vote = ANY(%s)",
+                [approval_id, list(COUNTED_VOTES)],
             )
             counted = await cursor.fetchone()
         return int(counted[0]) if counted else 0
