@@ -111,3 +111,70 @@ async def test_no_respond_button_on_a_tool_that_is_not_respondable(
         assert button_values(approval.args["blocks"], "cs_approve")
     finally:
         await stack.stop()
+
+
+async def test_a_policy_tightened_while_a_call_waits_re_renders_the_card_and_deny_closes_it(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    """Issue 30 through the slash command: new approvers re-render the waiting card (Alice's vote no longer counts,
+    shown as such), then ``deny`` closes it with a sentence on the card and in the thread; the tool never runs."""
+    ran: list[str] = []
+
+    @tool
+    def restart_service(service: str) -> str:
+        """Restart a service.
+
+        :param service: The service.
+        """
+        ran.append(service)
+        return "restarted"
+
+    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=[restart_service],
+        admins={ADMIN},
+        clock=clock,
+    )
+
+    async def command(text: str) -> str:
+        before = len(slack.calls_to("response_url"))
+        reply = await stack.requests.command(text, user=ADMIN, channel=CHANNEL, response_url=slack.response_url())
+        assert reply.status == 200
+        answers = await slack.wait_for("response_url", count=before + 1)
+        await stack.settle()
+        return "\n".join(a.args["text"] for a in answers[before:])
+
+    try:
+        await command(f"approvers restart_service <@{ALICE}> <@{ADMIN}> <@U0BEN>")
+        await command("quorum restart_service 2")
+        openai.enqueue_tool_calls([("restart_service", {"service": "web"})])
+        openai.enqueue_text("Not restarted.")
+        mention_ts, approval = await ask(stack, slack, "restart web")
+        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+        await stack.requests.click(
+            "cs_approve",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
+            thread_ts=mention_ts,
+        )
+        await stack.settle()
+
+        answer = await command(f"approvers restart_service <@{ADMIN}> <@U0BEN>")
+        assert "1 earlier approval(s) no longer count" in answer
+        card = all_text(slack.calls_to("chat.update")[-1].args["blocks"])
+        assert f"{ALICE}'s approval no longer counts: approvers are now" in card and "(0/2 approvals)" in card
+
+        answer = await command("policy set restart_service deny")
+        assert "1 pending approval(s) closed (denied)" in answer
+        sentence = "An admin set restart_service to deny while this call waited, so it was closed without running."
+        assert sentence in all_text(slack.calls_to("chat.update")[-1].args["blocks"])
+        posted = [c.args.get("text") or "" for c in slack.calls_to("chat.postMessage")]
+        assert any(sentence in text for text in posted), "said in the thread"
+        assert ran == []
+    finally:
+        await stack.stop()
