@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine import justification
+from bot.engine import justification, responding
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
@@ -127,6 +127,8 @@ class AdminCommands:
             return await self._usage(request, command.channel, command.value)
         if command.name.startswith("justification"):  # issue 31
             return await justification.run_command(self.storage, self.tools, self.clock, command, request)
+        if command.name == "respondable":  # issue 30
+            return await responding.run_command(self.storage, self.tools, self.clock, command, request)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)

@@ -9,30 +9,79 @@ finds the entry and reports the person's answer). The model gets the text marked
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 from bot.canonical import args_digest
 from bot.engine.decisions import ID_LESS_PREFIX
-from bot.engine.errors import EngineError
+from bot.engine.errors import CommandError, EngineError
 from bot.engine.ledger import ledger_key
 from bot.hitl.respond import RespondRefused, human_response, respond_decision
 from bot.tools import Tool
 from storage.batch import Batch, stores
 from storage.protocols import ApprovalRecord
 
+if TYPE_CHECKING:
+    from bot.engine.admin_syntax import AdminCommand
+    from bot.engine.model import AdminRequest
+    from storage.async_protocols import AsyncStores
+
 ANSWERED_BY_A_PERSON = "answered by a person"
+RESPONDABLE = "respondable"
+"""The tool setting (``storage.tool_settings``, per tool, every channel) an admin's ``respondable <tool> on`` sets."""
+ON = "on"
 
 
 class RespondNotAllowed(EngineError):
     """A Respond that may not be given here; nothing was decided."""
 
 
-def checked_response(tool: Tool | None, record: ApprovalRecord, text: str | None) -> str:
-    """The person's answer as stored (stripped), or :class:`RespondNotAllowed` saying why not."""
+async def allowed_by_policy(storage: AsyncStores, tool_name: str) -> bool:
+    """Whether an admin turned Respond on for ``tool_name`` (``respondable <tool> on``)."""
+    return (await storage.tool_settings.values(RESPONDABLE)).get(tool_name) == ON
+
+
+async def run_command(
+    storage: AsyncStores,
+    tools: Mapping[str, Tool],
+    clock: Callable[[], datetime],
+    command: AdminCommand,
+    request: AdminRequest,
+) -> str:
+    """``respondable <tool> on|off`` (admins only; audited): allow Respond on a tool, as ``@tool(respondable=True)``
+    does."""
+    tool_name = command.tool_key or ""
+    tool = tools.get(tool_name)
+    if tool is None:
+        raise CommandError(f"Unknown tool '{tool_name[:64]}'. Known tools: {', '.join(sorted(tools))}.")
+    value = ON if command.value else None
+    await storage.tool_settings.set_value(tool_name, RESPONDABLE, value, updated_by=request.actor, now=clock())
+    await storage.audit.append(
+        request.actor,
+        RESPONDABLE,
+        f"global/{tool_name}",
+        {"fields": {RESPONDABLE: value or "off"}, "platform": request.platform},
+        now=clock(),
+    )
+    if value:
+        return f"Approvers of {tool_name} may now answer in its place (Respond)."
+    if tool.respondable:
+        return f"The admin setting is off; {tool_name} itself still allows Respond (respondable=True)."
+    return f"Approvers of {tool_name} may no longer answer in its place."
+
+
+def checked_response(
+    tool: Tool | None, record: ApprovalRecord, text: str | None, *, policy_allows: bool = False
+) -> str:
+    """The person's answer as stored (stripped), or :class:`RespondNotAllowed` saying why not (``policy_allows``: an
+    admin turned Respond on for the tool)."""
     if record.kind != "approval":
         raise RespondNotAllowed("A result under review cannot be answered in the tool's place; edit it instead.")
     if tool is None:
         raise RespondNotAllowed(f"The tool '{record.tool_name}' is no longer available.")
     try:
-        respond_decision(tool, record.tool_call_id, text or "")
+        respond_decision(tool, record.tool_call_id, text or "", policy_allows=policy_allows)
     except RespondRefused as exc:
         raise RespondNotAllowed(f"{exc} Nothing was decided.") from None
     return (text or "").strip()

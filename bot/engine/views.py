@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
 from bot.engine.model import PENDING, ApprovalView, ThreadRef
+from bot.engine.responding import allowed_by_policy
 from bot.engine.roles import Roles
 from bot.engine.threads import thread_of_run
 from bot.tools import Tool
@@ -130,7 +131,9 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
-            respondable=bool(tool and tool.respondable) and record.kind == "approval",
+            respondable=record.kind == "approval"
+            and tool is not None
+            and (tool.respondable or await allowed_by_policy(self.storage, record.tool_name)),
             void_votes=tuple(v.voter for v in votes if v.vote == VOID_VOTE),
         )
 
