@@ -128,7 +128,8 @@ class AdminCommands:
         if command.name.startswith("justification"):  # issue 31
             return await justification.run_command(self.storage, self.tools, self.clock, command, request)
         if command.name == "respondable":  # issue 30
-            return await responding.run_command(self.storage, self.tools, self.clock, command, request)
+            shown = self.rejudging.views.respondable if self.rejudging is not None else None
+            return await responding.run_command(self.storage, self.tools, self.clock, command, request, shown)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)

@@ -42,21 +42,53 @@ async def allowed_by_policy(storage: AsyncStores, tool_name: str) -> bool:
     return (await storage.tool_settings.values(RESPONDABLE)).get(tool_name) == ON
 
 
+class RespondableSettings:
+    """The tools an admin turned Respond on for, as cards show them (``ApprovalView.respondable``): read at most once
+    per ``seconds``, so rendering costs no read of its own. Like the group cache, it serves rendering only: a Respond
+    is checked afresh (:func:`allowed_by_policy`), and this process's own ``respondable`` command forgets it."""
+
+    def __init__(self, storage: AsyncStores, clock: Callable[[], datetime], seconds: float = 60.0) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.seconds = seconds
+        self._read: tuple[datetime, frozenset[str]] | None = None
+
+    async def load(self) -> frozenset[str]:
+        """Read the setting now (the engine does at start, so a conversation's first card reads nothing)."""
+        values = await self.storage.tool_settings.values(RESPONDABLE)
+        self._read = (self.clock(), frozenset(t for t, v in values.items() if v == ON))
+        return self._read[1]
+
+    async def allows(self, tool_name: str) -> bool:
+        """Whether Respond is on for ``tool_name`` by an admin's setting, as last read."""
+        read = self._read
+        if read is None or (self.clock() - read[0]).total_seconds() >= self.seconds:
+            return tool_name in await self.load()
+        return tool_name in read[1]
+
+    def forget(self) -> None:
+        """Read the setting again at the next card (after a change made here)."""
+        self._read = None
+
+
 async def run_command(
     storage: AsyncStores,
     tools: Mapping[str, Tool],
     clock: Callable[[], datetime],
     command: AdminCommand,
     request: AdminRequest,
+    shown: RespondableSettings | None = None,
 ) -> str:
     """``respondable <tool> on|off`` (admins only; audited): allow Respond on a tool, as ``@tool(respondable=True)``
-    does."""
+    does (``shown``: the cards' copy of the setting, forgotten after the change)."""
     tool_name = command.tool_key or ""
     tool = tools.get(tool_name)
     if tool is None:
         raise CommandError(f"Unknown tool '{tool_name[:64]}'. Known tools: {', '.join(sorted(tools))}.")
     value = ON if command.value else None
     await storage.tool_settings.set_value(tool_name, RESPONDABLE, value, updated_by=request.actor, now=clock())
+    if shown is not None:
+        shown.forget()
     await storage.audit.append(
         request.actor,
         RESPONDABLE,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
 from bot.engine.model import PENDING, ApprovalView, ThreadRef
-from bot.engine.responding import allowed_by_policy
+from bot.engine.responding import RespondableSettings
 from bot.engine.roles import Roles
 from bot.engine.threads import thread_of_run
 from bot.tools import Tool
@@ -45,6 +45,8 @@ class Views:
         self.gate = gate
         self.admins = admins
         self.clock = clock
+        self.respondable = RespondableSettings(storage, clock)
+        """Issue 30: which tools an admin allowed Respond on, as cards show it (a short cache; clicks read afresh)."""
 
     # --- records ------------------------------------------------------------------------------------
 
@@ -133,7 +135,7 @@ class Views:
             preview=record.preview,
             respondable=record.kind == "approval"
             and tool is not None
-            and (tool.respondable or await allowed_by_policy(self.storage, record.tool_name)),
+            and (tool.respondable or await self.respondable.allows(record.tool_name)),
             void_votes=tuple(v.voter for v in votes if v.vote == VOID_VOTE),
         )
 
