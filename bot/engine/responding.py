@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from bot.canonical import args_digest
 from bot.engine.decisions import ID_LESS_PREFIX
-from bot.engine.errors import CommandError, EngineError
+from bot.engine.errors import EngineError
 from bot.engine.ledger import ledger_key
+from bot.engine.tool_switches import set_tool_switch
 from bot.hitl.respond import RespondRefused, human_response, respond_decision
 from bot.tools import Tool
 from storage.batch import Batch, stores
@@ -82,20 +83,10 @@ async def run_command(
     """``respondable <tool> on|off`` (admins only; audited): allow Respond on a tool, as ``@tool(respondable=True)``
     does (``shown``: the cards' copy of the setting, forgotten after the change)."""
     tool_name = command.tool_key or ""
-    tool = tools.get(tool_name)
-    if tool is None:
-        raise CommandError(f"Unknown tool '{tool_name[:64]}'. Known tools: {', '.join(sorted(tools))}.")
     value = ON if command.value else None
-    await storage.tool_settings.set_value(tool_name, RESPONDABLE, value, updated_by=request.actor, now=clock())
+    tool = await set_tool_switch(storage, tools, clock, request, tool_name, RESPONDABLE, value)
     if shown is not None:
         shown.forget()
-    await storage.audit.append(
-        request.actor,
-        RESPONDABLE,
-        f"global/{tool_name}",
-        {"fields": {RESPONDABLE: value or "off"}, "platform": request.platform},
-        now=clock(),
-    )
     if value:
         return f"Approvers of {tool_name} may now answer in its place (Respond)."
     if tool.respondable:

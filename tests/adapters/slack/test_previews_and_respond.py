@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bot.llm import OpenAIChatGenerator
 from bot.tools import tool
+from tests.adapters.slack.test_admin import command as admin_command
 from tests.adapters.slack.test_approvals import ADMIN, ALICE, CHANNEL, ask  # noqa: F401
 from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -140,12 +141,7 @@ async def test_a_policy_tightened_while_a_call_waits_re_renders_the_card_and_den
     )
 
     async def command(text: str) -> str:
-        before = len(slack.calls_to("response_url"))
-        reply = await stack.requests.command(text, user=ADMIN, channel=CHANNEL, response_url=slack.response_url())
-        assert reply.status == 200
-        answers = await slack.wait_for("response_url", count=before + 1)
-        await stack.settle()
-        return "\n".join(a.args["text"] for a in answers[before:])
+        return await admin_command(stack, slack, text, ADMIN)
 
     try:
         await command(f"approvers restart_service <@{ALICE}> <@{ADMIN}> <@U0BEN>")
