@@ -19,7 +19,7 @@ from tests.fakes.clock import Clock
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_requests import form, text_input
-from tests.fakes.slack_stack import SlackStack, all_text, button_values
+from tests.fakes.slack_stack import SlackStack, all_text, assert_valid_message_blocks, assert_valid_view, button_values
 
 
 async def test_respond_opens_a_modal_and_the_typed_answer_replaces_the_run(
@@ -172,5 +172,66 @@ async def test_a_policy_tightened_while_a_call_waits_re_renders_the_card_and_den
         posted = [c.args.get("text") or "" for c in slack.calls_to("chat.postMessage")]
         assert any(sentence in text for text in posted), "said in the thread"
         assert ran == []
+    finally:
+        await stack.stop()
+
+
+async def test_show_more_opens_a_modal_with_the_whole_preview_the_message_cut(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    def plan(service: str) -> str:
+        return "\n".join(f"pod {service}-{n} <will> restart" for n in range(300)) + "\nend of plan"
+
+    @tool(preview=plan)
+    def restart_service(service: str) -> str:
+        """Restart a service.
+
+        :param service: The service.
+        """
+        return "restarted"
+
+    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db",
+        slack=slack,
+        generator=generator,
+        tools=[restart_service],
+        admins={ADMIN},
+        clock=clock,
+    )
+    try:
+        openai.enqueue_tool_calls([("restart_service", {"service": "web"})])
+        mention_ts, approval = await ask(stack, slack, "restart web")
+        blocks = approval.args["blocks"]
+        assert_valid_message_blocks(blocks)
+        assert "pod web-1 &lt;will&gt; restart" in all_text(blocks) and "pod web-200" not in all_text(blocks)
+        [approval_id] = button_values(blocks, "cs_preview")
+
+        await stack.requests.click(
+            "cs_preview",
+            approval_id,
+            user=ALICE,
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
+            thread_ts=mention_ts,
+        )
+        [opened] = await slack.wait_for("views.open")
+        modal = opened.args["view"]
+        assert_valid_view(modal)
+        assert modal["callback_id"] == "cs_preview_modal" and "submit" not in modal
+        shown = all_text(modal["blocks"])
+        assert "pod web-200 &lt;will&gt; restart" in shown and "<will>" not in shown
+        assert "(+" in shown, "cut at the bigger limit, saying how much is left"
+
+        await stack.requests.click(
+            "cs_preview",
+            approval_id,
+            user="U0MALLORY",
+            channel=CHANNEL,
+            message_ts=approval.response["ts"],
+            thread_ts=mention_ts,
+        )
+        await stack.settle()
+        assert len(slack.calls_to("views.open")) == 1, "only the people who may decide open it"
     finally:
         await stack.stop()
