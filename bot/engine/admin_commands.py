@@ -78,8 +78,9 @@ class AdminCommands:
                 )
                 raise NotAnAdmin()
             if command.name.startswith("breakglass ") or command.breakglass is not None:
-                return await self._breakglass(command, request)
-            answer = await self._run_admin(command, request)
+                answer = await self._breakglass(command, request)
+            else:
+                answer = await self._run_admin(command, request)
             if command.name in REJUDGING_COMMANDS and self.rejudging is not None and command.tool_key:
                 said = (await self.rejudging.after_change(request, command.tool_key)).sentence()
                 answer = f"{answer}\n{said}" if said else answer

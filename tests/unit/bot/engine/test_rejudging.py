@@ -146,3 +146,14 @@ async def test_a_policy_change_in_another_channel_leaves_this_channels_approval_
     await admin(h, "policy set delete_file deny #elsewhere")
 
     assert (await h.engine.get_approval(view.approval_id)).is_pending
+
+
+async def test_deny_set_together_with_a_break_glass_delay_closes_the_waiting_call_too(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("not deleted")])
+    [view] = await h.paused_approvals("delete a.txt")
+
+    answer = await admin(h, "policy set delete_file deny breakglass off")
+    await h.engine.wait_idle()
+
+    assert "1 pending approval(s) closed (denied)" in answer
+    assert (await h.engine.get_approval(view.approval_id)).status == "rejected"
