@@ -294,7 +294,10 @@ def _status_line(call: ApprovalView) -> str:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
-        return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
+        sentence = escape(outcome_sentence(call))
+        for voter in call.void_votes:  # issue 30: "<@U…>'s approval no longer counts: …"
+            sentence = sentence.replace(escape(f"{voter}'s approval"), f"{mention(voter)}'s approval")
+        return f"{icon} Requested by {mention(call.requester)} · {policy} · {sentence}"
     return f"{icon} {outcome_markup(call)}"
 
 

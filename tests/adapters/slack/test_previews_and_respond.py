@@ -163,7 +163,7 @@ async def test_a_policy_tightened_while_a_call_waits_re_renders_the_card_and_den
         answer = await command(f"approvers restart_service <@{ADMIN}> <@U0BEN>")
         assert "1 earlier approval(s) no longer count" in answer
         card = all_text(slack.calls_to("chat.update")[-1].args["blocks"])
-        assert f"{ALICE}'s approval no longer counts: approvers are now" in card and "(0/2 approvals)" in card
+        assert f"<@{ALICE}>'s approval no longer counts: approvers are now" in card and "(0/2 approvals)" in card
 
         answer = await command("policy set restart_service deny")
         assert "1 pending approval(s) closed (denied)" in answer
