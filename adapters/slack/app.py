@@ -37,6 +37,7 @@ from adapters.slack.blocks import (
     ACTION_RESPOND,
     ACTION_REVIEW_NOT_OK,
     ACTION_REVIEW_OK,
+    ACTION_SHOW_PREVIEW,
     ACTION_STOP,
     BREAKGLASS_CALLBACK,
     EDIT_CALLBACK,
@@ -54,6 +55,7 @@ from adapters.slack.blocks import (
     home_view,
     input_block_ids,
     notice_modal,
+    preview_modal,
     reason_modal,
     reject_modal,
     respond_modal,
@@ -156,6 +158,7 @@ class SlackListeners:
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
         app.action(ACTION_RESPOND)(self.on_open_respond)
+        app.action(ACTION_SHOW_PREVIEW)(self.on_open_preview)
         app.action(ACTION_STOP)(self.on_stop)
         app.action(ACTION_BREAKGLASS)(self.on_open_breakglass)
         app.action(ACTION_REVIEW_OK)(self.on_review_ok)
@@ -301,6 +304,11 @@ class SlackListeners:
         """Respond (issue 30): open the modal with one text input (if this person may decide)."""
         await ack()
         self._spawn_open_modal(body, action, respond_modal, name="slack-open-respond")
+
+    async def on_open_preview(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Show more (issue 30): the whole preview in a read-only modal (if this person may decide)."""
+        await ack()
+        self._spawn_open_modal(body, action, preview_modal, name="slack-open-preview")
 
     async def on_open_edit(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Edit: open the parameter modal (if this person may decide)."""

@@ -54,7 +54,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     value_text,
 )
-from bot.engine.previewing import preview_sections
+from bot.engine.previewing import SHOW_MORE_LIMIT, is_cut, preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.hitl.respond import MAX_RESPONSE_CHARS
@@ -87,6 +87,11 @@ DECISION_ACTIONS = (
     ACTION_RESPOND,
 )
 RESPOND_CALLBACK = "cs_respond_modal"
+ACTION_SHOW_PREVIEW = "cs_preview"
+"""Issue 30: "Show more" under a preview the message cut opens a modal with the whole preview (masked, cut at
+:data:`bot.engine.previewing.SHOW_MORE_LIMIT`), for the people who may decide."""
+PREVIEW_CALLBACK = "cs_preview_modal"
+_MODAL_SECTION_TEXT = 2_900
 
 REJECT_CALLBACK = "cs_reject_modal"
 REASON_CALLBACK = "cs_reason_modal"
@@ -281,7 +286,7 @@ def _full_call(call: ApprovalView, number: int, total: int, value_budget: int) -
         ContextBlock(elements=[MarkdownTextObject(text=_status_line(call))]),
     ]
     if call.is_pending:
-        blocks.append(_decision_buttons(call))
+        blocks.append(_decision_buttons(call, is_cut(call.preview, max(_MIN_VALUE_BUDGET, value_budget))))
     blocks.append(DividerBlock())
     return blocks
 
@@ -293,7 +298,7 @@ def _compact_call(call: ApprovalView, number: int, value_budget: int) -> list[Bl
         text += "\n" + status
     blocks: list[Block] = [SectionBlock(block_id=f"cs_call:{call.approval_id}", text=MarkdownTextObject(text=text))]
     if call.is_pending:
-        blocks.append(_decision_buttons(call))
+        blocks.append(_decision_buttons(call, is_cut(call.preview, max(_MIN_VALUE_BUDGET, value_budget))))
     return blocks
 
 
@@ -356,7 +361,10 @@ def _status_line(call: ApprovalView) -> str:
         glass = ""
         if call.breakglass_open:  # issue 31: the Break glass button is for the requester only (the engine checks)
             glass = f" · :rotating_light: nobody decided in time: {mention(call.requester)} may break glass"
-        return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}{glass}"
+        sentence = escape(outcome_sentence(call))
+        for voter in call.void_votes:  # issue 30: "<@U…>'s approval no longer counts: …"
+            sentence = sentence.replace(escape(f"{voter}'s approval"), f"{mention(voter)}'s approval")
+        return f"{icon} Requested by {mention(call.requester)} · {policy} · {sentence}{glass}"
     return f"{icon} {outcome_markup(call)}"
 
 
@@ -366,7 +374,7 @@ def outcome_markup(call: ApprovalView) -> str:
     return sentence.replace(_WHO, mention(call.decided_by))
 
 
-def _decision_buttons(call: ApprovalView) -> ActionsBlock:
+def _decision_buttons(call: ApprovalView, preview_cut: bool = False) -> ActionsBlock:
     aid = call.approval_id
     confirm = None
     if call.destructive and not call.is_review:  # Block Kit's own confirmation dialog, before the click reaches us
@@ -389,6 +397,8 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
         buttons.append(ButtonElement(text=RESPOND_LABEL, action_id=ACTION_RESPOND, value=aid))
     if call.breakglass_open and not call.is_review:  # issue 31: after the delay, for the requester
         buttons.append(ButtonElement(text="Break glass", action_id=ACTION_BREAKGLASS, value=aid, style="danger"))
+    if preview_cut:  # issue 30: the whole preview in a modal
+        buttons.append(ButtonElement(text="Show more", action_id=ACTION_SHOW_PREVIEW, value=aid))
     if call.offer_always_allow:  # only in views shown to one admin (their DM, their App Home)
         always = ConfirmObject(
             title="Stop asking here?",
@@ -469,6 +479,37 @@ def respond_modal(call: ApprovalView) -> dict[str, Any]:
         placeholder="e.g. I restarted it by hand",
         max_length=min(FEEDBACK_LIMIT, MAX_RESPONSE_CHARS),
     )
+
+
+def preview_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 30: the whole preview of a call (or, re-asked, the approved one and the new one), masked, cut at
+    :data:`SHOW_MORE_LIMIT`; read-only."""
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*{escape_truncated(call.tool_name, 150)}*"))]
+    for section in preview_sections(call.preview, SHOW_MORE_LIMIT):
+        label = escape_truncated(section.label.capitalize(), 60)
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*{label}*")))
+        for chunk in _escaped_chunks(section.text, _MODAL_SECTION_TEXT - 8):
+            blocks.append(SectionBlock(text=MarkdownTextObject(text=f"```{chunk}```")))
+    return View(
+        type="modal",
+        callback_id=PREVIEW_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Preview",
+        close="Close",
+        blocks=blocks,
+    ).to_dict()
+
+
+def _escaped_chunks(text: str, limit: int) -> list[str]:
+    """``text`` escaped for mrkdwn, in pieces of at most ``limit`` characters that never split an entity."""
+    chunks, current = [], ""
+    for character in text:
+        piece = escape(character).replace("`", "'")  # a backtick would close the code block early
+        if len(current) + len(piece) > limit:
+            chunks.append(current)
+            current = ""
+        current += piece
+    return [*chunks, current] if current or not chunks else chunks
 
 
 def reason_modal(call: ApprovalView) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     truncate,
 )
-from bot.engine.previewing import preview_sections
+from bot.engine.previewing import SHOW_MORE_LIMIT, is_cut, preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.hitl.respond import MAX_RESPONSE_CHARS
@@ -47,6 +47,8 @@ from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 CARD_VERSION = "1.5"
 CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
 CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+SHOW_MORE_LABEL = "Show the whole preview"
+"""Issue 30: the ``Action.ShowCard`` of a preview the card cut."""
 MAX_CARD_BYTES = 27_000
 """Teams refuses cards above about 28 KB; stay under it with some room for the activity envelope."""
 
@@ -691,11 +693,21 @@ def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
 
 
 def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
-    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut."""
-    return [
+    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut; when it is cut and the
+    card has room, "Show the whole preview" (``Action.ShowCard``) shows it cut at :data:`SHOW_MORE_LIMIT` instead."""
+    limit = max(layout.value_limit, 80) * 2
+    items = [
         _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
-        for section in preview_sections(view.preview, max(layout.value_limit, 80) * 2)
+        for section in preview_sections(view.preview, limit)
     ]
+    if layout.compact or not is_cut(view.preview, limit):
+        return items
+    whole = [
+        _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
+        for section in preview_sections(view.preview, SHOW_MORE_LIMIT)
+    ]
+    show = {"type": "Action.ShowCard", "title": SHOW_MORE_LABEL, "card": {"type": "AdaptiveCard", "body": whole}}
+    return [*items, {"type": "ActionSet", "actions": [show]}]
 
 
 def _outcome_color(view: ApprovalView) -> str:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine import justification
+from bot.engine import justification, responding
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
@@ -27,7 +27,11 @@ from storage.policy_rules import scope_channel, scope_global, scope_workspace
 from storage.protocols import ApprovalRecord
 
 if TYPE_CHECKING:
+    from bot.engine.rejudging import Rejudging
     from storage.async_protocols import AsyncStores
+
+REJUDGING_COMMANDS = ("policy set", "policy reset", "approvers", "quorum", "four-eyes")
+"""Issue 30: the changes after which the pending approvals of the tools they name are judged again."""
 
 
 class AdminCommands:
@@ -55,6 +59,8 @@ class AdminCommands:
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
         self.breakglass: BreakGlass | None = None
         """Issue 31: ``breakglass list|review`` (set by the engine's parts once it is built)."""
+        self.rejudging: Rejudging | None = None
+        """Issue 30: judges pending approvals again after a policy change (set by the engine's parts)."""
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
@@ -72,8 +78,13 @@ class AdminCommands:
                 )
                 raise NotAnAdmin()
             if command.name.startswith("breakglass ") or command.breakglass is not None:
-                return await self._breakglass(command, request)
-            return await self._run_admin(command, request)
+                answer = await self._breakglass(command, request)
+            else:
+                answer = await self._run_admin(command, request)
+            if command.name in REJUDGING_COMMANDS and self.rejudging is not None and command.tool_key:
+                said = (await self.rejudging.after_change(request, command.tool_key)).sentence()
+                answer = f"{answer}\n{said}" if said else answer
+            return answer
         except EngineError as exc:
             return str(exc)
 
@@ -117,6 +128,9 @@ class AdminCommands:
             return await self._usage(request, command.channel, command.value)
         if command.name.startswith("justification"):  # issue 31
             return await justification.run_command(self.storage, self.tools, self.clock, command, request)
+        if command.name == "respondable":  # issue 30
+            shown = self.rejudging.views.respondable if self.rejudging is not None else None
+            return await responding.run_command(self.storage, self.tools, self.clock, command, request, shown)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)

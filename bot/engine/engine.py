@@ -150,6 +150,7 @@ class Engine:
         # Crash tests start processes ahead and park them here: nothing below has acted on any run yet.
         failpoints.failpoint("before_start")
         await self.lifecycle.listen()
+        await self.parts.views.respondable.load()  # issue 30: cards show an admin's Respond setting without a read
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 

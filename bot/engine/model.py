@@ -175,6 +175,9 @@ class ApprovalView:
     rendering only: the engine checks the click again)."""
     breakglass_review: BreakGlassReview | None = None
     """Issue 31: for a break-glass decision, its review once done (``None``: still due)."""
+    void_votes: tuple[str, ...] = ()
+    """Issue 30: voters whose approval no longer counts, after an admin tightened the policy while it waited
+    (``bot.engine.presentation.void_vote_sentence`` says why)."""
 
     @property
     def is_pending(self) -> bool:

@@ -23,6 +23,7 @@ from bot.engine.model import (
     ApprovalView,
     ToolStep,
 )
+from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text, scrub
 
 DEFAULT_VALUE_LIMIT = 500
@@ -141,7 +142,16 @@ def outcome_sentence(view: ApprovalView) -> str:
     if view.status == CANCELLED:
         return "Cancelled; the call was not run."
     votes = f" ({len(view.votes)}/{view.quorum} approvals)" if view.quorum > 1 else ""
-    return f"Waiting for a decision until {format_time(view.expires_at)}{votes}."
+    void = "".join(f" {void_vote_sentence(view, voter)}" for voter in view.void_votes)
+    return f"Waiting for a decision until {format_time(view.expires_at)}{votes}.{void}"
+
+
+def void_vote_sentence(view: ApprovalView, voter: str) -> str:
+    """Why ``voter``'s vote no longer counts after an admin tightened the policy while the call waited (issue 30)."""
+    if view.four_eyes and voter == view.requester:
+        return f"{voter}'s approval no longer counts: four-eyes is on, and they asked for this call."
+    approvers = ", ".join(group_label(a) for a in view.approvers) or "the requester and admins"
+    return f"{voter}'s approval no longer counts: approvers are now {approvers}."
 
 
 def is_breakglass_view(view: ApprovalView) -> bool:

@@ -15,12 +15,13 @@ from bot.engine.breakglass_marks import SETTING as BREAKGLASS_SETTING
 from bot.engine.breakglass_marks import delay_seconds, is_breakglass, may_open, opens_at, review_of
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
-from bot.engine.model import CONFIRM, PENDING, ApprovalView, ThreadRef
+from bot.engine.model import PENDING, ApprovalView, ThreadRef
+from bot.engine.responding import RespondableSettings
 from bot.engine.roles import Roles
 from bot.engine.threads import thread_of_run
 from bot.tools import Tool
 from storage import NotFound
-from storage.protocols import ApprovalRecord, ClickedApproval
+from storage.protocols import COUNTED_VOTES, VOID_VOTE, ApprovalRecord, ClickedApproval
 
 if TYPE_CHECKING:
     from storage.async_protocols import AsyncStores
@@ -46,6 +47,8 @@ class Views:
         self.gate = gate
         self.admins = admins
         self.clock = clock
+        self.respondable = RespondableSettings(storage, clock)
+        """Issue 30: which tools an admin allowed Respond on, as cards show it (a short cache; clicks read afresh)."""
 
     # --- records ------------------------------------------------------------------------------------
 
@@ -135,7 +138,7 @@ class Views:
             approvers=tuple(record.approvers),
             quorum=record.quorum,
             four_eyes=record.four_eyes,
-            votes=tuple(v.voter for v in votes if v.vote == CONFIRM),
+            votes=tuple(v.voter for v in votes if v.vote in COUNTED_VOTES),
             created_at=record.created_at,
             expires_at=record.expires_at,
             status=record.status,
@@ -151,7 +154,10 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
-            respondable=bool(tool and tool.respondable) and record.kind == "approval",
+            respondable=record.kind == "approval"
+            and tool is not None
+            and (tool.respondable or await self.respondable.allows(record.tool_name)),
+            void_votes=tuple(v.voter for v in votes if v.vote == VOID_VOTE),
             breakglass_open=glass_at is not None and glass_at <= now < record.expires_at,
             breakglass_review=reviewed,
         )

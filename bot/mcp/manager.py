@@ -96,7 +96,7 @@ class MCPManager:
             for spec in server.specs:
                 tool_name = mcp_tool_name(name, spec.name, taken)
                 taken.add(tool_name)
-                out.append(mcp_tool(name, tool_name, spec, self.call))
+                out.append(mcp_tool(name, tool_name, spec, self.call, server.config.previews.get(spec.name)))
         return out
 
     async def wait_ready(self, server_name: str) -> None:

@@ -252,14 +252,15 @@ async def test_a_deny_set_after_the_pause_still_stops_a_broken_glass_call(harnes
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.log"), says("blocked")])
     await command(h, "policy set delete_file always breakglass after 1m")
     [view] = await h.paused_approvals("delete a.log")
-    await command(h, "policy set delete_file deny")
+    await command(h, "policy set delete_file deny")  # closes the waiting call at once (issue 30)
     h.clock.advance(minutes=1)
 
-    await h.engine.decide(glass(view))
+    with pytest.raises(AlreadyDecided):
+        await h.engine.decide(glass(view))
     await h.engine.wait_idle()
 
     assert h.tools.runs_of("delete_file") == [], "deny wins over break-glass, as over an approval"
-    assert await h.audit("blocked after approval")
+    assert await h.audit("closed by policy")
 
 
 async def test_the_card_offers_break_glass_once_the_delay_passed_and_shows_the_review_after_it(harnesses):
