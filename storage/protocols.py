@@ -774,6 +774,15 @@ class AuditLog(Protocol):
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
         ...
 
+    def fewer_than(self, limit: int, actor: str, action: str, since: Instant = None) -> bool:
+        """Whether ``actor`` has fewer than ``limit`` entries of ``action`` at or after ``since``: a rate limit.
+
+        Required in a write batch just before the append that counts one more, the check and the count are one
+        step: batches checking at the same time wait for each other (SQLite: the write lock; PostgreSQL: the
+        chain's head, locked until the commit), so concurrent callers never pass the limit together.
+        """
+        ...
+
     def verify(self, *, prunes_allowed: bool = True, against: AuditHead | None = None) -> AuditVerification:
         """Check the chain from the newest pruning anchor (or the first entry) to its head.
 

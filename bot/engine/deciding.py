@@ -264,11 +264,15 @@ class Deciding:
                 stores.messages.retrieve_messages, lambda done: _claimed_history(done[claimed], done[step])
             )
             policies = batch.read_from(stores.policies.views, lambda done: _claimed_policies(done[claimed], done[step]))
+        # Issue 31: the break-glass rate limit, counted with this decision's own audit entry (audit steps come last).
+        limit_check = self.glass.add_limit_check(batch, request.actor) if action == BREAKGLASS and self.glass else None
         self._decision_audit(batch, record, request, action, final_arguments)
         won = await self.storage.batches.apply(batch)
         if not won.applied:
             if reason_check is not None and won.refused_by is reason_check:
                 raise justification.JustificationRequired(record.tool_name)
+            if limit_check is not None and won.refused_by is limit_check and self.glass is not None:
+                raise self.glass.limit_refusal()
             check_open(self.clock(), await self.views.record(record.approval_id))
             raise AlreadyDecided("decided", None, None)
         failpoints.failpoint("after_decide")
