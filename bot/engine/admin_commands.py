@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine import justification
+from bot.engine import justification, tainted_rules
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
@@ -126,6 +126,10 @@ class AdminCommands:
         if command.name == "policy list":
             return await self._policy_listing(request, channel or request.channel, scope if channel else None)
         tool_key = command.tool_key or ""
+        if command.name in ("four-eyes", "approvers") and command.condition is not None:  # issue 31: when tainted
+            return await tainted_rules.run_command(
+                self.storage, self.tools, self.team.approver_entries, self.clock, command, request
+            )
         await self._check_tool_key(tool_key)
         if command.condition is not None:
             return await self._conditional(command, request, scope)
@@ -273,10 +277,12 @@ class AdminCommands:
             )
         rows = await self.policy_table(request.platform, request.workspace)
         conditional = await self._conditional_rules(request.platform, request.workspace)
-        if rows or conditional:
+        tainted = tainted_rules.listing(await tainted_rules.rules(self.storage))
+        if rows or conditional or tainted:
             lines.append("Rules:")
             lines.extend(f"  {format_rule(r['tool'], r['scope'], r)}" for r in rows)
             lines.extend(f"  {r.tool_name} when {r.condition} @ {r.scope}: mode={r.mode}" for r in conditional)
+            lines.extend(tainted)
         return "\n".join(lines)
 
     async def _conditional_rules(self, platform: str, workspace: str) -> list[Any]:

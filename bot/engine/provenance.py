@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
+from bot.engine.roles import group_label
 from bot.messages import ChatMessage, ChatRole
 from bot.redaction import mask_text
 
@@ -405,7 +406,22 @@ def provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
         lines.append(
             "Asked because an argument came from untrusted text (this tool would otherwise run without asking)."
         )
+    rule = rule_line(provenance.get("rule"))
+    if rule:
+        lines.append(rule)
     return lines
+
+
+def rule_line(stored: Mapping[str, Any] | None) -> str | None:
+    """The card's line for the rule of a tool's tainted calls kept with an approval (``bot.engine.tainted_rules``)."""
+    if not stored:
+        return None
+    needs = []
+    if stored.get("four_eyes"):
+        needs.append("someone other than the person who asked")
+    if stored.get("approvers"):
+        needs.append("one of " + ", ".join(group_label(str(a)) for a in stored["approvers"]))
+    return "Because of the untrusted text, approving needs " + " and ".join(needs) + "." if needs else None
 
 
 def audited_taints(approvals: Sequence[Any]) -> dict[str, list[dict[str, Any]]]:
