@@ -190,6 +190,9 @@ class NewApproval:
     preview: dict[str, Any] | None = None
     """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
     and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
+    request_reason: str | None = None
+    """The reason the requester gave in the request that led to the call ("… because <reason>"; issue 31,
+    ``bot.engine.justification``); ``None``: none was given."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,9 @@ class ApprovalRecord:
     preview: dict[str, Any] | None = None
     """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
     and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
+    request_reason: str | None = None
+    """The reason the requester gave in the request that led to the call ("… because <reason>"; issue 31,
+    ``bot.engine.justification``); ``None``: none was given."""
 
     @property
     def is_pending(self) -> bool:

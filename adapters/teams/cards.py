@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bot.engine.justification import request_reason_lines
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
 from bot.engine.params import CLEARED
 from bot.engine.presentation import (
@@ -617,6 +618,16 @@ def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
     ]
 
 
+def _issue31_items(view: ApprovalView) -> list[dict[str, Any]]:
+    """Issue 31: arguments copied from untrusted text (in the attention colour), and the reason the request gave."""
+    items = [
+        _runs(_run(line, color="attention", weight="bolder"), spacing="small")
+        for line in provenance_lines(view.provenance)
+    ]
+    items.extend(_runs(_run(line), spacing="small") for line in request_reason_lines(view))
+    return items
+
+
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
     heading = [_run(f"{index}/{total} ", weight="bolder")] if total > 1 else []
     if view.is_review:
@@ -645,8 +656,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_runs(*runs))
     else:
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
-    for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
-        items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
+    items.extend(_issue31_items(view))
     items.extend(_preview_items(view, layout))  # issue 30: what the call would do
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)

@@ -337,6 +337,8 @@ class Deciding:
             "changed": sorted(k for k in changed if changed[k] != record.arguments.get(k)),
         }
         details.update(audit_preview(record))  # issue 30: the preview's digest the decision was made on
+        if record.request_reason:  # issue 31: the reason the request gave (the approver's, if any, is the feedback)
+            details["request_reason"] = record.request_reason
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
         audited_as = breakglass.AUDIT_ACTION if action == BREAKGLASS else STATUS_OF_ACTION[action]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import stored_snapshot_data
-from bot.engine import tainted_rules
+from bot.engine import justification, tainted_rules
 from bot.engine.cards import Cards, owed_card
 from bot.engine.confirmation import EffectivePolicy, PoliciesRead, effective_policy
 from bot.engine.decisions import approval_call_key
@@ -163,6 +163,9 @@ class Pausing:
         tainted = audited_taints(planned.approvals)
         if tainted:
             details["tainted"] = tainted
+        reasons = {a.approval_id: a.request_reason for a in planned.approvals if a.request_reason and a.approval_id}
+        if reasons:
+            details["request_reasons"] = reasons  # issue 31: the reason the request gave, per approval
         if reask is not None:
             details["reasked"] = reask.audit  # what changed since each was approved (issue 30)
         batch.write(stores.audit.append, requester, "paused", run_id, details, now=now)
@@ -229,6 +232,7 @@ class Pausing:
         )
         # Issue 31: a tool's rule for its tainted calls (four-eyes, approvers), read only when a call is tainted.
         strict = await tainted_rules.rules(self.storage) if any(taints.values()) else {}
+        because = None if review else justification.reason_of_request(snapshot.messages, requester)
         for position in asked:
             call = calls[position]
             key = approval_call_key(call.id, snapshot.step_message.id, position)
@@ -259,6 +263,7 @@ class Pausing:
                     result=held_result(snapshot, call) if review else None,
                     approval_id=new_approval_id(),
                     provenance=taint,
+                    request_reason=because,
                     preview=preview,
                 )
             )

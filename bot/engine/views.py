@@ -130,6 +130,7 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
+            request_reason=record.request_reason,
             respondable=bool(tool and tool.respondable) and record.kind == "approval",
         )
 

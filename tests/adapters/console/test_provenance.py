@@ -46,3 +46,23 @@ def test_justification_required_asks_for_a_reason_after_y_and_shows_it(tmp_path)
     assert outcome.prompts_starting("Reason for approving")
     assert harness.executed["delete_file"] == 1
     assert "Reason: disk full, OPS-17" in " ".join(outcome.output.split())
+
+
+def test_a_reason_in_the_request_is_shown_and_y_asks_for_no_other(tmp_path):
+    harness = ConsoleHarness(tmp_path, admins=frozenset({USER}))
+    model = ScriptedChatGenerator(
+        [
+            ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": "old.log"})]),
+            ChatMessage.from_assistant("deleted"),
+        ]
+    )
+    (harness.sandbox).mkdir(parents=True, exist_ok=True)
+    (harness.sandbox / "old.log").write_text("x")
+
+    outcome = harness.chat(
+        ["/justification delete_file required", "delete old.log because disk full, OPS-17", "y"], generator=model
+    )
+
+    assert "Reason given by the requester: disk full, OPS-17" in " ".join(outcome.output.split())
+    assert not outcome.prompts_starting("Reason for approving")
+    assert harness.executed["delete_file"] == 1

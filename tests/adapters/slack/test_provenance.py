@@ -184,3 +184,22 @@ async def test_no_false_taint_for_short_strings_or_what_the_user_typed(
 
 
 PAGE_WITH_SHORT = f"<html>rm -rf everything, and restart {INJECTED} too.</html>"
+
+
+async def test_the_requesters_reason_is_shown_and_approve_needs_no_modal(
+    stack: SlackStack, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops
+) -> None:
+    await stack.engine.admin(AdminRequest("slack", slack.team_id, CHANNEL, ADMIN, "justification delete_file required"))
+    openai.enqueue_tool_calls([("delete_file", {"path": "old.log"})])
+    openai.enqueue_text("Deleted.")
+    mention_ts, approval = await ask(stack, slack, "delete old.log because <!channel> disk full, OPS-17")
+
+    assert "Reason given by the requester: &lt;!channel&gt; disk full, OPS-17" in all_text(approval.args["blocks"])
+    [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+    await stack.requests.click(
+        "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"], thread_ts=mention_ts
+    )
+    await stack.settle()
+
+    assert slack.calls_to("views.open") == [] and ops.deleted == ["old.log"]
+    assert "Reason given by the requester" in all_text(slack.calls_to("chat.update")[-1].args["blocks"])

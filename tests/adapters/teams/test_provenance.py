@@ -120,3 +120,17 @@ async def test_no_false_taint_for_short_strings_or_what_the_user_typed(open_stac
 
     assert stack.tools.runs_of("read_logs") == [{"service": "rm -rf"}, {"service": INJECTED}]
     assert await stack.engine.storage.approvals.pending() == [], "nothing asked"
+
+
+async def test_the_requesters_reason_is_shown_and_approve_asks_for_no_other(open_stack):
+    stack = await open_stack(replies=[asks_for("delete_file", path="old.log"), says("deleted")])
+    await stack.say("justification delete_file required", person=ADA)
+    await stack.say("delete old.log because disk full, OPS-17")
+    card = await stack.view_as(ANA)
+    assert "Reason given by the requester: disk full, OPS-17" in texts_of(card)
+    [approval_id] = approval_ids(card)
+
+    status, body = await stack.click("approve", ANA, approval_id)
+
+    assert status == 200 and stack.tools.runs_of("delete_file") == [{"path": "old.log"}]
+    assert "Reason given by the requester: disk full, OPS-17" in texts_of(body["value"])
