@@ -19,12 +19,12 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_requests import form, text_input
 from tests.fakes.slack_stack import SlackStack, all_text, button_values
-from tests.fakes.taint_kit import INJECTED, fetch_url_tool
+from tests.fakes.taint_kit import INJECTED, PAGE, fetch_url_tool
 
 
-async def test_a_tainted_never_call_asks_and_the_card_marks_the_argument(
-    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
-) -> None:
+async def _taint_stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock, page: str = PAGE):
+    """A Slack stack with ``fetch_url`` (returning ``page``, untrusted) and ``restart_service`` (a ``never`` tool
+    whose runs are recorded in the list returned beside it)."""
     ran: list[str] = []
 
     @tool(confirmation_default="never")
@@ -41,10 +41,17 @@ async def test_a_tainted_never_call_asks_and_the_card_marks_the_argument(
         db_path=tmp_path / "cs.db",
         slack=slack,
         generator=generator,
-        tools=[fetch_url_tool(), restart_service],
+        tools=[fetch_url_tool(page), restart_service],
         admins={ADMIN},
         clock=clock,
     )
+    return stack, ran
+
+
+async def test_a_tainted_never_call_asks_and_the_card_marks_the_argument(
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock
+) -> None:
+    stack, ran = await _taint_stack(tmp_path, slack, openai, clock, PAGE)
     try:
         openai.enqueue_tool_calls([("fetch_url", {"url": "https://evil.example"})])
         openai.enqueue_tool_calls([("restart_service", {"service": INJECTED})])
@@ -108,30 +115,6 @@ async def test_approve_opens_a_reason_modal_when_the_tool_needs_a_reason(
 
 HOSTILE = "db-prod-1 <!channel> <@U_ADMIN> & rm -rf /var/lib/postgresql"
 """An injected value that, shown raw in Slack, would ping the channel and mention someone."""
-
-
-async def _taint_stack(tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, clock: Clock, page: str):
-    ran: list[str] = []
-
-    @tool(confirmation_default="never")
-    def restart_service(service: str) -> str:
-        """Restart a service.
-
-        :param service: The service.
-        """
-        ran.append(service)
-        return "restarted"
-
-    generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
-    stack = await SlackStack.start(
-        db_path=tmp_path / "cs.db",
-        slack=slack,
-        generator=generator,
-        tools=[fetch_url_tool(page), restart_service],
-        admins={ADMIN},
-        clock=clock,
-    )
-    return stack, ran
 
 
 async def test_the_excerpt_on_the_card_is_escaped_and_names_the_step(
