@@ -114,6 +114,22 @@ class Deciding:
         return await self.views.view(clicked.record)
 
     @refused_while_storage_fails
+    async def check_can_break_glass(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
+        """Raise what a break-glass by ``actor`` from ``place`` would raise now, whatever its reason (issue 31: before
+        asking for the reason)."""
+        clicked = await self.views.clicked(approval_id, place)
+        glass, record = self.glass, clicked.record
+        if glass is None:
+            raise breakglass.BreakGlassRefused("Break-glass is not turned on here.")
+
+        async def authorise() -> None:
+            await glass.check_offer(record, actor)
+            await glass.check_limits(record, actor)
+
+        await self.gate.admit(clicked, actor, place, BREAKGLASS, authorise=authorise)
+        return await self.views.view(record)
+
+    @refused_while_storage_fails
     async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
 

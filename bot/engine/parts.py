@@ -189,6 +189,7 @@ class Parts:
             clock=clock,
             limit=config.breakglass_limit,
             channel=config.breakglass_channel,
+            rerender=self.cards.update_rendering,
         )
         self.deciding = Deciding(
             storage,
