@@ -238,6 +238,12 @@ class BreakGlass:
             raise BreakGlassRefused("Break-glass is turned off here (COUNTERSIGN_BREAKGLASS_LIMIT is 0).")
         # The rate limit is checked in the decision's own write (add_limit_check): atomic with its audit entry.
 
+    async def check_rate(self, actor: str) -> None:
+        """Before asking for the reason: raise when ``actor`` already broke glass ``limit`` times in 24 h (so nobody
+        types a reason in vain; the decision's own write counts again, atomically: :meth:`add_limit_check`)."""
+        if not await self.storage.audit.fewer_than(self.limit, actor, AUDIT_ACTION, self.clock() - WINDOW):
+            raise self.limit_refusal()
+
     def add_limit_check(self, batch: Batch, actor: str) -> Handle[bool]:
         """Require, in a break-glass decision's write and just before its audit entry, that ``actor`` broke glass
         fewer than ``limit`` times in the last 24 h (the audit log counts them): two break-glasses by one person at

@@ -125,6 +125,7 @@ class Deciding:
         async def authorise() -> None:
             await glass.check_offer(record, actor)
             await glass.check_limits(record, actor)
+            await glass.check_rate(actor)
 
         await self.gate.admit(clicked, actor, place, BREAKGLASS, authorise=authorise)
         return await self.views.view(record)

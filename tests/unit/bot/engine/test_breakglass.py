@@ -182,6 +182,8 @@ async def test_the_rate_limit_per_person(harnesses):
 
     await h.engine.decide(glass(first))
     with pytest.raises(BreakGlassRefused, match="1 times in the last 24 h"):
+        await h.engine.check_can_break_glass(second.approval_id, REQUESTER, second.thread.place)
+    with pytest.raises(BreakGlassRefused, match="1 times in the last 24 h"):
         await h.engine.decide(glass(second))
     assert (await h.engine.get_approval(second.approval_id)).is_pending
 
