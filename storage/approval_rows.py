@@ -56,6 +56,7 @@ def _row_values(new: NewApproval, now: float) -> list[Any]:
         new.result,
         dumps(new.provenance) if new.provenance is not None else None,
         dumps(new.preview) if new.preview is not None else None,
+        new.request_reason,
     ]
 
 

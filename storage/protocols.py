@@ -195,6 +195,9 @@ class NewApproval:
     preview: dict[str, Any] | None = None
     """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
     and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
+    request_reason: str | None = None
+    """The reason the requester gave in the request that led to the call ("… because <reason>"; issue 31,
+    ``bot.engine.justification``); ``None``: none was given."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,9 @@ class ApprovalRecord:
     preview: dict[str, Any] | None = None
     """What the call would do, as computed when it paused (``bot.hitl.previews``): ``status``, ``text``, ``digest``
     and, for a re-asked call, ``approved`` (the preview approved before) and ``reason``; ``None``: no preview."""
+    request_reason: str | None = None
+    """The reason the requester gave in the request that led to the call ("… because <reason>"; issue 31,
+    ``bot.engine.justification``); ``None``: none was given."""
 
     @property
     def is_pending(self) -> bool:
@@ -796,6 +802,15 @@ class AuditLog(Protocol):
 
     def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes."""
+        ...
+
+    def fewer_than(self, limit: int, actor: str, action: str, since: Instant = None) -> bool:
+        """Whether ``actor`` has fewer than ``limit`` entries of ``action`` at or after ``since``: a rate limit.
+
+        Required in a write batch just before the append that counts one more, the check and the count are one
+        step: batches checking at the same time wait for each other (SQLite: the write lock; PostgreSQL: the
+        chain's head, locked until the commit), so concurrent callers never pass the limit together.
+        """
         ...
 
     def verify(self, *, prunes_allowed: bool = True, against: AuditHead | None = None) -> AuditVerification:

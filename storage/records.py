@@ -55,7 +55,7 @@ def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
     """Columns: approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester,
     mode, approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by,
     decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result, provenance_json,
-    preview_json."""
+    preview_json, request_reason."""
     approval_id = row[0]
 
     def parse(text: str | None) -> Any:
@@ -89,6 +89,7 @@ def approval_record(row: Any, times: TimeReader) -> ApprovalRecord:
         final_result=row[24],
         provenance=parse(row[25]),
         preview=parse(row[26]),
+        request_reason=row[27],
     )
 
 

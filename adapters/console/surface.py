@@ -21,6 +21,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from bot.engine.justification import request_reason_lines
 from bot.engine.model import APPROVED, MODIFIED, ApprovalView, Note, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import (
     display_arguments,
@@ -104,6 +105,8 @@ def approval_panel(view: ApprovalView, index: int = 1, total: int = 1) -> Panel:
         table.add_row(Text("result", style="bold"), shown)
     for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
         table.add_row(Text("untrusted", style="bold red"), Text(inert(line), style="red"))
+    for line in request_reason_lines(view):  # issue 31: the reason the request gave
+        table.add_row(Text("reason", style="bold"), Text(inert(line)))
     for section in preview_sections(view.preview, VALUE_LIMIT * 4):  # issue 30: what the call would do
         table.add_row(Text(section.label, style="bold yellow"), Text(inert(section.text)))
     table.add_row("requested by", Text(inert(view.requester)))

@@ -33,6 +33,7 @@ from slack_sdk.models.views import View
 
 from adapters.slack.mrkdwn import approver_markup, escape, escape_truncated, mention, split_message
 from bot.durations import format_duration
+from bot.engine.justification import request_reason_lines
 from bot.engine.model import (
     APPROVED,
     CANCELLED,
@@ -316,6 +317,7 @@ def _call_text(
     if not shown_args:
         lines.append("_no arguments_")
     lines.extend(escape_truncated(line, 400) for line in provenance_lines(call.provenance))  # issue 31
+    lines.extend(escape_truncated(line, 600) for line in request_reason_lines(call))  # issue 31: the request's reason
     budget = max(_MIN_VALUE_BUDGET, value_budget)
     for section in preview_sections(call.preview, budget):  # issue 30: what the call would do
         lines.append(f"*{escape_truncated(section.label.capitalize(), 60)}:* {_value_markup(section.text, budget)}")

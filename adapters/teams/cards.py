@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bot.engine.justification import request_reason_lines
 from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, SUPERSEDED, ApprovalView
 from bot.engine.params import CLEARED
 from bot.engine.presentation import (
@@ -710,6 +711,16 @@ def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
     return [*items, {"type": "ActionSet", "actions": [show]}]
 
 
+def _issue31_items(view: ApprovalView) -> list[dict[str, Any]]:
+    """Issue 31: arguments copied from untrusted text (in the attention colour), and the reason the request gave."""
+    items = [
+        _runs(_run(line, color="attention", weight="bolder"), spacing="small")
+        for line in provenance_lines(view.provenance)
+    ]
+    items.extend(_runs(_run(line), spacing="small") for line in request_reason_lines(view))
+    return items
+
+
 def _outcome_color(view: ApprovalView) -> str:
     if is_breakglass_view(view):
         return "attention"
@@ -767,8 +778,7 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_runs(*runs))
     else:
         items.extend(_runs(*_argument_runs(arg), spacing="small") for arg in shown)
-    for line in provenance_lines(view.provenance):  # issue 31: arguments copied from untrusted text
-        items.append(_runs(_run(line, color="attention", weight="bolder"), spacing="small"))
+    items.extend(_issue31_items(view))
     items.extend(_preview_items(view, layout))  # issue 30: what the call would do
     if view.is_review:  # the tool ran: what the model would see, masked and cut (all of it is stored)
         result, _ = display_result(view, limit=max(layout.value_limit, 80) * 2)

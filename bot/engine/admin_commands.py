@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine import justification, responding
+from bot.engine import justification, responding, tainted_rules
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
@@ -94,36 +94,9 @@ class AdminCommands:
         if command.name.startswith(("group ", "access ")) or command.name == "dm":
             return await self.team.run(command, request)
         if command.name == "pending":
-            # One install may serve several workspaces: never list another workspace's approvals.
-            prefix = f"{request.platform}:{request.workspace}:"
-            pending = [
-                r
-                for r in await self.storage.approvals.pending(platform=request.platform)
-                if r.chat_history_id.startswith(prefix)
-            ]
-            if not pending:
-                return "No approvals are waiting."
-            # The listing shows them in this conversation: a click from here may decide those this person may
-            # decide. Listing must not turn a channel into a place for approvals nobody there may decide.
-            here = conversation_place(request.platform, request.channel)
-            decidable = [r.approval_id for r in pending if await _may_decide(self.roles, r, request.actor)]
-            if decidable:
-                await self.storage.places.record(decidable, here, now=self.clock())
-            return "\n".join(
-                f"{'review of the result of ' if r.kind == REVIEW else ''}{r.tool_name} asked by {r.requester}, "
-                f"expires {r.expires_at:%Y-%m-%d %H:%M} UTC (id {r.approval_id[:8]})"
-                for r in pending
-            )
+            return await self._pending(request)
         if command.name == "audit":
-            # Like pending: one install may serve several workspaces; never show another workspace's entries.
-            entries = await self.storage.audit.recent(
-                command.value, workspace=f"{request.platform}:{request.workspace}"
-            )
-            # Subjects can echo what someone typed (a refused command's tool name): mask secrets in them.
-            return (
-                "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)
-                or "The audit log is empty."
-            )
+            return await self._audit(command, request)
         if command.name == "usage":
             return await self._usage(request, command.channel, command.value)
         if command.name.startswith("justification"):  # issue 31
@@ -140,6 +113,10 @@ class AdminCommands:
         if command.name == "policy list":
             return await self._policy_listing(request, channel or request.channel, scope if channel else None)
         tool_key = command.tool_key or ""
+        if command.name in ("four-eyes", "approvers") and command.condition is not None:  # issue 31: when tainted
+            return await tainted_rules.run_command(
+                self.storage, self.tools, self.team.approver_entries, self.clock, command, request
+            )
         await self._check_tool_key(tool_key)
         if command.condition is not None:
             return await self._conditional(command, request, scope)
@@ -173,6 +150,39 @@ class AdminCommands:
                 "four_eyes": rule.four_eyes,
                 "ttl_seconds": rule.ttl_seconds,
             },
+        )
+
+    async def _pending(self, request: AdminRequest) -> str:
+        """The approvals waiting in the asker's workspace (recorded as shown here, for those they may decide)."""
+        # One install may serve several workspaces: never list another workspace's approvals.
+        prefix = f"{request.platform}:{request.workspace}:"
+        pending = [
+            r
+            for r in await self.storage.approvals.pending(platform=request.platform)
+            if r.chat_history_id.startswith(prefix)
+        ]
+        if not pending:
+            return "No approvals are waiting."
+        # The listing shows them in this conversation: a click from here may decide those this person may
+        # decide. Listing must not turn a channel into a place for approvals nobody there may decide.
+        here = conversation_place(request.platform, request.channel)
+        decidable = [r.approval_id for r in pending if await _may_decide(self.roles, r, request.actor)]
+        if decidable:
+            await self.storage.places.record(decidable, here, now=self.clock())
+        return "\n".join(
+            f"{'review of the result of ' if r.kind == REVIEW else ''}{r.tool_name} asked by {r.requester}, "
+            f"expires {r.expires_at:%Y-%m-%d %H:%M} UTC (id {r.approval_id[:8]})"
+            for r in pending
+        )
+
+    async def _audit(self, command: AdminCommand, request: AdminRequest) -> str:
+        """The last audit entries of the asker's workspace, secrets masked."""
+        # Like pending: one install may serve several workspaces; never show another workspace's entries.
+        entries = await self.storage.audit.recent(command.value, workspace=f"{request.platform}:{request.workspace}")
+        # Subjects can echo what someone typed (a refused command's tool name): mask secrets in them.
+        return (
+            "\n".join(mask_text(f"{e.at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.subject}") for e in entries)
+            or "The audit log is empty."
         )
 
     async def _usage(self, request: AdminRequest, channel: str | None, days: int) -> str:
@@ -287,10 +297,12 @@ class AdminCommands:
             )
         rows = await self.policy_table(request.platform, request.workspace)
         conditional = await self._conditional_rules(request.platform, request.workspace)
-        if rows or conditional:
+        tainted = tainted_rules.listing(await tainted_rules.rules(self.storage))
+        if rows or conditional or tainted:
             lines.append("Rules:")
             lines.extend(f"  {format_rule(r['tool'], r['scope'], r)}" for r in rows)
             lines.extend(f"  {r.tool_name} when {r.condition} @ {r.scope}: mode={r.mode}" for r in conditional)
+            lines.extend(tainted)
         return "\n".join(lines)
 
     async def _conditional_rules(self, platform: str, workspace: str) -> list[Any]:

@@ -2,10 +2,11 @@
 
 ``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel] [when …]`` (``always``, ``never``,
 ``once``, ``deny``, ``review``, ``always+review``),
-``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
-``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``respondable <tool> on|off``, ``group set <name> <@user ...>``,
-``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
-``access list``, ``dm on|off``, ``pending``, ``audit [n]``, ``usage [#channel] [days]``, ``help``.
+``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none> [when tainted]``,
+``quorum <tool> <n>``, ``four-eyes <tool> on|off [when tainted]``, ``ttl <tool> <duration>``,
+``respondable <tool> on|off``, ``group set <name> <@user ...>``, ``group list``, ``group delete <name>``,
+``access allow|revoke <#channel|*> <@user|@group|everyone>``, ``access list``, ``dm on|off``, ``pending``,
+``audit [n]``, ``usage [#channel] [days]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
 (``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.durations import DURATION_SYNTAX, DurationError, duration_seconds, format_duration
-from bot.engine.conditions import Condition, parse_condition
+from bot.engine.conditions import TAINTED, Condition, parse_condition
 from bot.engine.confirmation import MODES
 from bot.engine.errors import CommandError
 from bot.engine.roles import group_label, platform_group
@@ -32,6 +33,7 @@ USAGE = """countersign admin commands:
   approvers <tool> <@user|@group ...|none>                 who may approve (none: the requester and admins)
   quorum <tool> <n>                                        approvals needed (no more than the approvers)
   four-eyes <tool> on|off                                  the requester may not approve
+  four-eyes|approvers <tool> … when tainted                the same, for calls with tainted arguments only
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
   justification <tool> required|off | list                 approving needs a short reason
   respondable <tool> on|off                                approvers may answer in the tool's place (Respond)
@@ -270,12 +272,25 @@ def _memory_words(args: list[str]) -> AdminCommand | None:
 
 
 def _approvers_command(args: list[str]) -> AdminCommand | None:
-    """``approvers <tool> none|<entry>...``."""
+    """``approvers <tool> none|<entry>... [when tainted]``."""
+    args, tainted = _split_tainted(args, "approvers")
     if len(args) < 2:
         return None
     if len(args) == 2 and args[1].lower() == "none":
-        return AdminCommand("approvers", tool_key=args[0], value=())
-    return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]))
+        return AdminCommand("approvers", tool_key=args[0], value=(), condition=tainted)
+    return AdminCommand("approvers", tool_key=args[0], value=tuple(_approver(a) for a in args[1:]), condition=tainted)
+
+
+def _split_tainted(args: list[str], name: str) -> tuple[list[str], Condition | None]:
+    """The words without a trailing ``when tainted``, and that condition (issue 31: ``bot.engine.tainted_rules``);
+    any other condition is refused (these rules are per tool, not per argument)."""
+    lowered = [w.lower() for w in args]
+    if "when" not in lowered:
+        return args, None
+    at = lowered.index("when")
+    if lowered[at + 1 :] != [TAINTED]:
+        raise _usage(f"{name} takes only 'when tainted' as a condition")
+    return args[:at], parse_condition(TAINTED)
 
 
 def _group_command(args: list[str]) -> AdminCommand | None:
@@ -321,8 +336,10 @@ def _quorum_command(args: list[str]) -> AdminCommand | None:
 
 
 def _four_eyes_command(args: list[str]) -> AdminCommand | None:
+    """``four-eyes <tool> on|off [when tainted]``."""
+    args, tainted = _split_tainted(args, "four-eyes")
     if len(args) == 2 and args[1].lower() in ("on", "off"):
-        return AdminCommand("four-eyes", tool_key=args[0], value=args[1].lower() == "on")
+        return AdminCommand("four-eyes", tool_key=args[0], value=args[1].lower() == "on", condition=tainted)
     return None
 
 

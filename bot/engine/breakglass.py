@@ -6,7 +6,8 @@ that old, its requester may decide it with the action ``breakglass`` and a requi
 checked by the engine at the decision (:meth:`BreakGlass.authorise`, through the decision's gate), never only by a
 surface: the requester only, a reason, the delay passed (engine clock, from the approval's durable ``created_at``,
 so it survives a restart), not a ``deny`` tool, no tainted argument, the requester still allowed to ask there,
-and at most ``COUNTERSIGN_BREAKGLASS_LIMIT`` break-glass decisions per person per 24 h (counted from the audit).
+and at most ``COUNTERSIGN_BREAKGLASS_LIMIT`` break-glass decisions per person per 24 h (counted from the audit, in the
+decision's own write: :meth:`BreakGlass.add_limit_check`).
 
 The decision is an approval (status ``approved``, the same exactly-once claim, resume and ledger path as Approve)
 whose stored feedback starts with :data:`MARK`, audited as ``break-glass``, counted by the decision metric with the
@@ -50,6 +51,7 @@ from bot.engine.model import (
     ThreadRef,
     conversation_place,
 )
+from storage.batch import stores
 
 if TYPE_CHECKING:
     from bot.engine.access import AccessControl
@@ -59,6 +61,8 @@ if TYPE_CHECKING:
     from bot.engine.outbox import Deliveries
     from bot.engine.surface import Surface
     from storage.async_protocols import AsyncStores
+    from storage.batch import Batch
+    from storage.batch_types import Handle
     from storage.protocols import ApprovalRecord, AuditEntry
 
 logger = logging.getLogger(__name__)
@@ -232,14 +236,23 @@ class BreakGlass:
             raise BreakGlassRefused("You may no longer ask the bot there, so you cannot break glass.")
         if self.limit <= 0:
             raise BreakGlassRefused("Break-glass is turned off here (COUNTERSIGN_BREAKGLASS_LIMIT is 0).")
-        used = await self.count_recent(actor)
-        if used >= self.limit:
-            raise BreakGlassRefused(f"You broke glass {used} times in the last 24 h, the most allowed.")
+        # The rate limit is checked in the decision's own write (add_limit_check): atomic with its audit entry.
 
-    async def count_recent(self, actor: str) -> int:
-        """How many times ``actor`` broke glass in the last 24 h (from the audit log)."""
-        since = self.clock() - WINDOW
-        return sum(1 for e in await self.storage.audit.since(since) if e.action == AUDIT_ACTION and e.actor == actor)
+    async def check_rate(self, actor: str) -> None:
+        """Before asking for the reason: raise when ``actor`` already broke glass ``limit`` times in 24 h (so nobody
+        types a reason in vain; the decision's own write counts again, atomically: :meth:`add_limit_check`)."""
+        if not await self.storage.audit.fewer_than(self.limit, actor, AUDIT_ACTION, self.clock() - WINDOW):
+            raise self.limit_refusal()
+
+    def add_limit_check(self, batch: Batch, actor: str) -> Handle[bool]:
+        """Require, in a break-glass decision's write and just before its audit entry, that ``actor`` broke glass
+        fewer than ``limit`` times in the last 24 h (the audit log counts them): two break-glasses by one person at
+        once, in one process or two, are counted one after the other (``audit.fewer_than``)."""
+        return batch.require(stores.audit.fewer_than, self.limit, actor, AUDIT_ACTION, self.clock() - WINDOW)
+
+    def limit_refusal(self) -> BreakGlassRefused:
+        """What a break-glass refused by :meth:`add_limit_check` says."""
+        return BreakGlassRefused(f"You broke glass {self.limit} times in the last 24 h, the most allowed.")
 
     async def announce(self, record: ApprovalRecord, reason: str) -> None:
         """Post the break-glass to the break-glass channel and DM each approver of the tool (outbox, once each)."""

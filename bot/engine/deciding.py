@@ -128,6 +128,7 @@ class Deciding:
         async def authorise() -> None:
             await glass.check_offer(record, actor)
             await glass.check_limits(record, actor)
+            await glass.check_rate(actor)
 
         await self.gate.admit(clicked, actor, place, BREAKGLASS, authorise=authorise)
         return await self.views.view(record)
@@ -285,11 +286,15 @@ class Deciding:
                 stores.messages.retrieve_messages, lambda done: _claimed_history(done[claimed], done[step])
             )
             policies = batch.read_from(stores.policies.views, lambda done: _claimed_policies(done[claimed], done[step]))
+        # Issue 31: the break-glass rate limit, counted with this decision's own audit entry (audit steps come last).
+        limit_check = self.glass.add_limit_check(batch, request.actor) if action == BREAKGLASS and self.glass else None
         self._decision_audit(batch, record, request, action, final_arguments)
         won = await self.storage.batches.apply(batch)
         if not won.applied:
             if reason_check is not None and won.refused_by is reason_check:
                 raise justification.JustificationRequired(record.tool_name)
+            if limit_check is not None and won.refused_by is limit_check and self.glass is not None:
+                raise self.glass.limit_refusal()
             check_open(self.clock(), await self.views.record(record.approval_id))
             raise AlreadyDecided("decided", None, None)
         failpoints.failpoint("after_decide")
@@ -354,6 +359,8 @@ class Deciding:
             "changed": sorted(k for k in changed if changed[k] != record.arguments.get(k)),
         }
         details.update(audit_preview(record))  # issue 30: the preview's digest the decision was made on
+        if record.request_reason:  # issue 31: the reason the request gave (the approver's, if any, is the feedback)
+            details["request_reason"] = record.request_reason
         if record.kind == REVIEW:  # whether the model saw an edited result; the texts stay in the approval row only
             details["edited"] = action == MODIFY
         audited_as = breakglass.AUDIT_ACTION if action == BREAKGLASS else STATUS_OF_ACTION[action]

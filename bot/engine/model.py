@@ -170,6 +170,8 @@ class ApprovalView:
     """Issue 30: whether a person may answer in the tool's place (Respond)."""
     preview: dict[str, Any] | None = None
     """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
+    request_reason: str | None = None
+    """Issue 31: the reason the requester gave in the request ("… because <reason>"), if any."""
     breakglass_open: bool = False
     """Issue 31: nobody decided within the tool's break-glass delay, so its requester is offered Break glass (for
     rendering only: the engine checks the click again)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import stored_snapshot_data
+from bot.engine import justification, tainted_rules
 from bot.engine.cards import Cards, owed_card
 from bot.engine.confirmation import EffectivePolicy, PoliciesRead, effective_policy
 from bot.engine.decisions import approval_call_key
@@ -162,6 +163,9 @@ class Pausing:
         tainted = audited_taints(planned.approvals)
         if tainted:
             details["tainted"] = tainted
+        reasons = {a.approval_id: a.request_reason for a in planned.approvals if a.request_reason and a.approval_id}
+        if reasons:
+            details["request_reasons"] = reasons  # issue 31: the reason the request gave, per approval
         if reask is not None:
             details["reasked"] = reask.audit  # what changed since each was approved (issue 30)
         batch.write(stores.audit.append, requester, "paused", run_id, details, now=now)
@@ -223,10 +227,19 @@ class Pausing:
         brought = reask.previews if reask is not None else {}
         fresh = [i for i in asked if approval_call_key(calls[i].id, snapshot.step_message.id, i) not in brought]
         previews = {} if review else await pause_previews(self.tools, calls, self.preview_seconds, fresh)
+        taints = (
+            {i: provenance.stored(calls[i].tool_name, calls[i].id) for i in asked} if provenance and not review else {}
+        )
+        # Issue 31: a tool's rule for its tainted calls (four-eyes, approvers), read only when a call is tainted.
+        strict = await tainted_rules.rules(self.storage) if any(taints.values()) else {}
+        because = None if review else justification.reason_of_request(snapshot.messages, requester)
         for position in asked:
             call = calls[position]
             key = approval_call_key(call.id, snapshot.step_message.id, position)
             policy = await self._policy_of(call, context, policies_read, planned.checks)
+            taint, rule = taints.get(position), strict.get(call.tool_name)
+            if taint and rule:
+                policy, taint = rule.apply(policy), {**taint, "rule": rule.stored()}
             preview = brought.get(key)
             if preview is None and position in previews:
                 preview = stored_preview(previews[position])
@@ -249,7 +262,8 @@ class Pausing:
                     kind=REVIEW if review else "approval",
                     result=held_result(snapshot, call) if review else None,
                     approval_id=new_approval_id(),
-                    provenance=provenance.stored(call.tool_name, call.id) if provenance and not review else None,
+                    provenance=taint,
+                    request_reason=because,
                     preview=preview,
                 )
             )

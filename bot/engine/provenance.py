@@ -9,23 +9,27 @@ An argument is *tainted* when one of its strings (also inside objects and lists)
 :data:`WINDOW` characters with untrusted text, after whitespace is normalised (runs of whitespace become one
 space), and that substring is not also in the requester's own messages (a value the user typed is theirs).
 
-The index holds one 64-bit hash per window of the untrusted text, in a sorted ``array`` (8 bytes a window) plus a
-small set for recent additions: a check costs one binary search per window of the argument, whatever the size of
-the text (``bench/taint.py``). Nothing new is stored for it: the index is rebuilt from the run's history (which
-is durable and travels with every snapshot) by whichever process continues the run, and what a call's check
-found is stored with its approval (``ApprovalRecord.provenance``) and its audit entry.
+The index holds one 64-bit key per window of the untrusted text, in a sorted ``array`` (8 bytes a window) plus a
+small dict for recent additions: the window's hash in the high 41 bits and where the window starts in the run's
+untrusted text in the low 23. A check costs one binary search per window of the argument, and finding a match's
+source and excerpt reads only the positions its key names, whatever the size of the text (``bench/taint.py``).
+Nothing new is stored for it: the index is rebuilt from the run's history (which is durable and travels with every
+snapshot) by whichever process continues the run, and what a call's check found is stored with its approval
+(``ApprovalRecord.provenance``) and its audit entry.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import operator
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
+from bot.engine.roles import group_label
 from bot.messages import ChatMessage, ChatRole
 from bot.redaction import mask_text
 
@@ -35,13 +39,20 @@ if TYPE_CHECKING:
 
 WINDOW = 8
 """The shortest shared substring (in characters, whitespace normalised) that marks an argument tainted."""
+POSITION_BITS = 23
+"""The low bits of an index key: where its window starts in the run's untrusted text (so at most 8,388,608)."""
+_POSITION = (1 << POSITION_BITS) - 1
+_HASH = ~_POSITION
 MAX_UNTRUSTED_CHARS = 8_000_000
-"""Untrusted text indexed per run at most (about 64 MB of index); text beyond it is not indexed, and every later
-call with a string argument of at least :data:`WINDOW` characters is treated as tainted (fails closed)."""
+"""Untrusted text indexed per run at most (about 64 MB of index; below ``2**POSITION_BITS``); text beyond it is not
+indexed, and every later call with a string argument of at least :data:`WINDOW` characters is treated as tainted
+(fails closed)."""
 EXCERPT_LIMIT = 80
 TAINTS = "countersign.taints"
 """The key, in a run's confirmation context, of its :class:`RunProvenance`."""
 _MERGE_AT = 1 << 16
+_MAX_CANDIDATES = 8
+"""Positions of a window's hash tried to name a match's source before reading the sources in full."""
 
 
 def normalise(text: str) -> str:
@@ -55,31 +66,56 @@ def _window_hashes(text: str) -> Iterator[int]:
 
 
 class WindowIndex:
-    """The hashes of every :data:`WINDOW`-character window of the texts added (see the module docstring)."""
+    """The windows of the texts added, each as its hash (high bits) and where it starts (low bits): see the module
+    docstring."""
 
     def __init__(self) -> None:
         self._sorted = array("q")
-        self._recent: set[int] = set()
+        self._recent: dict[int, int] = {}
+        """A window's hash (its high bits) → where the newest window with it starts."""
 
-    def add(self, text: str) -> None:
-        """Index ``text`` (already normalised); :meth:`settle` once a batch of texts is added."""
-        self._recent.update(_window_hashes(text))
+    def add(self, text: str, start: int | None = None) -> None:
+        """Index ``text`` (already normalised) whose first character is at ``start`` in the texts indexed (``None``:
+        positions are not needed, e.g. trusted text); :meth:`settle` once a batch of texts is added."""
+        hashes = map(_HASH.__and__, _window_hashes(text))
+        if start is None:
+            self._recent.update(zip(hashes, repeat(0), strict=False))
+            return
+        if start + len(text) > _POSITION + 1:
+            raise ValueError(f"an index holds at most {_POSITION + 1} characters of positioned text")
+        # A text shorter than a window has no window (zip stops at the hashes); a repeated window: the newest wins.
+        self._recent.update(zip(hashes, range(start, start + len(text)), strict=False))
 
     def settle(self) -> None:
-        """Fold the recent set into the sorted array once it is large (Timsort merges the sorted run in one pass;
-        a duplicate hash does no harm to the binary search)."""
-        if len(self._recent) >= _MERGE_AT:
-            self._sorted = array("q", sorted(chain(self._sorted, self._recent)))
-            self._recent = set()
+        """Fold the recent dict into the sorted array once it is large (Timsort merges the sorted run in one pass;
+        a repeated hash, with another position, does no harm to the binary search)."""
+        recent = self._recent
+        if len(recent) >= _MERGE_AT:
+            self._sorted = array("q", sorted(chain(self._sorted, map(operator.or_, recent.keys(), recent.values()))))
+            self._recent = {}
 
     def hits(self, hashes: Sequence[int]) -> list[bool]:
         """For each hash, whether some indexed window has it."""
         big, recent = self._sorted, self._recent
         size = len(big)
+        keys = [h & _HASH for h in hashes]
         found = []
-        for h, at in zip(hashes, map(bisect.bisect_left, repeat(big), hashes), strict=True):
-            found.append(h in recent or (at < size and big[at] == h))
+        for key, at in zip(keys, map(bisect.bisect_left, repeat(big), keys), strict=True):
+            found.append(key in recent or (at < size and big[at] & _HASH == key))
         return found
+
+    def positions(self, window_hash: int) -> Iterator[int]:
+        """Where the indexed windows with this hash start, the newest first (a different window may share the
+        hash's high bits: compare the text there)."""
+        key = window_hash & _HASH
+        newest = self._recent.get(key)
+        if newest is not None:
+            yield newest
+        big = self._sorted
+        at = bisect.bisect_right(big, key | _POSITION) - 1
+        while at >= 0 and big[at] & _HASH == key:
+            yield big[at] & _POSITION
+            at -= 1
 
     def __len__(self) -> int:
         return len(self._sorted) + len(self._recent)
@@ -132,7 +168,11 @@ class RunProvenance:
         self.max_untrusted_chars = max_untrusted_chars
         self.untrusted = WindowIndex()
         self.trusted = WindowIndex()
+        if max_untrusted_chars > _POSITION + 1:
+            raise ValueError(f"max_untrusted_chars is at most {_POSITION + 1}")
         self.sources: list[Source] = []
+        self._starts: list[int] = []
+        """Where each source starts in the run's untrusted text (as the index positions its windows)."""
         self.untrusted_chars = 0
         self.overflowed = False
         self._seen: set[str] = set()
@@ -181,8 +221,9 @@ class RunProvenance:
         if self.untrusted_chars + len(source.text) > self.max_untrusted_chars:
             self.overflowed = True
             return
+        self.untrusted.add(source.text, self.untrusted_chars)
+        self._starts.append(self.untrusted_chars)
         self.untrusted_chars += len(source.text)
-        self.untrusted.add(source.text)
         self.sources.append(source)
 
     # --- checking a call ------------------------------------------------------------------------------
@@ -212,16 +253,36 @@ class RunProvenance:
         start, length = _longest_run([u and not t for u, t in zip(untrusted, trusted, strict=True)])
         if length == 0:
             return None
-        excerpt = text[start : start + length + WINDOW - 1]
-        source = self._source_of(excerpt) or self._source_of(excerpt[:WINDOW])
-        if source is None:  # a hash collision, not a shared substring
+        run = text[start : start + length + WINDOW - 1][:EXCERPT_LIMIT]
+        found = self._located(run, hashes[start]) or self._scanned(run)
+        if found is None:  # a hash collision, not a shared substring
             return None
-        return ArgumentTaint(path, excerpt[:EXCERPT_LIMIT], source.tool, source.step, source.user)
+        source, shared = found
+        return ArgumentTaint(path, run[:shared], source.tool, source.step, source.user)
 
-    def _source_of(self, excerpt: str) -> Source | None:
-        for source in reversed(self.sources):  # the newest first
-            if excerpt in source.text:
-                return source
+    def _located(self, run: str, first: int) -> tuple[Source, int] | None:
+        """The source of ``run`` from the positions the index keeps for its first window (no scan of the text):
+        the newest source where the longest part of ``run`` starts, and that part's length (at least a window)."""
+        best: tuple[Source, int] | None = None
+        for tried, position in enumerate(self.untrusted.positions(first)):
+            if tried == _MAX_CANDIDATES:
+                break
+            at = bisect.bisect_right(self._starts, position) - 1
+            source = self.sources[at]
+            shared = _shared_prefix(run, source.text, position - self._starts[at])
+            if shared >= WINDOW and (best is None or shared > best[1]):
+                best = (source, shared)
+                if shared == len(run):
+                    break
+        return best
+
+    def _scanned(self, run: str) -> tuple[Source, int] | None:
+        """The newest source holding ``run``'s first window, found by reading every source: only when the index's
+        positions named none (its keys keep 41 bits of a hash, so two windows can share one)."""
+        for source in reversed(self.sources):
+            at = source.text.find(run[:WINDOW])
+            if at >= 0:
+                return source, _shared_prefix(run, source.text, at)
         return None
 
     def note(self, tool_name: str, tool_call_id: str | None, taints: list[ArgumentTaint]) -> None:
@@ -270,6 +331,16 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):  # type: ignore[arg-type]
             yield from _strings(item, f"{path}[{i}]")
+
+
+def _shared_prefix(run: str, text: str, at: int) -> int:
+    """How many characters of ``run`` ``text`` holds from ``at`` on (0 when not even its first window)."""
+    if not text.startswith(run[:WINDOW], at):
+        return 0
+    shared, limit = WINDOW, min(len(run), len(text) - at)
+    while shared < limit and run[shared] == text[at + shared]:
+        shared += 1
+    return shared
 
 
 def _longest_run(flags: list[bool]) -> tuple[int, int]:
@@ -335,7 +406,22 @@ def provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
         lines.append(
             "Asked because an argument came from untrusted text (this tool would otherwise run without asking)."
         )
+    rule = rule_line(provenance.get("rule"))
+    if rule:
+        lines.append(rule)
     return lines
+
+
+def rule_line(stored: Mapping[str, Any] | None) -> str | None:
+    """The card's line for the rule of a tool's tainted calls kept with an approval (``bot.engine.tainted_rules``)."""
+    if not stored:
+        return None
+    needs = []
+    if stored.get("four_eyes"):
+        needs.append("someone other than the person who asked")
+    if stored.get("approvers"):
+        needs.append("one of " + ", ".join(group_label(str(a)) for a in stored["approvers"]))
+    return "Because of the untrusted text, approving needs " + " and ".join(needs) + "." if needs else None
 
 
 def audited_taints(approvals: Sequence[Any]) -> dict[str, list[dict[str, Any]]]:

@@ -154,6 +154,7 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
+            request_reason=record.request_reason,
             respondable=record.kind == "approval"
             and tool is not None
             and (tool.respondable or await self.respondable.allows(record.tool_name)),

@@ -37,7 +37,7 @@ _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json::text, args_digest, requester, mode, "
     "approvers::text, quorum, four_eyes, platform, chat_history_id, message_ref_json::text, status, decided_by, "
     "decided_at, feedback, final_arguments_json::text, created_at, expires_at, kind, result, final_result, "
-    "provenance_json, preview_json"
+    "provenance_json, preview_json, request_reason"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
 _STEP_COLUMNS = (
@@ -50,7 +50,7 @@ _STEP_COLUMNS = (
 _INSERT_COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, kind, result, provenance_json, "
-    "preview_json, status"
+    "preview_json, request_reason, status"
 )
 
 
@@ -77,6 +77,7 @@ def _insert_values(new: NewApproval, now: float) -> list[Any]:
         result,
         provenance,
         preview,
+        request_reason,
     ) = _row_values(new, now)
     return [
         approval_id,
@@ -99,6 +100,7 @@ def _insert_values(new: NewApproval, now: float) -> list[Any]:
         result,
         provenance,
         preview,
+        request_reason,
         "pending",
     ]
 

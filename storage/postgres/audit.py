@@ -102,6 +102,24 @@ class PostgresAuditLog:
             ],
         )
 
+    async def fewer_than(self, limit: int, actor: str, action: str, since: Instant = None) -> bool:
+        """Whether ``actor`` has fewer than ``limit`` entries of ``action`` since ``since`` (see the protocol): the
+        chain's head is locked first (as an append locks it, until the commit), so a batch that checks and then
+        appends waits for another doing the same, and counts its entry once it committed.
+
+        >>> await storage.audit.fewer_than(3, "U1", "break-glass", since=now - timedelta(days=1))
+        True
+        """
+        async with self.db.transaction() as conn:
+            await conn.execute("SELECT 1 FROM audit_head FOR UPDATE")
+            clause, params = ("", []) if since is None else ("AND at >= %s ", [instant(since)])
+            cursor = await conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM audit WHERE actor = %s AND action = %s {clause}LIMIT %s) t",
+                [actor, action, *params, max(0, limit)],
+            )
+            row = await cursor.fetchone()
+        return row is not None and int(row[0]) < limit
+
     async def recent(
         self, n: int = 20, actor: str | None = None, subject: str | None = None, *, workspace: str | None = None
     ) -> list[AuditEntry]:

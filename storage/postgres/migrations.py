@@ -429,6 +429,11 @@ _AUDIT_SIGNATURES: Migration = (
     "PRIMARY KEY (kind, ref))",
 )
 
+_APPROVAL_REQUEST_REASON: Migration = (
+    # The reason the requester gave in the request ("… because <reason>"; issue 31), as text.
+    "ALTER TABLE approvals ADD COLUMN request_reason text",
+)
+
 MIGRATIONS: list[Migration] = [
     _INITIAL_SCHEMA,
     _APPROVAL_PLACES,
@@ -445,6 +450,7 @@ MIGRATIONS: list[Migration] = [
     _TOOL_SETTINGS,
     _APPROVAL_PREVIEW,
     _APPROVAL_RESPONDED,
+    _APPROVAL_REQUEST_REASON,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -34,7 +34,7 @@ _COLUMNS = (
     "approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, requester, mode, "
     "approvers_json, quorum, four_eyes, platform, chat_history_id, message_ref_json, status, decided_by, "
     "decided_at, feedback, final_arguments_json, created_at, expires_at, kind, result, final_result, "
-    "provenance_json, preview_json"
+    "provenance_json, preview_json, request_reason"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
 _COUNTED = "(" + ", ".join(f"'{v}'" for v in COUNTED_VOTES) + ")"
@@ -52,8 +52,8 @@ _STEP_COLUMNS = (
 _INSERT = (
     "INSERT INTO approvals (approval_id, run_id, step, tool_call_id, tool_name, arguments_json, args_digest, "
     "requester, mode, approvers_json, quorum, four_eyes, platform, chat_history_id, created_at, expires_at, "
-    "kind, result, provenance_json, preview_json, status) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')"
+    "kind, result, provenance_json, preview_json, request_reason, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')"
 )
 
 

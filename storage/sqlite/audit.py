@@ -103,6 +103,21 @@ class SQLiteAuditLog:
             for row in rows
         ]
 
+    def fewer_than(self, limit: int, actor: str, action: str, since: Instant = None) -> bool:
+        """Whether ``actor`` has fewer than ``limit`` entries of ``action`` since ``since`` (see the protocol): read
+        in the write transaction, so it and the append after it in a batch hold the write lock together.
+
+        >>> storage.audit.fewer_than(3, "U1", "break-glass", since=time.time() - 86400)
+        True
+        """
+        cutoff = float("-inf") if since is None else epoch(since)
+        with self.connector.writing() as db:
+            row = db.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM audit WHERE actor = ? AND action = ? AND at >= ? LIMIT ?)",
+                [actor, action, cutoff, max(0, limit)],
+            ).fetchone()
+        return int(row[0]) < limit
+
     def since(self, since: Instant = None, limit: int | None = None) -> list[AuditEntry]:
         """Entries at or after ``since`` (all when ``None``), oldest first, with their hashes (for export).
 

@@ -548,6 +548,11 @@ def _approval_preview(db: Database) -> None:
     db.table("approvals").add_column("preview_json", str)
 
 
+def _approval_request_reason(db: Database) -> None:
+    """The reason the requester gave in the request ("… because <reason>"; issue 31), as text."""
+    db.table("approvals").add_column("request_reason", str)
+
+
 MIGRATIONS: list[Migration] = [
     _initial_schema,
     _votes_and_message_refs,
@@ -567,6 +572,7 @@ MIGRATIONS: list[Migration] = [
     _approval_provenance,
     _tool_settings,
     _approval_preview,
+    _approval_request_reason,
 ]
 """Ordered: ``MIGRATIONS[n - 1]`` produces schema version ``n``."""
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from bot.messages import ChatMessage
-from storage import Storage, open_storage
+from storage import Batch, Storage, open_storage, stores
 from tests.fakes.storage_data import NOW
 
-RACES = ("decide", "transition", "begin")
+RACES = ("decide", "transition", "begin", "limited")
+"""``limited``: a rate-limited append (issue 31's break-glass limit of 1: ``audit.fewer_than`` then the append)."""
 
 
 def attempt(storage: Storage, race: str, target: str, contender: str) -> bool:
@@ -21,6 +23,11 @@ def attempt(storage: Storage, race: str, target: str, contender: str) -> bool:
         return storage.runs.transition(target, "paused", "resuming", error=contender)
     if race == "begin":
         return storage.ledger.begin(target, "digest", tool_name=contender)
+    if race == "limited":
+        batch = Batch()
+        batch.require(stores.audit.fewer_than, 1, target, "break-glass", NOW - timedelta(days=1))
+        batch.write(stores.audit.append, target, "break-glass", contender, {}, now=NOW)
+        return storage.batches.apply(batch).applied
     raise ValueError(race)
 
 

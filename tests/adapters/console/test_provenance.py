@@ -27,7 +27,8 @@ def test_a_tainted_never_call_asks_and_the_panel_marks_the_argument(harness: Con
     assert harness.executed["read_file"] == 1, "approved: it ran once"
 
 
-def test_justification_required_asks_for_a_reason_after_y_and_shows_it(tmp_path):
+def _deleting(tmp_path) -> tuple[ConsoleHarness, ScriptedChatGenerator]:
+    """An admin's console whose model deletes ``old.log`` (which exists), then says so."""
     harness = ConsoleHarness(tmp_path, admins=frozenset({USER}))
     model = ScriptedChatGenerator(
         [
@@ -37,6 +38,11 @@ def test_justification_required_asks_for_a_reason_after_y_and_shows_it(tmp_path)
     )
     (harness.sandbox).mkdir(parents=True, exist_ok=True)
     (harness.sandbox / "old.log").write_text("x")
+    return harness, model
+
+
+def test_justification_required_asks_for_a_reason_after_y_and_shows_it(tmp_path):
+    harness, model = _deleting(tmp_path)
 
     outcome = harness.chat(
         ["/justification delete_file required", "delete old.log", "y", "disk full, OPS-17"], generator=model
@@ -46,3 +52,15 @@ def test_justification_required_asks_for_a_reason_after_y_and_shows_it(tmp_path)
     assert outcome.prompts_starting("Reason for approving")
     assert harness.executed["delete_file"] == 1
     assert "Reason: disk full, OPS-17" in " ".join(outcome.output.split())
+
+
+def test_a_reason_in_the_request_is_shown_and_y_asks_for_no_other(tmp_path):
+    harness, model = _deleting(tmp_path)
+
+    outcome = harness.chat(
+        ["/justification delete_file required", "delete old.log because disk full, OPS-17", "y"], generator=model
+    )
+
+    assert "Reason given by the requester: disk full, OPS-17" in " ".join(outcome.output.split())
+    assert not outcome.prompts_starting("Reason for approving")
+    assert harness.executed["delete_file"] == 1

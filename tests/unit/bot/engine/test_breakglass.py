@@ -3,6 +3,8 @@ it is marked, audited, announced and reviewed; never for deny, tainted, other pe
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bot.engine.admin_syntax import parse_command
@@ -180,8 +182,35 @@ async def test_the_rate_limit_per_person(harnesses):
 
     await h.engine.decide(glass(first))
     with pytest.raises(BreakGlassRefused, match="1 times in the last 24 h"):
+        await h.engine.check_can_break_glass(second.approval_id, REQUESTER, second.thread.place)
+    with pytest.raises(BreakGlassRefused, match="1 times in the last 24 h"):
         await h.engine.decide(glass(second))
     assert (await h.engine.get_approval(second.approval_id)).is_pending
+
+
+async def test_the_rate_limit_holds_for_two_break_glasses_at_once_in_two_processes(harnesses, database_url):
+    h = await harnesses.open(
+        replies=[asks(call("delete_file", path="a"), call("delete_file", path="b")), says("done")],
+        breakglass_limit=1,
+        database_url=database_url,
+    )
+    other = await harnesses.reopen(h, breakglass_limit=1)  # another replica on the same database
+    await command(h, "policy set delete_file always breakglass after 1m")
+    first, second = await h.paused_approvals("delete a and b")
+    h.clock.advance(minutes=1)
+
+    outcomes = await asyncio.gather(
+        h.engine.decide(glass(first)), other.engine.decide(glass(second)), return_exceptions=True
+    )
+    await h.engine.wait_idle()
+    await other.engine.wait_idle()
+
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], BreakGlassRefused), outcomes
+    assert "1 times in the last 24 h" in str(refused[0])
+    assert len(await h.audit("break-glass")) == 1
+    statuses = sorted([(await h.engine.get_approval(v.approval_id)).status for v in (first, second)])
+    assert statuses == ["approved", "pending"]
 
 
 async def test_a_limit_of_zero_turns_it_off(harnesses):

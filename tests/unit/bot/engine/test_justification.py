@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.engine.justification import JustificationRequired
+from bot.engine.justification import JustificationRequired, request_reason, request_reason_lines
 from bot.engine.model import AdminRequest, DecisionRequest
 from bot.engine.presentation import outcome_sentence
 from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, REQUESTER, WORKSPACE, asks_for, says
@@ -70,3 +70,42 @@ async def test_reject_needs_no_reason_and_an_edit_does(harnesses):
         await h.engine.decide(decision(view, "modify", edited_params={"replicas": 4}))
     await h.engine.decide(decision(view, "reject"))
     assert (await h.engine.get_approval(view.approval_id)).status == "rejected"
+
+
+async def test_the_requesters_request_may_carry_the_reason_instead(harnesses, database_url):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="old.log"), says("done")], database_url=database_url)
+    await command(h, "justification delete_file required")
+    [view] = await h.paused_approvals("delete old.log because the disk is full, OPS-17")
+
+    assert view.request_reason == "the disk is full, OPS-17"
+    assert request_reason_lines(view) == ["Reason given by the requester: the disk is full, OPS-17"]
+    [paused] = await h.audit("paused")
+    assert paused.details["request_reasons"] == {view.approval_id: "the disk is full, OPS-17"}
+
+    await h.engine.decide(decision(view))  # no reason of the approver's own: the request's stands
+    await h.engine.wait_idle()
+
+    assert h.tools.runs_of("delete_file") == [{"path": "old.log"}]
+    decided = await h.engine.get_approval(view.approval_id)
+    assert decided.request_reason == "the disk is full, OPS-17" and decided.feedback is None
+    assert request_reason_lines(decided), "still shown on the decided card"
+    [approved] = await h.audit("approved")
+    assert approved.details["request_reason"] == "the disk is full, OPS-17"
+
+
+async def test_a_request_without_because_still_needs_the_approvers_reason(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="old.log"), says("done")])
+    await command(h, "justification delete_file required")
+    [view] = await h.paused_approvals("delete old.log, because")
+
+    assert view.request_reason is None and request_reason_lines(view) == []
+    with pytest.raises(JustificationRequired):
+        await h.engine.decide(decision(view))
+
+
+def test_the_reason_is_the_text_after_the_first_because():
+    assert request_reason("<@B1> restart api BECAUSE: the disk is\n full") == "the disk is full"
+    assert request_reason("restart it because of OPS-17 because why not") == "of OPS-17 because why not"
+    assert request_reason("restart the becauseway service") is None, "a whole word only"
+    assert request_reason("restart it") is None and request_reason(None) is None
+    assert len(request_reason("because " + "x" * 900) or "") == 500

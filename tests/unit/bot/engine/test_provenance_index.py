@@ -131,3 +131,40 @@ def test_past_its_bound_the_run_fails_closed():
     [taint] = provenance.check({"service": "payments-api", "env": "prod"})
     assert taint.path == "service", "any string of a window or more is treated as tainted; short ones are not"
     assert "more untrusted text than the run can index" in provenance_lines({"tainted": [taint.to_dict()]})[0]
+
+
+def test_the_index_keeps_where_each_window_starts_newest_first():
+    index = WindowIndex()
+    index.add("alpha-bravo-charlie", start=100)
+    index.add("xx alpha-bravo", start=500)
+
+    assert list(index.positions(hash("alpha-br"))) == [503], "a repeated window: the newest start"
+    assert list(index.positions(hash("zzzzzzzz"))) == []
+
+
+def test_positions_survive_merging_into_the_sorted_array():
+    index = WindowIndex()
+    big = " ".join(f"word{i:06d}" for i in range(20_000))  # more windows than the recent set holds
+    index.add(big, start=7)
+    index.settle()
+
+    [at] = index.positions(hash("word0123"))
+    assert big[at - 7 : at - 7 + WINDOW] == "word0123"
+    index.add("word0123", start=len(big) + 7)
+    assert list(index.positions(hash("word0123"))) == [len(big) + 7, at], "the newest first"
+
+
+def test_the_excerpt_is_the_part_one_source_holds_and_names_that_source():
+    first = ToolCall("fetch_url", {"url": "a"}, id="c1")
+    second = ToolCall("fetch_url", {"url": "b"}, id="c2")
+    provenance = _run(
+        ChatMessage.from_user("check both pages", meta={"user": REQUESTER}),
+        ChatMessage.from_assistant(tool_calls=[first]),
+        ChatMessage.from_tool("the host is db-prod-1 and", first),
+        ChatMessage.from_assistant(tool_calls=[second]),
+        ChatMessage.from_tool("prod-1 and then rm -rf /var", second),
+    )
+
+    [taint] = provenance.check({"command": "db-prod-1 and then rm -rf /var"})
+
+    assert (taint.excerpt, taint.step) == ("db-prod-1 and", 1), "windows from two pages: the part page 1 holds"

@@ -361,3 +361,19 @@ async def test_an_approvals_preview_is_stored_and_read_back(approvals):
     assert await approvals.decide(previewed.approval_id, status="approved", decided_by="U_BOB", now=LATER)
     assert (await approvals.get(previewed.approval_id)).preview == preview, "kept through the decision"
     assert [r.preview for r in await approvals.for_run("run-1")] == [preview, None]
+
+
+async def test_the_requesters_reason_is_stored_and_read_back(approvals):
+    given, none = await approvals.create_many(
+        [
+            new_approval(tool_call_id="call_1", request_reason="disk full, OPS-17", preview={"status": "ok"}),
+            new_approval(tool_call_id="call_2"),
+        ]
+    )
+
+    assert (given.request_reason, none.request_reason) == ("disk full, OPS-17", None)
+    assert given.preview == {"status": "ok"}, "the column before it is not shifted"
+    assert (await approvals.get(given.approval_id)).request_reason == "disk full, OPS-17"
+    assert await approvals.decide(given.approval_id, status="approved", decided_by="U_BOB", now=LATER)
+    assert (await approvals.get(given.approval_id)).request_reason == "disk full, OPS-17", "kept through the decision"
+    assert [a.request_reason for a in await approvals.for_run("run-1")] == ["disk full, OPS-17", None]

@@ -28,7 +28,7 @@ def prepare_targets(storage) -> dict[str, str]:
     """A paused run with one pending approval; the ledger call has not begun."""
     create_run(storage, "run-1", status="paused")
     [approval] = storage.approvals.create_many([new_approval()])
-    return {"decide": approval.approval_id, "transition": "run-1", "begin": "call_1"}
+    return {"decide": approval.approval_id, "transition": "run-1", "begin": "call_1", "limited": "U_ANA"}
 
 
 def run_children(target, args_per_child: list[tuple]) -> list[dict]:
@@ -60,6 +60,8 @@ def test_one_winner_among_100_threads(storage, race):
         assert storage.runs.get(target).error == winners[0]
     if race == "begin":
         assert storage.ledger.get(target).tool_name == winners[0]
+    if race == "limited":
+        assert [e.subject for e in storage.audit.recent(200) if e.action == "break-glass"] == winners
 
 
 def test_one_winner_among_100_contenders_in_2_processes(storage):
@@ -74,6 +76,8 @@ def test_one_winner_among_100_contenders_in_2_processes(storage):
         name for report in reports for name in report["winners"]["decide"]
     )
     assert storage.runs.get("run-1").status == "resuming"
+    limited = [e.subject for e in storage.audit.recent(200) if e.action == "break-glass"]
+    assert limited == [name for report in reports for name in report["winners"]["limited"]], "one entry, the winner's"
 
 
 def test_4_processes_of_50_writers_never_see_a_locked_database(storage):
