@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
-from psycopg.errors import UniqueViolation
 from psycopg.types.json import Json, Jsonb
 
 from storage.approval_rows import SYSTEM_ACTOR, _row_values
@@ -127,17 +126,19 @@ class PostgresApprovalStore:
             for run_id in run_ids:
                 if run_id not in found:
                     raise NotFound(f"run {run_id!r} not found")
-            try:
-                async with conn.transaction():  # a savepoint: the clash becomes AlreadyExists, not a dead transaction
-                    cursor = await conn.execute(
-                        f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} RETURNING {_COLUMNS}",
-                        [value for row in rows for value in row],
-                    )
-            except UniqueViolation as exc:
+            # A clash on any unique index skips its row instead of failing the statement (a failed statement would
+            # end the transaction, and a savepoint to survive it costs two commands): fewer rows back is the clash,
+            # and raising rolls back the rows that went in.
+            cursor = await conn.execute(
+                f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} "
+                f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
+                [value for row in rows for value in row],
+            )
+            stored = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
+            if len(stored) != len(rows):
                 raise AlreadyExists(
                     "an approval with one of these ids, or a pending approval for one of these tool calls, exists"
-                ) from exc
-            stored = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
+                )
             created = {record.approval_id: record for record in stored}
         return [created[row[0]] for row in rows]
 

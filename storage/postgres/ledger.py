@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.types.json import Json
 
 from storage.errors import FencedOut, NotFound
-from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, rows_changed
 from storage.postgres.runs import fence_holds
 from storage.protocols import LedgerEntry, RunFence
 from storage.records import ledger_entry
@@ -56,8 +56,7 @@ class PostgresToolLedger:
         async with self.db.transaction() as conn:
             if not await fence_holds(conn, fence):
                 raise FencedOut(fence.run_id)
-            cursor = await conn.execute(insert, [tool_call_id, run_id, tool_name, args_digest])
-            return cursor.rowcount == 1
+            return await rows_changed(await conn.execute(insert, [tool_call_id, run_id, tool_name, args_digest])) == 1
 
     async def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.

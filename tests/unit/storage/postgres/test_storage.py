@@ -287,9 +287,9 @@ async def test_a_store_transaction_inside_a_batch_is_the_batch_itself_with_no_sa
             async with storage.db.bound() as bound:
                 async with storage.db.transaction() as conn:
                     assert conn is bound
+                    await conn.execute("SELECT 1 / 0")  # queued in the batch's pipeline: no round trip, no error yet
                 with pytest.raises(StorageError, match="division by zero"):
-                    async with storage.db.transaction() as conn:
-                        await conn.execute("SELECT 1 / 0")
+                    await storage.db.fetchone("SELECT 1")  # the next read flushes the pipeline and meets it
                 # No savepoint to return to: the error failed the batch's transaction as a whole.
                 await storage.db.fetchone("SELECT 1")
         assert await storage.events.first_time("slack:Ev-after-batch")  # the pool is still usable
