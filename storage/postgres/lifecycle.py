@@ -16,7 +16,14 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
-from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, advisory_lock, instant, rows_changed
+from storage.postgres.database import (
+    POSTGRES_TIMES,
+    PostgresDatabase,
+    advisory_lock,
+    instant,
+    rows_changed,
+    vouched,
+)
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, fences_changed, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
@@ -190,19 +197,24 @@ class PostgresThreadInbox:
         >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")
         1
         """
+        # With an event key, the event is marked seen by the same statement, and a redelivered one inserts nothing.
+        seen, seen_params = "", []
+        if event_key is not None:
+            seen = (
+                "WITH seen AS (INSERT INTO events (event_key, seen_at) VALUES (%s, %s) "
+                "ON CONFLICT (event_key) DO NOTHING RETURNING 1) "
+            )
+            seen_params = [event_key, instant(None)]
         async with self.db.transaction() as conn:
-            if event_key is not None:
-                cursor = await conn.execute(
-                    "INSERT INTO events (event_key, seen_at) VALUES (%s, %s) ON CONFLICT (event_key) DO NOTHING",
-                    [event_key, instant(None)],
-                )
-                if await rows_changed(cursor) != 1:
-                    return None
             await _lock_thread(conn, address.chat_history_id)
             cursor = await conn.execute(
-                "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
-                "message_json, message_ref, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                vouched(
+                    f"{seen}INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
+                    "message_json, message_ref, received_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                    f"{' WHERE EXISTS (SELECT 1 FROM seen)' if seen else ''} RETURNING id"
+                ),
                 [
+                    *seen_params,
                     address.chat_history_id,
                     address.platform,
                     address.workspace,
@@ -215,6 +227,8 @@ class PostgresThreadInbox:
                 ],
             )
             row = await cursor.fetchone()
+            if row is None:
+                return None
             # The message waits behind another process's run: wake that process (delivered at commit) rather
             # than leave the message to it finding it by itself.
             await conn.execute(NOTIFY_OWNER_SQL, notify_owner_params(address))
