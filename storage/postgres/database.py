@@ -333,14 +333,6 @@ class PostgresDatabase:
         async with self.connection() as conn:
             return await rows_changed(await conn.execute(vouched(sql), params))
 
-    async def send(self, sql: str, params: Any = None) -> None:
-        """Run one statement whose outcome is not read: inside :meth:`bound` it is queued, with no round trip.
-
-        Its error, if any, fails the statement that next reads a result, or the end of the transaction.
-        """
-        async with self.connection() as conn:
-            await conn.execute(vouched(sql), params)
-
     async def close(self) -> None:
         """Close every connection of the pool; later use raises :class:`StorageError`."""
         await self.pool.close()
