@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.pg_commands import COUNTER  # noqa: E402
+from bench.pg_commands import COUNTER, NOT_COMMANDS  # noqa: E402
 from bench.pg_schemas import Schemas  # noqa: E402
 from bot.aio import run_sync  # noqa: E402
 from bot.config import Config  # noqa: E402
@@ -383,7 +383,7 @@ async def run_conversations(
         "commands_per_conversation": (
             None
             if database_url is None
-            else round(sum(n for k, n in commands.items() if k != "prepare") / n_threads, 2)
+            else round(sum(n for k, n in commands.items() if k not in NOT_COMMANDS) / n_threads, 2)
         ),
         "commands_by_kind_per_conversation": (
             None if database_url is None else {k: round(n / n_threads, 2) for k, n in sorted(commands.items()) if n}

@@ -22,17 +22,18 @@ class CommandCounter:
 
     @property
     def total(self) -> int:
-        return sum(n for kind, n in self.counts.items() if kind != "prepare")
+        return sum(n for kind, n in self.counts.items() if kind not in NOT_COMMANDS)
 
     def install(self) -> CommandCounter:
         if self.installed:
             return self
-        from psycopg import _connection_base, _cursor_base
+        from psycopg import _connection_base, _cursor_base, _pipeline_base
 
         self._wrap(_cursor_base.BaseCursor, "_execute_send", lambda a, k: "query")
         self._wrap(_cursor_base.BaseCursor, "_send_query_prepared", lambda a, k: "prepared")
         self._wrap(_cursor_base.BaseCursor, "_send_prepare", lambda a, k: "prepare")
         self._wrap(_connection_base.BaseConnection, "_exec_command", _command_kind)
+        self._wrap(_pipeline_base.BasePipeline, "_enqueue_sync", lambda a, k: "sync")
         self.installed = True
         return self
 
@@ -54,5 +55,9 @@ def _command_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     head = (text.decode() if isinstance(text, bytes) else str(text)).split(" ", 1)[0].upper()
     return head or "command"
 
+
+NOT_COMMANDS = frozenset({"prepare", "sync"})
+"""Counted kinds that are no command of their own: a statement's preparation (part of its first run), a pipeline's
+``Sync`` (what ends a batch's implicit transaction)."""
 
 COUNTER = CommandCounter()

@@ -109,6 +109,7 @@ class Recovery:
             return
         if not self._took_back_own:
             await self.take_back_own()
+        await self.take_back_stranded()
         now = self.clock()
         for run in await self.storage.leases.expired(now=now):
             claimed = await self.storage.leases.claim_expired(
@@ -136,6 +137,28 @@ class Recovery:
             logger.info("taking back a run this instance held before it restarted", extra={"run_id": run.run_id})
             self.observer.lease_takeover()
             self.work.spawn(self._recover_run(run), name=f"recover-{run.run_id}")
+
+    async def take_back_stranded(self) -> None:
+        """Take over, as any expired lease is, the runs of this process whose step could not be written at all.
+
+        Such a run is still owned here under a lease the heartbeat renews; its work has ended. Claiming it as
+        expired (``now`` past any lease this process gave it) bumps its fencing generation, so a late write of the
+        ended work is refused, and recovery continues it from what was last written. A claim the database cannot
+        take yet raises: the run stays stranded, for the next sweep.
+        """
+        for run_id in sorted(self.runner.stranded):
+            self.runner.stranded.discard(run_id)  # before the await: a recovery woken meanwhile claims it not twice
+            try:
+                claimed = await self.storage.leases.claim_expired(
+                    run_id, self.leases.owner, self.leases.lease_until(), now=self.leases.lease_until()
+                )
+            except Exception:
+                self.runner.stranded.add(run_id)
+                raise
+            if claimed is not None:  # None: it ended or moved meanwhile (a decision, a takeover); nothing to do
+                logger.info("recovering a run whose step could not be written", extra={"run_id": run_id})
+                self.observer.lease_takeover()
+                self.work.spawn(self._recover_run(claimed), name=f"recover-{run_id}")
 
     async def _recover_run(self, run: RunRecord) -> None:
         thread = thread_of_run(run)

@@ -28,7 +28,7 @@ from bot.engine.model import UNREAD, WORKING_RUN_STATUSES, ThreadRef
 from bot.engine.outbox import Deliveries
 from bot.engine.pausing import Pausing
 from bot.engine.provenance import run_provenance
-from bot.engine.sentences import STOPPED_NOTICE, answer_text, failure_sentence
+from bot.engine.sentences import STEP_NOT_SAVED, STOPPED_NOTICE, answer_text, failure_sentence
 from bot.engine.stops import Stops
 from bot.engine.streaming import STOPPED_FROM_CHAT, THINKING, WAITING_FOR_APPROVAL, LiveAnswer
 from bot.engine.surface import Surface
@@ -38,7 +38,7 @@ from bot.hitl.breakpoint import HITLBreakpointException
 from bot.hooks.breakpoints import TOOL_INVOKER
 from bot.logs import log_context
 from bot.metrics import Observer
-from storage import FencedOut, TokenUsage
+from storage import FencedOut, StorageError, TokenUsage
 from storage.batch import Batch, stores
 
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ class Runner:
         self.history_last_k = history_last_k
         self.stream_update_seconds = stream_update_seconds
         self.memory_notes = memory_notes
+        self.stranded: set[str] = set()
+        """Runs whose step could not be written at all (the database out of reach): recovery continues each from
+        what was last written, as after a crash (:meth:`bot.engine.recovery.Recovery.recover` takes them back)."""
 
     # --- how a run invokes the agent -------------------------------------------------------------------
 
@@ -189,12 +192,19 @@ class Runner:
             logger.exception("could not record the outcome of a run", extra={"run_id": run_id})
             await self._write_history(run_id)
             fence = self.leases.fence(run_id)
-            await quietly(
-                self.storage.runs.transition(
+            try:
+                await self.storage.runs.transition(
                     run_id, WORKING_RUN_STATUSES, "failed", fence=fence, error=type(exc).__name__
                 )
-            )
-            await quietly(self._tell(thread, failure_sentence(exc), f"failed:{run_id}", live))
+            except StorageError:
+                # Not even the failure can be written: the run stays as its last write left it, for recovery to
+                # continue once the database is back (self.stranded), and the thread hears so now, not from the
+                # outbox, which is in the same database.
+                self.stranded.add(run_id)
+                logger.error("a run's step could not be written; it is left for recovery", extra={"run_id": run_id})
+                await quietly(self._say_now(thread, STEP_NOT_SAVED, live))
+            else:
+                await quietly(self._tell(thread, failure_sentence(exc), f"failed:{run_id}", live))
         finally:
             self.ledger.forget(run_id)  # a step with no stop or review check leaves nothing for a later run
             self.history.close(run_id)  # written with the run's last batch, or not at all (taken over)
@@ -371,6 +381,15 @@ class Runner:
         await self.deliveries.say(
             thread, live.with_streamed(sentence) if live else sentence, key, via=live.deliver if live else None
         )
+
+    async def _say_now(self, thread: ThreadRef, sentence: str, live: LiveAnswer | None) -> None:
+        """Say ``sentence`` in the thread without owing it first (the outbox cannot be written): where the run
+        streamed, by finishing the stream, else as a reply."""
+        if live is not None and await live.deliver(live.with_streamed(sentence)):
+            return
+        surface = self.surfaces.get(thread.platform)
+        if surface is not None:
+            await surface.post_reply(thread, sentence)
 
     async def _end(self, run_id: str, thread: ThreadRef, end: Callable[[Batch], None]) -> bool:
         """Apply a run's end (what ``end`` adds to the batch) with its history still to write and the read of what

@@ -46,6 +46,13 @@ def place_name(request: AdminRequest, channel: str | None) -> str:
     return "this channel" if channel == request.channel else f"#{channel}"
 
 
+STEP_NOT_SAVED = (
+    "I can't reach my database right now, so I could not save this step. Nothing of it is lost: "
+    "I will pick this request up again from its last saved point as soon as the database is back."
+)
+"""What a thread is told when its run's step could not be written at all (the run is left for recovery)."""
+
+
 def failure_sentence(exc: BaseException) -> str:
     """What a thread is told when its run failed with ``exc`` (never the exception's own text, but ours)."""
     if isinstance(exc, PolicyKeptChanging):

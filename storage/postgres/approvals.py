@@ -7,10 +7,11 @@ and then re-checks the condition against the new row, so any number of replicas 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
-from psycopg.errors import UniqueViolation
+from psycopg.errors import ForeignKeyViolation
 from psycopg.types.json import Json, Jsonb
 
 from storage.approval_rows import SYSTEM_ACTOR, _row_values
@@ -122,26 +123,30 @@ class PostgresApprovalStore:
         rows = [_insert_values(record, now) for record in records]
         if not rows:
             return []
-        run_ids = list(dict.fromkeys(row[1] for row in rows))
         marks: list[LiteralString] = ["%s"] * len(rows[0])
         placeholders = ", ".join(f"({', '.join(marks)})" for _ in rows)
         async with self.db.transaction() as conn:
-            cursor = await conn.execute("SELECT run_id FROM runs WHERE run_id = ANY(%s)", [run_ids])
-            found = {row[0] for row in await cursor.fetchall()}
-            for run_id in run_ids:
-                if run_id not in found:
-                    raise NotFound(f"run {run_id!r} not found")
-            try:
-                async with conn.transaction():  # a savepoint: the clash becomes AlreadyExists, not a dead transaction
-                    cursor = await conn.execute(
-                        f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} RETURNING {_COLUMNS}",
-                        [value for row in rows for value in row],
-                    )
-            except UniqueViolation as exc:
+            # A run that does not exist fails the insert (approvals.run_id references runs): NotFound, with no
+            # statement of its own to look first. A clash on any unique index skips its row instead of failing the
+            # statement (a failed statement ends the transaction, and a savepoint to survive it costs two commands):
+            # fewer rows back is the clash, and raising rolls back the rows that went in.
+            try:  # the error comes with the execute, or in a batch's pipeline with the fetch
+                cursor = await conn.execute(
+                    f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} "
+                    f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
+                    [value for row in rows for value in row],
+                )
+                fetched = await cursor.fetchall()
+            except ForeignKeyViolation as exc:
+                # The server's detail names the key: 'Key (run_id)=(run-404) is not present in table "runs".'
+                named = re.search(r"=\((.*)\) is not present", exc.diag.message_detail or "")
+                missing = named.group(1) if named else ", ".join(dict.fromkeys(row[1] for row in rows))
+                raise NotFound(f"run {missing!r} not found") from None
+            stored = [approval_record(row, POSTGRES_TIMES) for row in fetched]
+            if len(stored) != len(rows):
                 raise AlreadyExists(
                     "an approval with one of these ids, or a pending approval for one of these tool calls, exists"
-                ) from exc
-            stored = [approval_record(row, POSTGRES_TIMES) for row in await cursor.fetchall()]
+                )
             created = {record.approval_id: record for record in stored}
         return [created[row[0]] for row in rows]
 

@@ -10,7 +10,7 @@ from psycopg.types.json import Json
 
 from storage.audit_chain import Anchor, AuditHead, AuditVerification, ChainRow, check_anchors, sign, verify_chain
 from storage.codec import dumps, loads
-from storage.postgres.database import PostgresDatabase, instant, utc
+from storage.postgres.database import PostgresDatabase, instant, rows_changed, utc
 from storage.protocols import AuditEntry, Instant
 
 
@@ -284,5 +284,4 @@ class PostgresAuditLog:
                     [last[0], sign(self.key, "anchor", int(last[0]), last[1])],
                 )
             await conn.execute("DELETE FROM audit_signature WHERE kind = 'entry' AND ref <= %s", [last[0]])
-            cursor = await conn.execute("DELETE FROM audit WHERE id <= %s", [last[0]])
-            return cursor.rowcount
+            return await rows_changed(await conn.execute("DELETE FROM audit WHERE id <= %s", [last[0]]))

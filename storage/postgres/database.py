@@ -7,6 +7,7 @@ needs several statements opens :meth:`PostgresDatabase.transaction` explicitly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import select
 import time
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, LiteralString, cast
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -279,11 +281,28 @@ class PostgresDatabase:
         The stores' own ``connection()``, ``transaction()``, ``fetchone()``… calls made by the current task
         (and only by it: the binding is a context variable) run on this transaction's connection, so a
         sequence of store methods commits, or rolls back, as one (:mod:`storage.postgres.batches`).
+
+        The transaction is a pipeline's implicit one: the statements are sent in pipeline mode with no ``BEGIN``,
+        a statement whose result is not read costs no round trip of its own, a result read flushes what is
+        queued (no commit: only a ``Sync`` ends the implicit transaction), and the pipeline's one ``Sync`` at the
+        end commits it. The block raising queues a ``ROLLBACK`` first; an error of the server's aborts the rest
+        and the ``Sync`` rolls back; a connection lost before the ``Sync`` commits nothing. Inside, a store must
+        not open a savepoint or read ``cursor.rowcount`` straight after ``execute`` (see :func:`rows_changed`).
         """
-        async with self.transaction() as conn:
-            token = _BOUND.set((self, conn))
+        if self.in_bound():
+            async with self.connection() as conn:
+                yield conn
+            return
+        async with self.connection() as conn, conn.pipeline():
+            token = _BOUND.set((self, conn, set()))
             try:
                 yield conn
+            except BaseException:
+                # Queued ahead of the pipeline's Sync, which then ends the implicit transaction rolled back. On a
+                # pipeline already aborted by a failed statement (or a lost connection) it is skipped: nothing to undo.
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("ROLLBACK")
+                raise
             finally:
                 _BOUND.reset(token)
 
@@ -291,6 +310,11 @@ class PostgresDatabase:
         """Whether the current task's statements join a :meth:`bound` transaction of this database."""
         bound = _BOUND.get()
         return bound is not None and bound[0] is self
+
+    def bound_locks(self) -> set[tuple[Any, ...]] | None:
+        """The locks the current task's :meth:`bound` transaction of this database holds (see :func:`held_locks`)."""
+        bound = _BOUND.get()
+        return bound[2] if bound is not None and bound[0] is self else None
 
     async def fetchone(self, sql: str, params: Any = None) -> Any:
         """The first row of one statement, or ``None``."""
@@ -307,8 +331,7 @@ class PostgresDatabase:
     async def execute(self, sql: str, params: Any = None) -> int:
         """Run one statement and return how many rows it changed."""
         async with self.connection() as conn:
-            cursor = await conn.execute(vouched(sql), params)
-            return cursor.rowcount
+            return await rows_changed(await conn.execute(vouched(sql), params))
 
     async def close(self) -> None:
         """Close every connection of the pool; later use raises :class:`StorageError`."""
@@ -321,10 +344,48 @@ class PostgresDatabase:
         return {**self.pool.get_stats(), "requests_errors": self.timeouts}
 
 
-_BOUND: contextvars.ContextVar[tuple[PostgresDatabase, psycopg.AsyncConnection[Any]] | None] = contextvars.ContextVar(
-    "countersign_postgres_bound", default=None
+_BOUND: contextvars.ContextVar[tuple[PostgresDatabase, psycopg.AsyncConnection[Any], set[tuple[Any, ...]]] | None] = (
+    contextvars.ContextVar("countersign_postgres_bound", default=None)
 )
-"""The transaction :meth:`PostgresDatabase.bound` opened in this task, with its database."""
+"""The transaction :meth:`PostgresDatabase.bound` opened in this task, with its database and the locks it holds."""
+
+
+def held_locks(conn: psycopg.AsyncConnection[Any]) -> set[tuple[Any, ...]] | None:
+    """The locks the current task's :meth:`PostgresDatabase.bound` transaction on ``conn`` holds (``None``: none).
+
+    A transaction's advisory locks and ``FOR SHARE`` row locks last until it ends, so a store method of a batch
+    need not take again one that an earlier method of the same batch took: it notes the lock here and looks
+    here first. Whoever changes what a noted lock stood for (a run's owner, for a fence) removes it.
+    """
+    bound = _BOUND.get()
+    return bound[2] if bound is not None and bound[1] is conn else None
+
+
+async def advisory_lock(conn: psycopg.AsyncConnection[Any], namespace: str, key: str) -> None:
+    """``pg_advisory_xact_lock`` on (``namespace``, ``key``), once per bound transaction (see :func:`held_locks`)."""
+    held = held_locks(conn)
+    if held is not None and (namespace, key) in held:
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [namespace, key])
+    if held is not None:
+        held.add((namespace, key))
+
+
+async def rows_changed(cursor: psycopg.AsyncCursor[Any]) -> int:
+    """How many rows the statement just executed on ``cursor`` changed, in pipeline mode too.
+
+    In a pipeline (:meth:`PostgresDatabase.bound`) ``execute`` only queues the statement: ``rowcount`` is known
+    once its result is read, which a fetch forces (a flush, not a ``Sync``: the transaction goes on). A statement
+    that returns no rows answers the fetch with ``ProgrammingError`` after reading its result; any error of the
+    statement itself is raised as it is.
+    """
+    if cursor.connection.info.pipeline_status != pq.PipelineStatus.OFF:
+        try:
+            await cursor.fetchall()
+        except psycopg.ProgrammingError:
+            if cursor.pgresult is None or cursor.pgresult.status != pq.ExecStatus.COMMAND_OK:
+                raise
+    return cursor.rowcount
 
 
 def _quiet(conn: psycopg.AsyncConnection[Any]) -> bool:

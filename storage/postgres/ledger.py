@@ -11,8 +11,8 @@ from typing import Any
 from psycopg.types.json import Json
 
 from storage.errors import FencedOut, NotFound
-from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase
-from storage.postgres.runs import fence_holds
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, rows_changed, vouched
+from storage.postgres.runs import FENCE_CONDITION, fence_holds
 from storage.protocols import LedgerEntry, RunFence
 from storage.records import ledger_entry
 
@@ -56,8 +56,7 @@ class PostgresToolLedger:
         async with self.db.transaction() as conn:
             if not await fence_holds(conn, fence):
                 raise FencedOut(fence.run_id)
-            cursor = await conn.execute(insert, [tool_call_id, run_id, tool_name, args_digest])
-            return cursor.rowcount == 1
+            return await rows_changed(await conn.execute(insert, [tool_call_id, run_id, tool_name, args_digest])) == 1
 
     async def finish(self, tool_call_id: str, ok: bool, result: str, fence: RunFence | None = None) -> bool:
         """Record the outcome (``done`` if ``ok`` else ``failed``); ``False`` if it was already finished.
@@ -79,18 +78,23 @@ class PostgresToolLedger:
         return await self._close(tool_call_id, "failed", result)
 
     async def _close(self, tool_call_id: str, status: str, result: str, fence: RunFence | None = None) -> bool:
+        # The result is stored as a JSON string: tool output may hold characters (NUL) that text refuses.
+        update = (
+            "UPDATE ledger SET status = %s, result = %s, finished_at = now() "
+            "WHERE tool_call_id = %s AND status = 'executing'"
+        )
+        params: list[Any] = [status, Json(result), tool_call_id]
+        if fence is not None:
+            # The fence in the same statement (its row locked FOR SHARE to commit, as fence_holds locks it): one
+            # statement, not a check and then the update.
+            update += f" AND EXISTS (SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE)"
+            params += [fence.run_id, fence.owner, fence.generation]
         async with self.db.transaction() as conn:
+            row = await (await conn.execute(vouched(update + " RETURNING true"), params)).fetchone()
+            if row is not None:
+                return True
             if fence is not None and not await fence_holds(conn, fence):
                 return False
-            # The result is stored as a JSON string: tool output may hold characters (NUL) that text refuses.
-            cursor = await conn.execute(
-                "UPDATE ledger SET status = %s, result = %s, finished_at = now() "
-                "WHERE tool_call_id = %s AND status = 'executing' RETURNING true",
-                [status, Json(result), tool_call_id],
-            )
-            row = await cursor.fetchone()
-        if row is not None:
-            return True
         if await self.db.fetchone("SELECT 1 FROM ledger WHERE tool_call_id = %s", [tool_call_id]) is None:
             raise NotFound(f"no ledger entry for tool call {tool_call_id!r}")
         return False

@@ -16,9 +16,16 @@ from psycopg.types.json import Json
 
 from bot.messages import ChatMessage
 from storage.errors import AlreadyExists
-from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
+from storage.postgres.database import (
+    POSTGRES_TIMES,
+    PostgresDatabase,
+    advisory_lock,
+    instant,
+    rows_changed,
+    vouched,
+)
 from storage.postgres.messages import PostgresChatMessageStore
-from storage.postgres.runs import RUN_COLUMNS, fence_holds, run_from_row
+from storage.postgres.runs import RUN_COLUMNS, fence_holds, fences_changed, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
 from storage.records import inbox_item, outbox_message
@@ -60,6 +67,7 @@ class PostgresRunLeases:
         'running'
         """
         status = claimed_status(step, start)
+        fences_changed(self.db, run_id)
         row = await self.db.fetchone(
             "UPDATE runs SET status = %s, owner = %s, lease_expires_at = %s, updated_at = now() "
             "WHERE run_id = %s AND status = 'paused' AND (%s::integer IS NULL OR step = %s)"
@@ -74,6 +82,7 @@ class PostgresRunLeases:
         >>> (await storage.leases.claim_expired("run-1", "host-2-b", later + timedelta(seconds=30), now=later)).owner
         'host-2-b'
         """
+        fences_changed(self.db, run_id)
         row = await self.db.fetchone(
             "UPDATE runs SET owner = %s, lease_expires_at = %s, recoveries = recoveries + 1, updated_at = now() "
             f"WHERE run_id = %s AND status IN {_WORKING} AND (lease_expires_at IS NULL OR lease_expires_at <= %s) "
@@ -88,6 +97,7 @@ class PostgresRunLeases:
         >>> [r.recoveries for r in await storage.leases.claim_own("host-1-a", now + timedelta(seconds=30))]
         [1]
         """
+        fences_changed(self.db)
         rows = await self.db.fetchall(
             "UPDATE runs SET lease_expires_at = %s, recoveries = recoveries + 1, updated_at = now() "
             f"WHERE run_id IN (SELECT run_id FROM runs WHERE owner = %s AND status IN {_WORKING} "
@@ -117,6 +127,7 @@ class PostgresRunLeases:
         >>> await storage.leases.release("host-1-a")
         1
         """
+        fences_changed(self.db)
         return await self.db.execute(
             f"UPDATE runs SET owner = NULL, lease_expires_at = %s WHERE owner = %s AND status IN {_WORKING}",
             [instant(now), owner],
@@ -186,19 +197,24 @@ class PostgresThreadInbox:
         >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")
         1
         """
+        # With an event key, the event is marked seen by the same statement, and a redelivered one inserts nothing.
+        seen, seen_params = "", []
+        if event_key is not None:
+            seen = (
+                "WITH seen AS (INSERT INTO events (event_key, seen_at) VALUES (%s, %s) "
+                "ON CONFLICT (event_key) DO NOTHING RETURNING 1) "
+            )
+            seen_params = [event_key, instant(None)]
         async with self.db.transaction() as conn:
-            if event_key is not None:
-                cursor = await conn.execute(
-                    "INSERT INTO events (event_key, seen_at) VALUES (%s, %s) ON CONFLICT (event_key) DO NOTHING",
-                    [event_key, instant(None)],
-                )
-                if cursor.rowcount != 1:
-                    return None
             await _lock_thread(conn, address.chat_history_id)
             cursor = await conn.execute(
-                "INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
-                "message_json, message_ref, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                vouched(
+                    f"{seen}INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
+                    "message_json, message_ref, received_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                    f"{' WHERE EXISTS (SELECT 1 FROM seen)' if seen else ''} RETURNING id"
+                ),
                 [
+                    *seen_params,
                     address.chat_history_id,
                     address.platform,
                     address.workspace,
@@ -211,6 +227,8 @@ class PostgresThreadInbox:
                 ],
             )
             row = await cursor.fetchone()
+            if row is None:
+                return None
             # The message waits behind another process's run: wake that process (delivered at commit) rather
             # than leave the message to it finding it by itself.
             await conn.execute(NOTIFY_OWNER_SQL, notify_owner_params(address))
@@ -311,7 +329,7 @@ class PostgresThreadInbox:
 
 
 async def _lock_thread(conn: Any, chat_history_id: str) -> None:
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [INBOX_LOCK, chat_history_id])
+    await advisory_lock(conn, INBOX_LOCK, chat_history_id)
 
 
 _OUTBOX_COLUMNS = (
@@ -357,6 +375,7 @@ class PostgresOutbox:
             if fence is not None and not await fence_holds(conn, fence):
                 return False
             if finishes_run is not None:
+                fences_changed(self.db, finishes_run)
                 await conn.execute(
                     "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "
                     f"WHERE run_id = %s AND status IN {_WORKING}",
@@ -380,7 +399,7 @@ class PostgresOutbox:
                     claimed,
                 ],
             )
-            return cursor.rowcount == 1
+            return await rows_changed(cursor) == 1
 
     async def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool:
         """Claim an undelivered message whose claim is free or expired; ``True`` for one caller.

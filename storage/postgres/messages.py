@@ -16,7 +16,7 @@ import psycopg
 from bot.messages import ChatMessage, ChatRole
 from storage.errors import FencedOut
 from storage.message_rows import _check_k, message_body, message_from_row
-from storage.postgres.database import PostgresDatabase
+from storage.postgres.database import PostgresDatabase, advisory_lock
 from storage.postgres.runs import fence_holds
 from storage.protocols import RunFence
 
@@ -97,30 +97,26 @@ class PostgresChatMessageStore:
     async def _insert(
         conn: psycopg.AsyncConnection[Any], chat_history_id: str, rows: dict[str, tuple[str, str]]
     ) -> int:
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", [THREAD_LOCK, chat_history_id])
+        await advisory_lock(conn, THREAD_LOCK, chat_history_id)
+        # One statement: the ids already stored are skipped, the new ones numbered on from the thread's last seq
+        # (the thread's lock, held to commit, keeps that seq the last one), and how many were new comes back.
         cursor = await conn.execute(
-            "SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE chat_history_id = %s), 0), "
-            "ARRAY(SELECT message_id FROM messages WHERE chat_history_id = %s AND message_id = ANY(%s))",
-            [chat_history_id, chat_history_id, list(rows)],
-        )
-        last_seq, existing = await cursor.fetchone()  # type: ignore[misc]
-        known = set(existing)
-        fresh = [(message_id, role, data) for message_id, (role, data) in rows.items() if message_id not in known]
-        if not fresh:
-            return 0
-        await conn.execute(
+            "WITH last AS (SELECT COALESCE(MAX(seq), 0) AS seq FROM messages WHERE chat_history_id = %s), "
+            "fresh AS (SELECT message_id, role, data, row_number() OVER (ORDER BY ord) AS n "
+            "FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t(message_id, role, data, ord) "
+            "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.chat_history_id = %s AND m.message_id = t.message_id)) "
             "INSERT INTO messages (chat_history_id, seq, message_id, role, data, created_at) "
-            "SELECT %s, %s + ord, message_id, role, data::json, now() "
-            "FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t(message_id, role, data, ord)",
+            "SELECT %s, last.seq + fresh.n, message_id, role, data::json, now() FROM fresh, last RETURNING 1",
             [
                 chat_history_id,
-                last_seq,
-                [row[0] for row in fresh],
-                [row[1] for row in fresh],
-                [row[2] for row in fresh],
+                list(rows),
+                [role for role, _ in rows.values()],
+                [data for _, data in rows.values()],
+                chat_history_id,
+                chat_history_id,
             ],
         )
-        return len(fresh)
+        return len(await cursor.fetchall())
 
     async def retrieve_messages(
         self, chat_history_id: str, last_k: int | None = None, *, up_to: str | None = None

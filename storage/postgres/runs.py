@@ -8,7 +8,7 @@ from psycopg.types.json import Json
 
 from storage.codec import loads
 from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFound
-from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
+from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, held_locks, instant
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
 from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
@@ -30,11 +30,28 @@ async def fence_holds(conn: Any, fence: RunFence) -> bool:
     waits for the fenced write to commit, and a check that meets a takeover in flight waits for it and
     re-reads the row, so the fenced write and the takeover never interleave.
     """
+    held = held_locks(conn)
+    key = ("fence", fence.run_id, fence.owner, fence.generation)
+    if held is not None and key in held:  # checked and row-locked earlier in this batch, and not changed since
+        return True
     cursor = await conn.execute(
         f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE",
         [fence.run_id, fence.owner, fence.generation],
     )
-    return await cursor.fetchone() is not None
+    holds = await cursor.fetchone() is not None
+    if holds and held is not None:
+        held.add(key)
+    return holds
+
+
+def fences_changed(db: PostgresDatabase, run_id: str | None = None) -> None:
+    """A write may have changed the owner or status of ``run_id`` (of any run if ``None``): a later fence of the
+    current batch on it is checked again rather than taken from :func:`fence_holds`'s note."""
+    held = db.bound_locks()
+    if held is not None:
+        held.difference_update(
+            {key for key in held if len(key) == 4 and key[0] == "fence" and run_id in (None, key[1])}
+        )
 
 
 def _record(row: Any) -> RunRecord:
@@ -143,6 +160,7 @@ class PostgresRunStore:
             if fence.run_id != run_id:
                 raise ValueError(f"the fence of run {fence.run_id!r} cannot guard run {run_id!r}")
             fenced, fenced_params = f" AND {FENCE_CONDITION}", [fence.owner, fence.generation]
+        fences_changed(self.db, run_id)
         row = await self.db.fetchone(
             f"UPDATE runs SET status = %s, updated_at = now(){assignments} "
             f"WHERE run_id = %s AND status = ANY(%s){fenced} RETURNING true",

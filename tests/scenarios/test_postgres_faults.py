@@ -18,13 +18,14 @@ from bot.config import Config
 from bot.engine.engine import Engine
 from bot.engine.errors import MESSAGE_NOT_SAVED, DatabaseUnavailable
 from bot.engine.model import DecisionRequest
+from bot.engine.sentences import STEP_NOT_SAVED
 from bot.llm import OpenAIChatGenerator, ScriptedChatGenerator
 from bot.messages import ChatMessage
 from storage import StorageError
 from storage.postgres import open_postgres_storage
 from tests.adapters.slack.test_approvals import ALICE, CHANNEL, Ops, ask
 from tests.fakes.bot_connector import FakeBotConnector, FakeBotFrameworkIssuer, trust_issuer
-from tests.fakes.engine_kit import REQUESTER, Harnesses, asks_for, bounded, echoes_results
+from tests.fakes.engine_kit import REQUESTER, Harnesses, asks_for, bounded, echoes_results, says
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.private_postgres import PrivatePostgres
 from tests.fakes.slack_api import FakeSlackAPI
@@ -129,6 +130,31 @@ async def test_a_decision_while_the_database_is_down_is_refused_with_one_sentenc
     assert result.resumed
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
     assert [e.actor for e in await h.audit("approved")] == [REQUESTER]
+
+
+async def test_a_step_that_cannot_be_written_is_told_in_the_thread_and_recovery_continues_it_once_the_database_is_back(
+    harnesses: Harnesses, server: PrivatePostgres, database_url: str
+):
+    def database_gone_meanwhile(messages: list[ChatMessage]) -> ChatMessage:
+        server.stop()  # while the model thinks: the pause it asks for cannot be written, nor the run's failure
+        return asks_for("delete_file", path="a.txt")
+
+    h = await harnesses.open(database_url=database_url, replies=[database_gone_meanwhile, says("Deleted nothing.")])
+    with pytest.raises(StorageError):  # after the run, the thread's drain cannot read its inbox either
+        await bounded(h.say("delete a.txt"), within=30)
+
+    assert [r.text for r in h.surface.replies] == [STEP_NOT_SAVED], "told at once, not from the unreachable outbox"
+    assert h.surface.renders == [] and h.tools.executed == []
+    [run_id] = h.engine.parts.runner.stranded
+    server.start_again()
+
+    await bounded(h.engine.recover(), within=30)
+    await bounded(h.engine.wait_idle(), within=30)
+
+    assert (await h.run_of(run_id)).status == "finished"
+    assert [r.text for r in h.surface.replies][-1] == "Deleted nothing."
+    assert h.tools.executed == [] and not h.engine.parts.runner.stranded
+    assert [e.subject for e in await h.audit("recovered")] == [run_id]
 
 
 @pytest.fixture

@@ -133,6 +133,23 @@ async def test_a_pause_under_a_fence_lost_to_a_takeover_writes_nothing(storage):
     assert await storage.audit.recent(5) == []
 
 
+async def test_a_fence_that_held_earlier_in_a_batch_is_checked_again_once_the_batch_has_ended_the_run(storage):
+    # PostgreSQL checks a fence once per batch (the row stays locked), until the batch itself moves the run.
+    await storage.inbox.enqueue(ADDRESS, "U_ANA", ChatMessage.from_user("delete a.txt").to_dict(), now=NOW)
+    run, _item = await storage.inbox.start_next(THREAD, "run-1", "host-a", NOW + LEASE, now=NOW)
+    fence = RunFence.of(run)
+    batch = Batch()
+    batch.write(stores.messages.write_messages, THREAD, [ChatMessage.from_assistant("done")], fence=fence)
+    batch.require(stores.runs.transition, "run-1", "running", "finished", fence=fence)
+    late = batch.require(stores.outbox.add, "answer:run-1", ADDRESS, "done", fence=fence, now=NOW)
+
+    outcome = await storage.batches.apply(batch)
+
+    assert not outcome.applied and outcome.refused_by is late
+    assert (await storage.runs.get("run-1")).status == "running"
+    assert [m.text for m in await storage.messages.retrieve_messages(THREAD)] == ["delete a.txt"]
+
+
 async def test_a_write_that_raises_rolls_back_the_batch_and_the_error_reaches_the_caller(storage):
     await create_run(storage)
     batch = Batch()

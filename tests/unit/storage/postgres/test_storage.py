@@ -280,6 +280,18 @@ async def test_a_waiting_read_in_a_batch_waits_for_an_enqueue_in_flight_and_sees
     assert [i.requester for i in outcome[waiting]] == ["U_BOB"] and outcome[first] is True
 
 
+async def test_in_a_batch_s_pipeline_a_statement_s_changed_rows_are_counted_and_the_batch_commits_at_its_end(
+    postgres_url,
+):
+    async with await open_postgres_storage(postgres_url) as storage, await open_postgres_storage(postgres_url) as other:
+        await storage.db.execute("CREATE TABLE piped (n integer)")
+        async with storage.db.bound():
+            assert await storage.db.execute("INSERT INTO piped VALUES (1), (2), (3)") == 3
+            assert await storage.db.execute("UPDATE piped SET n = n + 1 WHERE n > 1") == 2
+            assert await other.db.fetchone("SELECT count(*) FROM piped") == (0,), "nothing committed before the end"
+        assert await other.db.fetchone("SELECT count(*) FROM piped") == (3,)
+
+
 async def test_a_store_transaction_inside_a_batch_is_the_batch_itself_with_no_savepoint(postgres_url):
     # A savepoint per store call cost two more trips to the server each; a batch is all or nothing anyway.
     async with await open_postgres_storage(postgres_url) as storage:
@@ -287,9 +299,9 @@ async def test_a_store_transaction_inside_a_batch_is_the_batch_itself_with_no_sa
             async with storage.db.bound() as bound:
                 async with storage.db.transaction() as conn:
                     assert conn is bound
+                    await conn.execute("SELECT 1 / 0")  # queued in the batch's pipeline: no round trip, no error yet
                 with pytest.raises(StorageError, match="division by zero"):
-                    async with storage.db.transaction() as conn:
-                        await conn.execute("SELECT 1 / 0")
+                    await storage.db.fetchone("SELECT 1")  # the next read flushes the pipeline and meets it
                 # No savepoint to return to: the error failed the batch's transaction as a whole.
                 await storage.db.fetchone("SELECT 1")
         assert await storage.events.first_time("slack:Ev-after-batch")  # the pool is still usable
