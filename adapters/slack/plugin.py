@@ -28,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
 from adapters.slack.guard import Refusal, check_request, read_body
 from adapters.slack.socket import SOCKET_NOT_OPEN, OneLineLogger, SocketConnector
-from adapters.slack.surface import SlackSurface, configure_web_client
+from adapters.slack.surface import SlackSurface, configure_web_client, share_session
 from bot.config import Config, ConfigError
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def build_bolt_app(
         process_before_response=True,
     )
     configure_web_client(app.client, config.slack_api_url, engine.observer)
+    share_session(app.client)
     surface = SlackSurface(app.client)
     listeners = SlackListeners(engine, surface, tasks)
     surface.home_builder = listeners.home_view_for  # App Homes are re-published when approvals change
@@ -110,7 +111,11 @@ class SlackPlugin:
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
         self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
-        self._auth_problem = await check_bot_token(self.app.client)
+        try:
+            self._auth_problem = await check_bot_token(self.app.client)
+        except ConfigError:  # serve stops here: close() will not be called
+            await self._close_session()
+            raise
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -184,3 +189,9 @@ class SlackPlugin:
         await self.tasks.cancel()
         if self.surface is not None:
             await self.surface.close()
+        await self._close_session()
+
+    async def _close_session(self) -> None:
+        """Close the Web API client's connections (:func:`~adapters.slack.surface.share_session`)."""
+        if self.app is not None and self.app.client.session is not None:
+            await self.app.client.session.close()

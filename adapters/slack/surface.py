@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -104,6 +105,18 @@ def configure_web_client(client: AsyncWebClient, api_url: str | None = None, obs
     base_url = api_url or SLACK_API_URL
     client.base_url = base_url if base_url.endswith("/") else base_url + "/"
     client.retry_handlers = retry_handlers(observer)
+
+
+def share_session(client: AsyncWebClient) -> aiohttp.ClientSession:
+    """Give ``client`` one aiohttp session for all its calls (and Bolt's per-request copies, which take it over).
+
+    Without one, slack_sdk opens a session and a new connection for every call and closes them after it:
+    under a burst that connect (and, against Slack, the TLS handshake) was the largest cost of a
+    conversation. The session keeps connections alive between calls; its owner closes it at shutdown.
+    """
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=client.timeout))
+    client.session = session
+    return session
 
 
 @contextlib.asynccontextmanager
