@@ -114,9 +114,15 @@ def share_session(client: AsyncWebClient) -> aiohttp.ClientSession:
     Without one, slack_sdk opens a session and a new connection for every call and closes them after it:
     under a burst that connect (and, against Slack, the TLS handshake) was the largest cost of a
     conversation. The session keeps connections alive between calls, and encodes JSON bodies with
-    :func:`bot.jsonio.dumps` (orjson) rather than :mod:`json`; its owner closes it at shutdown.
+    :func:`bot.jsonio.dumps` (orjson) rather than :mod:`json`; its owner closes it at shutdown. It sets no
+    cap on concurrent calls (aiohttp's default is 100), as before: under a burst, calls that acks wait for
+    (Bolt's first ``auth.test``) must not queue behind hundreds of status lines.
     """
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=client.timeout), json_serialize=jsonio.dumps)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=client.timeout),
+        json_serialize=jsonio.dumps,
+    )
     client.session = session
     return session
 
