@@ -254,6 +254,20 @@ async def test_web_api_calls_share_connections_instead_of_opening_one_each(tmp_p
     assert len({c.peer for c in calls}) <= len(calls) // 2
 
 
+async def test_events_at_start_do_not_each_wait_for_their_own_auth_test(tmp_path: Path, slack: FakeSlackAPI) -> None:
+    stack = await SlackStack.start(db_path=tmp_path / "cs.db", slack=slack, generator=clean_twice(), tools=[])
+    try:
+        mentions = [stack.requests.mention(ALICE, CHANNEL, f"<@U0BOT> hello {i}") for i in range(5)]
+        replies = await asyncio.gather(*(stack.requests.event(m) for m in mentions))
+        assert [r.status for r in replies] == [200] * 5
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    # serve's own check at start; Bolt authorizes every event with its answer instead of asking again
+    assert len(slack.calls_to("auth.test")) == 1
+
+
 async def test_rate_limited_and_failing_web_api_calls_are_retried_by_slack_sdk(
     tmp_path: Path, slack: FakeSlackAPI
 ) -> None:
