@@ -374,10 +374,23 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+REQUEST_LOGGERS = ("httpx", "httpx2")
+"""HTTP clients that log every request at INFO (the model calls): shown at DEBUG only."""
+
+
 def configure_logging(level: str, *, tracebacks: bool, fmt: str = "text", secrets: Sequence[str] = ()) -> None:
-    """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`)."""
+    """Log to stderr at ``level`` as text (see :func:`log_formatter`) or JSON (:func:`bot.logs.json_formatter`).
+
+    Below DEBUG the HTTP clients' line per request is left out (:data:`REQUEST_LOGGERS`): two of a
+    conversation's five lines, which say nothing a failed call does not log itself.
+    """
     handler = log_handler(_CurrentStderr(), tracebacks=tracebacks, fmt=fmt, secrets=secrets)
     logging.basicConfig(level=level, handlers=[handler])
+    threshold = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    for name in REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if threshold <= logging.DEBUG else max(threshold, logging.WARNING)
+        )
 
 
 def _importable_working_folder() -> None:

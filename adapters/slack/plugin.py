@@ -19,16 +19,18 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.middleware.authorization.async_single_team_authorization import AsyncSingleTeamAuthorization
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack.app import PLATFORM, BackgroundTasks, SlackListeners
 from adapters.slack.guard import Refusal, check_request, read_body
 from adapters.slack.socket import SOCKET_NOT_OPEN, OneLineLogger, SocketConnector
-from adapters.slack.surface import SlackSurface, configure_web_client
+from adapters.slack.surface import SlackSurface, configure_web_client, share_session
 from bot.config import Config, ConfigError
 
 if TYPE_CHECKING:
@@ -43,14 +45,17 @@ REFUSED_TOKEN_ERRORS = frozenset(
 """``auth.test`` errors that mean the bot token itself is wrong, not that Slack is unwell."""
 
 
-async def check_bot_token(client: AsyncWebClient) -> str | None:
+async def check_bot_token(client: AsyncWebClient, app: AsyncApp | None = None) -> str | None:
     """``auth.test`` at start: a token Slack refuses is a :class:`ConfigError` naming ``SLACK_BOT_TOKEN``.
 
     Slack being unreachable is not a configuration error: it is logged, serving goes on, and the
-    problem is returned (``None`` when the check passed) for ``/readyz`` to report.
+    problem is returned (``None`` when the check passed) for ``/readyz`` to report. The answer is
+    handed to ``app``'s authorization (:func:`share_auth_test`).
     """
     try:
-        await client.auth_test()
+        answer = await client.auth_test()
+        if app is not None:
+            share_auth_test(app, answer)
     except SlackApiError as exc:
         error = exc.response.get("error")
         if error in REFUSED_TOKEN_ERRORS:
@@ -61,6 +66,19 @@ async def check_bot_token(client: AsyncWebClient) -> str | None:
         logger.warning("could not reach Slack to check SLACK_BOT_TOKEN (%s); serving anyway", type(exc).__name__)
         return f"slack: auth.test could not reach Slack ({type(exc).__name__})"
     return None
+
+
+def share_auth_test(app: AsyncApp, answer: AsyncSlackResponse) -> None:
+    """Give Bolt's single-workspace authorization the ``auth.test`` answer serve already has.
+
+    Bolt calls ``auth.test`` for every request until one call has answered, and each request waits for its
+    own call before its listener (and so its ack) runs: under a burst at start that was a call per event.
+    Bolt keeps its authorization middleware in a private list; if that changes, this does nothing and
+    Bolt asks Slack itself, as before.
+    """
+    for middleware in getattr(app, "_async_middleware_list", ()):
+        if isinstance(middleware, AsyncSingleTeamAuthorization) and middleware.auth_test_result is None:
+            middleware.auth_test_result = answer
 
 
 def build_bolt_app(
@@ -81,6 +99,7 @@ def build_bolt_app(
         process_before_response=True,
     )
     configure_web_client(app.client, config.slack_api_url, engine.observer)
+    share_session(app.client)
     surface = SlackSurface(app.client)
     listeners = SlackListeners(engine, surface, tasks)
     surface.home_builder = listeners.home_view_for  # App Homes are re-published when approvals change
@@ -110,7 +129,11 @@ class SlackPlugin:
     async def setup(self, app: web.Application, engine: Engine, config: Config) -> None:
         """Register the surface and serve Slack: the HTTP route, or a Socket Mode connection."""
         self.app, self.surface, self.listeners = build_bolt_app(engine, config, self.tasks)
-        self._auth_problem = await check_bot_token(self.app.client)
+        try:
+            self._auth_problem = await check_bot_token(self.app.client, self.app)
+        except ConfigError:  # serve stops here: close() will not be called
+            await self._close_session()
+            raise
         engine.register_surface(PLATFORM, self.surface)
         if config.slack_app_token:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -157,7 +180,7 @@ class SlackPlugin:
             return "slack: not set up"
         if self._auth_problem is not None:
             try:
-                self._auth_problem = await check_bot_token(self.app.client)
+                self._auth_problem = await check_bot_token(self.app.client, self.app)
             except ConfigError as exc:  # the token was revoked since start
                 self._auth_problem = f"slack: {exc}"
         problems = [] if self._auth_problem is None else [self._auth_problem]
@@ -184,3 +207,9 @@ class SlackPlugin:
         await self.tasks.cancel()
         if self.surface is not None:
             await self.surface.close()
+        await self._close_session()
+
+    async def _close_session(self) -> None:
+        """Close the Web API client's connections (:func:`~adapters.slack.surface.share_session`)."""
+        if self.app is not None and self.app.client.session is not None:
+            await self.app.client.session.close()

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -37,6 +38,7 @@ from adapters.slack.mrkdwn import (
     note_markup,
     split_message,
 )
+from bot import jsonio
 from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import StreamRateLimited, masked_growth
@@ -107,6 +109,25 @@ def configure_web_client(client: AsyncWebClient, api_url: str | None = None, obs
     client.retry_handlers = retry_handlers(observer)
 
 
+def share_session(client: AsyncWebClient) -> aiohttp.ClientSession:
+    """Give ``client`` one aiohttp session for all its calls (and Bolt's per-request copies, which take it over).
+
+    Without one, slack_sdk opens a session and a new connection for every call and closes them after it:
+    under a burst that connect (and, against Slack, the TLS handshake) was the largest cost of a
+    conversation. The session keeps connections alive between calls, and encodes JSON bodies with
+    :func:`bot.jsonio.dumps` (orjson) rather than :mod:`json`; its owner closes it at shutdown. It sets no
+    cap on concurrent calls (aiohttp's default is 100), as before: under a burst, calls that acks wait for
+    (Bolt's first ``auth.test``) must not queue behind hundreds of status lines.
+    """
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=client.timeout),
+        json_serialize=jsonio.dumps,
+    )
+    client.session = session
+    return session
+
+
 @contextlib.asynccontextmanager
 async def _rate_limits() -> AsyncIterator[None]:
     """A 429 that slack_sdk's own retries could not get past becomes :class:`StreamRateLimited` (Retry-After)."""
@@ -163,6 +184,11 @@ class SlackSurface(Surface):
         self._status_refreshers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.home_builder: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None
         """Builds one person's App Home view (user, workspace); set by the plugin."""
+        self._homes_queued: dict[tuple[str, str], asyncio.Task[None]] = {}
+        """Per (workspace, user): the App Home publish not begun yet, which later changes join."""
+        self._homes_latest: dict[tuple[str, str], asyncio.Task[None]] = {}
+        """Per (workspace, user): the last App Home publish scheduled; the next one starts after it."""
+        self._home_tasks: set[asyncio.Task[None]] = set()
 
     async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
@@ -274,11 +300,15 @@ class SlackSurface(Surface):
                 logger.info("status line not refreshed", exc_info=True)
 
     async def close(self) -> None:
-        """Stop refreshing status lines."""
+        """Stop refreshing status lines and publishing App Homes."""
         for task in self._status_refreshers.values():
             task.cancel()
         await asyncio.gather(*self._status_refreshers.values(), return_exceptions=True)
         self._status_refreshers.clear()
+        homes = list(self._home_tasks)
+        for task in homes:
+            task.cancel()
+        await asyncio.gather(*homes, return_exceptions=True)
 
     async def start_stream(self, thread: ThreadRef, requester: str, run_id: str) -> dict[str, Any] | None:
         """Open the message an answer streams into: Slack's own stream in a thread (with a private Stop
@@ -412,11 +442,40 @@ class SlackSurface(Surface):
         await self.client.views_open(trigger_id=trigger_id, view=view)
 
     async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
-        """Re-publish the App Home of each of ``users`` (their list of approvals changed)."""
+        """Re-publish the App Home of each of ``users`` (their list of approvals changed).
+
+        Returns once a publish that began after this call has shown each of them. Changes that arrive
+        while a person's home is being published share one next publish (built then, so it shows them
+        all): a burst of approvals costs each approver two publishes, not one per approval.
+        """
         if self.home_builder is None:
             return
         for user in users:
+            await asyncio.shield(self._next_home_refresh(workspace, user))
+
+    def _next_home_refresh(self, workspace: str, user: str) -> asyncio.Task[None]:
+        key = (workspace, user)
+        queued = self._homes_queued.get(key)
+        if queued is None:
+            queued = asyncio.create_task(self._refresh_home_after(key, self._homes_latest.get(key)))
+            self._homes_queued[key] = self._homes_latest[key] = queued
+            self._home_tasks.add(queued)
+            queued.add_done_callback(self._home_tasks.discard)
+        return queued
+
+    async def _refresh_home_after(self, key: tuple[str, str], previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # its outcome is its callers'
+        this = asyncio.current_task()
+        if self._homes_queued.get(key) is this:
+            del self._homes_queued[key]  # from here on a change needs the next publish
+        try:
+            assert self.home_builder is not None
+            workspace, user = key
             await self.publish_home(user, await self.home_builder(user, workspace))
+        finally:
+            if self._homes_latest.get(key) is this:
+                del self._homes_latest[key]
 
     async def publish_home(self, user: str, view: dict[str, Any]) -> None:
         """Show ``view`` as ``user``'s App Home tab."""

@@ -58,6 +58,8 @@ class SlackCall:
     response: dict[str, Any] = field(default_factory=dict)
     at: float = field(default_factory=time.monotonic)
     """When it arrived (monotonic seconds): rate caps are checked on these."""
+    peer: Any = None
+    """The client's address (host, port) of the connection it came over: one per connection, not per call."""
 
 
 @dataclass
@@ -191,6 +193,7 @@ class FakeSlackAPI:
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
         args: dict[str, Any] = dict(request.query)
         if request.can_read_body:
             if request.content_type == "application/json":
@@ -205,15 +208,15 @@ class FakeSlackAPI:
         scripted = self._statuses.get(method)
         if scripted:
             status, headers = scripted.pop(0)
-            await self._record(SlackCall(method=method, args=args, token=token, response={"status": status}))
+            await self._record(SlackCall(method=method, args=args, token=token, peer=peer, response={"status": status}))
             return web.json_response({"ok": False, "error": f"http_{status}"}, status=status, headers=headers)
         gate = self._gates.get(method)
         if gate is not None and not gate.is_set():
-            await self._record(SlackCall(method=f"{method}:held", args=args, token=token))
+            await self._record(SlackCall(method=f"{method}:held", args=args, token=token, peer=peer))
             await gate.wait()
-        call = SlackCall(method=method, args=args, token=token)
+        call = SlackCall(method=method, args=args, token=token, peer=peer)
         answer = self._answer(call)
-        await self._record(SlackCall(method=method, args=args, token=token, response=answer))
+        await self._record(SlackCall(method=method, args=args, token=token, peer=peer, response=answer))
         return web.json_response(answer)
 
     async def _respond(self, request: web.Request) -> web.Response:

@@ -4,6 +4,8 @@ recipient in channels, markdown_text at most 12,000 characters, a status line ke
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from adapters.slack.surface import MARKDOWN_TEXT_LIMIT, SlackSurface, StreamTooLong, web_client
@@ -51,4 +53,32 @@ async def test_a_status_is_sent_again_before_slack_clears_it_and_stops_when_clea
 
     assert slack.calls_to("assistant.threads.setStatus")[-1].args["status"] == ""
     assert surface._status_refreshers == {}  # nothing left to send it again
+    await surface.close()
+
+
+async def test_app_home_changes_during_a_publish_share_the_next_publish_which_shows_them_all(slack):
+    surface = SlackSurface(web_client("xoxb-test-token", slack.base_url))
+    pending: list[str] = []
+    built: list[list[str]] = []
+
+    async def home(user: str, workspace: str) -> dict:
+        built.append(list(pending))
+        return {"type": "home", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": ", ".join(pending)}}]}
+
+    surface.home_builder = home
+    gate = slack.hold("views.publish")
+    pending.append("a-0")
+    first = asyncio.create_task(surface.refresh_home("T0TEAM", ["U0BOB"]))
+    await slack.wait_for("views.publish:held")
+    later = []
+    for i in range(1, 10):  # nine more approvals change while the first publish is on its way
+        pending.append(f"a-{i}")
+        later.append(asyncio.create_task(surface.refresh_home("T0TEAM", ["U0BOB"])))
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *later)
+
+    assert built == [["a-0"], [f"a-{i}" for i in range(10)]]
+    published = slack.calls_to("views.publish")
+    assert len(published) == 2 and published[-1].args["view"]["blocks"][0]["text"]["text"].endswith("a-9")
     await surface.close()

@@ -228,6 +228,46 @@ async def test_bolt_does_not_warn_that_a_token_is_unused(
     assert [str(w.message) for w in caught if "slack" in w.filename] == []
 
 
+async def test_web_api_calls_share_connections_instead_of_opening_one_each(tmp_path: Path, slack: FakeSlackAPI) -> None:
+    cleaned: list[str] = []
+    stack = await SlackStack.start(
+        db_path=tmp_path / "cs.db", slack=slack, generator=clean_twice(), tools=[cleaning_tool(cleaned)]
+    )
+    try:
+        mention = stack.requests.mention(ALICE, CHANNEL, "<@U0BOT> clean the cdn cache")
+        await stack.requests.event(mention)
+        [approval] = await slack.wait_for("chat.postMessage")
+        await stack.settle()
+        [approval_id] = button_values(approval.args["blocks"], "cs_approve")
+        await stack.requests.click(
+            "cs_approve", approval_id, user=ALICE, channel=CHANNEL, message_ts=approval.response["ts"],
+            thread_ts=mention["ts"],
+        )  # fmt: skip
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    assert cleaned == ["cdn"]
+    calls = [c for c in slack.calls if c.method != "response_url"]
+    assert len(calls) >= 8  # auth.test, status lines, the card, App Homes, the update, the answer
+    # Bolt's per-request clients and the surface share the plugin's session: a few kept-alive connections.
+    assert len({c.peer for c in calls}) <= len(calls) // 2
+
+
+async def test_events_at_start_do_not_each_wait_for_their_own_auth_test(tmp_path: Path, slack: FakeSlackAPI) -> None:
+    stack = await SlackStack.start(db_path=tmp_path / "cs.db", slack=slack, generator=clean_twice(), tools=[])
+    try:
+        mentions = [stack.requests.mention(ALICE, CHANNEL, f"<@U0BOT> hello {i}") for i in range(5)]
+        replies = await asyncio.gather(*(stack.requests.event(m) for m in mentions))
+        assert [r.status for r in replies] == [200] * 5
+        await stack.settle()
+    finally:
+        await stack.stop()
+
+    # serve's own check at start; Bolt authorizes every event with its answer instead of asking again
+    assert len(slack.calls_to("auth.test")) == 1
+
+
 async def test_rate_limited_and_failing_web_api_calls_are_retried_by_slack_sdk(
     tmp_path: Path, slack: FakeSlackAPI
 ) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.cli import log_handler
+from bot.cli import REQUEST_LOGGERS, configure_logging, log_handler
 from bot.config import Config, ConfigError
 from bot.engine.model import DecisionRequest
 from bot.logs import log_context
@@ -86,6 +86,29 @@ def test_log_format_is_validated_at_start():
     assert Config.from_env({"COUNTERSIGN_LOG_FORMAT": "JSON"}, dotenv_path=None).log_format == "json"
     with pytest.raises(ConfigError, match="COUNTERSIGN_LOG_FORMAT"):
         Config.from_env({"COUNTERSIGN_LOG_FORMAT": "xml"}, dotenv_path=None)
+
+
+@pytest.mark.parametrize(
+    ("level", "requests_shown", "warnings_shown"),
+    [("INFO", False, True), ("DEBUG", True, True), ("ERROR", False, False)],
+)
+def test_the_http_clients_line_per_request_is_shown_at_debug_only(
+    level: str, requests_shown: bool, warnings_shown: bool
+) -> None:
+    root = logging.getLogger()
+    before = root.level, list(root.handlers), {name: logging.getLogger(name).level for name in REQUEST_LOGGERS}
+    root.handlers.clear()  # as in a fresh process, so basicConfig installs the handler
+    try:
+        configure_logging(level, tracebacks=True)
+        for name in REQUEST_LOGGERS:
+            assert logging.getLogger(name).isEnabledFor(logging.INFO) is requests_shown
+            assert logging.getLogger(name).isEnabledFor(logging.WARNING) is warnings_shown
+        assert logging.getLogger("bot.engine.running").isEnabledFor(logging.INFO) is (level != "ERROR")
+    finally:
+        root.handlers[:] = before[1]
+        root.setLevel(before[0])
+        for name, old in before[2].items():
+            logging.getLogger(name).setLevel(old)
 
 
 # --- configured secrets never reach a log line, tracebacks included -----------------------------------------
