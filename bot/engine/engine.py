@@ -129,7 +129,22 @@ class Engine:
             observer=observer,
         )
         engine.mcp = mcp
+        if mcp is not None:
+            engine.parts.deciding.mcp = mcp
+            mcp.on_tools_changed = engine.mcp_tools_changed
         return engine
+
+    async def mcp_tools_changed(self) -> None:
+        """Offer the MCP servers' tools as they are now (a server connected after start-up, ``mcp reload``).
+
+        A paused run resumes with the tools it paused with, found by name; their groups ``<server>__*`` follow.
+        """
+        if self.mcp is None:
+            return
+        tools = self.mcp.tools()
+        self.parts.replace_mcp_tools(tools)
+        for group, names in self.mcp.server_groups().items():
+            await self.storage.policies.define_group(group, names)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 

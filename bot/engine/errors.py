@@ -93,6 +93,17 @@ class ToolsNotConfigured(EngineError):
         self.missing = tuple(missing)
 
 
+class MCPServerNotConnected(ToolsNotConfigured):
+    """The call's tool comes from an MCP server that is not connected now: nothing is decided, the call waits."""
+
+    def __init__(self, server: str, tool_name: str) -> None:
+        EngineError.__init__(
+            self, f"The MCP server {server} is not connected; try again when it is. Nothing was decided."
+        )
+        self.missing = (tool_name,)
+        self.server = server
+
+
 class UnknownAction(EngineError):
     """An action other than confirm, reject or modify."""
 

@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.mcp.config import MCPServerConfig
 from bot.mcp.naming import mcp_tool_name
-from bot.mcp.tools import MCPTool, mcp_tool
+from bot.mcp.tools import MCPTool, MCPToolInfo, mcp_tool, spec_fingerprint, tool_info
 from bot.tools import ToolInvocationError
+
+if TYPE_CHECKING:
+    from mcp.client.session import MessageHandlerFnT
 
 log = logging.getLogger("countersign.mcp")
 BACKOFF_START = 0.5
@@ -51,6 +54,11 @@ class _Server:
     status: MCPServerStatus
     session: Any = None
     specs: list[Any] = field(default_factory=list)
+    """The server's tools as it lists them now (re-listed on ``notifications/tools/list_changed``)."""
+    offered: list[Any] | None = None
+    """The tools offered to the model: the first listing in this process (or since ``mcp reload``). A call of one
+    whose schema or annotations differ in :attr:`specs` is refused (:meth:`MCPManager.refusal`)."""
+    relist: asyncio.Task[None] | None = None
     tried: asyncio.Event = field(default_factory=asyncio.Event)
     broken: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -65,6 +73,9 @@ class MCPManager:
             s.name: _Server(config=s, status=MCPServerStatus(name=s.name, transport=s.transport)) for s in servers
         }
         self._closing = False
+        self.on_tools_changed: Callable[[], Awaitable[None]] | None = None
+        """Awaited when :meth:`tools` changes after :meth:`start` (a server first connected late, ``mcp reload``)."""
+        self._started = False
 
     async def start(self, wait_seconds: float | None = None) -> None:
         """Start every server; return once each has been tried (its tools listed, or it failed)."""
@@ -74,6 +85,7 @@ class MCPManager:
         waits = [s.tried.wait() for s in self._servers.values()]
         if waits:
             await asyncio.wait_for(asyncio.gather(*waits), wait_seconds)
+        self._started = True
 
     @property
     def all_tried(self) -> bool:
@@ -93,11 +105,48 @@ class MCPManager:
         taken: set[str] = set()
         out: list[MCPTool] = []
         for name, server in self._servers.items():
-            for spec in server.specs:
+            for spec in server.offered or ():
                 tool_name = mcp_tool_name(name, spec.name, taken)
                 taken.add(tool_name)
-                out.append(mcp_tool(name, tool_name, spec, self.call))
+                out.append(mcp_tool(name, tool_name, spec, self.call, check=self.refusal))
         return out
+
+    def server_of(self, tool_name: str) -> str | None:
+        """The configured server whose tools are named ``<server>__…`` like ``tool_name``, else ``None``."""
+        return next((name for name in self._servers if tool_name.startswith(f"{name}__")), None)
+
+    def connected(self, server_name: str) -> bool:
+        """Whether ``server_name`` is configured and connected now."""
+        server = self._servers.get(server_name)
+        return server is not None and server.session is not None
+
+    def refusal(self, info: MCPToolInfo) -> str | None:
+        """Why a call of the tool ``info`` describes (as it was offered and shown) may not run now, else ``None``.
+
+        The server is down, or its tool list changed since (``notifications/tools/list_changed``, a restart of
+        the server) so that the tool is gone or its input schema or annotations differ.
+        """
+        server = self._servers.get(info.server)
+        if server is None or server.session is None:
+            return not_connected(info.server)
+        spec = next((s for s in server.specs if s.name == info.tool), None)
+        if spec is None:
+            return (
+                f"the MCP server {info.server} no longer offers the tool {info.tool} (its tool list changed "
+                "since this call was made), so it was not run"
+            )
+        if spec_fingerprint(spec) != info.fingerprint:
+            return (
+                f"the tool {info.tool} changed on the MCP server {info.server} since this call was made (its input "
+                "schema or annotations differ), so it was not run; ask again to use the tool as it is now"
+            )
+        return None
+
+    async def settled(self, server_name: str) -> None:
+        """Wait for a re-listing of ``server_name``'s tools in progress, if any (tests bound it with a timeout)."""
+        task = self._servers[server_name].relist
+        if task is not None:
+            await asyncio.shield(task)
 
     async def wait_ready(self, server_name: str) -> None:
         """Wait until ``server_name`` is connected (after a restart, say); bound it with ``asyncio.timeout``."""
@@ -116,6 +165,11 @@ class MCPManager:
         server = self._servers.get(server_name)
         if server is None or server.session is None:
             raise MCPCallError(f"error from {server_name}: the server is not connected", tool)
+        offered = next((s for s in server.offered or () if s.name == tool), None)
+        if offered is not None:  # never run against a tool that changed since the model was offered it
+            problem = self.refusal(tool_info(server_name, offered))
+            if problem is not None:
+                raise MCPCallError(f"error from {server_name}: {problem}", tool)
         try:
             result = await asyncio.wait_for(server.session.call_tool(tool, arguments), server.config.timeout)
         except TimeoutError:
@@ -165,6 +219,8 @@ class MCPManager:
                 server.ready.clear()
                 server.session = None
                 server.specs = []
+                if server.relist is not None:
+                    server.relist.cancel()
                 server.status.tool_count = 0
                 if server.status.status == "ready":
                     server.status.status = "failed"
@@ -190,20 +246,62 @@ class MCPManager:
                 assert cfg.url is not None
                 client = await stack.enter_async_context(create_mcp_http_client(headers=dict(cfg.headers)))
                 read, write = await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
-            session = await stack.enter_async_context(ClientSession(read, write))
+            session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._handler(server)))
             # A server's first answer may take longer than its calls' ``timeout`` (npm, Python start-up).
             start_timeout = max(cfg.timeout, START_TIMEOUT)
             await asyncio.wait_for(session.initialize(), start_timeout)
             specs = await asyncio.wait_for(_list_all_tools(session), start_timeout)
             server.specs = specs
+            first = server.offered is None
+            if first:
+                server.offered = specs
             server.session = session
             server.status.status = "ready"
             server.status.tool_count = len(specs)
             server.status.last_error = None
             server.tried.set()
             server.ready.set()
+            if first and self._started and self.on_tools_changed is not None:
+                await self.on_tools_changed()  # connected after start-up: its tools are offered from now on
             await server.broken.wait()
             raise ConnectionError("the connection was lost")
+
+    def _handler(self, server: _Server) -> MessageHandlerFnT:
+        """The session's ``message_handler``: ``notifications/tools/list_changed`` re-lists the server's tools.
+
+        The SDK awaits the handler inline while it reads the server's messages, so the listing (a request whose
+        answer that same reader delivers) runs as a task of its own.
+        """
+        import mcp.types as types
+
+        async def handle(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification) and server.session is not None:
+                if server.relist is not None:
+                    server.relist.cancel()
+                server.relist = asyncio.create_task(self._relist(server), name=f"mcp-relist-{server.config.name}")
+
+        return handle
+
+    async def _relist(self, server: _Server) -> None:
+        session = server.session
+        if session is None:
+            return
+        try:
+            specs = await asyncio.wait_for(_list_all_tools(session), max(server.config.timeout, START_TIMEOUT))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed listing keeps the last one; the next call finds a dead link
+            log.warning("MCP server %s: re-listing its tools failed: %s", server.config.name, _one_line(exc))
+            return
+        if server.session is session:
+            server.specs = specs
+            server.status.tool_count = len(specs)
+            log.info("MCP server %s changed its tool list (%d tools)", server.config.name, len(specs))
+
+
+def not_connected(server: str) -> str:
+    """What a call (or an approval of one) of a tool of ``server`` is told while the server is down."""
+    return f"the MCP server {server} is not connected; try again when it is"
 
 
 async def _list_all_tools(session: Any) -> list[Any]:

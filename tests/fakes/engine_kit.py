@@ -233,11 +233,11 @@ class Harness:
             await engine.start(sweep=False)
         return harness
 
-    async def reopen(self, *, generator: Any = None, surface: RecordingSurface | None = None) -> Harness:
+    async def reopen(self, *, generator: Any = None, surface: RecordingSurface | None = None, **config: Any) -> Harness:
         """A NEW engine on the same database (as after a restart, or another replica), started; the old one is
-        left as is."""
+        left as is. ``config``: settings of the new process (``mcp_servers=…``)."""
         engine = await Engine.create(
-            Config(db_path=self.db_path, admins=self.admins, database_url=self.database_url),
+            Config(db_path=self.db_path, admins=self.admins, database_url=self.database_url, **config),
             generator=generator if generator is not None else self.generator,
             tools=self.tool_list,
             clock=self.clock,

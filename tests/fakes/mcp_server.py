@@ -1,9 +1,10 @@
 """A small MCP server (the SDK's ``MCPServer``) for exact control in the MCP tests.
 
-``python -m tests.fakes.mcp_server LOG [stdio|http PORT]``: every execution of ``record`` appends
+``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG]``: every execution of ``record`` appends
 one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
-result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits).
+result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``change`` (changes
+``record`` and sends ``notifications/tools/list_changed``).
 """
 
 from __future__ import annotations
@@ -14,19 +15,36 @@ import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 
 def build(log_path: Path) -> MCPServer:
     server = MCPServer("countersign-test")
+    record_annotations = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    @server.tool(annotations=record_annotations)
     def record(note: str) -> str:
         """Record a note (each execution appends one line to the log)."""
         with log_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"tool": "record", "note": note}) + "\n")
         return f"recorded {note}"
+
+    def record_loudly(note: str, loud: bool = False) -> str:
+        """Record a note, perhaps loudly (the changed ``record``)."""
+        return record(note.upper() if loud else note)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def change(what: str, ctx: Context) -> str:
+        """Change ``record``: ``schema`` (it takes ``loud`` too), ``annotations`` (it becomes destructive) or
+        ``remove`` (it is gone); then tell the client its tool list changed."""
+        server.remove_tool("record")
+        if what == "schema":
+            server.add_tool(record_loudly, name="record", annotations=record_annotations)
+        elif what == "annotations":
+            server.add_tool(record, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+        await ctx.session.send_tool_list_changed()
+        return f"changed: {what}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def peek() -> str:
@@ -59,6 +77,10 @@ def build(log_path: Path) -> MCPServer:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) > 2 and argv[1] == "after":  # LOG after FLAG: a server that cannot start until FLAG exists
+        if not Path(argv[2]).exists():
+            sys.exit(f"not yet: {argv[2]} does not exist")
+        argv = argv[:1]
     server = build(Path(argv[0]))
     if len(argv) > 1 and argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(argv[2]))

@@ -82,7 +82,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 6
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 7
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
@@ -261,3 +261,72 @@ async def test_a_call_past_the_servers_timeout_is_an_error_naming_the_server(tmp
         assert await manager.call("t", "slow", {"seconds": 0}) == "woke up"  # the server still answers
     finally:
         await manager.aclose()
+
+
+# --- a tool list that changes (notifications/tools/list_changed) ------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["schema", "annotations", "remove"])
+async def test_an_approval_is_refused_when_the_tool_changed_on_the_server(h: Harness, tmp_path: Path, what: str):
+    assert h.engine.mcp is not None
+    script(h, asks_for("t__record", note="bound"), echoes_results)
+    [approval] = await h.paused_approvals("record")
+    assert await h.engine.mcp.call("t", "change", {"what": what}) == f"changed: {what}"
+    await bounded(h.engine.mcp.settled("t"), 20)  # the notification re-listed the server's tools
+
+    await decide(h, "confirm")
+
+    record = await h.engine.get_approval(approval.approval_id)
+    assert record.status == "rejected"
+    sentence = record.feedback or ""
+    assert "MCP server t" in sentence and ("changed" in sentence or "no longer offers" in sentence), sentence
+    assert not (tmp_path / "log.jsonl").exists()  # never run against the changed tool
+    [(_, result, _)] = [r for r in tool_results(await h.history()) if r[0] == "t__record"]
+    assert "MCP server t" in result
+
+
+async def test_a_call_of_a_tool_that_changed_since_it_was_offered_never_reaches_the_server(h: Harness, tmp_path: Path):
+    from bot.mcp.manager import MCPCallError
+
+    assert h.engine.mcp is not None
+    await h.engine.mcp.call("t", "change", {"what": "annotations"})
+    await bounded(h.engine.mcp.settled("t"), 20)
+    with pytest.raises(MCPCallError, match=r"^error from t: the tool record changed on the MCP server t"):
+        await h.engine.mcp.call("t", "record", {"note": "x"})
+    assert not (tmp_path / "log.jsonl").exists()
+    [tool] = [t for t in h.engine.mcp.tools() if t.name == "t__record"]
+    assert tool.refusal() is not None and "changed on the MCP server t" in (tool.refusal() or "")
+
+
+async def test_a_pending_approval_waits_while_its_server_is_down_after_a_restart(tmp_path: Path, sandbox: Path):
+    from bot.engine.errors import MCPServerNotConnected
+
+    log, flag = tmp_path / "log.jsonl", tmp_path / "server-may-start"
+    flag.touch()
+    late = {"t": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log), "after", str(flag)]}}
+    cfg = tuple(parse_mcp_config({"mcpServers": {name: {**s, "cwd": str(ROOT)} for name, s in late.items()}}, {}))
+    before = await Harness.open(tmp_path, replies=[asks_for("t__record", note="later")], mcp_servers=cfg)
+    after = None
+    try:
+        [approval] = await before.paused_approvals("record")
+        await before.close()
+        flag.unlink()  # the server cannot start in the new process
+
+        after = await before.reopen(generator=before.generator, mcp_servers=cfg)
+        script(after, echoes_results)
+        assert after.engine.mcp is not None and after.engine.mcp.degraded() == ["t"]
+        place = approval.thread.place
+        for action in ("confirm", "reject"):
+            with pytest.raises(MCPServerNotConnected, match=r"^The MCP server t is not connected; try again when"):
+                await after.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, action, place=place))
+        assert (await after.engine.get_approval(approval.approval_id)).status == "pending"
+
+        flag.touch()  # the server comes back: its tools are offered, the approval can be decided
+        await bounded(after.engine.mcp.wait_ready("t"), 30)
+        await after.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=place))
+        await after.engine.wait_idle()
+        assert [json.loads(line)["note"] for line in log.read_text().splitlines()] == ["later"]
+    finally:
+        await before.close()
+        if after is not None:
+            await after.close()
