@@ -15,6 +15,7 @@ from bot.engine.breakglass import BreakGlass
 from bot.engine.confirmation import EffectivePolicy, effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.mcp_commands import MCPCommands
 from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.engine.review import REVIEW
@@ -55,6 +56,8 @@ class AdminCommands:
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
         self.breakglass: BreakGlass | None = None
         """Issue 31: ``breakglass list|review`` (set by the engine's parts once it is built)."""
+        self.mcp = MCPCommands(storage, clock)
+        """Issue 25: ``mcp list|reload`` (its manager is set by ``Engine.create``)."""
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
@@ -70,9 +73,11 @@ class AdminCommands:
                     {"command": request.text[:200], "workspace": f"{request.platform}:{request.workspace}"},
                     now=self.clock(),
                 )
-                raise NotAnAdmin()
+                raise NotAnAdmin("reload the MCP servers") if command.name == "mcp reload" else NotAnAdmin()
             if command.name.startswith("breakglass ") or command.breakglass is not None:
                 return await self._breakglass(command, request)
+            if command.name.startswith("mcp "):
+                return await self.mcp.run(command, request)
             return await self._run_admin(command, request)
         except EngineError as exc:
             return str(exc)

@@ -114,8 +114,8 @@ class UnknownAction(EngineError):
 class NotAnAdmin(EngineError):
     """A policy change by someone who is not an admin."""
 
-    def __init__(self) -> None:
-        super().__init__("Only countersign admins can change policies.")
+    def __init__(self, what: str = "change policies") -> None:
+        super().__init__(f"Only countersign admins can {what}.")
 
 
 class NotAllowedToStop(EngineError):

@@ -48,6 +48,16 @@ class MCPServerStatus:
     last_error: str | None = None
 
 
+@dataclass(frozen=True)
+class MCPReload:
+    """What ``mcp reload`` did, by server name."""
+
+    started: list[str]
+    restarted: list[str]
+    stopped: list[str]
+    unchanged: list[str]
+
+
 @dataclass
 class _Server:
     config: MCPServerConfig
@@ -190,15 +200,58 @@ class MCPManager:
             raise MCPCallError(f"error from {server_name}: {text or 'the tool reported an error'}", tool)
         return text
 
+    async def reload(self, servers: Sequence[MCPServerConfig]) -> MCPReload:
+        """Make the running servers those of ``servers`` (``mcp reload``): restart the changed ones, start the new
+        ones, stop the removed ones; return once each started one has been tried.
+
+        Every server's tools are offered as listed now (a tool list that changed since is picked up here), and
+        :attr:`on_tools_changed` is awaited once.
+        """
+        wanted = {s.name: s for s in servers}
+        old = self._servers
+        outcome = MCPReload(
+            started=[n for n in wanted if n not in old],
+            restarted=[n for n in wanted if n in old and old[n].config != wanted[n]],
+            stopped=[n for n in old if n not in wanted],
+            unchanged=[n for n in wanted if n in old and old[n].config == wanted[n]],
+        )
+        for name in (*outcome.stopped, *outcome.restarted):
+            await _stop(old[name])
+        fresh = {*outcome.started, *outcome.restarted}
+        self._servers = {
+            name: old[name]
+            if name not in fresh
+            else _Server(config=cfg, status=MCPServerStatus(name=name, transport=cfg.transport))
+            for name, cfg in wanted.items()
+        }
+        for name in outcome.unchanged:
+            server = self._servers[name]
+            if server.session is not None:
+                server.offered = server.specs
+        for name in fresh:
+            server = self._servers[name]
+            server.task = asyncio.create_task(self._run(server), name=f"mcp-{name}")
+        await asyncio.gather(*(self._servers[n].tried.wait() for n in fresh))
+        await self._tools_changed()
+        return outcome
+
+    async def _tools_changed(self) -> None:
+        if self.on_tools_changed is None:
+            return
+        try:
+            await self.on_tools_changed()
+        except Exception as exc:  # noqa: BLE001 - the servers keep running; the next change offers the tools again
+            log.warning("offering the MCP servers' tools failed: %s", _one_line(exc))
+
     async def aclose(self) -> None:
         """Stop every server (stdio processes end with their sessions)."""
         self._closing = True
-        tasks = [s.task for s in self._servers.values() if s.task is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        servers = list(self._servers.values())
+        for server in servers:
+            if server.task is not None:
+                server.task.cancel()
+        for server in servers:
+            await _stop(server)
 
     async def _run(self, server: _Server) -> None:
         backoff = BACKOFF_START
@@ -261,8 +314,8 @@ class MCPManager:
             server.status.last_error = None
             server.tried.set()
             server.ready.set()
-            if first and self._started and self.on_tools_changed is not None:
-                await self.on_tools_changed()  # connected after start-up: its tools are offered from now on
+            if first and self._started:  # connected after start-up: its tools are offered from now on
+                await self._tools_changed()
             await server.broken.wait()
             raise ConnectionError("the connection was lost")
 
@@ -297,6 +350,15 @@ class MCPManager:
             server.specs = specs
             server.status.tool_count = len(specs)
             log.info("MCP server %s changed its tool list (%d tools)", server.config.name, len(specs))
+
+
+async def _stop(server: _Server) -> None:
+    """End a server's task (a stdio server's process ends with its session)."""
+    if server.task is None:
+        return
+    server.task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await server.task
 
 
 def not_connected(server: str) -> str:

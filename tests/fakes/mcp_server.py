@@ -18,6 +18,16 @@ from pathlib import Path
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
+from bot.mcp import MCPServerConfig, parse_mcp_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def configured(log_path: Path, name: str = "t") -> tuple[MCPServerConfig, ...]:
+    """This server over stdio as the one configured MCP server ``name``, recording into ``log_path``."""
+    spec = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log_path)], "cwd": str(ROOT)}
+    return tuple(parse_mcp_config({"mcpServers": {name: spec}}, {}))
+
 
 def build(log_path: Path) -> MCPServer:
     server = MCPServer("countersign-test")

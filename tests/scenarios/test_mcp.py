@@ -330,3 +330,77 @@ async def test_a_pending_approval_waits_while_its_server_is_down_after_a_restart
         await before.close()
         if after is not None:
             await after.close()
+
+
+# --- mcp list, mcp reload ---------------------------------------------------------------------------------
+
+
+async def admin(h: Harness, text: str, actor: str = ADMIN) -> str:
+    return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
+
+
+def server_spec(log: Path, *extra: str) -> dict:
+    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log), *extra], "cwd": str(ROOT)}
+
+
+async def test_mcp_list_shows_each_server_with_transport_status_tools_and_last_error(h: Harness):
+    lines = (await admin(h, "mcp list", actor=REQUESTER)).splitlines()  # anyone may list
+    assert lines[0] == "MCP servers:"
+    fs, t, down = lines[1:]
+    assert fs.startswith("  fs (stdio): ready, ") and fs.endswith(" tools")
+    assert t == "  t (stdio): ready, 7 tools"
+    assert down.startswith("  down (stdio): failed, 0 tools; last error: ") and "no-such-server" in down
+
+
+async def test_mcp_reload_starts_new_restarts_changed_stops_removed_servers_and_offers_their_tools(
+    h: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    assert h.engine.mcp is not None
+    await h.engine.mcp.call("t", "change", {"what": "schema"})  # picked up by the reload: t's tools as listed now
+    await bounded(h.engine.mcp.settled("t"), 20)
+    config = tmp_path / "mcp.json"
+    spec = {"t": server_spec(tmp_path / "log.jsonl"), "down": server_spec(tmp_path / "down.jsonl")}
+    config.write_text(json.dumps({"mcpServers": {**spec, "new": server_spec(tmp_path / "new.jsonl")}}))
+    monkeypatch.setenv("COUNTERSIGN_MCP_CONFIG", str(config))
+
+    reply = await admin(h, "mcp reload")
+
+    assert reply.splitlines()[0] == "MCP configuration reloaded: started new; restarted down; stopped fs; unchanged t."
+    assert "  new (stdio): ready, 7 tools" in reply and "  down (stdio): ready, 7 tools" in reply
+    names = set(h.engine.tools)
+    assert {"new__record", "down__record", "t__record"} <= names and not any(n.startswith("fs__") for n in names)
+    assert "loud" in h.engine.tools["t__record"].parameters["properties"]
+    [entry] = await h.audit("mcp reload")
+    assert entry.actor == ADMIN and entry.details["started"] == ["new"] and entry.details["stopped"] == ["fs"]
+    assert "never" in await admin(h, "policy set new__* never")  # the new server's tool group
+    script(h, asks_for("new__record", note="fresh"), echoes_results)
+    await h.say("record on the new server")
+    assert (tmp_path / "new.jsonl").read_text().count("fresh") == 1
+    assert ("new__record", "recorded fresh", False) in tool_results(await h.history())
+
+
+async def test_mcp_reload_refuses_a_broken_file_and_the_servers_keep_running(
+    h: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"t": ')
+    monkeypatch.setenv("COUNTERSIGN_MCP_CONFIG", str(config))
+    reply = await admin(h, "mcp reload")
+    assert reply.startswith(f"Not reloaded: COUNTERSIGN_MCP_CONFIG: {config} is not valid JSON (line 1")
+    assert reply.endswith("The running MCP servers are unchanged.") and "\n" not in reply
+    assert [e.details["error"] for e in await h.audit("mcp reload refused")] == [reply[len("Not reloaded: ") : -40]]
+    assert h.engine.mcp is not None and h.engine.mcp.degraded() == ["down"]
+    assert await h.engine.mcp.call("t", "peek", {}) == "0 notes"
+
+
+async def test_mcp_reload_is_for_admins_only_and_the_refusal_is_audited(h: Harness, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("COUNTERSIGN_MCP_CONFIG", raising=False)  # would stop every server, were it run
+    assert await admin(h, "mcp reload", actor=REQUESTER) == "Only countersign admins can reload the MCP servers."
+    [refused] = await h.audit("policy change refused")
+    assert refused.actor == REQUESTER and refused.subject == "mcp reload"
+    assert h.engine.mcp is not None and h.engine.mcp.degraded() == ["down"]
+
+
+async def test_mcp_commands_have_usage_help(h: Harness):
+    assert "mcp reload" in await admin(h, "help")
+    assert (await admin(h, "mcp restart")).endswith("usage: mcp list | mcp reload (help lists every command)")
