@@ -34,15 +34,16 @@ def build(log_path: Path) -> MCPServer:
     record_annotations = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
     @server.tool(annotations=record_annotations)
-    def record(note: str) -> str:
-        """Record a note (each execution appends one line to the log)."""
+    async def record(note: str, wait: float = 0) -> str:
+        """Record a note (each execution appends one line to the log), then wait ``wait`` seconds to answer."""
         with log_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"tool": "record", "note": note}) + "\n")
+            fh.write(json.dumps({"tool": "record", "note": note, "pid": os.getppid()}) + "\n")
+        await asyncio.sleep(wait)
         return f"recorded {note}"
 
-    def record_loudly(note: str, loud: bool = False) -> str:
+    async def record_loudly(note: str, loud: bool = False) -> str:
         """Record a note, perhaps loudly (the changed ``record``)."""
-        return record(note.upper() if loud else note)
+        return await record(note.upper() if loud else note)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     async def change(what: str, ctx: Context) -> str:
