@@ -112,8 +112,10 @@ class Deciding:
         is not connected), else ``None``."""
         tool = self.tools.get(tool_name)
         server = None
-        if self.mcp is not None:
-            server = tool.mcp.server if isinstance(tool, MCPTool) and tool.mcp else self.mcp.server_of(tool_name)
+        if isinstance(tool, MCPTool) and tool.mcp is not None:
+            server = tool.mcp.server
+        elif tool is None and self.mcp is not None:  # a server down since start-up: its tools were never listed
+            server = self.mcp.server_of(tool_name)
         if server is not None and self.mcp is not None and not self.mcp.connected(server):
             return MCPServerNotConnected(server, tool_name)
         return None if tool is not None else ToolsNotConfigured([tool_name])
