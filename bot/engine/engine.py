@@ -142,7 +142,8 @@ class Engine:
         tools = self.mcp.tools()
         self.parts.replace_mcp_tools(tools)
         for group, names in self.mcp.server_groups().items():
-            await self.storage.policies.define_group(group, names)
+            if names:  # as at start-up: a server without tools now keeps its group for when they are back
+                await self.storage.policies.define_group(group, names)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ class MCPManager:
         self.on_tools_changed: Callable[[], Awaitable[None]] | None = None
         """Awaited when :meth:`tools` changes after :meth:`start` (a server first connected late, ``mcp reload``)."""
         self._started = False
+        self._reloading = asyncio.Lock()
 
     async def start(self, wait_seconds: float | None = None) -> None:
         """Start every server; return once each has been tried (its tools listed, or it failed)."""
@@ -207,6 +208,10 @@ class MCPManager:
         Every server's tools are offered as listed now (a tool list that changed since is picked up here), and
         :attr:`on_tools_changed` is awaited once.
         """
+        async with self._reloading:  # one reload at a time: each diffs against what the last one left
+            return await self._reload(servers)
+
+    async def _reload(self, servers: Sequence[MCPServerConfig]) -> MCPReload:
         wanted = {s.name: s for s in servers}
         old = self._servers
         outcome = MCPReload(
