@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.mcp.config import MCPServerConfig
 from bot.mcp.naming import mcp_tool_name
-from bot.mcp.tools import MCPTool, MCPToolInfo, mcp_tool, spec_fingerprint, tool_info
+from bot.mcp.tools import MCPTool, MCPToolInfo, mcp_tool, spec_fingerprint
 from bot.tools import ToolInvocationError
 
 if TYPE_CHECKING:
@@ -68,6 +68,22 @@ class _Server:
     offered: list[Any] | None = None
     """The tools offered to the model: the first listing in this process (or since ``mcp reload``). A call of one
     whose schema or annotations differ in :attr:`specs` is refused (:meth:`MCPManager.refusal`)."""
+    listed: dict[str, str] = field(default_factory=dict)
+    """:attr:`specs` as ``{tool: fingerprint}``."""
+    offered_fingerprints: dict[str, str] = field(default_factory=dict)
+    """:attr:`offered` as ``{tool: fingerprint}``."""
+
+    def list_now(self, specs: list[Any]) -> None:
+        """The server lists ``specs`` now (``[]``: it is down)."""
+        self.specs = specs
+        self.listed = {spec.name: spec_fingerprint(spec) for spec in specs}
+        self.status.tool_count = len(specs)
+
+    def offer(self, specs: list[Any]) -> None:
+        """Offer ``specs`` to the model (the first listing, or at ``mcp reload``)."""
+        self.offered = specs
+        self.offered_fingerprints = {spec.name: spec_fingerprint(spec) for spec in specs}
+
     relist: asyncio.Task[None] | None = None
     tried: asyncio.Event = field(default_factory=asyncio.Event)
     broken: asyncio.Event = field(default_factory=asyncio.Event)
@@ -137,18 +153,21 @@ class MCPManager:
         The server is down, or its tool list changed since (``notifications/tools/list_changed``, a restart of
         the server) so that the tool is gone or its input schema or annotations differ.
         """
-        server = self._servers.get(info.server)
+        return self._refusal(info.server, info.tool, info.fingerprint)
+
+    def _refusal(self, server_name: str, tool: str, fingerprint: str) -> str | None:
+        server = self._servers.get(server_name)
         if server is None or server.session is None:
-            return not_connected(info.server)
-        spec = next((s for s in server.specs if s.name == info.tool), None)
-        if spec is None:
+            return not_connected(server_name)
+        now = server.listed.get(tool)
+        if now is None:
             return (
-                f"the MCP server {info.server} no longer offers the tool {info.tool} (its tool list changed "
+                f"the MCP server {server_name} no longer offers the tool {tool} (its tool list changed "
                 "since this call was made), so it was not run"
             )
-        if spec_fingerprint(spec) != info.fingerprint:
+        if now != fingerprint:
             return (
-                f"the tool {info.tool} changed on the MCP server {info.server} since this call was made (its input "
+                f"the tool {tool} changed on the MCP server {server_name} since this call was made (its input "
                 "schema or annotations differ), so it was not run; ask again to use the tool as it is now"
             )
         return None
@@ -176,11 +195,10 @@ class MCPManager:
         server = self._servers.get(server_name)
         if server is None or server.session is None:
             raise MCPCallError(f"error from {server_name}: the server is not connected", tool)
-        offered = next((s for s in server.offered or () if s.name == tool), None)
-        if offered is not None:  # never run against a tool that changed since the model was offered it
-            problem = self.refusal(tool_info(server_name, offered))
-            if problem is not None:
-                raise MCPCallError(f"error from {server_name}: {problem}", tool)
+        offered = server.offered_fingerprints.get(tool)
+        if offered is not None and server.listed.get(tool) != offered:  # never run against a changed tool
+            problem = self._refusal(server_name, tool, offered)
+            raise MCPCallError(f"error from {server_name}: {problem}", tool)
         try:
             result = await asyncio.wait_for(server.session.call_tool(tool, arguments), server.config.timeout)
         except TimeoutError:
@@ -232,7 +250,7 @@ class MCPManager:
         for name in outcome.unchanged:
             server = self._servers[name]
             if server.session is not None:
-                server.offered = server.specs
+                server.offer(server.specs)
         for name in fresh:
             server = self._servers[name]
             server.task = asyncio.create_task(self._run(server), name=f"mcp-{name}")
@@ -276,10 +294,9 @@ class MCPManager:
             finally:
                 server.ready.clear()
                 server.session = None
-                server.specs = []
+                server.list_now([])
                 if server.relist is not None:
                     server.relist.cancel()
-                server.status.tool_count = 0
                 if server.status.status == "ready":
                     server.status.status = "failed"
                 server.tried.set()
@@ -309,13 +326,12 @@ class MCPManager:
             start_timeout = max(cfg.timeout, START_TIMEOUT)
             await asyncio.wait_for(session.initialize(), start_timeout)
             specs = await asyncio.wait_for(_list_all_tools(session), start_timeout)
-            server.specs = specs
+            server.list_now(specs)
             first = server.offered is None
             if first:
-                server.offered = specs
+                server.offer(specs)
             server.session = session
             server.status.status = "ready"
-            server.status.tool_count = len(specs)
             server.status.last_error = None
             server.tried.set()
             server.ready.set()
@@ -352,8 +368,7 @@ class MCPManager:
             log.warning("MCP server %s: re-listing its tools failed: %s", server.config.name, _one_line(exc))
             return
         if server.session is session:
-            server.specs = specs
-            server.status.tool_count = len(specs)
+            server.list_now(specs)
             log.info("MCP server %s changed its tool list (%d tools)", server.config.name, len(specs))
 
 
