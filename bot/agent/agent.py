@@ -424,6 +424,7 @@ class Agent:
             tool_call_counts=dict(ctx.tool_call_counts),
             tools_fingerprint=self._fingerprint(list(ctx.tools.values())),
             tool_descriptions={t.name: t.description for t in ctx.tools.values()},
+            tool_bindings={t.name: t.binding for t in ctx.tools.values() if t.binding is not None},
             history_id=ctx.history_id,
             tool_names=list(ctx.tools),
             stage=stage,

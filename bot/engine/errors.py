@@ -104,6 +104,19 @@ class MCPServerNotConnected(ToolsNotConfigured):
         self.server = server
 
 
+class MCPToolsChanged(ToolsNotConfigured):
+    """A paused call's MCP tool changed on its server since the pause (across a restart): the run does not resume."""
+
+    def __init__(self, changed: Sequence[str]) -> None:
+        super().__init__(changed)
+        names = ", ".join(changed)
+        EngineError.__init__(
+            self,
+            f"{names} changed on {'its MCP server' if len(changed) == 1 else 'their MCP servers'} since this call "
+            "paused (the input schema or annotations differ), so it was not run.",
+        )
+
+
 class UnknownAction(EngineError):
     """An action other than confirm, reject or modify."""
 

@@ -41,6 +41,11 @@ class MCPTool(Tool):
         """MCP's ``openWorldHint`` (the card shows it; its results come from outside)."""
         return self.mcp is not None and self.mcp.open_world
 
+    @property
+    def binding(self) -> str | None:
+        """The fingerprint of the tool's input schema and annotations as offered: a paused call binds to it."""
+        return self.mcp.fingerprint if self.mcp is not None else None
+
     def refusal(self) -> str | None:
         """Why a call of this tool, as it was offered, may not run now (a sentence), else ``None``."""
         return None if self.mcp is None or self.check is None else self.check(self.mcp)

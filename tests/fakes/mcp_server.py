@@ -1,7 +1,7 @@
 """A small MCP server (the SDK's ``MCPServer``) for exact control in the MCP tests.
 
-``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG]``: every execution of ``record`` appends
-one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
+``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG|changed WHAT]``: every execution of ``record``
+appends one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
 result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``change`` (changes
 ``record`` and sends ``notifications/tools/list_changed``).
@@ -45,17 +45,23 @@ def build(log_path: Path) -> MCPServer:
         """Record a note, perhaps loudly (the changed ``record``)."""
         return await record(note.upper() if loud else note)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    async def change(what: str, ctx: Context) -> str:
+    def changed(what: str) -> None:
         """Change ``record``: ``schema`` (it takes ``loud`` too), ``annotations`` (it becomes destructive) or
-        ``remove`` (it is gone); then tell the client its tool list changed."""
+        ``remove`` (it is gone)."""
         server.remove_tool("record")
         if what == "schema":
             server.add_tool(record_loudly, name="record", annotations=record_annotations)
         elif what == "annotations":
             server.add_tool(record, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def change(what: str, ctx: Context) -> str:
+        """Change ``record`` (``schema``, ``annotations`` or ``remove``), then tell the client its tool list changed."""
+        changed(what)
         await ctx.session.send_tool_list_changed()
         return f"changed: {what}"
+
+    server.changed = changed  # type: ignore[attr-defined]  # for main's ``changed WHAT``
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def peek() -> str:
@@ -93,6 +99,9 @@ def main(argv: list[str]) -> None:
             sys.exit(f"not yet: {argv[2]} does not exist")
         argv = argv[:1]
     server = build(Path(argv[0]))
+    if len(argv) > 2 and argv[1] == "changed":  # LOG changed WHAT: started with ``record`` already changed
+        server.changed(argv[2])  # type: ignore[attr-defined]
+        argv = argv[:1]
     if len(argv) > 1 and argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(argv[2]))
     else:

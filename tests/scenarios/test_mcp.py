@@ -25,6 +25,7 @@ from tests.fakes.engine_kit import (
     asks_for,
     bounded,
     echoes_results,
+    says,
     tool_results,
 )
 from tests.fakes.npm_packages import installed_bin
@@ -404,3 +405,33 @@ async def test_mcp_reload_is_for_admins_only_and_the_refusal_is_audited(h: Harne
 async def test_mcp_commands_have_usage_help(h: Harness):
     assert "mcp reload" in await admin(h, "help")
     assert (await admin(h, "mcp restart")).endswith("usage: mcp list | mcp reload (help lists every command)")
+
+
+@pytest.mark.parametrize("what", ["schema", "annotations"])
+async def test_a_paused_call_whose_tool_changed_across_a_restart_is_never_run(tmp_path: Path, what: str):
+    log = tmp_path / "log.jsonl"
+
+    def config(*extra: str) -> tuple[MCPServerConfig, ...]:
+        return tuple(parse_mcp_config({"mcpServers": {"t": server_spec(log, *extra)}}, {}))
+
+    before = await Harness.open(tmp_path, replies=[asks_for("t__record", note="bound")], mcp_servers=config())
+    after = None
+    try:
+        [approval] = await before.paused_approvals("record")
+        await before.close()
+        after = await before.reopen(generator=before.generator, mcp_servers=config("changed", what))
+        script(after, says("unused"))
+
+        await after.engine.decide(
+            DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place)
+        )
+        await after.engine.wait_idle()
+
+        assert not log.exists()  # never run against the changed tool
+        assert (await after.run_of(approval.run_id)).status == "failed"
+        last = after.surface.replies_in(after.thread())[-1]
+        assert last.startswith("Sorry, this request cannot continue: t__record changed on its MCP server"), last
+    finally:
+        await before.close()
+        if after is not None:
+            await after.close()
