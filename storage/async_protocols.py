@@ -125,9 +125,21 @@ class AsyncApprovalStore(Protocol):
 
     async def mark_rendered(self, approval_ids: Sequence[str], message_ref: dict[str, Any]) -> dict[str, str]: ...
 
-    async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None: ...
+    async def add_vote(
+        self, approval_id: str, voter: str, vote: str, now: Instant = None, feedback: str | None = None
+    ) -> int | None: ...
 
     async def votes(self, approval_id: str) -> list[Vote]: ...
+
+    async def rejudge(
+        self,
+        approval_id: str,
+        *,
+        approvers: Sequence[str],
+        quorum: int,
+        four_eyes: bool,
+        void_voters: Sequence[str] = (),
+    ) -> bool: ...
 
     async def decide(
         self,

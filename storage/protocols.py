@@ -50,7 +50,12 @@ APPROVAL_STATUSES: tuple[str, ...] = (
 DECISION_STATUSES: tuple[str, ...] = ("approved", "rejected", "modified", "responded")
 """``responded`` (issue 30): a person answered in the tool's place; the tool never runs."""
 CLOSING_STATUSES: tuple[str, ...] = ("superseded", "cancelled")
-VOTES: tuple[str, ...] = ("confirm", "reject", "modify")
+VOTES: tuple[str, ...] = ("confirm", "reject", "modify", "respond")
+COUNTED_VOTES: tuple[str, ...] = ("confirm", "respond")
+"""The votes a quorum counts (issue 30: a Respond is one of them)."""
+VOID_VOTE = "void"
+"""A vote that no longer counts: its voter may not decide the approval under the policy an admin tightened since
+(:meth:`ApprovalStore.rejudge` marks it; it is never cast)."""
 
 POLICY_MODES: tuple[str, ...] = ("always", "never", "once", "deny", "review", "always+review")
 APPROVAL_KINDS: tuple[str, ...] = ("approval", "review")
@@ -553,9 +558,28 @@ class ApprovalStore(Protocol):
         recorded, by approval id: a decision that landed before shows in it, a later one finds the reference."""
         ...
 
-    def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None: ...
+    def add_vote(
+        self, approval_id: str, voter: str, vote: str, now: Instant = None, feedback: str | None = None
+    ) -> int | None:
+        """Record ``voter``'s vote (the first one counts); the number of counted votes (``confirm`` and ``respond``),
+        or ``None`` once the approval is no longer pending or has expired. A ``respond`` vote's ``feedback`` (the
+        person's answer) is kept as the pending approval's feedback, the latest one winning."""
+        ...
 
     def votes(self, approval_id: str) -> list[Vote]: ...
+
+    def rejudge(
+        self,
+        approval_id: str,
+        *,
+        approvers: Sequence[str],
+        quorum: int,
+        four_eyes: bool,
+        void_voters: Sequence[str] = (),
+    ) -> bool:
+        """Give a pending approval the approvers, quorum and four-eyes of a policy tightened since it paused, and mark
+        the votes of ``void_voters`` :data:`VOID_VOTE` (they no longer count); ``True`` if it was still pending."""
+        ...
 
     def decide(
         self,

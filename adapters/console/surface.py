@@ -29,6 +29,7 @@ from bot.engine.presentation import (
     outcome_sentence,
     tool_step_line,
     truncate,
+    void_vote_sentence,
 )
 from bot.engine.previewing import preview_sections
 from bot.engine.provenance import provenance_lines
@@ -69,6 +70,11 @@ def chat_markdown(text: str) -> Markdown:
             line = line.rstrip() + "  "  # a Markdown hard line break
         lines.append(line)
     return Markdown("\n".join(lines))
+
+
+def _rule(view: ApprovalView) -> tuple[object, ...]:
+    """Who may decide a pending call, as the console last printed it."""
+    return (view.approvers, view.quorum, view.four_eyes, view.void_votes)
 
 
 def policy_text(view: ApprovalView) -> str:
@@ -158,6 +164,8 @@ class ConsoleSurface(Surface):
         self.thread = thread
         self._rendered: list[ApprovalView] = []
         self._shown_outcomes: dict[str, str] = {}
+        self._shown_rules: dict[str, tuple[object, ...]] = {}
+        """Issue 30: who may decide each pending call as last printed (a policy tightened while it waits)."""
         self._status: Status | None = None
         self._batches = 0
         self._busy = False
@@ -190,6 +198,11 @@ class ConsoleSurface(Surface):
     ) -> None:
         """Print the outcome of every approval that was decided since it was last shown."""
         for index, view in enumerate(approvals, start=1):
+            if view.is_pending and self._shown_rules.get(view.approval_id, _rule(view)) != _rule(view):
+                self._shown_rules[view.approval_id] = _rule(view)  # issue 30: tightened while it waits
+                text = f"{view.tool_name} waits under a stricter policy now: {policy_text(view)}."
+                text += "".join(f" {void_vote_sentence(view, voter)}" for voter in view.void_votes)
+                self.console.print(Text(inert(text), style="yellow").append(self._elsewhere(thread), style="dim"))
             if view.is_pending or self._shown_outcomes.get(view.approval_id) == view.status:
                 continue
             self._shown_outcomes[view.approval_id] = view.status
@@ -257,6 +270,7 @@ class ConsoleSurface(Surface):
         """Print the panels of ``approvals`` (also used to show a continued thread's pending calls again)."""
         pending = [view for view in approvals if view.is_pending]
         for index, view in enumerate(pending, start=1):
+            self._shown_rules[view.approval_id] = _rule(view)
             self.console.print(approval_panel(view, index, len(pending)))
 
     def take_rendered(self) -> list[ApprovalView]:

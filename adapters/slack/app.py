@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Awaitable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -31,16 +31,23 @@ from adapters.slack.blocks import (
     ACTION_APPROVE,
     ACTION_APPROVE_ALL,
     ACTION_APPROVE_ALWAYS,
+    ACTION_BREAKGLASS,
     ACTION_EDIT,
     ACTION_REJECT,
     ACTION_RESPOND,
+    ACTION_REVIEW_NOT_OK,
+    ACTION_REVIEW_OK,
+    ACTION_SHOW_PREVIEW,
     ACTION_STOP,
+    BREAKGLASS_CALLBACK,
     EDIT_CALLBACK,
     REASON_CALLBACK,
     REJECT_CALLBACK,
     RESPOND_CALLBACK,
     RESULT_BLOCK,
+    REVIEW_CALLBACK,
     FormError,
+    breakglass_modal,
     edit_modal,
     edit_values,
     feedback_value,
@@ -48,21 +55,26 @@ from adapters.slack.blocks import (
     home_view,
     input_block_ids,
     notice_modal,
+    preview_modal,
     reason_modal,
     reject_modal,
     respond_modal,
+    review_modal,
 )
 from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.prompts import suggested_prompts
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
+from bot.engine.breakglass_marks import NOT_OK, OK
 from bot.engine.errors import EngineError, InvalidEdit
 from bot.engine.justification import JustificationRequired
 from bot.engine.model import (
+    BREAKGLASS,
     CONFIRM,
     MODIFY,
     REJECT,
     RESPOND,
     AdminRequest,
+    ApprovalView,
     DecisionRequest,
     DecisionResult,
     Inbound,
@@ -81,6 +93,8 @@ COMMAND = "/countersign"
 ANSWERED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 """Message subtypes that are a person writing; edits, deletions, joins and bot posts are not."""
 MAX_COMMAND_REPLIES = 4  # a response_url allows 5 uses
+FormCheck = Callable[[str, str, str | None], Awaitable[ApprovalView]]
+"""What must pass before a form opens: (approval id, clicker, place) → the call to show, or an EngineError."""
 UNREADABLE_CLICK = "That click could not be read, so nothing was decided. Try the button again."
 UNREADABLE_FORM = "This form could not be read, so nothing was decided. Close it and use the button again."
 
@@ -144,7 +158,13 @@ class SlackListeners:
         app.action(ACTION_REJECT)(self.on_open_reject)
         app.action(ACTION_EDIT)(self.on_open_edit)
         app.action(ACTION_RESPOND)(self.on_open_respond)
+        app.action(ACTION_SHOW_PREVIEW)(self.on_open_preview)
         app.action(ACTION_STOP)(self.on_stop)
+        app.action(ACTION_BREAKGLASS)(self.on_open_breakglass)
+        app.action(ACTION_REVIEW_OK)(self.on_review_ok)
+        app.action(ACTION_REVIEW_NOT_OK)(self.on_open_review_not_ok)
+        app.view(BREAKGLASS_CALLBACK)(self.on_breakglass_submitted)
+        app.view(REVIEW_CALLBACK)(self.on_review_submitted)
         app.view(REJECT_CALLBACK)(self.on_reject_submitted)
         app.view(REASON_CALLBACK)(self.on_reason_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
@@ -285,22 +305,67 @@ class SlackListeners:
         await ack()
         self._spawn_open_modal(body, action, respond_modal, name="slack-open-respond")
 
+    async def on_open_preview(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Show more (issue 30): the whole preview in a read-only modal (if this person may decide)."""
+        await ack()
+        self._spawn_open_modal(body, action, preview_modal, name="slack-open-preview")
+
     async def on_open_edit(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Edit: open the parameter modal (if this person may decide)."""
         await ack()
         self._spawn_open_modal(body, action, edit_modal, name="slack-open-edit")
 
-    def _spawn_open_modal(self, body: dict[str, Any], action: dict[str, Any], build: Any, name: str) -> None:
+    async def on_open_breakglass(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Break glass (issue 31): open the modal asking the reason, if the engine says this person may now."""
+        await ack()
+        self._spawn_open_modal(body, action, breakglass_modal, name="slack-open-breakglass", check=self._can_glass)
+
+    async def on_review_ok(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Review: OK (issue 31) on a break-glass card: recorded at once; the clicker reads the outcome."""
+        await ack()
+        if (target := self._click_target(body, action)) is not None:
+            self.tasks.spawn(self._review(body, *target, OK, None), name="slack-breakglass-review")
+
+    async def on_open_review_not_ok(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Review: Not OK (issue 31): open the modal asking the note, if this person may review."""
+        await ack()
+        self._spawn_open_modal(body, action, review_modal, name="slack-open-review", check=self._can_review)
+
+    async def _can_glass(self, approval_id: str, actor: str, place: str | None) -> ApprovalView:
+        return await self.engine.check_can_break_glass(approval_id, actor, place)
+
+    async def _can_review(self, approval_id: str, actor: str, place: str | None) -> ApprovalView:
+        await self.engine.check_can_review_breakglass(approval_id, actor)
+        return await self.engine.get_approval(approval_id)
+
+    async def _review(self, body: dict[str, Any], approval_id: str, actor: str, outcome: str, note: str | None) -> None:
+        try:
+            answer = await self.engine.review_breakglass(approval_id, actor, outcome, note)
+        except EngineError as refusal:
+            answer = str(refusal)
+        await self._tell_clicker(body, answer)
+
+    def _spawn_open_modal(
+        self, body: dict[str, Any], action: dict[str, Any], build: Any, name: str, check: FormCheck | None = None
+    ) -> None:
         approval_id, actor, trigger = _text(action.get("value")), _actor(body), _text(body.get("trigger_id"))
         if not approval_id or not actor or not trigger:
             self.on_unreadable_click(body)
             return
-        self.tasks.spawn(self._open_modal(body, approval_id, actor, trigger, build), name=name)
+        self.tasks.spawn(self._open_modal(body, approval_id, actor, trigger, build, check), name=name)
 
-    async def _open_modal(self, body: dict[str, Any], approval_id: str, actor: str, trigger: str, build: Any) -> None:
+    async def _open_modal(
+        self,
+        body: dict[str, Any],
+        approval_id: str,
+        actor: str,
+        trigger: str,
+        build: Any,
+        check: FormCheck | None = None,
+    ) -> None:
         # views.open goes out right after the check: the trigger id dies 3 s after the click.
         try:
-            view = await self.engine.check_can_decide(approval_id, actor, _place(body))
+            view = await (check or self.engine.check_can_decide)(approval_id, actor, _place(body))
         except EngineError as refusal:
             await self._tell_clicker(body, str(refusal))
             return
@@ -324,6 +389,23 @@ class SlackListeners:
     async def on_reason_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Approve with the reason typed into the modal (issue 31)."""
         await self._decide_with_text(ack, body, view, CONFIRM)
+
+    async def on_breakglass_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Break glass with the reason typed into the modal (issue 31): the engine checks everything again."""
+        await self._decide_with_text(ack, body, view, BREAKGLASS)
+
+    async def on_review_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Review: Not OK with the note typed into the modal (issue 31); a refusal replaces the modal."""
+        approval_id, actor, values, _place_of_click = _submitted(body, view)
+        if approval_id is None or actor is None or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
+        try:
+            answer = await self.engine.review_breakglass(approval_id, actor, NOT_OK, feedback_value(values))
+        except EngineError as refusal:
+            await ack(response_action="update", view=notice_modal(str(refusal)))
+            return
+        await ack(response_action="update", view=notice_modal(answer))
 
     async def on_reject_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         """Reject with the feedback typed into the modal."""

@@ -44,8 +44,17 @@ from bot.engine.model import (
     ApprovalView,
 )
 from bot.engine.params import CLEARED
-from bot.engine.presentation import display_arguments, display_result, outcome_sentence, value_text
-from bot.engine.previewing import preview_sections
+from bot.engine.presentation import (
+    breakglass_reason,
+    breakglass_review_due,
+    breakglass_review_sentence,
+    display_arguments,
+    display_result,
+    is_breakglass_view,
+    outcome_sentence,
+    value_text,
+)
+from bot.engine.previewing import SHOW_MORE_LIMIT, is_cut, preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.hitl.respond import MAX_RESPONSE_CHARS
@@ -60,6 +69,15 @@ ACTION_STOP = "cs_stop"
 ACTION_APPROVE_ALWAYS = "cs_approve_always"
 ACTION_RESPOND = "cs_respond"
 """Issue 30: "Respond" opens a modal with one text input: the answer the model gets instead of running the tool."""
+ACTION_BREAKGLASS = "cs_breakglass"
+"""Issue 31: "Break glass" (offered to the requester after the delay) opens a modal asking the required reason."""
+ACTION_REVIEW_OK = "cs_breakglass_ok"
+ACTION_REVIEW_NOT_OK = "cs_breakglass_not_ok"
+"""Issue 31: "Review: OK" records the review at once; "Review: Not OK" opens a modal asking the required note."""
+BREAKGLASS_CALLBACK = "cs_breakglass_modal"
+REVIEW_CALLBACK = "cs_breakglass_review_modal"
+BREAKGLASS_COLOR = "#d40e0d"
+"""The colour bar of a break-glass card's attachment (Block Kit has no red block; attachments have a colour)."""
 DECISION_ACTIONS = (
     ACTION_APPROVE,
     ACTION_REJECT,
@@ -69,6 +87,11 @@ DECISION_ACTIONS = (
     ACTION_RESPOND,
 )
 RESPOND_CALLBACK = "cs_respond_modal"
+ACTION_SHOW_PREVIEW = "cs_preview"
+"""Issue 30: "Show more" under a preview the message cut opens a modal with the whole preview (masked, cut at
+:data:`bot.engine.previewing.SHOW_MORE_LIMIT`), for the people who may decide."""
+PREVIEW_CALLBACK = "cs_preview_modal"
+_MODAL_SECTION_TEXT = 2_900
 
 REJECT_CALLBACK = "cs_reject_modal"
 REASON_CALLBACK = "cs_reason_modal"
@@ -107,10 +130,12 @@ _WHO = "\x00who\x00"
 
 @dataclass(frozen=True)
 class RenderedMessage:
-    """A message ready for ``chat.postMessage`` / ``chat.update``: notification text plus blocks."""
+    """A message ready for ``chat.postMessage`` / ``chat.update``: notification text plus blocks (and, for a
+    break-glass, a red attachment)."""
 
     text: str
     blocks: list[dict[str, Any]]
+    attachments: list[dict[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------- live answers
@@ -170,9 +195,53 @@ def approval_message(approvals: Sequence[ApprovalView]) -> RenderedMessage:
         while value_budget >= _MIN_VALUE_BUDGET:
             blocks = _approval_blocks(list(approvals) if not compact else calls, value_budget, compact, shown)
             if blocks_size(blocks) <= MESSAGE_SIZE_BUDGET:
-                return RenderedMessage(text=_fallback_text(calls), blocks=blocks)
+                return RenderedMessage(_fallback_text(calls), blocks, breakglass_attachments(approvals))
             value_budget //= 2
-    return RenderedMessage(text=_fallback_text(calls), blocks=blocks)
+    return RenderedMessage(_fallback_text(calls), blocks, breakglass_attachments(approvals))
+
+
+def breakglass_attachments(approvals: Sequence[ApprovalView]) -> list[dict[str, Any]] | None:
+    """Issue 31: a red attachment per break-glass decision: "break-glass by @x: <reason>", then Review: OK /
+    Review: Not OK while its review is due, or the review's outcome (``None`` when nothing broke glass)."""
+    attachments = [_breakglass_attachment(c) for c in approvals if is_breakglass_view(c)][:10]
+    return attachments or None
+
+
+def _breakglass_attachment(call: ApprovalView) -> dict[str, Any]:
+    reason = escape_truncated(breakglass_reason(call), 600)
+    who = mention(call.decided_by)
+    tool = escape_truncated(call.tool_name, 150)
+    blocks: list[Block] = [
+        SectionBlock(text=MarkdownTextObject(text=f":rotating_light: *{tool}* — *break-glass by {who}:* {reason}"))
+    ]
+    review = call.breakglass_review
+    if breakglass_review_due(call):
+        blocks.append(_review_buttons(call.approval_id))
+        due = f"A review by someone other than {mention(call.requester)} is due."
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=due)]))
+    elif review is not None:
+        sentence = escape_truncated(breakglass_review_sentence(call, reviewer=_WHO) or "", 2_500)
+        blocks.append(
+            ContextBlock(elements=[MarkdownTextObject(text=sentence.replace(_WHO, mention(review.reviewer)))])
+        )
+    fallback = escape_truncated(f"break-glass by {call.decided_by}: {breakglass_reason(call)}", 300)
+    return {"color": BREAKGLASS_COLOR, "fallback": fallback, "blocks": [b.to_dict() for b in blocks]}
+
+
+def review_request(markup: str, approval_id: str) -> list[dict[str, Any]]:
+    """Issue 31: the break-glass channel's post or an approver's DM (a note's ``markup``, escaped already) as a red
+    attachment with Review: OK / Review: Not OK."""
+    text = markup if len(markup) <= SECTION_TEXT_LIMIT else markup[: SECTION_TEXT_LIMIT - 1] + "…"
+    blocks = [SectionBlock(text=MarkdownTextObject(text=text)), _review_buttons(approval_id)]
+    fallback = text[:300]
+    return [{"color": BREAKGLASS_COLOR, "fallback": fallback, "blocks": [b.to_dict() for b in blocks]}]
+
+
+def _review_buttons(approval_id: str) -> ActionsBlock:
+    aid = approval_id[:BUTTON_VALUE_LIMIT]
+    ok = ButtonElement(text="Review: OK", action_id=ACTION_REVIEW_OK, value=aid, style="primary")
+    not_ok = ButtonElement(text="Review: Not OK", action_id=ACTION_REVIEW_NOT_OK, value=aid, style="danger")
+    return ActionsBlock(block_id=f"cs_bg_review:{aid[:200]}", elements=[ok, not_ok])
 
 
 def blocks_size(blocks: Sequence[Mapping[str, Any]]) -> int:
@@ -217,7 +286,7 @@ def _full_call(call: ApprovalView, number: int, total: int, value_budget: int) -
         ContextBlock(elements=[MarkdownTextObject(text=_status_line(call))]),
     ]
     if call.is_pending:
-        blocks.append(_decision_buttons(call))
+        blocks.append(_decision_buttons(call, is_cut(call.preview, max(_MIN_VALUE_BUDGET, value_budget))))
     blocks.append(DividerBlock())
     return blocks
 
@@ -229,7 +298,7 @@ def _compact_call(call: ApprovalView, number: int, value_budget: int) -> list[Bl
         text += "\n" + status
     blocks: list[Block] = [SectionBlock(block_id=f"cs_call:{call.approval_id}", text=MarkdownTextObject(text=text))]
     if call.is_pending:
-        blocks.append(_decision_buttons(call))
+        blocks.append(_decision_buttons(call, is_cut(call.preview, max(_MIN_VALUE_BUDGET, value_budget))))
     return blocks
 
 
@@ -289,7 +358,13 @@ def _status_line(call: ApprovalView) -> str:
             policy += f", {call.quorum} approvals needed"
         if call.four_eyes:
             policy += ", four-eyes"
-        return f"{icon} Requested by {mention(call.requester)} · {policy} · {escape(outcome_sentence(call))}"
+        glass = ""
+        if call.breakglass_open:  # issue 31: the Break glass button is for the requester only (the engine checks)
+            glass = f" · :rotating_light: nobody decided in time: {mention(call.requester)} may break glass"
+        sentence = escape(outcome_sentence(call))
+        for voter in call.void_votes:  # issue 30: "<@U…>'s approval no longer counts: …"
+            sentence = sentence.replace(escape(f"{voter}'s approval"), f"{mention(voter)}'s approval")
+        return f"{icon} Requested by {mention(call.requester)} · {policy} · {sentence}{glass}"
     return f"{icon} {outcome_markup(call)}"
 
 
@@ -299,7 +374,7 @@ def outcome_markup(call: ApprovalView) -> str:
     return sentence.replace(_WHO, mention(call.decided_by))
 
 
-def _decision_buttons(call: ApprovalView) -> ActionsBlock:
+def _decision_buttons(call: ApprovalView, preview_cut: bool = False) -> ActionsBlock:
     aid = call.approval_id
     confirm = None
     if call.destructive and not call.is_review:  # Block Kit's own confirmation dialog, before the click reaches us
@@ -320,6 +395,10 @@ def _decision_buttons(call: ApprovalView) -> ActionsBlock:
         buttons.append(ButtonElement(text="Edit", action_id=ACTION_EDIT, value=aid))
     if call.respondable and not call.is_review:  # issue 30: answer in the tool's place
         buttons.append(ButtonElement(text=RESPOND_LABEL, action_id=ACTION_RESPOND, value=aid))
+    if call.breakglass_open and not call.is_review:  # issue 31: after the delay, for the requester
+        buttons.append(ButtonElement(text="Break glass", action_id=ACTION_BREAKGLASS, value=aid, style="danger"))
+    if preview_cut:  # issue 30: the whole preview in a modal
+        buttons.append(ButtonElement(text="Show more", action_id=ACTION_SHOW_PREVIEW, value=aid))
     if call.offer_always_allow:  # only in views shown to one admin (their DM, their App Home)
         always = ConfirmObject(
             title="Stop asking here?",
@@ -402,6 +481,37 @@ def respond_modal(call: ApprovalView) -> dict[str, Any]:
     )
 
 
+def preview_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 30: the whole preview of a call (or, re-asked, the approved one and the new one), masked, cut at
+    :data:`SHOW_MORE_LIMIT`; read-only."""
+    blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*{escape_truncated(call.tool_name, 150)}*"))]
+    for section in preview_sections(call.preview, SHOW_MORE_LIMIT):
+        label = escape_truncated(section.label.capitalize(), 60)
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*{label}*")))
+        for chunk in _escaped_chunks(section.text, _MODAL_SECTION_TEXT - 8):
+            blocks.append(SectionBlock(text=MarkdownTextObject(text=f"```{chunk}```")))
+    return View(
+        type="modal",
+        callback_id=PREVIEW_CALLBACK,
+        private_metadata=call.approval_id,
+        title="Preview",
+        close="Close",
+        blocks=blocks,
+    ).to_dict()
+
+
+def _escaped_chunks(text: str, limit: int) -> list[str]:
+    """``text`` escaped for mrkdwn, in pieces of at most ``limit`` characters that never split an entity."""
+    chunks, current = [], ""
+    for character in text:
+        piece = escape(character).replace("`", "'")  # a backtick would close the code block early
+        if len(current) + len(piece) > limit:
+            chunks.append(current)
+            current = ""
+        current += piece
+    return [*chunks, current] if current or not chunks else chunks
+
+
 def reason_modal(call: ApprovalView) -> dict[str, Any]:
     """Issue 31: the reason for approving a call whose tool needs one (``justification <tool> required``)."""
     return _required_text_modal(
@@ -411,6 +521,32 @@ def reason_modal(call: ApprovalView) -> dict[str, Any]:
         submit="Approve",
         label="Why approve it? (required)",
         placeholder="e.g. ticket OPS-17",
+        max_length=FEEDBACK_LIMIT,
+    )
+
+
+def breakglass_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 31: Break glass: the call shown read-only, and the required reason (it runs once, announced, reviewed)."""
+    return _required_text_modal(
+        call,
+        callback_id=BREAKGLASS_CALLBACK,
+        title="Break glass",
+        submit="Break glass",
+        label="Why can it not wait? (required; announced and reviewed)",
+        placeholder="e.g. prod is down, nobody answers",
+        max_length=FEEDBACK_LIMIT,
+    )
+
+
+def review_modal(call: ApprovalView) -> dict[str, Any]:
+    """Issue 31: Review: Not OK: the call shown read-only, and the required note saying why."""
+    return _required_text_modal(
+        call,
+        callback_id=REVIEW_CALLBACK,
+        title="Review: Not OK",
+        submit="Not OK",
+        label="What was wrong with it? (required)",
+        placeholder="e.g. too broad a change; next time call the on-call lead",
         max_length=FEEDBACK_LIMIT,
     )
 

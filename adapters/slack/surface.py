@@ -24,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import (
     approval_message,
+    review_request,
     stop_offer_blocks,
     streaming_blocks,
     tool_step_blocks,
@@ -166,6 +167,18 @@ class SlackSurface(Surface):
     async def post_reply(self, thread: ThreadRef, text: str | Note) -> None:
         """Post model text as mrkdwn (escaped, links shown with their address, secrets masked) in as many
         messages as needed; a :class:`Note` with its people as real mentions."""
+        if isinstance(text, Note) and text.review:  # issue 31: a break-glass review request, with its buttons
+            markup = note_markup(text)
+            await self.client.chat_postMessage(
+                channel=thread.channel,
+                thread_ts=thread_ts(thread),
+                text=markup,
+                attachments=review_request(markup, text.review),
+                link_names=False,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+            return
         chunks = [note_markup(text)] if isinstance(text, Note) else split_message(markdown_to_mrkdwn(mask_text(text)))
         for chunk in chunks:
             if not chunk.strip():
@@ -184,7 +197,11 @@ class SlackSurface(Surface):
         """Post the approval message in the thread; its ``{"channel", "ts"}`` is the message reference."""
         message = approval_message(approvals)
         response = await self.client.chat_postMessage(
-            channel=thread.channel, thread_ts=thread_ts(thread), text=message.text, blocks=message.blocks
+            channel=thread.channel,
+            thread_ts=thread_ts(thread),
+            text=message.text,
+            blocks=message.blocks,
+            attachments=message.attachments,
         )
         return {"channel": response["channel"], "ts": response["ts"]}
 
@@ -195,7 +212,11 @@ class SlackSurface(Surface):
         message = approval_message(approvals)
         try:
             await self.client.chat_update(
-                channel=message_ref["channel"], ts=message_ref["ts"], text=message.text, blocks=message.blocks
+                channel=message_ref["channel"],
+                ts=message_ref["ts"],
+                text=message.text,
+                blocks=message.blocks,
+                attachments=message.attachments,
             )
         except SlackClientError as exc:  # after slack_sdk's retries: the decision stands, the card is stale
             error = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__

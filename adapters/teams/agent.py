@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from microsoft_agents.activity import Activity, ActivityTypes, Attachment, InvokeResponse
@@ -30,13 +31,17 @@ from adapters.teams.cards import (
     VERB_APPROVE,
     VERB_APPROVE_ALL,
     VERB_APPROVE_ALWAYS,
+    VERB_BREAKGLASS,
     VERB_EDIT,
     VERB_REFRESH,
     VERB_REJECT,
     VERB_RESPOND,
+    VERB_REVIEW_NOT_OK,
+    VERB_REVIEW_OK,
     EditForm,
     answer_card,
     approval_card,
+    breakglass_input_id,
     edited_params,
     edited_result,
     feedback_input_id,
@@ -46,13 +51,16 @@ from adapters.teams.cards import (
     param_input_id,
     reason_card,
     reason_input_id,
+    refresh_users,
     respond_input_id,
+    review_note_input_id,
     shared_card,
     unoffered_inputs,
 )
 from adapters.teams.names import named_text, remember_name, with_names
-from adapters.teams.surface import conversation_record
+from adapters.teams.surface import channel_record, conversation_record
 from bot.engine.admin_syntax import is_admin_command
+from bot.engine.breakglass_marks import NOT_OK, OK
 from bot.engine.errors import (
     MESSAGE_NOT_SAVED,
     AlreadyDecided,
@@ -64,7 +72,7 @@ from bot.engine.errors import (
     NotShownHere,
 )
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import CONFIRM, MODIFY, REJECT, RESPOND, DecisionRequest, DecisionResult
+from bot.engine.model import BREAKGLASS, CONFIRM, MODIFY, REJECT, RESPOND, DecisionRequest, DecisionResult, ThreadRef
 from storage import StorageError
 
 if TYPE_CHECKING:
@@ -107,6 +115,9 @@ class TeamsAgent(ActivityHandler):
         await remember_name(self._engine, thread.channel, handler.place_name_of(activity))  # "policies in #name"
         record = conversation_record(turn_context.identity, activity)
         await self._engine.save_conversation(thread.key, record)
+        if thread.thread != thread.channel:  # a channel's reply chain: keep how to post at the channel's top level
+            top = ThreadRef(thread.platform, thread.workspace, thread.channel, "")
+            await self._engine.save_conversation(top.key, channel_record(record, thread.channel))
         if handler.is_personal(activity):
             personal = handler.personal_key(thread.workspace, handler.actor_of(activity))
             await self._engine.save_conversation(personal, record)
@@ -195,6 +206,8 @@ class TeamsAgent(ActivityHandler):
             return await self._current_card(activity, action.approval_id)
         actor, actor_name = handler.actor_of(activity), handler.actor_name_of(activity)
         await remember_name(engine, actor, actor_name)
+        if action.verb in (VERB_REVIEW_OK, VERB_REVIEW_NOT_OK):  # issue 31: a review, not a decision
+            return await self._review(action, actor)
         try:
             result = await self._decide(action, actor, actor_name, handler.thread_of(activity).place)
         except InvalidEdit as exc:
@@ -254,6 +267,11 @@ class TeamsAgent(ActivityHandler):
             request = DecisionRequest(
                 action.approval_id, actor, REJECT, feedback=feedback, actor_name=actor_name, place=place
             )
+        elif action.verb == VERB_BREAKGLASS:  # issue 31: the engine checks who, when, the reason and the limits
+            reason = str(action.data.get(breakglass_input_id(action.approval_id)) or "").strip() or None
+            request = DecisionRequest(
+                action.approval_id, actor, BREAKGLASS, feedback=reason, actor_name=actor_name, place=place
+            )
         elif action.verb == VERB_EDIT and view.is_review:
             result = edited_result(view, action.data)
             if result is not None:  # "Release edited" with the text as shown is a plain approval
@@ -270,19 +288,38 @@ class TeamsAgent(ActivityHandler):
             raise AssertionError(f"unhandled verb {action.verb!r}")  # card_action() only lets VERBS through
         return await engine.decide(request)
 
-    async def _personal_card(self, activity: Activity, approval_id: str) -> dict[str, Any]:
-        """One person's view of a step's card: the buttons if the engine says they may decide, else the status."""
+    async def _review(self, action: handler.CardAction, actor: str) -> dict[str, Any]:
+        """Review: OK / Review: Not OK (issue 31), on a break-glass card or on the review request (the channel's
+        post, an approver's DM): the clicker reads the outcome or why not; the card is updated for everyone."""
+        engine = self._engine
         try:
-            views, may_decide = await self._engine.personal_step(
-                approval_id, handler.actor_of(activity), handler.thread_of(activity).place
-            )
+            view = await engine.get_approval(action.approval_id)
+            forged = unoffered_inputs(view, action.verb, action.data)
+            if forged:
+                return invoke_message_response("Nothing was recorded: " + "; ".join(forged.values()) + ".")
+            note = str(action.data.get(review_note_input_id(action.approval_id)) or "").strip() or None
+            outcome = OK if action.verb == VERB_REVIEW_OK else NOT_OK
+            answer = await engine.review_breakglass(action.approval_id, actor, outcome, note)
+        except EngineError as refusal:
+            answer = str(refusal)
+        return invoke_message_response(await named_text(engine, answer))
+
+    async def _personal_card(self, activity: Activity, approval_id: str) -> dict[str, Any]:
+        """One person's view of a step's card: the buttons if the engine says they may decide, else the status;
+        the requester of a call that offers Break glass gets that button (issue 31; the engine checks the click)."""
+        actor = handler.actor_of(activity)
+        try:
+            views, may_decide = await self._engine.personal_step(approval_id, actor, handler.thread_of(activity).place)
         except ApprovalNotFound as exc:
             return invoke_message_response(str(exc))
-        named = await with_names(self._engine, views)
-        if not may_decide:
-            return invoke_card_response(shared_card(named))
-        refresh_for = sorted({p for v in views if v.is_pending for p in v.deciders})
-        return invoke_card_response(approval_card(named, refresh_for=refresh_for))
+        glass = any(v.is_pending and v.breakglass_open and v.requester == actor for v in views)
+        # Break glass is the requester's alone: other people's own views leave it out (the engine refuses them anyway).
+        mine = [v if v.requester == actor else replace(v, breakglass_open=False) for v in views]
+        named = await with_names(self._engine, mine)
+        if not may_decide and not glass:
+            return invoke_card_response(shared_card(named, refresh_for=refresh_users(views)))
+        card = approval_card(named, refresh_for=refresh_users(views), buttons=may_decide, breakglass=glass)
+        return invoke_card_response(card)
 
     async def _current_card(self, activity: Activity, approval_id: str, notice: str | None = None) -> dict[str, Any]:
         """The step's card as it stands, for the clicker alone: with the buttons only if they may decide."""

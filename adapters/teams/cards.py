@@ -27,13 +27,17 @@ from bot.engine.model import APPROVED, CANCELLED, EXPIRED, MODIFIED, REJECTED, S
 from bot.engine.params import CLEARED
 from bot.engine.presentation import (
     DisplayArgument,
+    breakglass_reason,
+    breakglass_review_due,
+    breakglass_review_sentence,
     display_arguments,
     display_result,
     format_time,
+    is_breakglass_view,
     outcome_sentence,
     truncate,
 )
-from bot.engine.previewing import preview_sections
+from bot.engine.previewing import SHOW_MORE_LIMIT, is_cut, preview_sections
 from bot.engine.provenance import provenance_lines
 from bot.engine.roles import group_label
 from bot.hitl.respond import MAX_RESPONSE_CHARS
@@ -43,6 +47,8 @@ from bot.redaction import MASK, is_secret_key, mask_for_display, mask_text
 CARD_VERSION = "1.5"
 CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
 CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+SHOW_MORE_LABEL = "Show the whole preview"
+"""Issue 30: the ``Action.ShowCard`` of a preview the card cut."""
 MAX_CARD_BYTES = 27_000
 """Teams refuses cards above about 28 KB; stay under it with some room for the activity envelope."""
 
@@ -55,7 +61,23 @@ VERB_REFRESH = "refresh"
 VERB_RESPOND = "respond"
 """Issue 30: "Respond": the card input's text is the model's answer instead of running the tool."""
 """Teams asks for one person's view of a card (``refresh.userIds``): deciders get buttons, others the status."""
-VERBS = (VERB_APPROVE, VERB_REJECT, VERB_EDIT, VERB_APPROVE_ALL, VERB_APPROVE_ALWAYS, VERB_REFRESH, VERB_RESPOND)
+VERB_BREAKGLASS = "breakglass"
+"""Issue 31: "Break glass" (the requester, after the delay): the card input's text is the required reason."""
+VERB_REVIEW_OK = "breakglass_ok"
+VERB_REVIEW_NOT_OK = "breakglass_not_ok"
+"""Issue 31: the review of a break-glass from its card; Not OK sends the required note typed into the card."""
+REVIEW_VERBS = (VERB_REVIEW_OK, VERB_REVIEW_NOT_OK)
+VERBS = (
+    VERB_APPROVE,
+    VERB_REJECT,
+    VERB_EDIT,
+    VERB_APPROVE_ALL,
+    VERB_APPROVE_ALWAYS,
+    VERB_REFRESH,
+    VERB_RESPOND,
+    VERB_BREAKGLASS,
+    *REVIEW_VERBS,
+)
 MAX_REFRESH_USERS = 60
 """Teams refreshes a card automatically for at most this many listed users."""
 VERB_STOP = "stop"
@@ -115,6 +137,16 @@ def feedback_input_id(approval_id: str) -> str:
 def reason_input_id(approval_id: str) -> str:
     """Issue 31: the id of the reason input asked for when approving a call whose tool needs one."""
     return f"{approval_id}.reason"
+
+
+def breakglass_input_id(approval_id: str) -> str:
+    """Issue 31: the id of the Break glass reason input of one approval."""
+    return f"{approval_id}.breakglass"
+
+
+def review_note_input_id(approval_id: str) -> str:
+    """Issue 31: the id of the Review: Not OK note input of one break-glass decision."""
+    return f"{approval_id}.review_note"
 
 
 def reason_card(view: ApprovalView, notice: str) -> dict[str, Any]:
@@ -304,6 +336,13 @@ def unoffered_inputs(view: ApprovalView, verb: str, data: Mapping[str, Any]) -> 
         if reason is not None and (not isinstance(reason, str) or len(reason) > FEEDBACK_LIMIT):
             return {"_": "the reason was not sent as text within the limit"}
         return {}
+    if verb in (VERB_BREAKGLASS, VERB_REVIEW_NOT_OK):  # issue 31: one text input each, within the limit
+        typed = data.get(
+            breakglass_input_id(view.approval_id) if verb == VERB_BREAKGLASS else review_note_input_id(view.approval_id)
+        )
+        if typed is not None and (not isinstance(typed, str) or len(typed) > FEEDBACK_LIMIT):
+            return {"_": "the text was not sent as text within the limit"}
+        return {}
     if verb != VERB_EDIT:
         return {}
     if view.is_review:  # the only input of Edit result is the result's text
@@ -487,6 +526,46 @@ def _respond_card(view: ApprovalView) -> dict[str, Any]:
     }
 
 
+def _text_form(input_id: str, label: str, error: str, action: dict[str, Any], note: str | None = None) -> dict:
+    """An ``Action.ShowCard`` form: one required text input and the action that sends it."""
+    body: list[dict[str, Any]] = [_runs(_run(note, color="attention", weight="bolder"))] if note else []
+    body.append(
+        {
+            "type": "Input.Text",
+            "id": input_id,
+            "label": label,
+            "isRequired": True,
+            "errorMessage": error,
+            "isMultiline": True,
+            "maxLength": FEEDBACK_LIMIT,
+        }
+    )
+    return {"type": "AdaptiveCard", "body": body, "actions": [action]}
+
+
+def breakglass_action(view: ApprovalView) -> dict[str, Any]:
+    """Issue 31: "Break glass": a form asking the required reason, then runs the call once (the engine checks)."""
+    glass = _execute("Break glass", view.approval_id, VERB_BREAKGLASS, style="destructive")
+    form = _text_form(
+        breakglass_input_id(view.approval_id),
+        "Why can it not wait? (required; announced and reviewed)",
+        "A reason is required.",
+        glass,
+        note="Runs the call once without an approval. It is announced and reviewed afterwards.",
+    )
+    return {"type": "Action.ShowCard", "title": "Break glass", "card": form}
+
+
+def review_actions(approval_id: str) -> list[dict[str, Any]]:
+    """Issue 31: "Review: OK" and "Review: Not OK" (a form asking the required note) for a break-glass decision."""
+    ok = _execute("Review: OK", approval_id, VERB_REVIEW_OK, style="positive", inputs=False)
+    not_ok = _execute("Review: Not OK", approval_id, VERB_REVIEW_NOT_OK, style="destructive")
+    form = _text_form(
+        review_note_input_id(approval_id), "What was wrong with it? (required)", "A note is required.", not_ok
+    )
+    return [ok, {"type": "Action.ShowCard", "title": "Review: Not OK", "card": form}]
+
+
 def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> list[dict[str, Any]]:
     approve = _execute("Approve", view.approval_id, VERB_APPROVE, style="positive", inputs=False)
     reject_card = {
@@ -505,6 +584,8 @@ def _actions(view: ApprovalView, edit: EditForm | None, with_forms: bool) -> lis
     actions = [approve, {"type": "Action.ShowCard", "title": "Reject", "card": reject_card}]
     if view.respondable and not view.is_review:  # issue 30: answer in the tool's place
         actions.append({"type": "Action.ShowCard", "title": RESPOND_LABEL, "card": _respond_card(view)})
+    if view.breakglass_open and not view.is_review:  # issue 31: after the delay, for the requester
+        actions.append(breakglass_action(view))
     if view.offer_always_allow:  # only in the view of one admin (Teams asked for their own card)
         actions.append(_execute("Approve and always allow here", view.approval_id, VERB_APPROVE_ALWAYS, inputs=False))
     if view.is_review:
@@ -542,6 +623,8 @@ class _Layout:
     compact: bool = False
     max_sections: int | None = None
     buttons: bool = True
+    breakglass: bool = False
+    """Show Break glass where it is open even without the decision buttons (the requester's own view)."""
 
 
 @dataclass(frozen=True)
@@ -610,11 +693,50 @@ def _argument_runs(shown: ShownArgument) -> list[dict[str, Any]]:
 
 
 def _preview_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
-    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut."""
-    return [
+    """The call's preview (or, re-asked, the approved one beside the new one), masked and cut; when it is cut and the
+    card has room, "Show the whole preview" (``Action.ShowCard``) shows it cut at :data:`SHOW_MORE_LIMIT` instead."""
+    limit = max(layout.value_limit, 80) * 2
+    items = [
         _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
-        for section in preview_sections(view.preview, max(layout.value_limit, 80) * 2)
+        for section in preview_sections(view.preview, limit)
     ]
+    if layout.compact or not is_cut(view.preview, limit):
+        return items
+    whole = [
+        _runs(_run(f"{section.label.capitalize()}: ", weight="bolder"), _run(section.text, fontType="monospace"))
+        for section in preview_sections(view.preview, SHOW_MORE_LIMIT)
+    ]
+    show = {"type": "Action.ShowCard", "title": SHOW_MORE_LABEL, "card": {"type": "AdaptiveCard", "body": whole}}
+    return [*items, {"type": "ActionSet", "actions": [show]}]
+
+
+def _outcome_color(view: ApprovalView) -> str:
+    if is_breakglass_view(view):
+        return "attention"
+    return _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
+
+
+def _breakglass_items(view: ApprovalView, layout: _Layout) -> list[dict[str, Any]]:
+    """Issue 31: Break glass once it is open; for a break-glass decision, who broke glass and why, then its review
+    (Review: OK / Review: Not OK while due)."""
+    items: list[dict[str, Any]] = []
+    if view.is_pending and view.breakglass_open:
+        waited = f"Nobody decided in time: {view.requester} may break glass."
+        items.append(_runs(_run(waited, color="attention", weight="bolder")))
+        if not layout.buttons and layout.breakglass:
+            items.append({"type": "ActionSet", "actions": [breakglass_action(view)]})
+    if not is_breakglass_view(view):
+        return items
+    reason, _ = truncate(breakglass_reason(view), max(layout.value_limit, 200))
+    by = f"break-glass by {view.decided_by or 'someone'}: {reason}"
+    items.append(_runs(_run(by, color="attention", weight="bolder")))
+    reviewed = breakglass_review_sentence(view)
+    if reviewed:
+        items.append(_runs(_run(truncate(reviewed, 1_200)[0], weight="bolder")))
+    elif breakglass_review_due(view) and layout.buttons:
+        items.append(_runs(_run(f"A review by someone other than {view.requester} is due.", isSubtle=True)))
+        items.append({"type": "ActionSet", "actions": review_actions(view.approval_id)})
+    return items
 
 
 def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: EditForm | None) -> dict[str, Any]:
@@ -659,8 +781,9 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
         items.append(_fact("Policy", policy_text(view)))
         if view.is_pending:
             items.append(_fact("Expires", format_time(view.expires_at)))
-    color = _STATUS_COLORS.get(view.status, "default" if view.is_pending else "warning")
+    color = _outcome_color(view)
     items.append(_runs(_run(outcome_text(view, layout.value_limit), weight="bolder", color=color)))
+    items.extend(_breakglass_items(view, layout))  # issue 31
     if view.is_pending and layout.buttons:
         if edit and edit.approval_id == view.approval_id:
             items.append(_runs(_run("Edit the parameters, then save:", weight="bolder")))
@@ -668,7 +791,8 @@ def _section(view: ApprovalView, index: int, total: int, layout: _Layout, edit: 
             save = _execute("Save and approve", view.approval_id, VERB_EDIT, style="positive")
             items.append({"type": "ActionSet", "actions": [save]})
         items.append({"type": "ActionSet", "actions": _actions(view, edit, layout.forms)})
-    return {"type": "Container", "separator": index > 1, "spacing": "large", "items": items}
+    section = {"type": "Container", "separator": index > 1, "spacing": "large", "items": items}
+    return section | ({"style": "attention"} if is_breakglass_view(view) else {})  # issue 31: a red card
 
 
 def _build(
@@ -730,6 +854,7 @@ def approval_card(
     edit: EditForm | None = None,
     buttons: bool = True,
     refresh_for: Sequence[str] = (),
+    breakglass: bool = False,
 ) -> dict[str, Any]:
     """The card for the approvals of one paused step, under :data:`MAX_CARD_BYTES`.
 
@@ -740,7 +865,7 @@ def approval_card(
     asks the bot for their own view of the card (``refresh.userIds``).
     """
     refresh = _refresh(approvals, refresh_for)
-    base = _Layout(_VALUE_LIMITS[0], buttons=buttons)
+    base = _Layout(_VALUE_LIMITS[0], buttons=buttons, breakglass=breakglass)
     for limit in _VALUE_LIMITS:
         card = _build(approvals, notice, edit, replace(base, value_limit=limit), refresh)
         if card_size(card) <= MAX_CARD_BYTES:
@@ -759,18 +884,28 @@ def approval_card(
     return _build(approvals, notice, None, replace(compact, max_sections=fits), refresh)
 
 
-def shared_card(approvals: Sequence[ApprovalView], user_views: bool = True) -> dict[str, Any]:
+def shared_card(
+    approvals: Sequence[ApprovalView], user_views: bool = True, refresh_for: Sequence[str] | None = None
+) -> dict[str, Any]:
     """The card everyone sees. Where the host has user-specific views (``user_views``, see
     :mod:`adapters.teams.hosts`), while calls wait and the people who may decide them (the engine's
     ``ApprovalView.deciders``: the requester and admins, or the named approvers, groups expanded) fit
     Teams' list: the status only, with a refresh for them (each then gets their own card, with the
     buttons). Otherwise (no user views, nobody known, or too many people) the buttons for all; clicks are
-    checked either way."""
+    checked either way. ``refresh_for``: :func:`refresh_users` of the views before people were named (it
+    needs the requester's id), when ``approvals`` show names."""
     pending = [v for v in approvals if v.is_pending]
-    deciders = sorted({person for v in pending for person in v.deciders})
+    deciders = list(refresh_for) if refresh_for is not None else refresh_users(approvals)
     if user_views and pending and 0 < len(deciders) <= MAX_REFRESH_USERS:
         return approval_card(approvals, buttons=False, refresh_for=deciders)
     return approval_card(approvals)
+
+
+def refresh_users(approvals: Sequence[ApprovalView]) -> list[str]:
+    """Who gets their own view of a step's card: the people who may decide its pending calls, and the requester
+    of each call that offers Break glass (issue 31)."""
+    pending = [v for v in approvals if v.is_pending]
+    return sorted({p for v in pending for p in v.deciders} | {v.requester for v in pending if v.breakglass_open})
 
 
 def card_summary(approvals: Sequence[ApprovalView]) -> str:
@@ -843,6 +978,20 @@ def stop_card(run_id: str | None) -> dict[str, Any]:
             }
         ]
     return card
+
+
+def review_request_card(text: str, approval_id: str) -> dict[str, Any]:
+    """Issue 31: the break-glass channel's post or an approver's DM: ``text`` (plain, never Markdown) in a red
+    container, with Review: OK / Review: Not OK."""
+    shown, _ = truncate(text, TEXT_CARD_LIMIT)
+    return {
+        "type": "AdaptiveCard",
+        "$schema": CARD_SCHEMA,
+        "version": CARD_VERSION,
+        "fallbackText": "countersign: a break-glass needs a review. Open this message in Teams to review it.",
+        "body": [{"type": "Container", "style": "attention", "items": [_runs(_run(shown, weight="bolder"))]}],
+        "actions": review_actions(approval_id),
+    }
 
 
 def text_card(text: str) -> dict[str, Any]:

@@ -49,6 +49,9 @@ def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[Appro
             requester=names.get(view.requester, view.requester),
             approvers=tuple(names.get(a, a) for a in view.approvers),
             decided_by=names.get(view.decided_by, view.decided_by) if view.decided_by else view.decided_by,
+            breakglass_review=replace(review, reviewer=names.get(review.reviewer, review.reviewer))
+            if (review := view.breakglass_review)
+            else None,
         )
         for view in views
     ]
@@ -57,6 +60,7 @@ def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[Appro
 async def with_names(store: ConversationStore, views: Sequence[ApprovalView]) -> list[ApprovalView]:
     """Look up and apply the names of everyone ``views`` mention."""
     ids = [v.requester for v in views] + [v.decided_by for v in views] + [a for v in views for a in v.approvers]
+    ids += [v.breakglass_review.reviewer for v in views if v.breakglass_review]
     return named(views, await display_names(store, ids))
 
 

@@ -32,7 +32,14 @@ from microsoft_agents.hosting.core.app.proactive import Conversation
 from microsoft_agents.hosting.core.app.streaming import StreamingResponse
 from microsoft_agents.hosting.core.app.typing_indicator import TypingIndicator, TypingOptions
 
-from adapters.teams.cards import CARD_CONTENT_TYPE, card_summary, shared_card, stop_card
+from adapters.teams.cards import (
+    CARD_CONTENT_TYPE,
+    card_summary,
+    refresh_users,
+    review_request_card,
+    shared_card,
+    stop_card,
+)
 from adapters.teams.handler import PLATFORM, personal_key
 from adapters.teams.hosts import may_stream, may_type, uses_user_views
 from adapters.teams.names import display_names, with_names
@@ -96,13 +103,26 @@ def conversation_record(identity: ClaimsIdentity | None, activity: Activity) -> 
     return Conversation(identity or {}, activity.get_conversation_reference()).store_item_to_json()
 
 
+def channel_record(record: dict[str, Any], channel: str) -> dict[str, Any]:
+    """A conversation record (:func:`conversation_record`) that posts at the top level of ``channel`` instead of in
+    the reply chain it was stored from: how the bot posts to a channel (e.g. ``COUNTERSIGN_BREAKGLASS_CHANNEL``)."""
+    reference = dict(record.get("conversation_reference") or {})
+    reference.pop("activityId", None)
+    reference.pop("activity_id", None)
+    reference["conversation"] = {**(reference.get("conversation") or {}), "id": channel}
+    return {**record, "conversation_reference": reference}
+
+
 def _card(card: dict[str, Any]) -> Activity:
     return Activity(type=ActivityTypes.message, attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)])
 
 
-def card_activity(approvals: Sequence[ApprovalView], user_views: bool = True) -> Activity:
-    """A message activity carrying the approval card of one step; its summary follows the step's state."""
-    card = shared_card(approvals, user_views=user_views)
+def card_activity(
+    approvals: Sequence[ApprovalView], user_views: bool = True, refresh_for: Sequence[str] | None = None
+) -> Activity:
+    """A message activity carrying the approval card of one step; its summary follows the step's state
+    (``refresh_for`` as :func:`~adapters.teams.cards.shared_card`)."""
+    card = shared_card(approvals, user_views=user_views, refresh_for=refresh_for)
     return Activity(
         type=ActivityTypes.message,
         attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)],
@@ -154,9 +174,9 @@ class TeamsSurface(Surface):
         conversation = await self._reference(key)
         reference: ConversationReference = conversation.conversation_reference
         continuation = reference.get_continuation_activity()
-        if reference.activity_id:
-            # Replies then go to the person's message: in a channel that is its reply chain.
-            continuation.id = reference.activity_id
+        # Replies then go to the person's message: in a channel that is its reply chain. A reference without one
+        # (a channel's top level, :func:`channel_record`) sends a new message to the conversation instead.
+        continuation.id = reference.activity_id or None
         outcome: list[T] = []
         failure: list[BaseException] = []
 
@@ -193,6 +213,9 @@ class TeamsSurface(Surface):
         """Post the agent's answer as safe Markdown (links shown with their target, no mentions); a
         :class:`Note` as plain text, its people by their display names."""
         self._stop_typing(thread.key)
+        if isinstance(text, Note) and text.review:  # issue 31: a break-glass review request, with its buttons
+            await self._send(thread.key, _card(review_request_card(await self._note_text(text), text.review)))
+            return
         shown = plain_message(await self._note_text(text)) if isinstance(text, Note) else markdown_message(text)
         message = Activity(type=ActivityTypes.message, text=shown, text_format="markdown")
         await self._send(thread.key, message)
@@ -201,7 +224,8 @@ class TeamsSurface(Surface):
         """Post the step's approval card; the reference is the conversation key and the card's activity id."""
         self._stop_typing(thread.key)
         shown = await with_names(self._store, approvals)
-        activity_id = await self._send(thread.key, card_activity(shown, await self._views_in(thread.key)))
+        activity = card_activity(shown, await self._views_in(thread.key), refresh_users(approvals))
+        activity_id = await self._send(thread.key, activity)
         return {"conversation": thread.key, "activity_id": activity_id}
 
     async def update_approvals(
@@ -213,7 +237,8 @@ class TeamsSurface(Surface):
             logger.warning("approval card has no activity id; cannot update it", extra={"thread_key": thread.key})
             return
         key = message_ref.get("conversation") or thread.key
-        updated = card_activity(await with_names(self._store, approvals), await self._views_in(key))
+        named = await with_names(self._store, approvals)
+        updated = card_activity(named, await self._views_in(key), refresh_users(approvals))
         updated.id = activity_id
 
         async def update(context: TurnContext) -> None:

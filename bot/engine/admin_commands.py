@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine import justification
+from bot.engine import justification, responding
 from bot.engine.access import AccessControl
 from bot.engine.admin_syntax import USAGE, AdminCommand, format_duration, format_rule, parse_command
 from bot.engine.breakglass import SETTING as BREAKGLASS_SETTING
@@ -28,7 +28,11 @@ from storage.policy_rules import scope_channel, scope_global, scope_workspace
 from storage.protocols import ApprovalRecord
 
 if TYPE_CHECKING:
+    from bot.engine.rejudging import Rejudging
     from storage.async_protocols import AsyncStores
+
+REJUDGING_COMMANDS = ("policy set", "policy reset", "approvers", "quorum", "four-eyes")
+"""Issue 30: the changes after which the pending approvals of the tools they name are judged again."""
 
 
 class AdminCommands:
@@ -58,6 +62,8 @@ class AdminCommands:
         """Issue 31: ``breakglass list|review`` (set by the engine's parts once it is built)."""
         self.mcp = MCPCommands(storage, clock)
         """Issue 25: ``mcp list|reload`` (its manager is set by ``Engine.create``)."""
+        self.rejudging: Rejudging | None = None
+        """Issue 30: judges pending approvals again after a policy change (set by the engine's parts)."""
 
     async def run(self, request: AdminRequest) -> str:
         """Run one admin command; always answers with plain text (errors and usage included)."""
@@ -75,10 +81,15 @@ class AdminCommands:
                 )
                 raise NotAnAdmin("reload the MCP servers") if command.name == "mcp reload" else NotAnAdmin()
             if command.name.startswith("breakglass ") or command.breakglass is not None:
-                return await self._breakglass(command, request)
-            if command.name.startswith("mcp "):
+                answer = await self._breakglass(command, request)
+            elif command.name.startswith("mcp "):
                 return await self.mcp.run(command, request)
-            return await self._run_admin(command, request)
+            else:
+                answer = await self._run_admin(command, request)
+            if command.name in REJUDGING_COMMANDS and self.rejudging is not None and command.tool_key:
+                said = (await self.rejudging.after_change(request, command.tool_key)).sentence()
+                answer = f"{answer}\n{said}" if said else answer
+            return answer
         except EngineError as exc:
             return str(exc)
 
@@ -122,6 +133,9 @@ class AdminCommands:
             return await self._usage(request, command.channel, command.value)
         if command.name.startswith("justification"):  # issue 31
             return await justification.run_command(self.storage, self.tools, self.clock, command, request)
+        if command.name == "respondable":  # issue 30
+            shown = self.rejudging.views.respondable if self.rejudging is not None else None
+            return await responding.run_command(self.storage, self.tools, self.clock, command, request, shown)
         channel = command.channel
         scope = (
             scope_channel(request.platform, request.workspace, channel)

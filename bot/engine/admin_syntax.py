@@ -3,7 +3,7 @@
 ``policy list [#channel]``, ``policy set <tool|group|*> <mode> [#channel] [when …]`` (``always``, ``never``,
 ``once``, ``deny``, ``review``, ``always+review``),
 ``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none>``, ``quorum <tool> <n>``,
-``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``group set <name> <@user ...>``,
+``four-eyes <tool> on|off``, ``ttl <tool> <duration>``, ``respondable <tool> on|off``, ``group set <name> <@user ...>``,
 ``group list``, ``group delete <name>``, ``access allow|revoke <#channel|*> <@user|@group|everyone>``,
 ``access list``, ``dm on|off``, ``mcp list``, ``mcp reload``, ``pending``, ``audit [n]``,
 ``usage [#channel] [days]``, ``help``.
@@ -35,6 +35,7 @@ USAGE = """countersign admin commands:
   four-eyes <tool> on|off                                  the requester may not approve
   ttl <tool> <duration>                                    e.g. 30m, 4h, 2d (at most 90d)
   justification <tool> required|off | list                 approving needs a short reason
+  respondable <tool> on|off                                approvers may answer in the tool's place (Respond)
   policy set <tool> <mode> … breakglass after <d>|off      the requester may break glass after <d> undecided
   breakglass list | review <id> ok|not-ok [note]           open break-glass reviews; review one
   breakglass run <id> <reason>                             run your undecided call once (after the delay)
@@ -63,6 +64,7 @@ COMMAND_WORDS = (
     "four-eyes",
     "ttl",
     "justification",
+    "respondable",
     "breakglass",
     "group",
     "access",
@@ -83,6 +85,7 @@ CHANGES = frozenset(
         "four-eyes",
         "ttl",
         "justification",
+        "respondable",
         "group set",
         "group delete",
         "access allow",
@@ -348,6 +351,13 @@ def _justification_command(args: list[str]) -> AdminCommand | None:
     return None
 
 
+def _respondable_command(args: list[str]) -> AdminCommand | None:
+    """``respondable <tool> on|off`` (issue 30: bot.engine.responding; not ``respond``, which starts sentences)."""
+    if len(args) == 2 and args[1].lower() in ("on", "off"):
+        return AdminCommand("respondable", tool_key=args[0], value=args[1].lower() == "on")
+    return None
+
+
 _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "help": _help_command,
     "pending": _pending_command,
@@ -364,6 +374,7 @@ _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "four-eyes": _four_eyes_command,
     "ttl": _ttl_command,
     "justification": _justification_command,
+    "respondable": _respondable_command,
     "breakglass": _breakglass_command,
 }
 """Each command word's parser: the command, or ``None`` when its words do not fit (the usage help then)."""

@@ -25,6 +25,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from bot.durations import format_duration
+from bot.engine.breakglass_marks import (  # noqa: F401 - re-exported: the names callers know from here
+    AUDIT_ACTION,
+    MARK,
+    NOT_OK,
+    OK,
+    REVIEW_ACTION,
+    SETTING,
+    delay_seconds,
+    is_breakglass,
+    is_tainted,
+    opens_at,
+    reason_of,
+)
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnApprover
 from bot.engine.model import (
@@ -50,13 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SETTING = "breakglass"
-"""The ``tool_settings`` setting: the delay in seconds after which the requester may break glass."""
-AUDIT_ACTION = "break-glass"
-REVIEW_ACTION = "break-glass review"
-MARK = "[break-glass] "
-"""The start of a break-glass decision's stored feedback: how a decided card knows to show it in red."""
-OK, NOT_OK = "ok", "not-ok"
 DEFAULT_LIMIT = 3
 WINDOW = timedelta(hours=24)
 DEFAULT_REVIEW_SECONDS = 24 * 3600
@@ -71,23 +77,6 @@ MAX_REASON_CHARS = 500
 
 class BreakGlassRefused(EngineError):
     """Break-glass is not possible for this call, for this person, now; nothing was decided."""
-
-
-def is_breakglass(record: ApprovalRecord) -> bool:
-    """Whether ``record`` was decided by breaking glass."""
-    return record.status == "approved" and (record.feedback or "").startswith(MARK)
-
-
-def reason_of(feedback: str | None) -> str:
-    """The reason of a break-glass decision's stored feedback (without :data:`MARK`)."""
-    text = feedback or ""
-    return text[len(MARK) :] if text.startswith(MARK) else text
-
-
-def is_tainted(record: ApprovalRecord) -> bool:
-    """Whether a call had an argument copied from untrusted text (its stored provenance lists one)."""
-    provenance = record.provenance or {}
-    return bool(provenance.get("tainted"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +106,7 @@ class BreakGlass:
         limit: int = DEFAULT_LIMIT,
         channel: str | None = None,
         review_seconds: int = DEFAULT_REVIEW_SECONDS,
+        rerender: Callable[[ApprovalRecord], Awaitable[Any]] | None = None,
     ) -> None:
         self.storage = storage
         self.access = access
@@ -128,20 +118,18 @@ class BreakGlass:
         self.channel = channel
         self.review_seconds = review_seconds
         self._next_remind: datetime | None = None
+        self.rerender = rerender
+        """Re-renders a call's card wherever it is shown (the cards part): once the offer opens, and after a review."""
         self.decider: Callable[[DecisionRequest], Awaitable[DecisionResult]] | None = None
         """How ``breakglass run`` decides (the engine's parts set it to the deciding part's ``decide``)."""
 
     async def delay_of(self, tool_name: str) -> int | None:
         """The tool's break-glass delay in seconds, ``None`` when break-glass is off for it."""
-        value = (await self.storage.tool_settings.values(SETTING)).get(tool_name)
-        return int(value) if value and value.isdigit() else None
+        return delay_seconds((await self.storage.tool_settings.values(SETTING)).get(tool_name))
 
     async def available_at(self, record: ApprovalRecord) -> datetime | None:
         """When the requester may break glass on ``record`` (``None``: never), ignoring the rate limit."""
-        delay = await self.delay_of(record.tool_name)
-        if delay is None or record.kind != "approval" or record.mode == "deny" or is_tainted(record):
-            return None
-        return record.created_at + timedelta(seconds=delay)
+        return opens_at(record, await self.delay_of(record.tool_name))
 
     async def sweep(self) -> int:
         """One sweep: :meth:`offer_due`, then :meth:`remind_overdue`; how many people were told now."""
@@ -200,19 +188,28 @@ class BreakGlass:
                     Mention(record.requester),
                     f": nobody decided {record.tool_name} within {format_duration(delays[record.tool_name])}. "
                     "If it cannot wait, you may break glass (it runs once, is announced and reviewed): "
-                    f"breakglass run {record.approval_id[:8]} <reason>",
+                    f"press Break glass on the card, or breakglass run {record.approval_id[:8]} <reason>",
                 )
             )
             try:
                 thread = await self.notices.views.thread_of(record)
                 if await self.deliveries.say(thread, text, f"breakglass-offer:{record.approval_id}"):
                     told += 1
+                    await self._rerender(record)  # the card now offers its requester the Break glass button
             except Exception:
                 logger.warning("break-glass offer not sent", extra={"approval_id": record.approval_id}, exc_info=True)
         return told
 
     async def authorise(self, record: ApprovalRecord, actor: str, feedback: str | None) -> None:
-        """Raise why ``actor`` may not break glass on ``record`` now; return if they may."""
+        """Raise why ``actor`` may not break glass on ``record`` now, with ``feedback`` as the reason; return if
+        they may."""
+        await self.check_offer(record, actor)
+        if not (feedback or "").strip():
+            raise BreakGlassRefused("Breaking glass needs a reason: nothing was decided.")
+        await self.check_limits(record, actor)
+
+    async def check_offer(self, record: ApprovalRecord, actor: str) -> None:
+        """Raise why ``actor`` may not break glass on ``record`` now, whatever the reason (before asking for it)."""
         if actor != record.requester:
             raise NotAnApprover("Only the person who asked for this call can break glass.")
         if record.mode == "deny" or record.kind != "approval":
@@ -226,8 +223,9 @@ class BreakGlass:
         if now < at:
             wait = format_duration(max(1, int((at - now).total_seconds())))
             raise BreakGlassRefused(f"Break-glass is possible only if nobody decides within the delay: wait {wait}.")
-        if not (feedback or "").strip():
-            raise BreakGlassRefused("Breaking glass needs a reason: nothing was decided.")
+
+    async def check_limits(self, record: ApprovalRecord, actor: str) -> None:
+        """Raise when ``actor`` may no longer ask the bot there, or has broken glass too often."""
         thread = await self.notices.views.thread_of(record)
         asking = Inbound(thread.platform, thread.workspace, thread.channel, thread.thread, actor, "", "breakglass")
         if await self.access.refusal(asking) is not None:
@@ -252,7 +250,8 @@ class BreakGlass:
                 f" ran {record.tool_name} without an approval (id {record.approval_id[:8]}). Reason: {reason[:200]}. "
                 f"A review by someone else is due within {format_duration(self.review_seconds)}: "
                 f"breakglass review {record.approval_id[:8]} ok|not-ok [note]",
-            )
+            ),
+            review=record.approval_id,  # the review buttons on the post and in each DM, where a surface has them
         )
         workspace = (await self.notices.views.thread_of(record)).workspace
         if self.channel:
@@ -269,6 +268,14 @@ class BreakGlass:
                 continue
             if direct is not None:
                 await self._say(direct, text, f"breakglass:{record.approval_id}:dm:{person}")
+
+    async def _rerender(self, record: ApprovalRecord) -> None:
+        if self.rerender is None:
+            return
+        try:
+            await self.rerender(record)
+        except Exception:
+            logger.warning("break-glass card not re-rendered", extra={"approval_id": record.approval_id}, exc_info=True)
 
     async def _say(self, thread: ThreadRef, text: Note, key: str) -> None:
         try:
@@ -287,8 +294,8 @@ class BreakGlass:
             if e.action == AUDIT_ACTION and e.subject not in reviewed
         ]
 
-    async def review(self, approval_prefix: str, actor: str, outcome: str, note: str | None) -> str:
-        """Record the review of one break-glass decision (someone other than the requester; audited)."""
+    async def check_review(self, approval_prefix: str, actor: str) -> tuple[OpenReview, ApprovalRecord]:
+        """The open review ``approval_prefix`` names, if ``actor`` may do it; else raise why not."""
         matches = [r for r in await self.open_reviews() if r.approval_id.startswith(approval_prefix)]
         if len(matches) != 1:
             raise CommandError(f"No open break-glass review matches '{approval_prefix[:64]}' (breakglass list).")
@@ -296,7 +303,16 @@ class BreakGlass:
         if actor == review.requester:
             raise NotAnApprover("You broke glass on this call, so someone else must review it.")
         # Who may review: who may have decided the call (its approvers; else admins), never the requester.
-        await authorize_now(self.notices.roles, await self.storage.approvals.get(review.approval_id), actor)
+        record = await self.storage.approvals.get(review.approval_id)
+        await authorize_now(self.notices.roles, record, actor)
+        return review, record
+
+    async def review(self, approval_prefix: str, actor: str, outcome: str, note: str | None) -> str:
+        """Record the review of one break-glass decision (someone other than the requester; audited), and show
+        its outcome on the call's card."""
+        review, record = await self.check_review(approval_prefix, actor)
+        if outcome not in (OK, NOT_OK):
+            raise CommandError("A review is 'ok' or 'not-ok'.")
         if outcome == NOT_OK and not (note or "").strip():
             raise CommandError("A 'not-ok' review needs a note saying why.")
         await self.storage.audit.append(
@@ -306,6 +322,7 @@ class BreakGlass:
             {"outcome": outcome, "note": (note or "")[:MAX_REASON_CHARS] or None, "tool": review.tool_name},
             now=self.clock(),
         )
+        await self._rerender(record)
         return f"Review of the break-glass of {review.tool_name} by {review.requester} recorded: {outcome}."
 
     async def run_from_command(self, prefix: str, reason: str, request: AdminRequest) -> str:

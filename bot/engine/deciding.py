@@ -18,7 +18,7 @@ from bot import failpoints
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import history_to_read
 from bot.canonical import args_digest
-from bot.engine import breakglass, justification
+from bot.engine import breakglass, justification, responding
 from bot.engine.cards import Cards
 from bot.engine.confirmation import ONCE, channel_scope
 from bot.engine.decisions import STATUS_OF_ACTION, check_open
@@ -61,7 +61,7 @@ from bot.metrics import Observer
 from bot.tools import Tool
 from storage import StorageError
 from storage.batch import Batch, Call, call, stores
-from storage.protocols import ApprovalRecord, ApprovalStep, ClickedApproval, RunRecord
+from storage.protocols import COUNTED_VOTES, ApprovalRecord, ApprovalStep, ClickedApproval, RunRecord
 
 if TYPE_CHECKING:
     from bot.mcp import MCPManager
@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+RESPOND_VOTE = "respond"
+"""A Respond among a quorum's votes (issue 30): it counts like an approval; the reached quorum answers in the tool's
+place with the latest Respond's text (stored with the pending approval, ``approvals.add_vote``)."""
 QUORUM_CANNOT_EDIT = "this call needs several approvals, so it cannot be edited; reject it with feedback instead"
 
 """A batch read's ``(args, kwargs)``, computed in the batch's transaction from what it did before."""
@@ -134,6 +137,22 @@ class Deciding:
         return await self.views.view(clicked.record)
 
     @refused_while_storage_fails
+    async def check_can_break_glass(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
+        """Raise what a break-glass by ``actor`` from ``place`` would raise now, whatever its reason (issue 31: before
+        asking for the reason)."""
+        clicked = await self.views.clicked(approval_id, place)
+        glass, record = self.glass, clicked.record
+        if glass is None:
+            raise breakglass.BreakGlassRefused("Break-glass is not turned on here.")
+
+        async def authorise() -> None:
+            await glass.check_offer(record, actor)
+            await glass.check_limits(record, actor)
+
+        await self.gate.admit(clicked, actor, place, BREAKGLASS, authorise=authorise)
+        return await self.views.view(record)
+
+    @refused_while_storage_fails
     async def decide(self, request: DecisionRequest, *, render_later: bool = False) -> DecisionResult:
         """Record one decision (exactly one wins), update the rendering, and resume when the step is decided.
 
@@ -173,16 +192,18 @@ class Deciding:
                 refusal = approve_refusal(self.tools.get(record.tool_name), record)
                 if refusal is not None:
                     raise PreviewRequired(refusal)
-            if action == RESPOND:  # issue 30: the person's text is the call's answer (one decider, like a reject)
-                request = replace(
-                    request, feedback=checked_response(self.tools.get(record.tool_name), record, request.feedback)
-                )
-            if action in (CONFIRM, MODIFY) and record.quorum > 1:
+            if action == RESPOND:  # issue 30: the person's text is the call's answer
+                allowed = await responding.allowed_by_policy(self.storage, record.tool_name)
+                tool = self.tools.get(record.tool_name)
+                text = checked_response(tool, record, request.feedback, policy_allows=allowed)
+                request = replace(request, feedback=text)
+            if action in (CONFIRM, MODIFY, RESPOND) and record.quorum > 1:
                 if action == MODIFY:
                     raise InvalidEdit({"_": QUORUM_CANNOT_EDIT})
-                counted = await self._vote(record, request)
+                counted = await self._vote(record, request, action)
                 if counted is not None:
                     return counted
+                action, request = await self._quorum_outcome(record, request, action)
             claimed = await self._record_decision(record, request, action, final_arguments, final_result)
         except EngineError as refused:
             refusal = await self.gate.explain_refusal(record, refused)
@@ -362,12 +383,17 @@ class Deciding:
         audited_as = breakglass.AUDIT_ACTION if action == BREAKGLASS else STATUS_OF_ACTION[action]
         batch.write(stores.audit.append, request.actor, audited_as, record.approval_id, details, now=self.clock())
 
-    async def _vote(self, record: ApprovalRecord, request: DecisionRequest) -> DecisionResult | None:
-        """Count a confirm vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
+    async def _vote(self, record: ApprovalRecord, request: DecisionRequest, action: str) -> DecisionResult | None:
+        """Count a confirm (or respond) vote toward the quorum; ``None`` once the quorum is reached (decide then)."""
         prior = await self.storage.approvals.votes(record.approval_id)
         if any(v.voter == request.actor for v in prior):
-            raise AlreadyDecided("approved", f"you (waiting for {record.quorum - len(prior)} more)", None)
-        count = await self.storage.approvals.add_vote(record.approval_id, request.actor, CONFIRM, now=self.clock())
+            counted = sum(1 for v in prior if v.vote in COUNTED_VOTES)
+            raise AlreadyDecided("approved", f"you (waiting for {record.quorum - counted} more)", None)
+        vote = RESPOND_VOTE if action == RESPOND else CONFIRM
+        feedback = request.feedback if action == RESPOND else None
+        count = await self.storage.approvals.add_vote(
+            record.approval_id, request.actor, vote, now=self.clock(), feedback=feedback
+        )
         if count is None:
             check_open(self.clock(), await self.views.record(record.approval_id))
             raise ApprovalExpired()
@@ -378,14 +404,28 @@ class Deciding:
             request.actor,
             "voted",
             record.approval_id,
-            {"tool": record.tool_name, "kind": record.kind, "votes": count},
+            {"tool": record.tool_name, "kind": record.kind, "votes": count, "vote": vote, "feedback": feedback},
             now=self.clock(),
         )
         views = await self.cards.update_rendering(record)
         clicked = next(v for v in views if v.approval_id == record.approval_id)
+        what = "answer" if action == RESPOND else "approval"
         return DecisionResult(
-            approval=clicked, step=tuple(views), message=f"Your approval was recorded ({count}/{record.quorum})."
+            approval=clicked, step=tuple(views), message=f"Your {what} was recorded ({count}/{record.quorum})."
         )
+
+    async def _quorum_outcome(
+        self, record: ApprovalRecord, request: DecisionRequest, action: str
+    ) -> tuple[str, DecisionRequest]:
+        """The decision a reached quorum makes (issue 30): answered by a person, with the latest Respond's text, when
+        any of its votes is a Respond; else approved."""
+        if action == RESPOND:
+            return action, request
+        votes = await self.storage.approvals.votes(record.approval_id)
+        if not any(v.vote == RESPOND_VOTE for v in votes):
+            return action, request
+        answer = (await self.views.record(record.approval_id)).feedback or ""
+        return RESPOND, replace(request, feedback=answer)
 
     async def after_decision(
         self, record: ApprovalRecord, message: str, claimed: ClaimedStep | None = None

@@ -164,6 +164,7 @@ class Engine:
         # Crash tests start processes ahead and park them here: nothing below has acted on any run yet.
         failpoints.failpoint("before_start")
         await self.lifecycle.listen()
+        await self.parts.views.respondable.load()  # issue 30: cards show an admin's Respond setting without a read
         await self.recover()
         self.lifecycle.start(sweep=sweep)
 
@@ -251,6 +252,21 @@ class Engine:
         The decision itself checks everything again (who, the reason, the delay, the rate limit)."""
         record = await self.parts.views.record(approval_id)
         return await self.parts.breakglass.available_at(record) if record.is_pending else None
+
+    async def check_can_break_glass(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
+        """Raise what breaking glass on this call would raise for ``actor`` in ``place`` now, whatever the reason
+        (issue 31: before a surface asks for the reason); the decision checks everything again."""
+        return await self.parts.deciding.check_can_break_glass(approval_id, actor, place)
+
+    async def check_can_review_breakglass(self, approval_id: str, actor: str) -> None:
+        """Raise why ``actor`` may not review this break-glass now (issue 31: before a surface asks for a note)."""
+        await self.parts.breakglass.check_review(approval_id, actor)
+
+    async def review_breakglass(self, approval_id: str, actor: str, outcome: str, note: str | None = None) -> str:
+        """Record the review (``ok`` / ``not-ok``, a note required for ``not-ok``) of one break-glass decision, by
+        someone other than its requester allowed to decide the call; audited and shown on its card. The sentence
+        to show the reviewer; an :class:`~bot.engine.errors.EngineError` says why not."""
+        return await self.parts.breakglass.review(approval_id, actor, outcome, note)
 
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bot.engine.errors import CommandError, EngineError
+from bot.engine.errors import EngineError
+from bot.engine.tool_switches import set_tool_switch
 from storage.batch import Batch, stores
 
 if TYPE_CHECKING:
@@ -66,19 +67,9 @@ async def run_command(
     if command.name == "justification list":
         required = sorted(t for t, v in (await storage.tool_settings.values(JUSTIFICATION)).items() if v == REQUIRED)
         return "Approving needs a reason for: " + ", ".join(required) if required else "No tool needs a reason."
-    tool_name = command.tool_key or ""
-    if tool_name not in tools:
-        known = ", ".join(sorted(tools))
-        raise CommandError(f"Unknown tool '{tool_name[:64]}'. Known tools: {known}.")
     value = REQUIRED if command.value else None
-    await storage.tool_settings.set_value(tool_name, JUSTIFICATION, value, updated_by=request.actor, now=clock())
-    await storage.audit.append(
-        request.actor,
-        "justification",
-        f"global/{tool_name}",
-        {"fields": {"justification": value or OFF}, "platform": request.platform},
-        now=clock(),
-    )
+    tool_name = command.tool_key or ""
+    await set_tool_switch(storage, tools, clock, request, tool_name, JUSTIFICATION, value)
     if value:
         return f"Approving {tool_name} now needs a short reason."
     return f"Approving {tool_name} no longer needs a reason."

@@ -112,6 +112,17 @@ class Inbound:
 
 
 @dataclass(frozen=True)
+class BreakGlassReview:
+    """Issue 31: the review of a break-glass decision, by someone other than its requester (from the audit)."""
+
+    reviewer: str
+    outcome: str
+    """``ok`` or ``not-ok``."""
+    note: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
 class ApprovalView:
     """Everything an adapter needs to render one approval (a paused tool call) and its outcome.
 
@@ -159,6 +170,14 @@ class ApprovalView:
     """Issue 30: whether a person may answer in the tool's place (Respond)."""
     preview: dict[str, Any] | None = None
     """What the call would do, as stored with the approval (``bot.engine.previewing.preview_sections`` shows it)."""
+    breakglass_open: bool = False
+    """Issue 31: nobody decided within the tool's break-glass delay, so its requester is offered Break glass (for
+    rendering only: the engine checks the click again)."""
+    breakglass_review: BreakGlassReview | None = None
+    """Issue 31: for a break-glass decision, its review once done (``None``: still due)."""
+    void_votes: tuple[str, ...] = ()
+    """Issue 30: voters whose approval no longer counts, after an admin tightened the policy while it waited
+    (``bot.engine.presentation.void_vote_sentence`` says why)."""
 
     @property
     def is_pending(self) -> bool:
@@ -255,6 +274,10 @@ class Note:
     """
 
     parts: tuple[str | Mention, ...]
+    review: str | None = None
+    """Issue 31: the approval id of a break-glass whose review this note asks for. Surfaces with buttons add
+    "Review: OK" / "Review: Not OK" for it (the engine checks every click); others show the text, which names
+    ``breakglass review``."""
 
     def plain(self, name: Callable[[str], str] = lambda person: person) -> str:
         """The note as plain (unescaped) text, people shown by ``name(id)``, groups by their label."""
@@ -265,12 +288,16 @@ class Note:
 
     def to_json(self) -> str:
         """The note as JSON text (for the durable outbox); :meth:`from_json` reads it back."""
-        return json.dumps([part if isinstance(part, str) else {"mention": part.entry} for part in self.parts])
+        parts = [part if isinstance(part, str) else {"mention": part.entry} for part in self.parts]
+        return json.dumps(parts if self.review is None else {"parts": parts, "review": self.review})
 
     @classmethod
     def from_json(cls, text: str) -> Note:
         """The note written by :meth:`to_json`; raises ``ValueError`` for anything else."""
         loaded = json.loads(text)
+        review = None
+        if isinstance(loaded, dict) and isinstance(loaded.get("review"), str):  # a note asking for a review
+            review, loaded = loaded["review"], loaded.get("parts")
         if not isinstance(loaded, list):
             raise ValueError("a note is a JSON list")
         parts: list[str | Mention] = []
@@ -281,7 +308,7 @@ class Note:
                 parts.append(Mention(part["mention"]))
             else:
                 raise ValueError("a note part is a string or a mention")
-        return cls(tuple(parts))
+        return cls(tuple(parts), review)
 
 
 def plain_text(text: str | Note) -> str:

@@ -38,6 +38,7 @@ from bot.engine.pausing import Pausing
 from bot.engine.previewing import Prechecks
 from bot.engine.provenance import ProvenanceHook
 from bot.engine.recovery import Recovery
+from bot.engine.rejudging import Rejudging
 from bot.engine.resuming import Resuming
 from bot.engine.retention import Retention
 from bot.engine.review import PolicyReviewHook
@@ -190,6 +191,7 @@ class Parts:
             clock=clock,
             limit=config.breakglass_limit,
             channel=config.breakglass_channel,
+            rerender=self.cards.update_rendering,
         )
         self.deciding = Deciding(
             storage,
@@ -205,6 +207,16 @@ class Parts:
             glass=self.breakglass,
         )
         self.admin_commands.breakglass = self.breakglass
+        self.admin_commands.rejudging = Rejudging(
+            storage,
+            self.tools,
+            roles=self.roles,
+            views=self.views,
+            deciding=self.deciding,
+            deliveries=deliveries,
+            clock=clock,
+            default_ttl=ttl,
+        )
         self.breakglass.decider = self.deciding.decide
         self.approving = Approving(
             storage, gate=self.gate, roles=self.roles, views=self.views, deciding=self.deciding, clock=clock

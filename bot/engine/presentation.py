@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.engine.breakglass import MARK as BREAKGLASS_MARK
+from bot.engine.breakglass_marks import MARK as BREAKGLASS_MARK
+from bot.engine.breakglass_marks import NOT_OK
 from bot.engine.model import (
     APPROVED,
     CANCELLED,
@@ -22,6 +23,7 @@ from bot.engine.model import (
     ApprovalView,
     ToolStep,
 )
+from bot.engine.roles import group_label
 from bot.redaction import MASK, is_secret_key, mask_for_display, mask_shown_part, mask_text, scrub
 
 DEFAULT_VALUE_LIMIT = 500
@@ -120,8 +122,9 @@ def outcome_sentence(view: ApprovalView) -> str:
         return _review_outcome(view, who, when)
     reason = f" Reason: {mask_text(view.feedback)}" if view.feedback else ""  # issue 31: justification
     if view.status == APPROVED and (view.feedback or "").startswith(BREAKGLASS_MARK):  # issue 31: break-glass
-        why = mask_text((view.feedback or "")[len(BREAKGLASS_MARK) :])
-        return f"🔴 BREAK GLASS: run by {who} at {when} without an approval; a review is due. Reason: {why}"
+        why = breakglass_reason(view)
+        state = "a review is due" if view.breakglass_review is None else "reviewed"
+        return f"🔴 BREAK GLASS: run by {who} at {when} without an approval; {state}. Reason: {why}"
     if view.status == APPROVED:
         return f"Approved by {who} at {when}.{reason}"
     if view.status == REJECTED:
@@ -139,7 +142,42 @@ def outcome_sentence(view: ApprovalView) -> str:
     if view.status == CANCELLED:
         return "Cancelled; the call was not run."
     votes = f" ({len(view.votes)}/{view.quorum} approvals)" if view.quorum > 1 else ""
-    return f"Waiting for a decision until {format_time(view.expires_at)}{votes}."
+    void = "".join(f" {void_vote_sentence(view, voter)}" for voter in view.void_votes)
+    return f"Waiting for a decision until {format_time(view.expires_at)}{votes}.{void}"
+
+
+def void_vote_sentence(view: ApprovalView, voter: str) -> str:
+    """Why ``voter``'s vote no longer counts after an admin tightened the policy while the call waited (issue 30)."""
+    if view.four_eyes and voter == view.requester:
+        return f"{voter}'s approval no longer counts: four-eyes is on, and they asked for this call."
+    approvers = ", ".join(group_label(a) for a in view.approvers) or "the requester and admins"
+    return f"{voter}'s approval no longer counts: approvers are now {approvers}."
+
+
+def is_breakglass_view(view: ApprovalView) -> bool:
+    """Issue 31: whether ``view`` was decided by breaking glass (its card is shown in red)."""
+    return view.status == APPROVED and not view.is_review and (view.feedback or "").startswith(BREAKGLASS_MARK)
+
+
+def breakglass_reason(view: ApprovalView) -> str:
+    """Issue 31: the reason given for a break-glass, masked (the adapter escapes it)."""
+    return mask_text((view.feedback or "")[len(BREAKGLASS_MARK) :])
+
+
+def breakglass_review_due(view: ApprovalView) -> bool:
+    """Issue 31: whether a break-glass decision still waits for its review (the card offers Review: OK / Not OK)."""
+    return is_breakglass_view(view) and view.breakglass_review is None
+
+
+def breakglass_review_sentence(view: ApprovalView, reviewer: str | None = None) -> str | None:
+    """Issue 31: the review's outcome, ``Review: not OK by @ben at …: too broad.`` (``None`` until reviewed);
+    ``reviewer`` shows the reviewer (default: their id)."""
+    review = view.breakglass_review
+    if review is None:
+        return None
+    verdict = "not OK" if review.outcome == NOT_OK else "OK"
+    note = f": {mask_text(review.note)}" if review.note else ""
+    return f"Review: {verdict} by {reviewer or review.reviewer} at {format_time(review.at)}{note}."
 
 
 def _review_outcome(view: ApprovalView, who: str, when: str) -> str:

@@ -88,6 +88,16 @@ def approved_preview_of(data: Mapping[str, Any] | None) -> Preview | None:
     return preview_of(data.get("approved")) if isinstance(data, Mapping) else None
 
 
+SHOW_MORE_LIMIT = 6_000
+"""How much of each preview "show more" shows (Slack's modal, Teams' ``Action.ShowCard``), masked; a card shows less
+(its own limit) and the full text stays in the approval row."""
+
+
+def is_cut(data: Mapping[str, Any] | None, limit: int) -> bool:
+    """Whether showing the stored preview at ``limit`` characters cuts any part of it (offer "show more" then)."""
+    return any(section.cut for section in preview_sections(data, limit))
+
+
 @dataclass(frozen=True)
 class PreviewSection:
     """One part of a preview as an approval shows it: a label, the masked and cut text, whether it was cut."""

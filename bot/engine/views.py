@@ -11,14 +11,17 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from bot.engine.breakglass_marks import SETTING as BREAKGLASS_SETTING
+from bot.engine.breakglass_marks import delay_seconds, is_breakglass, may_open, opens_at, review_of
 from bot.engine.errors import ApprovalNotFound
 from bot.engine.gate import Gate
-from bot.engine.model import CONFIRM, PENDING, ApprovalView, ThreadRef
+from bot.engine.model import PENDING, ApprovalView, ThreadRef
+from bot.engine.responding import RespondableSettings
 from bot.engine.roles import Roles
 from bot.engine.threads import thread_of_run
 from bot.tools import Tool
 from storage import NotFound
-from storage.protocols import ApprovalRecord, ClickedApproval
+from storage.protocols import COUNTED_VOTES, VOID_VOTE, ApprovalRecord, ClickedApproval
 
 if TYPE_CHECKING:
     from storage.async_protocols import AsyncStores
@@ -44,6 +47,8 @@ class Views:
         self.gate = gate
         self.admins = admins
         self.clock = clock
+        self.respondable = RespondableSettings(storage, clock)
+        """Issue 30: which tools an admin allowed Respond on, as cards show it (a short cache; clicks read afresh)."""
 
     # --- records ------------------------------------------------------------------------------------
 
@@ -95,11 +100,30 @@ class Views:
         if not records:
             return []
         thread = thread or await self.thread_of(records[0])
-        return [await self.view(r, thread) for r in records]
+        delays = await self.breakglass_delays(records)
+        return [await self.view(r, thread, delays) for r in records]
 
-    async def view(self, record: ApprovalRecord, thread: ThreadRef | None = None) -> ApprovalView:
-        """The view of one approval (its thread read from its run unless given)."""
+    async def breakglass_delays(self, records: Sequence[ApprovalRecord]) -> dict[str, int]:
+        """Issue 31: the break-glass delay of each tool that has one (read only if one of ``records`` may offer it)."""
+        now = self.clock()
+        if not any(may_open(r, now) for r in records):  # e.g. a card shown as its call pauses: no read
+            return {}
+        values = await self.storage.tool_settings.values(BREAKGLASS_SETTING)
+        return {tool: seconds for tool, value in values.items() if (seconds := delay_seconds(value)) is not None}
+
+    async def view(
+        self, record: ApprovalRecord, thread: ThreadRef | None = None, delays: Mapping[str, int] | None = None
+    ) -> ApprovalView:
+        """The view of one approval (its thread read from its run unless given; ``delays``: the break-glass delays
+        as :meth:`breakglass_delays` read them, else read here when needed)."""
         tool = self.tools.get(record.tool_name)
+        if delays is None:
+            delays = await self.breakglass_delays([record])
+        glass_at = opens_at(record, delays.get(record.tool_name)) if record.status == PENDING else None
+        now = self.clock()
+        reviewed = None
+        if is_breakglass(record):  # issue 31: its review, once done, is shown on the card
+            reviewed = review_of(await self.storage.audit.recent(50, subject=record.approval_id))
         votes = await self.storage.approvals.votes(record.approval_id) if record.quorum > 1 else []
         return ApprovalView(
             approval_id=record.approval_id,
@@ -114,7 +138,7 @@ class Views:
             approvers=tuple(record.approvers),
             quorum=record.quorum,
             four_eyes=record.four_eyes,
-            votes=tuple(v.voter for v in votes if v.vote == CONFIRM),
+            votes=tuple(v.voter for v in votes if v.vote in COUNTED_VOTES),
             created_at=record.created_at,
             expires_at=record.expires_at,
             status=record.status,
@@ -130,7 +154,12 @@ class Views:
             deciders=tuple(await self.deciders(record)) if record.status == PENDING else (),
             provenance=record.provenance,
             preview=record.preview,
-            respondable=bool(tool and tool.respondable) and record.kind == "approval",
+            respondable=record.kind == "approval"
+            and tool is not None
+            and (tool.respondable or await self.respondable.allows(record.tool_name)),
+            void_votes=tuple(v.voter for v in votes if v.vote == VOID_VOTE),
+            breakglass_open=glass_at is not None and glass_at <= now < record.expires_at,
+            breakglass_review=reviewed,
         )
 
     async def deciders(self, record: ApprovalRecord) -> list[str]:

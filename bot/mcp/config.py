@@ -1,6 +1,8 @@
 """``COUNTERSIGN_MCP_CONFIG``: the JSON file MCP clients share (``{"mcpServers": {NAME: {...}}}``).
 
-``command`` means a stdio server, ``url`` a Streamable HTTP one. ``${VAR}`` in ``env`` and ``headers``
+``command`` means a stdio server, ``url`` a Streamable HTTP one. ``previews`` maps a tool of the server to
+another of its tools that previews it (issue 30): ``"previews": {"apply": "plan"}`` makes ``deploy__apply``'s
+approval show what ``plan`` answers to the same arguments (``docs/previews.md``). ``${VAR}`` in ``env`` and ``headers``
 values expands from the environment; the expanded values are never logged (``repr`` hides them).
 Every problem is one :class:`MCPConfigError` line naming the server and the key or variable.
 """
@@ -15,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_STDIO_KEYS = frozenset({"command", "args", "env", "cwd", "timeout"})
-_HTTP_KEYS = frozenset({"url", "headers", "timeout"})
+_STDIO_KEYS = frozenset({"command", "args", "env", "cwd", "timeout", "previews"})
+_HTTP_KEYS = frozenset({"url", "headers", "timeout", "previews"})
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -38,6 +41,8 @@ class MCPServerConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     timeout: float = DEFAULT_TIMEOUT_SECONDS
+    previews: Mapping[str, str] = field(default_factory=dict)
+    """A tool's name on this server → the name of the server's tool that previews it (same arguments)."""
 
     @property
     def transport(self) -> str:
@@ -97,6 +102,7 @@ def _server(name: str, spec: Any, environ: Mapping[str, str]) -> MCPServerConfig
     if unknown:
         raise MCPConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
     timeout = spec.get("timeout", DEFAULT_TIMEOUT_SECONDS)
+    previews = _previews(where, spec.get("previews", {}))
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise MCPConfigError(f"{where}: 'timeout' must be a positive number of seconds, got {timeout!r}")
     if "command" in spec:
@@ -116,6 +122,7 @@ def _server(name: str, spec: Any, environ: Mapping[str, str]) -> MCPServerConfig
             env=_expanded(where, "env", spec.get("env", {}), environ),
             cwd=cwd,
             timeout=float(timeout),
+            previews=previews,
         )
     url = spec["url"]
     if not isinstance(url, str) or not re.match(r"https?://", url):
@@ -125,7 +132,22 @@ def _server(name: str, spec: Any, environ: Mapping[str, str]) -> MCPServerConfig
         url=url,
         headers=_expanded(where, "headers", spec.get("headers", {}), environ),
         timeout=float(timeout),
+        previews=previews,
     )
+
+
+def _previews(where: str, value: Any) -> dict[str, str]:
+    """``previews``: an object of the server's tool names to the names of the tools previewing them."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise MCPConfigError(f"{where}: 'previews' must be an object of tool name to preview tool name")
+    for tool, preview in value.items():
+        if not _TOOL_NAME.fullmatch(tool) or not _TOOL_NAME.fullmatch(preview):
+            raise MCPConfigError(
+                f"{where}: previews.{str(tool)[:64]}: tool names are 1-128 letters, digits, '_', '.' or '-'"
+            )
+        if tool == preview:
+            raise MCPConfigError(f"{where}: previews.{tool}: a tool cannot preview itself")
+    return {str(k): v for k, v in value.items()}
 
 
 def _expanded(where: str, key: str, values: Any, environ: Mapping[str, str]) -> dict[str, str]:

@@ -135,7 +135,8 @@ class MCPManager:
             for spec in server.offered or ():
                 tool_name = mcp_tool_name(name, spec.name, taken)
                 taken.add(tool_name)
-                out.append(mcp_tool(name, tool_name, spec, self.call, check=self.refusal))
+                preview = server.config.previews.get(spec.name)
+                out.append(mcp_tool(name, tool_name, spec, self.call, preview, check=self.refusal))
         return out
 
     def server_of(self, tool_name: str) -> str | None:

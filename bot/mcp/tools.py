@@ -52,9 +52,19 @@ class MCPTool(Tool):
 
 
 def mcp_tool(
-    server: str, name: str, spec: Any, call: CallFn, *, check: Callable[[MCPToolInfo], str | None] | None = None
+    server: str,
+    name: str,
+    spec: Any,
+    call: CallFn,
+    preview: str | None = None,
+    *,
+    check: Callable[[MCPToolInfo], str | None] | None = None,
 ) -> MCPTool:
     """Build the tool for ``spec`` (an ``mcp.types.Tool``) offered as ``name``.
+
+    ``preview``: the name on the same server of the tool that previews this one (the configuration's
+    ``previews``): its answer to the call's arguments is the call's preview (``bot.hitl.previews``); an error
+    from it is shown as a failed preview.
 
     Defaults from annotations (MCP's own defaults when absent): ``readOnlyHint`` true runs without
     asking (``confirmation_default="never"``); anything else asks (``"always"``), and a tool that is
@@ -68,6 +78,10 @@ def mcp_tool(
     async def invoke(**arguments: Any) -> str:
         return await call(server, remote, arguments)
 
+    async def previewed(**arguments: Any) -> str:
+        assert preview is not None
+        return await call(server, preview, arguments)
+
     description = (spec.description or spec.title or remote).strip()
     if open_world:
         description = f"{description} (open world: reaches outside systems)"
@@ -78,6 +92,7 @@ def mcp_tool(
         function=invoke,
         confirmation_default="never" if read_only else "always",
         destructive=destructive,
+        preview=previewed if preview is not None else None,
         mcp=info,
         check=check,
     )

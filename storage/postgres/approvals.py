@@ -20,7 +20,9 @@ from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, instant
 from storage.postgres.runs import RUN_COLUMNS, run_from_row
 from storage.protocols import (
     CLOSING_STATUSES,
+    COUNTED_VOTES,
     DECISION_STATUSES,
+    VOID_VOTE,
     VOTES,
     ApprovalRecord,
     ApprovalStep,
@@ -225,11 +227,14 @@ class PostgresApprovalStore:
         )
         return {approval_id: status for approval_id, status in rows}
 
-    async def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
-        """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.
+    async def add_vote(
+        self, approval_id: str, voter: str, vote: str, now: Instant = None, feedback: str | None = None
+    ) -> int | None:
+        """Record ``voter``'s vote (the first one counts) and return the number of counted votes (confirm, respond).
 
         Returns ``None`` if the approval is no longer pending or has expired. Voters on one approval
-        are serialised by a row lock, so the count each one sees includes every earlier vote.
+        are serialised by a row lock, so the count each one sees includes every earlier vote. A ``respond``
+        vote keeps its ``feedback`` (the answer) as the pending approval's feedback.
 
         >>> await storage.approvals.add_vote(approval_id, "U2", "confirm")
         1
@@ -246,16 +251,53 @@ class PostgresApprovalStore:
                 raise NotFound(f"approval {approval_id!r} not found")
             if row[0] != "pending" or row[1] <= at:
                 return None
-            await conn.execute(
+            cursor = await conn.execute(
                 "INSERT INTO votes (approval_id, voter, vote, voted_at) VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (approval_id, voter) DO NOTHING",
                 [approval_id, voter, vote, at],
             )
+            if cursor.rowcount and vote == "respond":
+                await conn.execute(
+                    "UPDATE approvals SET feedback = %s WHERE approval_id = %s",
+                    [None if feedback is None else Json(feedback), approval_id],
+                )
             cursor = await conn.execute(
-                "SELECT COUNT(*) FROM votes WHERE approval_id = %s AND vote = 'confirm'", [approval_id]
+                "SELECT COUNT(*) FROM votes WHERE approval_id = %s AND vote = ANY(%s)",
+                [approval_id, list(COUNTED_VOTES)],
             )
             counted = await cursor.fetchone()
         return int(counted[0]) if counted else 0
+
+    async def rejudge(
+        self,
+        approval_id: str,
+        *,
+        approvers: Sequence[str],
+        quorum: int,
+        four_eyes: bool,
+        void_voters: Sequence[str] = (),
+    ) -> bool:
+        """Give a pending approval a tightened policy's approvers, quorum and four-eyes; void the votes of
+        ``void_voters``. ``True`` if it was still pending (one transaction).
+
+        >>> await storage.approvals.rejudge(approval_id, approvers=["@sre"], quorum=2, four_eyes=True)
+        True
+        """
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE approvals SET approvers = %s, quorum = %s, four_eyes = %s "
+                "WHERE approval_id = %s AND status = 'pending' RETURNING true",
+                [Jsonb(list(approvers)), quorum, four_eyes, approval_id],
+            )
+            if await cursor.fetchone() is None:
+                await self._exists(approval_id)
+                return False
+            if void_voters:
+                await conn.execute(
+                    "UPDATE votes SET vote = %s WHERE approval_id = %s AND voter = ANY(%s)",
+                    [VOID_VOTE, approval_id, list(void_voters)],
+                )
+        return True
 
     async def votes(self, approval_id: str) -> list[Vote]:
         """Every vote on the approval, oldest first.

@@ -15,7 +15,9 @@ from storage.codec import dumps, epoch, to_datetime
 from storage.errors import AlreadyExists, NotFound
 from storage.protocols import (
     CLOSING_STATUSES,
+    COUNTED_VOTES,
     DECISION_STATUSES,
+    VOID_VOTE,
     VOTES,
     ApprovalRecord,
     ApprovalStep,
@@ -35,6 +37,7 @@ _COLUMNS = (
     "provenance_json, preview_json"
 )
 _RUN_FIELDS = RUN_COLUMNS.split(",")
+_COUNTED = "(" + ", ".join(f"'{v}'" for v in COUNTED_VOTES) + ")"
 
 
 _STEP_COLUMNS = (
@@ -185,10 +188,13 @@ class SQLiteApprovalStore:
             ).fetchall()
         return dict(rows)
 
-    def add_vote(self, approval_id: str, voter: str, vote: str, now: Instant = None) -> int | None:
-        """Record ``voter``'s vote (the first one counts) and return the number of confirm votes.
+    def add_vote(
+        self, approval_id: str, voter: str, vote: str, now: Instant = None, feedback: str | None = None
+    ) -> int | None:
+        """Record ``voter``'s vote (the first one counts) and return the number of counted votes (confirm, respond).
 
-        Returns ``None`` if the approval is no longer pending or has expired.
+        Returns ``None`` if the approval is no longer pending or has expired. A ``respond`` vote keeps its
+        ``feedback`` (the answer) as the pending approval's feedback.
 
         >>> storage.approvals.add_vote(approval_id, "U2", "confirm")
         1
@@ -202,14 +208,46 @@ class SQLiteApprovalStore:
                 raise NotFound(f"approval {approval_id!r} not found")
             if row[0] != "pending" or row[1] <= at:
                 return None
-            db.execute(
+            added = db.execute(
                 "INSERT INTO votes (approval_id, voter, vote, voted_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (approval_id, voter) DO NOTHING",
                 [approval_id, voter, vote, at],
-            )
+            ).rowcount
+            if added and vote == "respond":
+                db.execute("UPDATE approvals SET feedback = ? WHERE approval_id = ?", [feedback, approval_id])
             return db.execute(
-                "SELECT COUNT(*) FROM votes WHERE approval_id = ? AND vote = 'confirm'", [approval_id]
+                f"SELECT COUNT(*) FROM votes WHERE approval_id = ? AND vote IN {_COUNTED}", [approval_id]
             ).fetchone()[0]
+
+    def rejudge(
+        self,
+        approval_id: str,
+        *,
+        approvers: Sequence[str],
+        quorum: int,
+        four_eyes: bool,
+        void_voters: Sequence[str] = (),
+    ) -> bool:
+        """Give a pending approval a tightened policy's approvers, quorum and four-eyes; void the votes of
+        ``void_voters``. ``True`` if it was still pending (one transaction).
+
+        >>> storage.approvals.rejudge(approval_id, approvers=["@sre"], quorum=2, four_eyes=True, void_voters=["U_ANN"])
+        True
+        """
+        with self.connector.writing() as db:
+            changed = db.execute(
+                "UPDATE approvals SET approvers_json = ?, quorum = ?, four_eyes = ? "
+                "WHERE approval_id = ? AND status = 'pending'",
+                [dumps(list(approvers)), quorum, int(four_eyes), approval_id],
+            ).rowcount
+            if not changed:
+                self._exists(db, approval_id)
+                return False
+            for voter in void_voters:
+                db.execute(
+                    "UPDATE votes SET vote = ? WHERE approval_id = ? AND voter = ?", [VOID_VOTE, approval_id, voter]
+                )
+        return True
 
     def votes(self, approval_id: str) -> list[Vote]:
         """Every vote on the approval, oldest first.

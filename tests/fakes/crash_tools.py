@@ -10,6 +10,8 @@ condition the test ends, never a sleep.
 - ``delete_file(path)``: sensitive (asks for approval), returns at once.
 - ``slow_job(name)``: not sensitive (runs without approval), waits for gate ``name``.
 - ``slow_deploy(name)``: sensitive, waits for gate ``name``.
+- ``apply_plan(name, approved_preview)``: sensitive, previewed (issue 30) by what the test's world says of
+  ``name`` (``GET /world/<name>``); reports the approved preview it was given.
 
 The URL comes from the environment because a tool in a child process has no other way to learn it;
 this module is test code, outside ``bot.config``'s rule.
@@ -83,5 +85,22 @@ async def slow_deploy(name: str) -> str:
     return f"deployed {name}"
 
 
-tools: list[Tool] = [delete_file, slow_job, slow_deploy]
+async def _plan(name: str) -> str:
+    """The preview of ``apply_plan``: what the test's world says applying ``name`` would do (side-effect free)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{_control_url()}/world/{name}") as reply:
+        reply.raise_for_status()
+        return await reply.text()
+
+
+@tool(confirmation_default="always", preview=_plan)
+async def apply_plan(name: str, approved_preview: str) -> str:
+    """Apply a release's plan.
+
+    :param name: Name of the release.
+    """
+    await _report("apply_plan", {"name": name, "approved_preview": approved_preview})
+    return f"applied {name}"
+
+
+tools: list[Tool] = [delete_file, slow_job, slow_deploy, apply_plan]
 """What ``COUNTERSIGN_TOOLS=tests.fakes.crash_tools:tools`` loads."""

@@ -3,8 +3,9 @@
 ``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG|changed WHAT]``: every execution of ``record``
 appends one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
-result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``change`` (changes
-``record`` and sends ``notifications/tools/list_changed``).
+result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``plan`` (read-only: what
+``record`` would do, a preview tool for issue 30), ``change`` (changes ``record`` and sends
+``notifications/tools/list_changed``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ def build(log_path: Path) -> MCPServer:
         """How many notes were recorded."""
         lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.exists() else []
         return f"{len(lines)} notes"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    def plan(note: str) -> str:
+        """What ``record`` would do with this note (its preview): the note's number and text."""
+        lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.exists() else []
+        return f"note {len(lines) + 1} would be {note!r}"
 
     @server.tool()
     def bare(value: int) -> str:

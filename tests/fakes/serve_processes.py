@@ -112,10 +112,13 @@ class ToolControl:
 
     ``POST /executed`` records an execution; ``GET /gate/<name>`` answers once :meth:`release` opened
     ``name`` (at once if it already is). Closing releases every gate so no request outlives the test.
+    ``GET /world/<name>`` answers :attr:`world`'s text for ``name``: what a previewed tool's preview reads.
     """
 
     def __init__(self) -> None:
         self.executions: list[Execution] = []
+        self.world: dict[str, str] = {}
+        """What the previews of :mod:`tests.fakes.crash_tools` see (issue 30); the test changes it."""
         self._gates: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}
         self._changed = asyncio.Condition()
@@ -127,6 +130,7 @@ class ToolControl:
         app = web.Application()
         app.router.add_post("/executed", self._executed)
         app.router.add_get("/gate/{name}", self._gate)
+        app.router.add_get("/world/{name}", self._world)
         self._runner, self._port = await serve_locally(app, access_log=None, shutdown_timeout=1.0)
         return self
 
@@ -181,6 +185,9 @@ class ToolControl:
 
     def _gate_named(self, name: str) -> asyncio.Event:
         return self._gates.setdefault(name, asyncio.Event())
+
+    async def _world(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.world.get(request.match_info["name"], "nothing known"))
 
     async def _executed(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -197,7 +197,7 @@ class FakeSlackAPI:
                 args.update(await request.json())
             else:
                 args.update(dict(await request.post()))
-        for key in ("blocks", "view"):
+        for key in ("blocks", "view", "attachments"):
             if isinstance(args.get(key), str):
                 args[key] = json.loads(args[key])
         auth = request.headers.get("Authorization", "")

@@ -174,4 +174,7 @@ def assert_every_payload_valid(calls: Sequence[SlackCall]) -> int:
         if isinstance(call.args.get("view"), dict):
             assert_valid_view(call.args["view"])
             checked += 1
+        for attachment in call.args.get("attachments") or []:  # e.g. a break-glass card's red attachment
+            assert_valid_message_blocks(attachment["blocks"])
+            checked += 1
     return checked

@@ -178,6 +178,44 @@ async def test_kill_9_while_an_approved_slow_tool_runs_is_reported_as_unknown_an
     assert "unknown" in result.lower()
 
 
+# ------------------------------------------------------------- the crash between the preview re-check and the run
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same_world", "world_changed"])
+@pytest.mark.parametrize("failpoint", ["after_preview_recheck"])
+async def test_a_call_whose_process_died_after_its_preview_re_check_never_runs_without_a_matching_preview(
+    cluster: ServeCluster, survivor: ServeProcess, victim: ServeProcess, failpoint: str, changed: bool
+) -> None:
+    """Issue 30: the victim computed the approved call's preview again and died before comparing and running it. The
+    survivor's recovery computes it once more: the same plan runs once, given exactly the approved preview; a plan
+    changed meanwhile never runs, and the model is told why."""
+    name = f"plan-{'changed' if changed else 'same'}"
+    cluster.control.world[name] = f"3 pods of {name} will restart"
+    cluster.model.plan(f"apply {name}", [("apply_plan", {"name": name})])
+    thread = await cluster.mention(survivor, f"apply {name}")
+    card = await cluster.approval_card(thread)
+
+    async with cluster.frozen(survivor):
+        await cluster.click(victim, card)
+        await victim.wait_failpoint(passed=lambda: cluster.replies_in(thread))
+        if changed:
+            cluster.control.world[name] = f"7 pods of {name} will restart"
+
+    await cluster.wait_for_reply(thread, "Finished")
+    await cluster.assert_settled(thread)
+    if changed:
+        assert cluster.control.count("apply_plan", name=name) == 0
+        [result] = tool_results(cluster.history(thread))
+        assert "preview no longer matches" in result
+        assert cluster.ledger(thread) == []
+    else:
+        [ran] = cluster.control.of("apply_plan", name=name)
+        assert ran.arguments["approved_preview"] == f"3 pods of {name} will restart"
+        assert ran.pid != victim.pid
+        assert tool_results(cluster.history(thread)) == [f"applied {name}"]
+        assert [e["status"] for e in cluster.ledger(thread)] == ["done"]
+
+
 # ---------------------------------------------------------------------- the crash between a message and its pause
 
 

@@ -83,7 +83,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 7
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 8
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
@@ -264,6 +264,34 @@ async def test_a_call_past_the_servers_timeout_is_an_error_naming_the_server(tmp
         await manager.aclose()
 
 
+async def test_a_configured_preview_tool_previews_the_call_and_a_changed_plan_is_asked_again(tmp_path: Path):
+    """Issue 30: ``"previews": {"record": "plan"}`` makes ``t__record``'s approval show ``t__plan``'s answer to the
+    same arguments, bound to the approval: when the plan changes before the run, nothing runs and it is asked again."""
+    log = tmp_path / "log.jsonl"
+    spec = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log)], "cwd": str(ROOT)}
+    cfg = tuple(parse_mcp_config({"mcpServers": {"t": {**spec, "previews": {"record": "plan"}}}}, {}))
+    harness = await Harness.open(tmp_path, replies=[], mcp_servers=cfg)
+    try:
+        assert harness.engine.mcp is not None
+        tools = {t.name: t for t in harness.engine.mcp.tools()}
+        assert tools["t__record"].preview is not None and tools["t__bare"].preview is None
+        script(harness, asks_for("t__record", note="a"), echoes_results)
+        [view] = await harness.paused_approvals("record a")
+        assert view.preview is not None and view.preview["text"] == "note 1 would be 'a'"
+        log.write_text('{"tool": "record", "note": "by hand"}\n')  # the world changes after the pause
+
+        await decide(harness, "confirm")
+
+        assert len(log.read_text().splitlines()) == 1, "a changed plan never runs"
+        [again] = harness.surface.renders[-1].approvals
+        assert again.is_pending and again.preview["text"] == "note 2 would be 'a'"
+        assert again.preview["approved"]["text"] == "note 1 would be 'a'"
+        await decide(harness, "confirm")
+        assert [json.loads(line)["note"] for line in log.read_text().splitlines()] == ["by hand", "a"]
+    finally:
+        await harness.close()
+
+
 # --- a tool list that changes (notifications/tools/list_changed) ------------------------------------------
 
 
@@ -349,7 +377,7 @@ async def test_mcp_list_shows_each_server_with_transport_status_tools_and_last_e
     assert lines[0] == "MCP servers:"
     fs, t, down = lines[1:]
     assert fs.startswith("  fs (stdio): ready, ") and fs.endswith(" tools")
-    assert t == "  t (stdio): ready, 7 tools"
+    assert t == "  t (stdio): ready, 8 tools"
     assert down.startswith("  down (stdio): failed, 0 tools; last error: ") and "no-such-server" in down
 
 
@@ -367,7 +395,7 @@ async def test_mcp_reload_starts_new_restarts_changed_stops_removed_servers_and_
     reply = await admin(h, "mcp reload")
 
     assert reply.splitlines()[0] == "MCP configuration reloaded: started new; restarted down; stopped fs; unchanged t."
-    assert "  new (stdio): ready, 7 tools" in reply and "  down (stdio): ready, 7 tools" in reply
+    assert "  new (stdio): ready, 8 tools" in reply and "  down (stdio): ready, 8 tools" in reply
     names = set(h.engine.tools)
     assert {"new__record", "down__record", "t__record"} <= names and not any(n.startswith("fs__") for n in names)
     assert "loud" in h.engine.tools["t__record"].parameters["properties"]

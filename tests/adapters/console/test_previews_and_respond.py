@@ -74,3 +74,35 @@ def test_r_is_not_offered_for_a_tool_that_is_not_respondable(harness: ConsoleHar
     assert not outcome.prompts_starting("Your answer for the assistant")
     assert "[r] respond" not in outcome.output and not any("[r]" in p for p in outcome.keyboard.prompts)
     assert harness.executed["delete_file"] == 0
+
+
+def test_a_policy_tightened_while_a_call_waits_voids_a_vote_then_deny_closes_it(tmp_path):
+    """Issue 30 in ``countersign chat``: four-eyes turned on after the requester's vote says it no longer counts;
+    ``deny`` then closes the call with a sentence, and the tool never runs."""
+    harness = ConsoleHarness(tmp_path, admins=frozenset({"ana"}))
+    generator = ScriptedChatGenerator(
+        [
+            ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": "old.log"})]),
+            ChatMessage.from_assistant("kept"),
+        ]
+    )
+
+    outcome = harness.chat(
+        [
+            "/approvers delete_file @ana @ben @cy",
+            "/quorum delete_file 2",
+            "delete old.log",
+            "y",
+            "/four-eyes delete_file on",
+            "/policy set delete_file deny",
+        ],
+        generator=generator,
+    )
+
+    shown = " ".join(outcome.output.split())
+    assert "Your approval was recorded (1/2)." in shown
+    assert "delete_file waits under a stricter policy now" in shown
+    assert "ana's approval no longer counts: four-eyes is on, and they asked for this call." in shown
+    assert "An admin set delete_file to deny while this call waited, so it was closed without running." in shown
+    assert "Pending: 1 pending approval(s) closed (denied)." in shown
+    assert harness.executed["delete_file"] == 0

@@ -88,7 +88,7 @@ async def stack(
 
 
 async def start_stack(
-    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock
+    tmp_path: Path, slack: FakeSlackAPI, openai: FakeOpenAIServer, ops: Ops, clock: Clock, **config: Any
 ) -> SlackStack:
     generator = OpenAIChatGenerator(api_key="test", api_base_url=openai.base_url, max_retries=0)
     return await SlackStack.start(
@@ -99,6 +99,7 @@ async def start_stack(
         admins={ADMIN},
         clock=clock,
         default_ttl_seconds=3600,
+        **config,
     )
 
 

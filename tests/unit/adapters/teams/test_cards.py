@@ -24,7 +24,7 @@ from adapters.teams.cards import (
     shared_card,
     text_card,
 )
-from bot.engine.model import APPROVED, MODIFIED, REJECTED, ApprovalView, ThreadRef
+from bot.engine.model import APPROVED, MODIFIED, REJECTED, ApprovalView, BreakGlassReview, ThreadRef
 from bot.redaction import MASK
 from tests.fakes.teams_stack import (
     action_value,
@@ -369,3 +369,28 @@ def test_required_inputs_are_marked_required_with_an_error_message_and_a_cleared
     assert param_input_id("ap-1", "service") not in sent  # the renderer leaves it out
     assert edited_params(view(), sent) == {"service": None}  # CLEARED: the engine decides what that means
     assert_valid_card(card)
+
+
+def test_break_glass_is_on_the_shared_card_of_a_host_without_user_views_and_in_the_requesters_own_view():
+    waiting = [replace(view(), deciders=("29:ben",), breakglass_open=True)]
+    verbs = {a["verb"] for a, _ in execute_actions(shared_card(waiting, user_views=False))}
+    assert "breakglass" in verbs, "no user views: every button on the shared card (the engine checks the click)"
+    own = approval_card(waiting, buttons=False, breakglass=True)
+    assert_valid_card(own)
+    assert [a["verb"] for a, _ in execute_actions(own)] == ["breakglass"]
+    assert "Nobody decided in time: Ana Lopez may break glass." in texts_of(own)
+    assert shared_card(waiting, refresh_for=["29:ana", "29:ben"])["refresh"]["userIds"] == ["29:ana", "29:ben"]
+
+
+def test_a_break_glass_decision_is_a_red_section_with_its_review_buttons_then_its_outcome():
+    broken = replace(view(), status=APPROVED, decided_by="Ana Lopez", feedback="[break-glass] prod is down")
+    card = approval_card([broken])
+    assert_valid_card(card)
+    section = next(item for item in card["body"] if item["type"] == "Container")
+    assert section["style"] == "attention"
+    assert "break-glass by Ana Lopez: prod is down" in texts_of(card)
+    assert {a["verb"] for a, _ in execute_actions(card)} == {"breakglass_ok", "breakglass_not_ok"}
+    review = BreakGlassReview("Ben Okafor", "ok", None, CREATED)
+    reviewed = approval_card([replace(broken, breakglass_review=review)])
+    assert execute_actions(reviewed) == []
+    assert "Review: OK by Ben Okafor at 2026-11-30 09:00 UTC." in texts_of(reviewed)

@@ -36,6 +36,7 @@ def test_the_manifest_lists_every_admin_command_within_teams_limits():
         "memory",
         "usage",
         "justification",
+        "respondable",
         "breakglass",
         "mcp",
     }  # listed by `help`

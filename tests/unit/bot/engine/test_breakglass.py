@@ -8,8 +8,8 @@ import pytest
 from bot.engine.admin_syntax import parse_command
 from bot.engine.breakglass import MARK, BreakGlassRefused
 from bot.engine.errors import AlreadyDecided, CommandError, NotAnApprover
-from bot.engine.model import AdminRequest, DecisionRequest
-from bot.engine.presentation import outcome_sentence
+from bot.engine.model import AdminRequest, DecisionRequest, Mention, Note
+from bot.engine.presentation import breakglass_review_sentence, outcome_sentence
 from tests.fakes.engine_kit import (
     ADMIN,
     CHANNEL,
@@ -252,11 +252,91 @@ async def test_a_deny_set_after_the_pause_still_stops_a_broken_glass_call(harnes
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.log"), says("blocked")])
     await command(h, "policy set delete_file always breakglass after 1m")
     [view] = await h.paused_approvals("delete a.log")
-    await command(h, "policy set delete_file deny")
+    await command(h, "policy set delete_file deny")  # closes the waiting call at once (issue 30)
+    h.clock.advance(minutes=1)
+
+    with pytest.raises(AlreadyDecided):
+        await h.engine.decide(glass(view))
+    await h.engine.wait_idle()
+
+    assert h.tools.runs_of("delete_file") == [], "deny wins over break-glass, as over an approval"
+    assert await h.audit("closed by policy")
+
+
+async def test_the_card_offers_break_glass_once_the_delay_passed_and_shows_the_review_after_it(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.log"), says("done")])
+    await command(h, "policy set delete_file always breakglass after 5m")
+    [view] = await h.paused_approvals("delete a.log")
+    assert view.breakglass_open is False
+    h.clock.advance(minutes=4)
+    with pytest.raises(BreakGlassRefused, match="wait 1m"):  # before a surface asks for the reason
+        await h.engine.check_can_break_glass(view.approval_id, REQUESTER, view.thread.place)
+    h.clock.advance(minutes=1)
+    assert (await h.engine.get_approval(view.approval_id)).breakglass_open is True
+    with pytest.raises(NotAnApprover, match="Only the person who asked"):
+        await h.engine.check_can_break_glass(view.approval_id, ADMIN, view.thread.place)
+    assert (await h.engine.check_can_break_glass(view.approval_id, REQUESTER, view.thread.place)).breakglass_open
+
+    updates = len(h.surface.updates)
+    assert await h.engine.offer_breakglass_due() == 1
+    assert len(h.surface.updates) == updates + 1, "the card is re-rendered when the offer opens"
+    assert h.surface.last_update_for(view.approval_id).breakglass_open  # type: ignore[union-attr]
+
+    await h.engine.decide(glass(view))
+    await h.engine.wait_idle()
+    decided = await h.engine.get_approval(view.approval_id)
+    assert decided.breakglass_open is False and decided.breakglass_review is None
+    assert "a review is due" in outcome_sentence(decided)
+    with pytest.raises(NotAnApprover, match="someone else must review"):
+        await h.engine.check_can_review_breakglass(view.approval_id, REQUESTER)
+    with pytest.raises(CommandError, match="needs a note"):
+        await h.engine.review_breakglass(view.approval_id, ADMIN, "not-ok", " ")
+
+    answer = await h.engine.review_breakglass(view.approval_id, ADMIN, "not-ok", "too broad")
+
+    assert "recorded: not-ok" in answer
+    shown = h.surface.last_update_for(view.approval_id)
+    assert shown is not None and shown.breakglass_review is not None
+    assert (shown.breakglass_review.reviewer, shown.breakglass_review.outcome) == (ADMIN, "not-ok")
+    assert breakglass_review_sentence(shown).startswith(f"Review: not OK by {ADMIN} at ")  # type: ignore[union-attr]
+    assert "reviewed. Reason:" in outcome_sentence(shown)
+    with pytest.raises(CommandError, match="No open break-glass review"):
+        await h.engine.review_breakglass(view.approval_id, ADMIN, "ok")
+
+
+async def test_a_tainted_call_is_never_offered_break_glass_on_its_card(harnesses):
+    h = await harnesses.open(replies=_tainted_delete(), extra_tools=[fetch_url_tool()])
+    await command(h, "policy set delete_file always breakglass after 1m")
+    [tainted] = await h.paused_approvals("clean up what the page says")
+    h.clock.advance(hours=1)
+    assert (await h.engine.get_approval(tainted.approval_id)).breakglass_open is False
+    assert await h.engine.offer_breakglass_due() == 0
+
+
+def test_a_review_request_note_keeps_its_approval_through_the_outbox_json():
+    asking = Note(("Break glass: ", Mention("U1"), " ran it."), review="ap-1")
+    assert Note.from_json(asking.to_json()) == asking
+    plain = Note(("Decided by ", Mention("U1")))
+    assert plain.to_json() == '["Decided by ", {"mention": "U1"}]', "notes stored before keep their format"
+    assert Note.from_json(plain.to_json()) == plain
+    with pytest.raises(ValueError):
+        Note.from_json('{"review": "ap-1", "parts": "not a list"}')
+
+
+async def test_the_channel_post_and_the_dms_ask_for_the_review(harnesses):
+    h = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.log"), says("done")], breakglass_channel="C_BREAKGLASS"
+    )
+    h.surface.direct.add("U_APP1")
+    await command(h, "approvers delete_file <@U_APP1>")
+    await command(h, "policy set delete_file always breakglass after 1m")
+    await h.say("delete a.log")
+    [view] = next(r for r in h.surface.renders if r.thread.channel == CHANNEL).approvals
     h.clock.advance(minutes=1)
 
     await h.engine.decide(glass(view))
     await h.engine.wait_idle()
 
-    assert h.tools.runs_of("delete_file") == [], "deny wins over break-glass, as over an approval"
-    assert await h.audit("blocked after approval")
+    asked = {r.thread.channel: r.note for r in h.surface.replies if r.note is not None and r.note.review}
+    assert set(asked) == {"C_BREAKGLASS", "D-U_APP1"}
+    assert {note.review for note in asked.values()} == {view.approval_id}

@@ -6,6 +6,10 @@ the confirmation strategy judges it (conditional rules included) on the call's f
 stopped this way gets a rejection result the model reads, an audit entry, and the thread its answer; the approval
 stays as it was decided. Every other mode leaves an approved call alone.
 
+A ``deny`` set through the admin command also closes the calls still waiting at once (issue 30,
+``test_rejudging.py``); the tests of a call approved *while* it waits write the rule as it lands when the click wins
+the race with that re-judging (:func:`deny_racing_the_click`): the check before the run still stops the call.
+
 Real engines on a real SQLite file or PostgreSQL schema, a scripted model, recording tools and surface.
 """
 
@@ -15,10 +19,15 @@ import pytest
 
 from bot.canonical import args_digest
 from bot.engine.decisions import BLOCKED_AFTER_APPROVAL, BLOCKED_AFTER_APPROVAL_FEEDBACK
+from bot.engine.errors import AlreadyDecided
 from bot.engine.ledger import ledger_key
 from bot.llm import ScriptedChatGenerator
+from storage.policy_rules import scope_workspace
 from tests.fakes.engine_kit import (
+    ADMIN,
+    PLATFORM,
     REQUESTER,
+    WORKSPACE,
     Harnesses,
     asks,
     asks_for,
@@ -51,6 +60,18 @@ async def harnesses(request, tmp_path):
     await opened.aclose()
 
 
+async def deny_racing_the_click(h, condition: str | None = None) -> None:
+    """``policy set delete_file deny [when <condition>]`` as stored, before the re-judging of the waiting approvals
+    (which a click may beat): the rule alone, as the admin command writes it."""
+    scope = scope_workspace(PLATFORM, WORKSPACE)
+    if condition is None:
+        await h.engine.storage.policies.set_rule(scope, "delete_file", updated_by=ADMIN, mode="deny")
+    else:
+        await h.engine.storage.conditions.set_rule(
+            scope, "delete_file", condition, "deny", updated_by=ADMIN, now=h.clock()
+        )
+
+
 async def blocked_entries(h) -> list:
     return await h.audit(BLOCKED_AFTER_APPROVAL)
 
@@ -59,7 +80,7 @@ async def test_a_call_denied_while_it_waits_does_not_run_when_approved_and_the_m
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     [approval] = await h.paused_approvals("delete a.txt")
 
-    await admin(h, "policy set delete_file deny")  # the kill switch, while the call waits
+    await deny_racing_the_click(h)  # the kill switch, while the call waits
     await h.engine.decide(decision(approval))
     await h.engine.wait_idle()
 
@@ -98,7 +119,7 @@ async def test_a_conditional_deny_stops_an_approved_call_only_when_its_arguments
     h = await harnesses.open(replies=[asks_for("delete_file", path=path), echoes_results])
     [approval] = await h.paused_approvals(f"delete {path}")
 
-    assert "mode=deny" in await admin(h, "policy set delete_file deny when path=a.txt")
+    await deny_racing_the_click(h, "path=a.txt")
     await h.engine.decide(decision(approval))
     await h.engine.wait_idle()
 
@@ -123,7 +144,7 @@ async def test_an_edited_call_is_judged_on_the_arguments_it_would_run_with(harne
     h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), echoes_results])
     [approval] = await h.paused_approvals("delete a.txt")
 
-    await admin(h, f"policy set delete_file deny when path={denied}")
+    await deny_racing_the_click(h, f"path={denied}")
     await h.engine.decide(decision(approval, action="modify", edited_params={"path": edited_to}))
     await h.engine.wait_idle()
 
@@ -225,17 +246,18 @@ async def test_a_call_that_ran_before_the_crash_keeps_its_result_when_a_deny_is_
     assert await blocked_entries(after) == []
 
 
-async def test_a_deny_lifted_before_the_click_lets_the_approved_call_run_once(harnesses):
-    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Deleted.")])
+async def test_a_deny_closes_the_waiting_call_and_lifting_it_before_the_click_does_not_reopen_it(harnesses):
+    h = await harnesses.open(replies=[asks_for("delete_file", path="a.txt"), says("Not deleted.")])
     await admin(h, "policy set delete_file always")
     [approval] = await h.paused_approvals("delete a.txt")
-    await admin(h, "policy set delete_file deny")
+    await admin(h, "policy set delete_file deny")  # closes the waiting call (issue 30)
     await admin(h, "policy set delete_file always")  # lifted again before anyone clicked
-
-    await h.engine.decide(decision(approval))
     await h.engine.wait_idle()
 
-    assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
+    with pytest.raises(AlreadyDecided):
+        await h.engine.decide(decision(approval))
+    assert h.tools.executed == []
+    assert (await h.engine.get_approval(approval.approval_id)).status == "rejected"
     assert await blocked_entries(h) == []
 
 

@@ -35,6 +35,13 @@ def test_stdio_and_http_servers_are_read_and_variables_expand():
     assert "s3cret" not in repr(fs) and "tok" not in repr(deploy)
 
 
+def test_a_server_maps_a_tool_to_the_tool_that_previews_it():
+    [deploy] = parse_mcp_config({"mcpServers": {"deploy": {"url": "http://h/mcp", "previews": {"apply": "plan"}}}}, {})
+    assert dict(deploy.previews) == {"apply": "plan"}
+    [bare] = parse_mcp_config({"mcpServers": {"fs": {"command": "a"}}}, {})
+    assert dict(bare.previews) == {}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -50,6 +57,10 @@ def test_stdio_and_http_servers_are_read_and_variables_expand():
         ({"mcpServers": {"x": {"url": "ftp://h"}}}, "'url' must be an http:// or https:// address"),
         ({"mcpServers": {"a__b": {"command": "a"}}}, "without '__'"),
         ({"mcpServers": {"x": {"command": "a", "timeout": 0}}}, "'timeout' must be a positive number"),
+        ({"mcpServers": {"x": {"command": "a", "previews": ["plan"]}}}, "'previews' must be an object"),
+        ({"mcpServers": {"x": {"url": "http://h", "previews": {"apply": 1}}}}, "'previews' must be an object"),
+        ({"mcpServers": {"x": {"command": "a", "previews": {"apply": "apply"}}}}, "cannot preview itself"),
+        ({"mcpServers": {"x": {"command": "a", "previews": {"a b": "plan"}}}}, "tool names are 1-128"),
     ],
 )
 def test_a_bad_configuration_is_one_line_naming_the_server_and_the_key(data, message):

@@ -134,6 +134,39 @@ async def test_votes_count_confirmations_once_per_voter(approvals):
         await approvals.add_vote(approval.approval_id, "U_EVE", "maybe", now=LATER)
 
 
+async def test_a_respond_vote_counts_toward_quorum_and_keeps_the_latest_answer_as_pending_feedback(approvals):
+    [approval] = await approvals.create_many([new_approval(quorum=3)])
+    assert await approvals.add_vote(approval.approval_id, "U_BOB", "respond", now=LATER, feedback="done by hand") == 1
+    assert await approvals.add_vote(approval.approval_id, "U_CAROL", "confirm", now=LATER) == 2
+    assert await approvals.add_vote(approval.approval_id, "U_BOB", "respond", now=LATER, feedback="again") == 2
+    stored = await approvals.get(approval.approval_id)
+    assert stored.is_pending and stored.feedback == "done by hand", "a second vote of one voter changes nothing"
+
+
+async def test_rejudging_tightens_a_pending_approval_and_voids_the_votes_that_no_longer_count(approvals):
+    [approval, decided] = await approvals.create_many(
+        [new_approval(quorum=2), new_approval(tool_call_id="call_2", quorum=2)]
+    )
+    await approvals.add_vote(approval.approval_id, "U_ANN", "confirm", now=LATER)
+    await approvals.add_vote(approval.approval_id, "U_BOB", "confirm", now=LATER)
+    assert await approvals.rejudge(
+        approval.approval_id, approvers=["@sre", "U_BOB"], quorum=3, four_eyes=True, void_voters=["U_ANN"]
+    )
+    stored = await approvals.get(approval.approval_id)
+    assert (stored.approvers, stored.quorum, stored.four_eyes) == (("@sre", "U_BOB"), 3, True)
+    assert [(v.voter, v.vote) for v in await approvals.votes(approval.approval_id)] == [
+        ("U_ANN", "void"),
+        ("U_BOB", "confirm"),
+    ]
+    assert await approvals.add_vote(approval.approval_id, "U_CAROL", "confirm", now=LATER) == 2, "void is not counted"
+
+    await approvals.decide(decided.approval_id, status="rejected", decided_by="U_BOB", now=LATER)
+    assert not await approvals.rejudge(decided.approval_id, approvers=["@sre"], quorum=3, four_eyes=True)
+    assert (await approvals.get(decided.approval_id)).quorum == 2, "a decided approval is never rejudged"
+    with pytest.raises(NotFound):
+        await approvals.rejudge("nope", approvers=[], quorum=1, four_eyes=False)
+
+
 async def test_no_votes_once_decided_or_expired(approvals):
     decided, expired = await approvals.create_many(
         [new_approval(tool_call_id="call_1"), new_approval(tool_call_id="call_2")]
