@@ -159,8 +159,8 @@ When a tool call needs approval it is shown with its arguments (secrets masked),
   n  reject: the call does not run; you may tell the model why
   m  modify: edit the parameters one by one (Enter keeps a value), then it runs with your values
 Enter alone never approves. Commands: /help, /quit, and the admin commands /policy, /approvers,
-/quorum, /four-eyes, /ttl, /justification, /respondable, /breakglass, /group, /access, /dm, /pending,
-/audit, /memory, /usage (changes need your user in COUNTERSIGN_ADMINS; /help shows each one's syntax).
+/quorum, /four-eyes, /ttl, /justification, /respondable, /breakglass, /group, /access, /dm, /mcp,
+/pending, /audit, /memory, /usage (changes need your user in COUNTERSIGN_ADMINS; /help shows each one's syntax).
 With the offline model, "call <tool> key=value ..." calls any configured tool.
 Ctrl-C while the assistant works stops it after its current step (a tool already running finishes;
 a third Ctrl-C quits without waiting, and that tool's outcome is recorded as unknown).

@@ -98,6 +98,13 @@ class Tool:
         self._adapters = typed_parameter_adapters(self.function, set(self.parameters.get("properties") or {}))
 
     @property
+    def binding(self) -> str | None:
+        """What a paused call of this tool binds to beyond its parameters (an MCP tool: its schema and annotations as
+        the server listed them); a run whose paused call's tool has another binding now does not resume.
+        ``None``: nothing more than the parameters, which the snapshot's fingerprint covers."""
+        return None
+
+    @property
     def is_async(self) -> bool:
         """Whether :attr:`function` is a coroutine function."""
         return is_coroutine_function(self.function)

@@ -15,7 +15,7 @@ import signal
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -30,7 +30,11 @@ from bot.engine.admin_syntax import COMMAND_WORDS
 from bot.engine.engine import Engine
 from bot.engine.errors import EngineError
 from bot.engine.model import AdminRequest, ApprovalView, Inbound, ThreadRef
+from bot.redaction import mask_text
 from bot.tools import Tool, Toolset, flatten_tools
+
+if TYPE_CHECKING:
+    from bot.mcp import MCPManager
 
 PLATFORM = "console"
 WORKSPACE = "local"
@@ -46,6 +50,8 @@ INTERRUPTED_EXIT_CODE = 130
 # The engine's command words; /help is the console's own.
 ADMIN_WORDS = tuple(word for word in COMMAND_WORDS if word != "help")
 QUIT_WORDS = ("/quit", "/exit", "/q")
+MAX_BANNER_ERROR = 120
+"""How much of a failed MCP server's last error the banner shows (``/mcp list`` shows more)."""
 
 CONSOLE_HELP = """\
 Type a request for the assistant, e.g. "list files", "read notes.txt" or "delete old.log".
@@ -62,6 +68,7 @@ Commands:
   /policy set <tool|*> <always|never|once|deny|review|always+review> [when …], /policy reset <tool>
   /approvers <tool> <@user|@group ...|none>, /quorum <tool> <n>, /four-eyes <tool> on|off,
   /ttl <tool> <duration>, /group set|list|delete, /access allow|revoke|list, /dm on|off
+  /mcp list, /mcp reload  the MCP servers; re-read COUNTERSIGN_MCP_CONFIG (admins)
   /pending              approvals waiting for a decision
   /audit [n]            the last n audit entries
   /memory list, /memory forget <id>, /memory clear me
@@ -143,7 +150,8 @@ class ChatSession:
         try:
             await engine.start()
             admin = await engine.is_admin(self.user, PLATFORM)
-            self._banner(chosen, generator, admin=admin, demo_sandbox=tools is None and self._default_tools)
+            demo_sandbox = tools is None and self._default_tools
+            self._banner(chosen, generator, admin=admin, demo_sandbox=demo_sandbox, mcp=engine.mcp)
             await self._continue_thread(engine, dialog)
             await self._loop(engine, dialog)
         except (EOFError, KeyboardInterrupt, asyncio.CancelledError):
@@ -281,13 +289,17 @@ class ChatSession:
     def _default_tools(self) -> bool:
         return tuple(self.config.tool_specs) == DEFAULT_TOOLS
 
-    def _banner(self, tools: Sequence[Tool], generator: Any, *, admin: bool, demo_sandbox: bool) -> None:
+    def _banner(
+        self, tools: Sequence[Tool], generator: Any, *, admin: bool, demo_sandbox: bool, mcp: MCPManager | None = None
+    ) -> None:
         lines = Text()
         lines.append("countersign chat", style="bold")
         lines.append(": an LLM agent whose sensitive tool calls wait for your approval.\n")
         lines.append("model     ", style="cyan").append(self._model_text(generator) + "\n")
         lines.append("tools     ", style="cyan").append(", ".join(t.name for t in tools) or "(none)")
         lines.append("  (/policy list shows which ones ask)\n", style="dim")
+        if mcp is not None and mcp.statuses():
+            lines.append(mcp_lines(mcp))
         if demo_sandbox:
             sandbox = Path.cwd() / DEFAULT_SANDBOX_NAME
             lines.append("sandbox   ", style="cyan").append(f"{sandbox} (the demo tools touch nothing else)\n")
@@ -313,6 +325,25 @@ class ChatSession:
         if not self.config.llm_configured:
             return ANNOUNCEMENT
         return f"{self.config.model} at {self.config.openai_base_url or 'api.openai.com'}"
+
+
+def mcp_lines(mcp: MCPManager) -> Text:
+    """The banner's lines for the MCP servers: each one's tools (``<server>__<tool>``), or why it has none."""
+    offered: dict[str, list[str]] = {}
+    for tool in mcp.tools():
+        if tool.mcp is not None:
+            offered.setdefault(tool.mcp.server, []).append(tool.name)
+    lines = Text()
+    for status in mcp.statuses():
+        lines.append("mcp       ", style="cyan").append(f"{status.name} ({status.transport}): ")
+        names = offered.get(status.name, [])
+        if names:
+            lines.append(", ".join(names))
+        if status.status != "ready":
+            error = mask_text(status.last_error or "not connected yet")
+            lines.append(f"{'  ' if names else ''}{status.status}: {error[:MAX_BANNER_ERROR]}", style="yellow")
+        lines.append("\n")
+    return lines
 
 
 def _try_line(tools: Sequence[Tool]) -> str:

@@ -170,6 +170,18 @@ class Agent:
 
     # --- public API ------------------------------------------------------------------------------
 
+    def replace_tools(self, tools: Sequence[Tool | Toolset]) -> None:
+        """Offer ``tools`` from the next run on (tools from MCP servers that connect or change while running).
+
+        A snapshot resumes with the tools it was paused with, found by name: one whose tool is gone or whose
+        schema changed is refused, as across a restart.
+        """
+        flat = flatten_tools(tools)
+        self._check_generator_takes(flat)
+        self.tools = flat
+        self._tools_by_name = {t.name: t for t in flat}
+        self.tools_fingerprint = tools_fingerprint(flat)
+
     def run(self, messages: list[ChatMessage], **kwargs: Any) -> dict[str, Any]:
         """Sync twin of :meth:`run_async`; works whether or not an event loop is running.
 
@@ -412,6 +424,7 @@ class Agent:
             tool_call_counts=dict(ctx.tool_call_counts),
             tools_fingerprint=self._fingerprint(list(ctx.tools.values())),
             tool_descriptions={t.name: t.description for t in ctx.tools.values()},
+            tool_bindings={t.name: t.binding for t in ctx.tools.values() if t.binding is not None},
             history_id=ctx.history_id,
             tool_names=list(ctx.tools),
             stage=stage,

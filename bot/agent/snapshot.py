@@ -48,6 +48,9 @@ class AgentSnapshot:
     tool_call_counts: dict[str, int] = field(default_factory=dict)
     tools_fingerprint: str = ""
     tool_descriptions: dict[str, str] = field(default_factory=dict)
+    tool_bindings: dict[str, str] = field(default_factory=dict)
+    """Per tool that has one (:attr:`bot.tools.Tool.binding`, e.g. an MCP tool's schema and annotations): what an
+    approval of its calls binds to, as it was when the run paused."""
     history_id: str | None = None
     tool_names: list[str] | None = None
     """The names of the tools the run was paused with (``None`` in older snapshots: the agent's tools)."""
@@ -87,6 +90,7 @@ class AgentSnapshot:
             "tool_call_counts": dict(self.tool_call_counts),
             "tools_fingerprint": self.tools_fingerprint,
             "tool_descriptions": dict(self.tool_descriptions),
+            "tool_bindings": dict(self.tool_bindings),
             "history_id": self.history_id,
             "tool_names": self.tool_names,
             "stage": self.stage,
@@ -126,6 +130,7 @@ class AgentSnapshot:
                 tool_call_counts=dict(data.get("tool_call_counts") or {}),
                 tools_fingerprint=data.get("tools_fingerprint", ""),
                 tool_descriptions=dict(data.get("tool_descriptions") or {}),
+                tool_bindings={str(k): str(v) for k, v in (data.get("tool_bindings") or {}).items()},
                 history_id=data.get("history_id"),
                 tool_names=list(data["tool_names"]) if data.get("tool_names") is not None else None,
                 stage=_stage(data.get("stage", DECIDE_STAGE)),

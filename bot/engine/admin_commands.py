@@ -15,6 +15,7 @@ from bot.engine.breakglass import BreakGlass
 from bot.engine.confirmation import EffectivePolicy, effective_policy
 from bot.engine.decisions import authorize_now
 from bot.engine.errors import CommandError, EngineError, NotAnAdmin
+from bot.engine.mcp_commands import MCPCommands
 from bot.engine.memory_commands import MemoryCommands
 from bot.engine.model import AdminRequest, conversation_place
 from bot.engine.review import REVIEW
@@ -59,6 +60,8 @@ class AdminCommands:
         self.team = TeamCommands(storage, tools, clock, AccessControl(storage, roles))
         self.breakglass: BreakGlass | None = None
         """Issue 31: ``breakglass list|review`` (set by the engine's parts once it is built)."""
+        self.mcp = MCPCommands(storage, clock)
+        """Issue 25: ``mcp list|reload`` (its manager is set by ``Engine.create``)."""
         self.rejudging: Rejudging | None = None
         """Issue 30: judges pending approvals again after a policy change (set by the engine's parts)."""
 
@@ -76,9 +79,11 @@ class AdminCommands:
                     {"command": request.text[:200], "workspace": f"{request.platform}:{request.workspace}"},
                     now=self.clock(),
                 )
-                raise NotAnAdmin()
+                raise NotAnAdmin("reload the MCP servers") if command.name == "mcp reload" else NotAnAdmin()
             if command.name.startswith("breakglass ") or command.breakglass is not None:
                 answer = await self._breakglass(command, request)
+            elif command.name.startswith("mcp "):
+                return await self.mcp.run(command, request)
             else:
                 answer = await self._run_admin(command, request)
             if command.name in REJUDGING_COMMANDS and self.rejudging is not None and command.tool_key:

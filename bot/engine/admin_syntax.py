@@ -5,8 +5,8 @@
 ``policy reset <tool> [#channel] [when …]``, ``approvers <tool> <@user|@group ...|none> [when tainted]``,
 ``quorum <tool> <n>``, ``four-eyes <tool> on|off [when tainted]``, ``ttl <tool> <duration>``,
 ``respondable <tool> on|off``, ``group set <name> <@user ...>``, ``group list``, ``group delete <name>``,
-``access allow|revoke <#channel|*> <@user|@group|everyone>``, ``access list``, ``dm on|off``, ``pending``,
-``audit [n]``, ``usage [#channel] [days]``, ``help``.
+``access allow|revoke <#channel|*> <@user|@group|everyone>``, ``access list``, ``dm on|off``, ``mcp list``,
+``mcp reload``, ``pending``, ``audit [n]``, ``usage [#channel] [days]``, ``help``.
 Without ``#channel`` a rule applies to the whole workspace. Approvers may be people, named groups
 (``@oncall``) and Slack user groups (``<!subteam^S…>``).
 """
@@ -47,6 +47,8 @@ USAGE = """countersign admin commands:
   access revoke <#channel|*> <@user|@group|everyone>       remove an access rule
   access list                                              who may ask, per channel and workspace
   dm on|off                                                allow or refuse direct messages to the bot
+  mcp list                                                 the MCP servers: transport, status, tools, last error
+  mcp reload                                               re-read COUNTERSIGN_MCP_CONFIG, restart what changed
   pending                                                  approvals waiting for a decision
   audit [n]                                                the last n audit entries (default 10)
   memory list [#channel]                                   your memories and this channel's (or that channel's)
@@ -54,7 +56,7 @@ USAGE = """countersign admin commands:
   memory clear me|#channel                                 forget all yours, or all of a channel's (admins)
   usage [#channel] [days]                                  tokens the model used (default: 7 days)
   help                                                     this text
-Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories."""
+Anyone may list; only admins (COUNTERSIGN_ADMINS) may change policies and channel memories and reload MCP."""
 
 COMMAND_WORDS = (
     "policy",
@@ -68,6 +70,7 @@ COMMAND_WORDS = (
     "group",
     "access",
     "dm",
+    "mcp",
     "pending",
     "audit",
     "memory",
@@ -89,6 +92,7 @@ CHANGES = frozenset(
         "access allow",
         "access revoke",
         "dm",
+        "mcp reload",
     }
 )
 EVERYONE = "everyone"
@@ -177,6 +181,13 @@ def usage_of(head: str, args: list[str]) -> str:
 
 def _help_command(args: list[str]) -> AdminCommand | None:
     return AdminCommand("help")
+
+
+def _mcp_command(args: list[str]) -> AdminCommand | None:
+    """``mcp list`` | ``mcp reload``."""
+    if len(args) == 1 and args[0].lower() in ("list", "reload"):
+        return AdminCommand(f"mcp {args[0].lower()}")
+    return None
 
 
 def _pending_command(args: list[str]) -> AdminCommand | None:
@@ -366,6 +377,7 @@ def _respondable_command(args: list[str]) -> AdminCommand | None:
 _COMMANDS: dict[str, Callable[[list[str]], AdminCommand | None]] = {
     "help": _help_command,
     "pending": _pending_command,
+    "mcp": _mcp_command,
     "audit": _audit_command,
     "usage": _usage_command,
     "policy": _policy_command,

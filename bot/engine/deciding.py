@@ -28,6 +28,7 @@ from bot.engine.errors import (
     DecidedButUnfinished,
     EngineError,
     InvalidEdit,
+    MCPServerNotConnected,
     NotShownHere,
     ToolsNotConfigured,
     UnknownAction,
@@ -55,6 +56,7 @@ from bot.engine.threads import channel_of, quietly
 from bot.engine.views import Views
 from bot.engine.work import Work
 from bot.logs import log_context
+from bot.mcp.tools import MCPTool
 from bot.metrics import Observer
 from bot.tools import Tool
 from storage import StorageError
@@ -62,6 +64,7 @@ from storage.batch import Batch, Call, call, stores
 from storage.protocols import COUNTED_VOTES, ApprovalRecord, ApprovalStep, ClickedApproval, RunRecord
 
 if TYPE_CHECKING:
+    from bot.mcp import MCPManager
     from storage.async_protocols import AsyncStores
 
 logger = logging.getLogger(__name__)
@@ -104,10 +107,27 @@ class Deciding:
         self.work = work
         self.observer = observer
         self.clock = clock
+        self.mcp: MCPManager | None = None
+        """The MCP servers (set by ``Engine.create``): a call of a tool of one that is down waits for it."""
 
     def not_configured(self, tool_name: str) -> ToolsNotConfigured | None:
-        """Why a call of ``tool_name`` can't be approved here (its tool is not configured now), else ``None``."""
-        return None if tool_name in self.tools else ToolsNotConfigured([tool_name])
+        """Why a call of ``tool_name`` can't be approved here (its tool is not configured now, or its MCP server
+        is not connected), else ``None``."""
+        tool = self.tools.get(tool_name)
+        server = None
+        if isinstance(tool, MCPTool) and tool.mcp is not None:
+            server = tool.mcp.server
+        elif tool is None and self.mcp is not None:  # a server down since start-up: its tools were never listed
+            server = self.mcp.server_of(tool_name)
+        if server is not None and self.mcp is not None and not self.mcp.connected(server):
+            return MCPServerNotConnected(server, tool_name)
+        return None if tool is not None else ToolsNotConfigured([tool_name])
+
+    def mcp_changed(self, tool_name: str) -> str | None:
+        """Why an approval of a call of ``tool_name`` is refused: its MCP tool changed on the server since it was
+        offered (``notifications/tools/list_changed``), else ``None``."""
+        tool = self.tools.get(tool_name)
+        return tool.refusal() if isinstance(tool, MCPTool) else None
 
     @refused_while_storage_fails
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
@@ -162,8 +182,12 @@ class Deciding:
             else:
                 await self.gate.check(clicked, request.actor, request.place)
             missing = self.not_configured(record.tool_name)
-            if missing is not None and request.action != REJECT:
+            gone = isinstance(missing, MCPServerNotConnected) and record.tool_name not in self.tools
+            if missing is not None and (request.action != REJECT or gone):  # a rejection waits for a tool to come
                 raise missing
+            changed = self.mcp_changed(record.tool_name) if request.action in (CONFIRM, MODIFY) else None
+            if changed is not None:  # issue 25: never run against a changed MCP tool; the approval is refused
+                request = replace(request, action=REJECT, feedback=changed[0].upper() + changed[1:] + ".")
             action, final_arguments, final_result = self._final(record, request)
             if action in (CONFIRM, MODIFY):  # issue 30: preview_required refuses an approval without a good preview
                 refusal = approve_refusal(self.tools.get(record.tool_name), record)

@@ -103,23 +103,22 @@ class Engine:
         >>> engine = await Engine.create(Config.from_env())
         """
         chosen_tools = list(tools) if tools is not None else config.load_tools()
-        mcp = None
-        if config.mcp_servers:
-            from bot.mcp import MCPManager
+        from bot.mcp import MCPManager
 
-            # Started once per process; a server that fails is reported (degraded), never fatal.
-            mcp = MCPManager(config.mcp_servers)
-            await mcp.start()
-            chosen_tools = [*chosen_tools, *mcp.tools()]
+        # Started once per process (none configured: `mcp reload` may start some); a server that fails is
+        # reported (degraded), never fatal.
+        mcp = MCPManager(config.mcp_servers)
+        await mcp.start()
+        chosen_tools = [*chosen_tools, *mcp.tools()]
         chosen_generator = generator if generator is not None else config.build_generator()
         # One line naming the setting (exit 2) when the database cannot be opened: see bot.startup_errors.
         storage = await open_configured_storage(
             config, last_k=config.history_last_k, pool_size=config.db_pool_size, pool_timeout=config.db_pool_timeout
         )
-        if mcp is not None:  # `policy set deploy__* always`: each server's tools are the group `<server>__*`
-            for group, names in mcp.server_groups().items():
-                if names:
-                    await storage.policies.define_group(group, names)
+        # `policy set deploy__* always`: each server's tools are the group `<server>__*`
+        for group, names in mcp.server_groups().items():
+            if names:
+                await storage.policies.define_group(group, names)
         engine = cls(
             config=config,
             storage=storage,
@@ -129,7 +128,22 @@ class Engine:
             observer=observer,
         )
         engine.mcp = mcp
+        engine.parts.deciding.mcp = engine.admin_commands.mcp.manager = mcp
+        mcp.on_tools_changed = engine.mcp_tools_changed
         return engine
+
+    async def mcp_tools_changed(self) -> None:
+        """Offer the MCP servers' tools as they are now (a server connected after start-up, ``mcp reload``).
+
+        A paused run resumes with the tools it paused with, found by name; their groups ``<server>__*`` follow.
+        """
+        if self.mcp is None:
+            return
+        tools = self.mcp.tools()
+        self.parts.replace_mcp_tools(tools)
+        for group, names in self.mcp.server_groups().items():
+            if names:  # as at start-up: a server without tools now keeps its group for when they are back
+                await self.storage.policies.define_group(group, names)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 

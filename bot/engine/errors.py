@@ -93,6 +93,30 @@ class ToolsNotConfigured(EngineError):
         self.missing = tuple(missing)
 
 
+class MCPServerNotConnected(ToolsNotConfigured):
+    """The call's tool comes from an MCP server that is not connected now: nothing is decided, the call waits."""
+
+    def __init__(self, server: str, tool_name: str) -> None:
+        EngineError.__init__(
+            self, f"The MCP server {server} is not connected; try again when it is. Nothing was decided."
+        )
+        self.missing = (tool_name,)
+        self.server = server
+
+
+class MCPToolsChanged(ToolsNotConfigured):
+    """A paused call's MCP tool changed on its server since the pause (across a restart): the run does not resume."""
+
+    def __init__(self, changed: Sequence[str]) -> None:
+        super().__init__(changed)
+        names = ", ".join(changed)
+        EngineError.__init__(
+            self,
+            f"{names} changed on {'its MCP server' if len(changed) == 1 else 'their MCP servers'} since this call "
+            "paused (the input schema or annotations differ), so it was not run.",
+        )
+
+
 class UnknownAction(EngineError):
     """An action other than confirm, reject or modify."""
 
@@ -103,8 +127,8 @@ class UnknownAction(EngineError):
 class NotAnAdmin(EngineError):
     """A policy change by someone who is not an admin."""
 
-    def __init__(self) -> None:
-        super().__init__("Only countersign admins can change policies.")
+    def __init__(self, what: str = "change policies") -> None:
+        super().__init__(f"Only countersign admins can {what}.")
 
 
 class NotAllowedToStop(EngineError):

@@ -52,6 +52,7 @@ from bot.engine.views import Views
 from bot.engine.waiting import WaitingSeen
 from bot.engine.work import Work
 from bot.hitl.blocking import ConfirmationStrategy
+from bot.mcp.tools import MCPTool
 from bot.metrics import Observer
 from bot.tools import Tool
 
@@ -252,6 +253,17 @@ class Parts:
             heartbeat_seconds=config.heartbeat_seconds,
             sweep_interval_seconds=config.sweep_interval_seconds,
         )
+
+    def replace_mcp_tools(self, tools: Sequence[Tool]) -> None:
+        """Offer ``tools`` as the MCP servers' tools from now on, in place of those offered so far.
+
+        Every part holds the one mapping :attr:`tools`, so it is updated in place; the agent offers the new set from
+        its next run (a paused run resumes with the tools it paused with, by name).
+        """
+        kept = [t for t in self.tools.values() if not isinstance(t, MCPTool)]
+        self.agent.replace_tools([*kept, *tools])
+        self.tools.clear()
+        self.tools.update({t.name: t for t in self.agent.tools})
 
     def _agent(self, generator: Any, tools: list[Tool], live: dict[str, LiveAnswer]) -> Agent:
         """The agent every run invokes: the model observed, the per-channel policies asked, the ledger kept."""

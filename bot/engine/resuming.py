@@ -18,7 +18,7 @@ from bot.agent import AgentSnapshot, SnapshotError
 from bot.agent.snapshot import REVIEW_STAGE
 from bot.agent.stored_snapshot import HistoryRef, parse_stored, with_history
 from bot.engine.decisions import step_decisions
-from bot.engine.errors import ToolsNotConfigured
+from bot.engine.errors import MCPToolsChanged, ToolsNotConfigured
 from bot.engine.inbox import Inbox
 from bot.engine.leases import Leases
 from bot.engine.model import PENDING, ThreadRef
@@ -170,6 +170,10 @@ class Resuming:
         if missing:  # paused with tools not configured now (e.g. a rejection taken for such a call)
             await self.runner.fail_run(run_id, thread, ToolsNotConfigured(missing))
             return
+        changed = rebound_tools(snapshot, self.tools)
+        if changed:  # issue 25: an MCP tool changed on its server since the pause (across a restart): never run
+            await self.runner.fail_run(run_id, thread, MCPToolsChanged(changed))
+            return
         try:
             started = await self._started(run_id, snapshot, ref, claimed)
             if started is None:
@@ -255,3 +259,16 @@ class Resuming:
         )
         # All of the decisions are handed over, checked, below.
         return replace(snapshot, decisions=[]), {"tool_execution_decisions": decided}
+
+
+def rebound_tools(snapshot: AgentSnapshot, tools: Mapping[str, Tool]) -> list[str]:
+    """The tools of the paused step's calls whose binding (:attr:`Tool.binding`) differs from the one they paused
+    with (a step held for review ran its calls already)."""
+    if snapshot.stage == REVIEW_STAGE or not snapshot.messages or not snapshot.tool_bindings:
+        return []
+    called = dict.fromkeys(c.tool_name for c in snapshot.step_message.tool_calls)
+    return [
+        name
+        for name in called
+        if name in snapshot.tool_bindings and name in tools and tools[name].binding != snapshot.tool_bindings[name]
+    ]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.agent.stored_snapshot import HistoryUnavailable
-from bot.engine.errors import PolicyKeptChanging, ToolsNotConfigured
+from bot.engine.errors import MCPToolsChanged, PolicyKeptChanging, ToolsNotConfigured
 from bot.engine.model import AdminRequest
 from bot.llm import LLMError
 
@@ -57,6 +57,8 @@ def failure_sentence(exc: BaseException) -> str:
     """What a thread is told when its run failed with ``exc`` (never the exception's own text, but ours)."""
     if isinstance(exc, PolicyKeptChanging):
         return str(exc)
+    if isinstance(exc, MCPToolsChanged):
+        return f"Sorry, this request cannot continue: {exc} Nothing more of it ran; ask again to use it as it is now."
     if isinstance(exc, ToolsNotConfigured):
         return (
             f"Sorry, this request cannot continue: it was using {', '.join(exc.missing)}, which "

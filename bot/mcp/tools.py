@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.canonical import canonical_json
@@ -33,14 +33,33 @@ class MCPTool(Tool):
     """A :class:`Tool` whose function calls an MCP server. ``mcp`` holds its server-side facts."""
 
     mcp: MCPToolInfo | None = None
+    check: Callable[[MCPToolInfo], str | None] | None = field(default=None, repr=False, compare=False)
+    """Why a call may not run now (its server is down, the tool changed on it), else ``None``: the manager's."""
 
     @property
     def open_world(self) -> bool:
         """MCP's ``openWorldHint`` (the card shows it; its results come from outside)."""
         return self.mcp is not None and self.mcp.open_world
 
+    @property
+    def binding(self) -> str | None:
+        """The fingerprint of the tool's input schema and annotations as offered: a paused call binds to it."""
+        return self.mcp.fingerprint if self.mcp is not None else None
 
-def mcp_tool(server: str, name: str, spec: Any, call: CallFn, preview: str | None = None) -> MCPTool:
+    def refusal(self) -> str | None:
+        """Why a call of this tool, as it was offered, may not run now (a sentence), else ``None``."""
+        return None if self.mcp is None or self.check is None else self.check(self.mcp)
+
+
+def mcp_tool(
+    server: str,
+    name: str,
+    spec: Any,
+    call: CallFn,
+    preview: str | None = None,
+    *,
+    check: Callable[[MCPToolInfo], str | None] | None = None,
+) -> MCPTool:
     """Build the tool for ``spec`` (an ``mcp.types.Tool``) offered as ``name``.
 
     ``preview``: the name on the same server of the tool that previews this one (the configuration's
@@ -51,23 +70,9 @@ def mcp_tool(server: str, name: str, spec: Any, call: CallFn, preview: str | Non
     asking (``confirmation_default="never"``); anything else asks (``"always"``), and a tool that is
     not read-only is destructive unless it says ``destructiveHint: false``.
     """
-    ann = spec.annotations
-    read_only = bool(ann is not None and ann.read_only_hint)
-    destructive = not read_only and (ann is None or ann.destructive_hint is None or bool(ann.destructive_hint))
-    idempotent = bool(ann is not None and ann.idempotent_hint)
-    open_world = ann is None or ann.open_world_hint is None or bool(ann.open_world_hint)
-    schema = dict(spec.input_schema or {"type": "object", "properties": {}})
-    schema.setdefault("type", "object")
-    annotations = ann.model_dump(by_alias=True, exclude_none=True) if ann is not None else {}
-    info = MCPToolInfo(
-        server=server,
-        tool=spec.name,
-        read_only=read_only,
-        destructive=destructive,
-        idempotent=idempotent,
-        open_world=open_world,
-        fingerprint=tool_fingerprint(schema, annotations),
-    )
+    info = tool_info(server, spec)
+    schema = _schema(spec)
+    read_only, destructive, open_world = info.read_only, info.destructive, info.open_world
     remote = spec.name
 
     async def invoke(**arguments: Any) -> str:
@@ -89,7 +94,35 @@ def mcp_tool(server: str, name: str, spec: Any, call: CallFn, preview: str | Non
         destructive=destructive,
         preview=previewed if preview is not None else None,
         mcp=info,
+        check=check,
     )
+
+
+def tool_info(server: str, spec: Any) -> MCPToolInfo:
+    """What ``spec`` (an ``mcp.types.Tool`` of ``server``) says: its hints and its fingerprint."""
+    ann = spec.annotations
+    read_only = bool(ann is not None and ann.read_only_hint)
+    return MCPToolInfo(
+        server=server,
+        tool=spec.name,
+        read_only=read_only,
+        destructive=not read_only and (ann is None or ann.destructive_hint is None or bool(ann.destructive_hint)),
+        idempotent=bool(ann is not None and ann.idempotent_hint),
+        open_world=ann is None or ann.open_world_hint is None or bool(ann.open_world_hint),
+        fingerprint=spec_fingerprint(spec),
+    )
+
+
+def spec_fingerprint(spec: Any) -> str:
+    """The fingerprint of ``spec``'s input schema and annotations (what an approval binds to)."""
+    annotations = spec.annotations.model_dump(by_alias=True, exclude_none=True) if spec.annotations is not None else {}
+    return tool_fingerprint(_schema(spec), annotations)
+
+
+def _schema(spec: Any) -> dict[str, Any]:
+    schema = dict(spec.input_schema or {"type": "object", "properties": {}})
+    schema.setdefault("type", "object")
+    return schema
 
 
 def tool_fingerprint(schema: dict[str, Any], annotations: dict[str, Any]) -> str:

@@ -70,10 +70,10 @@ class ChatOutcome:
 class ConsoleHarness:
     """Runs console sessions on one database file and one sandbox folder (so threads can be continued)."""
 
-    def __init__(self, tmp_path: Path, *, admins: frozenset[str] = frozenset()) -> None:
+    def __init__(self, tmp_path: Path, *, admins: frozenset[str] = frozenset(), **config: Any) -> None:
         self.db_path = tmp_path / "cs.db"
         self.sandbox = tmp_path / "sandbox"
-        self.config = Config(db_path=self.db_path, admins=admins)
+        self.config = Config(db_path=self.db_path, admins=admins, **config)
         self.executed: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.tools = [self._counted(t) for t in build_demo_toolset(self.sandbox)]

@@ -1,10 +1,11 @@
 """A small MCP server (the SDK's ``MCPServer``) for exact control in the MCP tests.
 
-``python -m tests.fakes.mcp_server LOG [stdio|http PORT]``: every execution of ``record`` appends
-one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
+``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG|changed WHAT]``: every execution of ``record``
+appends one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
 result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``plan`` (read-only: what
-``record`` would do, a preview tool for issue 30).
+``record`` would do, a preview tool for issue 30), ``change`` (changes ``record`` and sends
+``notifications/tools/list_changed``).
 """
 
 from __future__ import annotations
@@ -15,19 +16,53 @@ import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+
+from bot.mcp import MCPServerConfig, parse_mcp_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def configured(log_path: Path, name: str = "t") -> tuple[MCPServerConfig, ...]:
+    """This server over stdio as the one configured MCP server ``name``, recording into ``log_path``."""
+    spec = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log_path)], "cwd": str(ROOT)}
+    return tuple(parse_mcp_config({"mcpServers": {name: spec}}, {}))
 
 
 def build(log_path: Path) -> MCPServer:
     server = MCPServer("countersign-test")
+    record_annotations = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
-    def record(note: str) -> str:
-        """Record a note (each execution appends one line to the log)."""
+    @server.tool(annotations=record_annotations)
+    async def record(note: str, wait: float = 0) -> str:
+        """Record a note (each execution appends one line to the log), then wait ``wait`` seconds to answer."""
         with log_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"tool": "record", "note": note}) + "\n")
+            fh.write(json.dumps({"tool": "record", "note": note, "pid": os.getppid()}) + "\n")
+        await asyncio.sleep(wait)
         return f"recorded {note}"
+
+    async def record_loudly(note: str, loud: bool = False) -> str:
+        """Record a note, perhaps loudly (the changed ``record``)."""
+        return await record(note.upper() if loud else note)
+
+    def changed(what: str) -> None:
+        """Change ``record``: ``schema`` (it takes ``loud`` too), ``annotations`` (it becomes destructive) or
+        ``remove`` (it is gone)."""
+        server.remove_tool("record")
+        if what == "schema":
+            server.add_tool(record_loudly, name="record", annotations=record_annotations)
+        elif what == "annotations":
+            server.add_tool(record, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def change(what: str, ctx: Context) -> str:
+        """Change ``record`` (``schema``, ``annotations`` or ``remove``), then tell the client its tool list changed."""
+        changed(what)
+        await ctx.session.send_tool_list_changed()
+        return f"changed: {what}"
+
+    server.changed = changed  # type: ignore[attr-defined]  # for main's ``changed WHAT``
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def peek() -> str:
@@ -66,7 +101,14 @@ def build(log_path: Path) -> MCPServer:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) > 2 and argv[1] == "after":  # LOG after FLAG: a server that cannot start until FLAG exists
+        if not Path(argv[2]).exists():
+            sys.exit(f"not yet: {argv[2]} does not exist")
+        argv = argv[:1]
     server = build(Path(argv[0]))
+    if len(argv) > 2 and argv[1] == "changed":  # LOG changed WHAT: started with ``record`` already changed
+        server.changed(argv[2])  # type: ignore[attr-defined]
+        argv = argv[:1]
     if len(argv) > 1 and argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(argv[2]))
     else:

@@ -264,6 +264,7 @@ class TeamsStack:
         user_views: str = "auto",
         channel_id: str = "msteams",
         breakglass_channel: str | None = None,
+        mcp_servers: tuple[Any, ...] = (),
     ) -> TeamsStack:
         """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep).
 
@@ -281,6 +282,7 @@ class TeamsStack:
             stream_update_seconds=stream_update_seconds,
             teams_user_views=user_views,
             breakglass_channel=breakglass_channel,
+            mcp_servers=mcp_servers,
         )
         stack = await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
         stack.channel_id = channel_id

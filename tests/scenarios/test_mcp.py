@@ -25,6 +25,7 @@ from tests.fakes.engine_kit import (
     asks_for,
     bounded,
     echoes_results,
+    says,
     tool_results,
 )
 from tests.fakes.npm_packages import installed_bin
@@ -82,7 +83,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 7
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 8
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
@@ -289,3 +290,176 @@ async def test_a_configured_preview_tool_previews_the_call_and_a_changed_plan_is
         assert [json.loads(line)["note"] for line in log.read_text().splitlines()] == ["by hand", "a"]
     finally:
         await harness.close()
+
+
+# --- a tool list that changes (notifications/tools/list_changed) ------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["schema", "annotations", "remove"])
+async def test_an_approval_is_refused_when_the_tool_changed_on_the_server(h: Harness, tmp_path: Path, what: str):
+    assert h.engine.mcp is not None
+    script(h, asks_for("t__record", note="bound"), echoes_results)
+    [approval] = await h.paused_approvals("record")
+    assert await h.engine.mcp.call("t", "change", {"what": what}) == f"changed: {what}"
+    await bounded(h.engine.mcp.settled("t"), 20)  # the notification re-listed the server's tools
+
+    await decide(h, "confirm")
+
+    record = await h.engine.get_approval(approval.approval_id)
+    assert record.status == "rejected"
+    sentence = record.feedback or ""
+    assert "MCP server t" in sentence and ("changed" in sentence or "no longer offers" in sentence), sentence
+    assert not (tmp_path / "log.jsonl").exists()  # never run against the changed tool
+    [(_, result, _)] = [r for r in tool_results(await h.history()) if r[0] == "t__record"]
+    assert "MCP server t" in result
+
+
+async def test_a_call_of_a_tool_that_changed_since_it_was_offered_never_reaches_the_server(h: Harness, tmp_path: Path):
+    from bot.mcp.manager import MCPCallError
+
+    assert h.engine.mcp is not None
+    await h.engine.mcp.call("t", "change", {"what": "annotations"})
+    await bounded(h.engine.mcp.settled("t"), 20)
+    with pytest.raises(MCPCallError, match=r"^error from t: the tool record changed on the MCP server t"):
+        await h.engine.mcp.call("t", "record", {"note": "x"})
+    assert not (tmp_path / "log.jsonl").exists()
+    [tool] = [t for t in h.engine.mcp.tools() if t.name == "t__record"]
+    assert tool.refusal() is not None and "changed on the MCP server t" in (tool.refusal() or "")
+
+
+async def test_a_pending_approval_waits_while_its_server_is_down_after_a_restart(tmp_path: Path, sandbox: Path):
+    from bot.engine.errors import MCPServerNotConnected
+
+    log, flag = tmp_path / "log.jsonl", tmp_path / "server-may-start"
+    flag.touch()
+    late = {"t": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log), "after", str(flag)]}}
+    cfg = tuple(parse_mcp_config({"mcpServers": {name: {**s, "cwd": str(ROOT)} for name, s in late.items()}}, {}))
+    before = await Harness.open(tmp_path, replies=[asks_for("t__record", note="later")], mcp_servers=cfg)
+    after = None
+    try:
+        [approval] = await before.paused_approvals("record")
+        await before.close()
+        flag.unlink()  # the server cannot start in the new process
+
+        after = await before.reopen(generator=before.generator, mcp_servers=cfg)
+        script(after, echoes_results)
+        assert after.engine.mcp is not None and after.engine.mcp.degraded() == ["t"]
+        place = approval.thread.place
+        for action in ("confirm", "reject"):
+            with pytest.raises(MCPServerNotConnected, match=r"^The MCP server t is not connected; try again when"):
+                await after.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, action, place=place))
+        assert (await after.engine.get_approval(approval.approval_id)).status == "pending"
+
+        flag.touch()  # the server comes back: its tools are offered, the approval can be decided
+        await bounded(after.engine.mcp.wait_ready("t"), 30)
+        await after.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=place))
+        await after.engine.wait_idle()
+        assert [json.loads(line)["note"] for line in log.read_text().splitlines()] == ["later"]
+    finally:
+        await before.close()
+        if after is not None:
+            await after.close()
+
+
+# --- mcp list, mcp reload ---------------------------------------------------------------------------------
+
+
+async def admin(h: Harness, text: str, actor: str = ADMIN) -> str:
+    return await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, actor, text))
+
+
+def server_spec(log: Path, *extra: str) -> dict:
+    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log), *extra], "cwd": str(ROOT)}
+
+
+async def test_mcp_list_shows_each_server_with_transport_status_tools_and_last_error(h: Harness):
+    lines = (await admin(h, "mcp list", actor=REQUESTER)).splitlines()  # anyone may list
+    assert lines[0] == "MCP servers:"
+    fs, t, down = lines[1:]
+    assert fs.startswith("  fs (stdio): ready, ") and fs.endswith(" tools")
+    assert t == "  t (stdio): ready, 8 tools"
+    assert down.startswith("  down (stdio): failed, 0 tools; last error: ") and "no-such-server" in down
+
+
+async def test_mcp_reload_starts_new_restarts_changed_stops_removed_servers_and_offers_their_tools(
+    h: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    assert h.engine.mcp is not None
+    await h.engine.mcp.call("t", "change", {"what": "schema"})  # picked up by the reload: t's tools as listed now
+    await bounded(h.engine.mcp.settled("t"), 20)
+    config = tmp_path / "mcp.json"
+    spec = {"t": server_spec(tmp_path / "log.jsonl"), "down": server_spec(tmp_path / "down.jsonl")}
+    config.write_text(json.dumps({"mcpServers": {**spec, "new": server_spec(tmp_path / "new.jsonl")}}))
+    monkeypatch.setenv("COUNTERSIGN_MCP_CONFIG", str(config))
+
+    reply = await admin(h, "mcp reload")
+
+    assert reply.splitlines()[0] == "MCP configuration reloaded: started new; restarted down; stopped fs; unchanged t."
+    assert "  new (stdio): ready, 8 tools" in reply and "  down (stdio): ready, 8 tools" in reply
+    names = set(h.engine.tools)
+    assert {"new__record", "down__record", "t__record"} <= names and not any(n.startswith("fs__") for n in names)
+    assert "loud" in h.engine.tools["t__record"].parameters["properties"]
+    [entry] = await h.audit("mcp reload")
+    assert entry.actor == ADMIN and entry.details["started"] == ["new"] and entry.details["stopped"] == ["fs"]
+    assert "never" in await admin(h, "policy set new__* never")  # the new server's tool group
+    script(h, asks_for("new__record", note="fresh"), echoes_results)
+    await h.say("record on the new server")
+    assert (tmp_path / "new.jsonl").read_text().count("fresh") == 1
+    assert ("new__record", "recorded fresh", False) in tool_results(await h.history())
+
+
+async def test_mcp_reload_refuses_a_broken_file_and_the_servers_keep_running(
+    h: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"t": ')
+    monkeypatch.setenv("COUNTERSIGN_MCP_CONFIG", str(config))
+    reply = await admin(h, "mcp reload")
+    assert reply.startswith(f"Not reloaded: COUNTERSIGN_MCP_CONFIG: {config} is not valid JSON (line 1")
+    assert reply.endswith("The running MCP servers are unchanged.") and "\n" not in reply
+    assert [e.details["error"] for e in await h.audit("mcp reload refused")] == [reply[len("Not reloaded: ") : -40]]
+    assert h.engine.mcp is not None and h.engine.mcp.degraded() == ["down"]
+    assert await h.engine.mcp.call("t", "peek", {}) == "0 notes"
+
+
+async def test_mcp_reload_is_for_admins_only_and_the_refusal_is_audited(h: Harness, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("COUNTERSIGN_MCP_CONFIG", raising=False)  # would stop every server, were it run
+    assert await admin(h, "mcp reload", actor=REQUESTER) == "Only countersign admins can reload the MCP servers."
+    [refused] = await h.audit("policy change refused")
+    assert refused.actor == REQUESTER and refused.subject == "mcp reload"
+    assert h.engine.mcp is not None and h.engine.mcp.degraded() == ["down"]
+
+
+async def test_mcp_commands_have_usage_help(h: Harness):
+    assert "mcp reload" in await admin(h, "help")
+    assert (await admin(h, "mcp restart")).endswith("usage: mcp list | mcp reload (help lists every command)")
+
+
+@pytest.mark.parametrize("what", ["schema", "annotations"])
+async def test_a_paused_call_whose_tool_changed_across_a_restart_is_never_run(tmp_path: Path, what: str):
+    log = tmp_path / "log.jsonl"
+
+    def config(*extra: str) -> tuple[MCPServerConfig, ...]:
+        return tuple(parse_mcp_config({"mcpServers": {"t": server_spec(log, *extra)}}, {}))
+
+    before = await Harness.open(tmp_path, replies=[asks_for("t__record", note="bound")], mcp_servers=config())
+    after = None
+    try:
+        [approval] = await before.paused_approvals("record")
+        await before.close()
+        after = await before.reopen(generator=before.generator, mcp_servers=config("changed", what))
+        script(after, says("unused"))
+
+        await after.engine.decide(
+            DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place)
+        )
+        await after.engine.wait_idle()
+
+        assert not log.exists()  # never run against the changed tool
+        assert (await after.run_of(approval.run_id)).status == "failed"
+        last = after.surface.replies_in(after.thread())[-1]
+        assert last.startswith("Sorry, this request cannot continue: t__record changed on its MCP server"), last
+    finally:
+        await before.close()
+        if after is not None:
+            await after.close()

@@ -10,6 +10,7 @@ import pytest
 from bot.llm import ScriptedChatGenerator
 from bot.messages import ChatMessage, ToolCall
 from bot.tools import Tool
+from tests.fakes.mcp_server import configured
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.slack_stack import SlackStack, all_text, button_values
 
@@ -95,6 +96,32 @@ async def test_a_non_admin_cannot_change_a_policy_and_is_told_privately(stack: S
     assert "Only countersign admins can change policies." in answer
     assert await stack.engine.policy_table("slack", slack.team_id) == []
     assert slack.calls_to("chat.postMessage") == []
+
+
+async def test_mcp_list_for_anyone_and_mcp_reload_for_admins_by_slash_command(
+    tmp_path: Path, slack: FakeSlackAPI, model: ScriptedChatGenerator, restarts: Restarts, monkeypatch
+) -> None:
+    running = await SlackStack.start(
+        db_path=tmp_path / "mcp.db",
+        slack=slack,
+        generator=model,
+        tools=[restarts.tool()],
+        admins={ADMIN},
+        mcp_servers=configured(tmp_path / "log"),
+    )
+    try:
+        assert "MCP servers:\n  t (stdio): ready, 8 tools" in await command(running, slack, "mcp list", MALLORY)
+        assert "Only countersign admins can reload the MCP servers." in await command(
+            running, slack, "mcp reload", MALLORY
+        )
+        config = tmp_path / "mcp.json"
+        config.write_text('{"mcpServers": {"t": {"url": "ftp://nowhere"}}}')
+        monkeypatch.setenv("COUNTERSIGN_MCP_CONFIG", str(config))
+        answer = await command(running, slack, "mcp reload", ADMIN)
+        assert "Not reloaded: COUNTERSIGN_MCP_CONFIG: server 't': 'url' must be an http" in answer
+        assert running.engine.mcp is not None and running.engine.mcp.degraded() == []
+    finally:
+        await running.stop()
 
 
 async def test_a_command_whose_text_contains_the_word_payload_is_still_a_command(

@@ -17,6 +17,7 @@ from adapters.teams.surface import TeamsSurface
 from bot.engine.memory import person_key
 from bot.engine.model import ThreadRef
 from tests.fakes.engine_kit import asks, asks_for, call, echoes_results, says
+from tests.fakes.mcp_server import configured
 from tests.fakes.teams_stack import (
     ADA,
     ANA,
@@ -351,6 +352,18 @@ async def test_someone_who_is_not_an_admin_cannot_change_a_policy(open_stack):
     [reply] = stack.connector.posted()
     assert texts_of(reply.cards[0]) == ["Only countersign admins can change policies."]
     assert await stack.engine.policy_table("teams", TENANT) == []
+
+
+async def test_mcp_list_for_anyone_and_mcp_reload_for_admins_by_message(open_stack, tmp_path, monkeypatch):
+    stack = await open_stack(mcp_servers=configured(tmp_path / "log"))
+    monkeypatch.delenv("COUNTERSIGN_MCP_CONFIG", raising=False)
+    await stack.say("mcp list", person=BEN)
+    await stack.say("mcp reload", person=BEN)
+
+    listing, refusal = stack.connector.posted()
+    assert texts_of(listing.cards[0]) == ["MCP servers:\n  t (stdio): ready, 8 tools"]
+    assert texts_of(refusal.cards[0]) == ["Only countersign admins can reload the MCP servers."]
+    assert stack.engine.mcp is not None and stack.engine.mcp.degraded() == []
 
 
 async def test_anyone_can_ask_for_help_and_pending_approvals(open_stack):

@@ -38,6 +38,7 @@ def test_the_manifest_lists_every_admin_command_within_teams_limits():
         "justification",
         "respondable",
         "breakglass",
+        "mcp",
     }  # listed by `help`
     assert all(len(c["title"]) <= 32 and len(c["description"]) <= 128 for c in command_list["commands"])
     assert set(bot["scopes"]) == {"personal", "team", "groupChat"}
