@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.mcp.config import MCPServerConfig
+from bot.mcp.elicitation import Elicitation
+from bot.mcp.inflight import CallCancelled, CallsInFlight
 from bot.mcp.naming import mcp_tool_name
 from bot.mcp.tools import MCPTool, mcp_tool
 from bot.tools import ToolInvocationError
@@ -65,6 +67,10 @@ class MCPManager:
             s.name: _Server(config=s, status=MCPServerStatus(name=s.name, transport=s.transport)) for s in servers
         }
         self._closing = False
+        self.calls = CallsInFlight()
+        """The calls sent and not answered: :meth:`cancel_run` cancels a stopped run's."""
+        self.elicitation = Elicitation(self.calls)
+        """Servers' questions during a call (``elicitation/create``); the engine sets its ``asker``."""
 
     async def start(self, wait_seconds: float | None = None) -> None:
         """Start every server; return once each has been tried (its tools listed, or it failed)."""
@@ -117,7 +123,11 @@ class MCPManager:
         if server is None or server.session is None:
             raise MCPCallError(f"error from {server_name}: the server is not connected", tool)
         try:
-            result = await asyncio.wait_for(server.session.call_tool(tool, arguments), server.config.timeout)
+            result = await self.calls.run(
+                server_name, tool, server.config.timeout, lambda: server.session.call_tool(tool, arguments)
+            )
+        except CallCancelled as stopped:  # the server may have acted: nobody knows, so nobody may assume
+            raise MCPCallError(f"error from {server_name}: outcome unknown: the call was {stopped}", tool) from None
         except TimeoutError:
             raise MCPCallError(
                 f"error from {server_name}: no answer within {server.config.timeout:g} s", tool
@@ -135,6 +145,10 @@ class MCPManager:
         if result.is_error:
             raise MCPCallError(f"error from {server_name}: {text or 'the tool reported an error'}", tool)
         return text
+
+    def cancel_run(self, run_id: str, actor: str) -> list[str]:
+        """Cancel ``run_id``'s calls in flight (``notifications/cancelled``); the names of the tools cancelled."""
+        return self.calls.cancel_run(run_id, actor)
 
     async def aclose(self) -> None:
         """Stop every server (stdio processes end with their sessions)."""
@@ -190,7 +204,9 @@ class MCPManager:
                 assert cfg.url is not None
                 client = await stack.enter_async_context(create_mcp_http_client(headers=dict(cfg.headers)))
                 read, write = await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
-            session = await stack.enter_async_context(ClientSession(read, write))
+            session = await stack.enter_async_context(
+                ClientSession(read, write, elicitation_callback=self.elicitation.callback(cfg.name))
+            )
             # A server's first answer may take longer than its calls' ``timeout`` (npm, Python start-up).
             start_timeout = max(cfg.timeout, START_TIMEOUT)
             await asyncio.wait_for(session.initialize(), start_timeout)

@@ -82,7 +82,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 6
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 8
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
