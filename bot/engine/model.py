@@ -296,7 +296,8 @@ class QuestionField:
     name: str
     title: str
     kind: str
-    """``string``, ``number``, ``integer`` or ``boolean``."""
+    """``string``, ``number``, ``integer``, ``boolean`` or ``array`` (a multi-select of ``choices``: its value is
+    a list of strings)."""
     required: bool = False
     description: str | None = None
     choices: tuple[tuple[str, str], ...] = ()

@@ -188,18 +188,9 @@ def form_fields(schema: Mapping[str, Any]) -> tuple[QuestionField, ...]:
     for name, spec in properties.items():
         if not isinstance(spec, dict):
             continue
-        kind = spec.get("type") if spec.get("type") in ("number", "integer", "boolean") else "string"
-        choices: tuple[tuple[str, str], ...] = ()
-        if isinstance(spec.get("enum"), list):
-            names = spec.get("enumNames")
-            labels: list[Any] = names if isinstance(names, list) else spec["enum"]
-            choices = tuple((str(v), str(lbl)) for v, lbl in zip(spec["enum"], labels, strict=False))
-        elif isinstance(spec.get("oneOf"), list):  # titled enum: [{"const": v, "title": label}, ...]
-            choices = tuple(
-                (str(o.get("const")), str(o.get("title", o.get("const"))))
-                for o in spec["oneOf"]
-                if isinstance(o, dict) and "const" in o
-            )
+        kind = spec.get("type") if spec.get("type") in ("number", "integer", "boolean", "array") else "string"
+        # A multi-select (an array of enum strings) takes its choices from its items.
+        choices = _choices(spec["items"] if kind == "array" and isinstance(spec.get("items"), dict) else spec)
         out.append(
             QuestionField(
                 name=str(name),
@@ -212,6 +203,22 @@ def form_fields(schema: Mapping[str, Any]) -> tuple[QuestionField, ...]:
             )
         )
     return tuple(out)
+
+
+def _choices(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``(value, label)`` pairs of an enum: ``enum`` (with the legacy ``enumNames``) or titled ``oneOf``/``anyOf``."""
+    if isinstance(spec.get("enum"), list):
+        names = spec.get("enumNames")
+        labels: list[Any] = names if isinstance(names, list) else spec["enum"]
+        return tuple((str(v), str(label)) for v, label in zip(spec["enum"], labels, strict=False))
+    for key in ("oneOf", "anyOf"):  # titled: [{"const": v, "title": label}, ...]
+        if isinstance(spec.get(key), list):
+            return tuple(
+                (str(o["const"]), str(o.get("title", o["const"])))
+                for o in spec[key]
+                if isinstance(o, dict) and "const" in o
+            )
+    return ()
 
 
 def checked_values(schema: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class DeployForm(BaseModel):
     replicas: int = Field(description="How many replicas", ge=1, le=10)
     canary: bool = Field(default=False, description="Start with a canary")
     reason: str = Field(description="Why")
+    api_token: str = Field(default="", description="A token (audited masked)")
 
 
 def build(log_path: Path) -> MCPServer:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from bot.engine.errors import InvalidEdit, NotAllowedToAnswer, QuestionNotOpen
-from bot.engine.model import AnswerRequest
+from bot.engine.model import AnswerRequest, DecisionRequest
 from bot.mcp import parse_mcp_config
 from tests.fakes.engine_kit import ADMIN, OTHER, REQUESTER, Harness, asks_for, bounded, echoes_results, tool_results
+from tests.fakes.npm_packages import installed_bin
 from tests.fakes.recording_surface import Asked, QuestionUpdate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ async def logged(tmp_path: Path, event: dict[str, Any], within: float = 10.0) ->
 
     async def poll() -> None:
         while not any(event.items() <= entry.items() for entry in server_log(tmp_path)):
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # noqa: ASYNC110 - another process's file: nothing here to wait on
 
     await bounded(poll(), within)
 
@@ -79,7 +80,8 @@ async def test_the_requester_accepts_and_the_server_gets_the_typed_values(h: Har
     assert (fields["replicas"].kind, fields["canary"].kind, fields["reason"].kind) == ("integer", "boolean", "string")
     assert fields["replicas"].required and not fields["canary"].required
 
-    reply = await h.engine.answer_question(AnswerRequest(view.question_id, REQUESTER, "accept", FORM))
+    secret = {**FORM, "api_token": "hunter2-very-secret"}
+    reply = await h.engine.answer_question(AnswerRequest(view.question_id, REQUESTER, "accept", secret))
     await bounded(running, 20)
 
     assert "passed on" in reply
@@ -90,8 +92,10 @@ async def test_the_requester_accepts_and_the_server_gets_the_typed_values(h: Har
     assert (update.question.status, update.question.answered_by, update.ref) == ("accepted", REQUESTER, question.ref)
     [asked_entry] = await h.audit("question asked")
     [answer_entry] = await h.audit("question accepted")
-    assert asked_entry.details["fields"] == ["environment", "replicas", "canary", "reason"]
+    assert asked_entry.details["fields"] == ["environment", "replicas", "canary", "reason", "api_token"]
     assert answer_entry.actor == REQUESTER and answer_entry.details["content"]["replicas"] == 3
+    assert "hunter2" not in json.dumps(answer_entry.details)  # audited minus secrets
+    assert [e["api_token"] for e in server_log(tmp_path) if e.get("event") == "accept"] == ["hunter2-very-secret"]
 
 
 async def test_a_bad_value_gets_a_field_error_and_the_question_stays_open(h: Harness, tmp_path: Path):
@@ -199,3 +203,38 @@ def _call_id(messages: list, tool: str) -> str:
     [call] = [c for m in messages for c in m.tool_calls if c.tool_name == tool]
     assert call.id is not None
     return call.id
+
+
+async def test_server_everything_offers_its_elicitation_tool_and_gets_the_answer(tmp_path: Path):
+    """The real @modelcontextprotocol/server-everything registers its elicitation tool only for a client that
+    declares the capability; approved, its question reaches the requester, whose answer it echoes back."""
+    everything = installed_bin(ROOT / "tests" / "npm" / "mcp") / "mcp-server-everything"
+    cfg = tuple(parse_mcp_config({"mcpServers": {"all": {"command": str(everything), "args": ["stdio"]}}}, {}))
+    harness = await Harness.open(tmp_path, replies=[], mcp_servers=cfg)
+    try:
+        assert harness.engine.mcp is not None
+        assert "all__trigger-elicitation-request" in {t.name for t in harness.engine.mcp.tools()}
+        harness.generator.replies.extend([asks_for("all__trigger-elicitation-request"), echoes_results])
+        [approval] = await harness.paused_approvals("ask me things")
+        await harness.engine.decide(
+            DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place)
+        )
+        question = await harness.surface.wait_for(lambda c: isinstance(c, Asked), within=20)
+        fields = {f.name: f for f in question.question.fields}
+        assert fields["name"].required and fields["check"].kind == "boolean"
+        assert ("hero-2", "Green Lantern") in fields["titledSingleSelectEnum"].choices
+        assert ("pet-2", "Dogs") in fields["legacyTitledEnum"].choices
+        assert fields["untitledMultipleSelectEnum"].kind == "array"
+        with pytest.raises(InvalidEdit) as bad:
+            await harness.engine.answer_question(
+                AnswerRequest(question.question.question_id, REQUESTER, "accept", {"name": "Ana", "integer": "500"})
+            )
+        assert set(bad.value.errors) == {"integer"}
+        values = {"name": "Ana Lima", "check": "true", "integer": "7", "untitledMultipleSelectEnum": ["Piano"]}
+        await harness.engine.answer_question(AnswerRequest(question.question.question_id, REQUESTER, "accept", values))
+        await bounded(harness.engine.wait_idle(), 20)
+        text, error = result_of(await harness.history(), "all__trigger-elicitation-request")
+        assert not error and "- Name: Ana Lima" in text and "- Favorite Integer: 7" in text
+        assert "- Agreed to terms: true" in text
+    finally:
+        await harness.close()
