@@ -48,8 +48,9 @@ async def logged(tmp_path: Path, event: dict[str, Any], within: float = 10.0) ->
     """Wait until the server logged ``event`` (polling the server's own log, bounded)."""
 
     async def poll() -> None:
-        while not any(event.items() <= entry.items() for entry in server_log(tmp_path)):
-            await asyncio.sleep(0.02)  # noqa: ASYNC110 - another process's file: nothing here to wait on
+        # Another process's file: there is no event here to wait on.
+        while not any(event.items() <= entry.items() for entry in server_log(tmp_path)):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
     await bounded(poll(), within)
 
