@@ -190,3 +190,12 @@ class NotAllowedToAnswer(EngineError):
 
     def __init__(self) -> None:
         super().__init__("Only the person who asked for this, or an admin, can answer this question.")
+
+
+class InvalidAnswer(InvalidEdit):
+    """Answers to a tool's question that do not satisfy its schema; ``errors`` maps field to message."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(errors)
+        detail = "; ".join(f"{k}: {v}" for k, v in errors.items())
+        self.args = (f"Some answers are not valid: {detail}",)

@@ -3,7 +3,7 @@
 The tool's call waits while the question is shown through the thread's surface, as approvals are
 (:meth:`~bot.engine.surface.Surface.ask_question`). An answer comes back through :meth:`Questions.answer`, from
 the requester or an admin only (checked here, not in the adapters): ``accept`` with values checked against the
-question's schema (a bad value is an :class:`~bot.engine.errors.InvalidEdit` naming its field), or ``decline``.
+question's schema (a bad value is an :class:`~bot.engine.errors.InvalidAnswer` naming its field), or ``decline``.
 Nobody answering within the approval TTL declines, as does a surface that cannot ask. The question and its
 answer are audited with secrets masked (by field name and by value).
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.engine.errors import InvalidEdit, NotAllowedToAnswer, QuestionNotOpen
+from bot.engine.errors import InvalidAnswer, InvalidEdit, NotAllowedToAnswer, QuestionNotOpen
 from bot.engine.model import AnswerRequest, QuestionField, QuestionView
 from bot.engine.params import merge_edit
 from bot.engine.roles import Roles
@@ -222,7 +222,7 @@ def _choices(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def checked_values(schema: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` typed by ``schema`` and validated; :class:`InvalidEdit` with a message per bad field.
+    """``values`` typed by ``schema`` and validated; :class:`InvalidAnswer` with a message per bad field.
 
     The same check an edited call's parameters get (:func:`bot.engine.params.merge_edit`): an empty value
     (``None``) of a required field is refused, of an optional one dropped.
@@ -230,8 +230,11 @@ def checked_values(schema: Mapping[str, Any], values: Mapping[str, Any]) -> dict
     form = Tool(name="question", description="", parameters=dict(schema), function=_never)
     missing = [n for n in schema.get("required") or [] if n not in values]
     if missing:
-        raise InvalidEdit({name: "is required" for name in missing})
-    return merge_edit(form, {}, dict(values))
+        raise InvalidAnswer({name: "is required" for name in missing})
+    try:
+        return merge_edit(form, {}, dict(values))
+    except InvalidEdit as exc:
+        raise InvalidAnswer(exc.errors) from None
 
 
 def _never(**_kwargs: Any) -> None:
