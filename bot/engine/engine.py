@@ -228,6 +228,10 @@ class Engine:
         """An open question as adapters render it; :class:`QuestionNotOpen` if it is not open in this process."""
         return self.parts.questions.get(question_id)
 
+    async def check_can_answer(self, question_id: str, actor: str) -> QuestionView:
+        """The open question if ``actor`` may answer it (requester or admin), else a refusal (audited)."""
+        return await self.parts.questions.check_can_answer(question_id, actor)
+
     async def answer_question(self, request: AnswerRequest) -> str:
         """Pass an answer on to the waiting tool (requester or admin only; values checked); the sentence for them."""
         return await self.parts.questions.answer(request)

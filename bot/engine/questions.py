@@ -44,7 +44,7 @@ DECLINED_SENTENCE = "Declined: the tool was told you did not answer."
 class _Open:
     view: QuestionView
     question: Question
-    ref: dict[str, Any]
+    ref: dict[str, Any] | None = None
     answer: asyncio.Future[Answer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -99,13 +99,17 @@ class Questions:
             },
             now=now,
         )
-        ref = await live.surface.ask_question(live.thread, view)
-        if ref is None:  # the surface cannot ask: fail closed
-            await self._close(view, DECLINED_STATUS, "countersign", None)
-            return DECLINED
-        await live.status(f"waiting for {view.requester}'s answer")
-        opened = self._open[view.question_id] = _Open(view, question, ref)
+        # Open before it is shown: an answer may arrive as soon as the surface has posted it.
+        opened = self._open[view.question_id] = _Open(view, question)
         try:
+            opened.ref = await live.surface.ask_question(live.thread, view)
+            if opened.ref is None:  # the surface cannot ask: fail closed
+                await self._close(view, DECLINED_STATUS, "countersign", None)
+                return DECLINED
+            if opened.answer.done():  # answered while it was being posted: show the outcome now
+                await live.surface.update_question(live.thread, opened.ref, opened.view)
+            else:
+                await live.status(f"waiting for {view.requester}'s answer")
             return await asyncio.wait_for(asyncio.shield(opened.answer), self.ttl_seconds)
         except TimeoutError:
             await self.expire(view.question_id)
@@ -120,15 +124,25 @@ class Questions:
             raise QuestionNotOpen()
         return opened.view
 
-    async def answer(self, request: AnswerRequest) -> str:
-        """Pass a person's answer on; the sentence for them. Refusals raise (nothing is passed on)."""
-        opened = self._open.get(request.question_id)
+    async def check_can_answer(self, question_id: str, actor: str) -> QuestionView:
+        """The open question, if ``actor`` may answer it (its run's requester or an admin); else it raises
+        (:class:`QuestionNotOpen`, :class:`NotAllowedToAnswer`, the refusal audited). Adapters call it before
+        opening a form; :meth:`answer` checks again."""
+        opened = self._open.get(question_id)
         if opened is None or opened.answer.done():
             raise QuestionNotOpen()
         view = opened.view
-        if request.actor != view.requester and not await self.roles.is_admin(request.actor, view.thread.platform):
-            await self.storage.audit.append(request.actor, "answer refused", view.question_id, {}, now=self.clock())
+        if actor != view.requester and not await self.roles.is_admin(actor, view.thread.platform):
+            await self.storage.audit.append(actor, "answer refused", view.question_id, {}, now=self.clock())
             raise NotAllowedToAnswer()
+        return view
+
+    async def answer(self, request: AnswerRequest) -> str:
+        """Pass a person's answer on; the sentence for them. Refusals raise (nothing is passed on)."""
+        view = await self.check_can_answer(request.question_id, request.actor)
+        opened = self._open.get(request.question_id)
+        if opened is None or opened.answer.done():  # answered or expired while the roles were read
+            raise QuestionNotOpen()
         if request.action != "accept":
             await self._close(view, DECLINED_STATUS, request.actor, None, opened)
             opened.answer.set_result(DECLINED)
@@ -172,7 +186,7 @@ class Questions:
             return
         opened.view = replace(view, status=status, answered_by=actor if status != EXPIRED else None)
         live = self.live.get(view.run_id)
-        if live is None:
+        if live is None or opened.ref is None:
             return
         try:
             await live.surface.update_question(view.thread, opened.ref, opened.view)
