@@ -263,6 +263,7 @@ class TeamsStack:
         stream_update_seconds: float = 30.0,
         user_views: str = "auto",
         channel_id: str = "msteams",
+        mcp_servers: tuple[Any, ...] = (),
     ) -> TeamsStack:
         """Create the engine, serve the app on 127.0.0.1 and start the engine (no periodic sweep).
 
@@ -279,6 +280,7 @@ class TeamsStack:
             database_url=database_url,
             stream_update_seconds=stream_update_seconds,
             teams_user_views=user_views,
+            mcp_servers=mcp_servers,
         )
         stack = await cls._serve(connector, issuer, config, generator, tools, tool_list, clock or Clock())
         stack.channel_id = channel_id
