@@ -221,8 +221,12 @@ class ConsoleSurface(Surface):
         return {"surface": "console", "question": question.question_id}
 
     async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
-        """A line once nobody answered in time (an answer given here is confirmed by the dialog)."""
-        if question.status == "expired":
+        """A line once nobody answered in time or the call ended (an answer given here is confirmed by the dialog)."""
+        if question.status == "withdrawn":
+            self.console.print(
+                Text(f"The question from {inert(question.source)} was withdrawn: its call ended.", style="yellow")
+            )
+        elif question.status == "expired":
             self.console.print(
                 Text(f"The question from {inert(question.source)} expired; it was declined.", style="yellow")
             )

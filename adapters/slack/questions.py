@@ -75,6 +75,8 @@ def outcome(view: QuestionView) -> str:
         return f"Answered by {mention(view.answered_by)}."
     if view.status == "declined":
         return f"Declined by {mention(view.answered_by)}." if view.answered_by != "countersign" else "Declined."
+    if view.status == "withdrawn":
+        return "Withdrawn: the call that asked has ended."
     return "Nobody answered in time: declined."
 
 

@@ -59,6 +59,8 @@ def outcome(view: QuestionView, names: Mapping[str, str] | None = None) -> str:
         return f"Answered by {who}."
     if view.status == "declined":
         return "Declined." if view.answered_by == "countersign" else f"Declined by {who}."
+    if view.status == "withdrawn":
+        return "Withdrawn: the call that asked has ended."
     return "Nobody answered in time: declined."
 
 

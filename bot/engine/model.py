@@ -324,7 +324,8 @@ class QuestionView:
     url: str | None
     expires_at: datetime
     status: str = PENDING
-    """``pending``, then ``accepted``, ``declined`` or ``expired`` (nobody answered in time; declined)."""
+    """``pending``, then ``accepted``, ``declined``, ``expired`` (nobody answered in time; declined) or
+    ``withdrawn`` (the call that asked ended first: stopped, or past its time)."""
     answered_by: str | None = None
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ACCEPTED, DECLINED_STATUS, EXPIRED = "accepted", "declined", "expired"
+ACCEPTED, DECLINED_STATUS, EXPIRED, WITHDRAWN = "accepted", "declined", "expired", "withdrawn"
 ANSWERED = "Thanks: your answer was passed on."
 DECLINED_SENTENCE = "Declined: the tool was told you did not answer."
 
@@ -114,6 +114,10 @@ class Questions:
         except TimeoutError:
             await self.expire(view.question_id)
             return DECLINED
+        except asyncio.CancelledError:  # the call that asked ended first (stopped, timed out): withdrawn
+            if not opened.answer.done():
+                await asyncio.shield(self._close(view, WITHDRAWN, "countersign", None, opened))
+            raise
         finally:
             self._open.pop(view.question_id, None)
 

@@ -8,11 +8,14 @@ the call's timeout while a person answers. With nobody to ask (no run, several r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from bot.mcp.inflight import CallsInFlight
 from bot.questions import DECLINED, Answer, Asker, Question
+
+CANCELLED = Answer("cancel")
 
 log = logging.getLogger("countersign.mcp")
 
@@ -39,13 +42,25 @@ class Elicitation:
                 question = Question(server, tool, params.message, schema=dict(params.requested_schema or {}))
             try:
                 with self.calls.waiting_for_person(server, run_id):
-                    answer = await self.asker(run_id, question)
+                    answer = await self._until_call_ends(server, run_id, self.asker(run_id, question))
             except Exception:  # fail closed: a question that cannot be asked is declined
                 log.warning("MCP server %s's question could not be asked; declined", server, exc_info=True)
                 answer = DECLINED
             return _result(answer, question)
 
         return elicit
+
+    async def _until_call_ends(self, server: str, run_id: str, asking: Any) -> Answer:
+        """The answer, unless the call that asked ends first (stopped, timed out): then the question is withdrawn
+        (its task cancelled, which closes it in the thread) and the server is told ``cancel``."""
+        question = asyncio.ensure_future(asking)
+        calls = self.calls.ended(server, run_id)
+        await asyncio.wait([question, *calls], return_when=asyncio.FIRST_COMPLETED)
+        if question.done():
+            return question.result()
+        question.cancel()
+        await asyncio.gather(question, return_exceptions=True)
+        return CANCELLED
 
 
 def _result(answer: Answer, question: Question) -> Any:

@@ -89,6 +89,10 @@ class CallsInFlight:
             return None, None
         return calls[0].run_id, calls[0].tool
 
+    def ended(self, server: str, run_id: str) -> list[asyncio.Task[Any]]:
+        """The tasks of the run's calls to ``server`` (a question ends when they do)."""
+        return [c.task for c in self._calls.values() if c.server == server and c.run_id == run_id and c.task]
+
     @contextmanager
     def waiting_for_person(self, server: str, run_id: str) -> Iterator[None]:
         """Pause the timeout of the run's calls to ``server`` inside the block; each gets its full time after."""

@@ -239,3 +239,19 @@ async def test_server_everything_offers_its_elicitation_tool_and_gets_the_answer
         assert "- Agreed to terms: true" in text
     finally:
         await harness.close()
+
+
+async def test_stopping_while_a_question_waits_withdraws_it_and_cancels_the_call(h: Harness, tmp_path: Path):
+    running, question = await asked(h, "deploy api", "t__deploy", service="api")
+
+    sentence = await h.engine.request_stop(h.thread(), REQUESTER)
+    await bounded(running, 20)
+
+    assert "t__deploy" in sentence and "outcome is unknown" in sentence
+    update = await h.surface.wait_for(lambda c: isinstance(c, QuestionUpdate), within=10)
+    assert update.question.status == "withdrawn" and update.ref == question.ref
+    with pytest.raises(QuestionNotOpen):
+        await h.engine.answer_question(AnswerRequest(question.question.question_id, REQUESTER, "accept", FORM))
+    text, error = result_of(await h.history(), "t__deploy")
+    assert error and "outcome unknown" in text
+    assert not any(e.get("event") == "accept" for e in server_log(tmp_path))
