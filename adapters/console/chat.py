@@ -22,6 +22,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from adapters.console.dialog import ApprovalDialog
+from adapters.console.questions import QuestionDialog
 from adapters.console.reader import InputFunc, LineReader, Reader, TerminalReader, stdin_is_a_terminal
 from adapters.console.surface import ConsoleSurface, inert
 from bot.config import DEFAULT_TOOLS, Config
@@ -147,6 +148,7 @@ class ChatSession:
         engine = await Engine.create(self.config, generator=generator, tools=chosen)
         engine.register_surface(PLATFORM, self.surface)
         dialog = ApprovalDialog(engine, self.surface, self.reader, self.user)
+        self.surface.on_question = QuestionDialog(engine, self.surface, self.reader, self.user).start
         try:
             await engine.start()
             admin = await engine.is_admin(self.user, PLATFORM)

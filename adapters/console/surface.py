@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -18,11 +18,12 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.status import Status
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from bot.engine.justification import request_reason_lines
-from bot.engine.model import APPROVED, MODIFIED, ApprovalView, Note, ThreadRef, ToolStep, plain_text
+from bot.engine.model import APPROVED, MODIFIED, ApprovalView, Note, QuestionView, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import (
     display_arguments,
     display_result,
@@ -150,6 +151,18 @@ def outcome_text(view: ApprovalView, index: int = 1, total: int = 1) -> Text:
     )
 
 
+def question_panel(view: QuestionView) -> Panel:
+    """The question as the terminal shows it (the server's text is escaped and masked)."""
+    lines: list[Any] = [Text(inert(mask_text(view.message)))]
+    if view.url is not None:
+        lines.append(Text.assemble("Open: ", Text(view.url, style=Style(link=view.url))))
+    for item in view.fields:
+        hint = f" — {item.description}" if item.description else ""
+        lines.append(Text(f"• {item.title}{' (required)' if item.required else ''}{hint}", style="dim"))
+    title = f"{view.source} asks (during {view.tool_name})"
+    return Panel(Group(*lines), title=Text(title), title_align="left", border_style="cyan")
+
+
 class ConsoleSurface(Surface):
     """The :class:`~bot.engine.surface.Surface` of ``countersign chat``: one terminal, one person.
 
@@ -174,6 +187,8 @@ class ConsoleSurface(Surface):
         self._busy = False
         self._live: Live | None = None
         self._streams = 0
+        self.on_question: Callable[[QuestionView], None] | None = None
+        """Asks the person a tool's question (the chat loop's :class:`~adapters.console.questions.QuestionDialog`)."""
 
     # --- the Surface protocol ----------------------------------------------------------------
 
@@ -211,6 +226,26 @@ class ConsoleSurface(Surface):
             self._shown_outcomes[view.approval_id] = view.status
             line = outcome_text(view, index, len(approvals))
             self.console.print(line.append(self._elsewhere(thread), style="dim"))
+
+    async def ask_question(self, thread: ThreadRef, question: QuestionView) -> dict[str, Any] | None:
+        """Print a tool's question and ask it at the prompt; ``None`` (declined) for another thread's run."""
+        if self.on_question is None or self._elsewhere(thread):
+            return None
+        self.stop_working()
+        self.console.print(question_panel(question))
+        self.on_question(question)
+        return {"surface": "console", "question": question.question_id}
+
+    async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
+        """A line once nobody answered in time or the call ended (an answer given here is confirmed by the dialog)."""
+        if question.status == "withdrawn":
+            self.console.print(
+                Text(f"The question from {inert(question.source)} was withdrawn: its call ended.", style="yellow")
+            )
+        elif question.status == "expired":
+            self.console.print(
+                Text(f"The question from {inert(question.source)} expired; it was declined.", style="yellow")
+            )
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Print a note for the person at the terminal (there is only one)."""

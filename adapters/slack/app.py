@@ -63,9 +63,17 @@ from adapters.slack.blocks import (
 )
 from adapters.slack.mrkdwn import escape, split_message
 from adapters.slack.prompts import suggested_prompts
+from adapters.slack.questions import (
+    ACTION_ANSWER,
+    ACTION_DECLINE,
+    ACTION_DONE,
+    QUESTION_CALLBACK,
+    question_modal,
+    question_values,
+)
 from adapters.slack.surface import DIRECT_THREAD, SlackSurface
 from bot.engine.breakglass_marks import NOT_OK, OK
-from bot.engine.errors import EngineError, InvalidEdit
+from bot.engine.errors import EngineError, InvalidAnswer, InvalidEdit
 from bot.engine.justification import JustificationRequired
 from bot.engine.model import (
     BREAKGLASS,
@@ -74,6 +82,7 @@ from bot.engine.model import (
     REJECT,
     RESPOND,
     AdminRequest,
+    AnswerRequest,
     ApprovalView,
     DecisionRequest,
     DecisionResult,
@@ -169,6 +178,10 @@ class SlackListeners:
         app.view(REASON_CALLBACK)(self.on_reason_submitted)
         app.view(EDIT_CALLBACK)(self.on_edit_submitted)
         app.view(RESPOND_CALLBACK)(self.on_respond_submitted)
+        app.action(ACTION_ANSWER)(self.on_open_question)
+        app.action(ACTION_DECLINE)(self.on_decline_question)
+        app.action(ACTION_DONE)(self.on_question_done)
+        app.view(QUESTION_CALLBACK)(self.on_question_submitted)
         app.command(COMMAND)(self.on_command)
         app.error(self.on_error)
 
@@ -459,6 +472,66 @@ class SlackListeners:
             if not input_block_ids(view):
                 await ack(response_action="update", view=notice_modal(str(invalid)))
                 return
+            await ack(response_action="errors", errors=field_errors(invalid.errors, view))
+            return
+        except EngineError as refusal:
+            await ack(response_action="update", view=notice_modal(str(refusal)))
+            return
+        await ack()
+
+    # ------------------------------------------------------------------ a running tool's questions
+
+    async def on_open_question(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Answer: open the question's form (if this person may answer; the engine checks)."""
+        await ack()
+        question_id, actor, trigger = _text(action.get("value")), _actor(body), _text(body.get("trigger_id"))
+        if not question_id or not actor or not trigger:
+            self.on_unreadable_click(body)
+            return
+        self.tasks.spawn(self._open_question(body, question_id, actor, trigger), name="slack-open-question")
+
+    async def _open_question(self, body: dict[str, Any], question_id: str, actor: str, trigger: str) -> None:
+        try:
+            question = await self.engine.check_can_answer(question_id, actor)
+        except EngineError as refusal:
+            await self._tell_clicker(body, str(refusal))
+            return
+        await self.surface.open_modal(trigger, question_modal(question))
+
+    async def on_decline_question(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Decline: the tool is told the person did not answer."""
+        await self._answer_click(ack, body, action, "decline")
+
+    async def on_question_done(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Done (a link's question): accept, with no values."""
+        await self._answer_click(ack, body, action, "accept")
+
+    async def _answer_click(self, ack: Any, body: dict[str, Any], action: dict[str, Any], answer: str) -> None:
+        await ack()
+        question_id, actor = _text(action.get("value")), _actor(body)
+        if not question_id or not actor:
+            self.on_unreadable_click(body)
+            return
+        request = AnswerRequest(question_id, actor, answer)
+        self.tasks.spawn(self._answer(body, request), name="slack-answer-question")
+
+    async def _answer(self, body: dict[str, Any], request: AnswerRequest) -> None:
+        try:
+            await self.engine.answer_question(request)
+        except EngineError as refusal:
+            await self._tell_clicker(body, str(refusal))
+
+    async def on_question_submitted(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Send the form's values; the engine's field errors come back in the modal."""
+        question_id, actor = _text(view.get("private_metadata")), _actor(body)
+        state = view.get("state")
+        values = question_values(state.get("values") if isinstance(state, Mapping) else None)
+        if not question_id or not actor or values is None:
+            await ack(**_form_refused(view, UNREADABLE_FORM))
+            return
+        try:
+            await self.engine.answer_question(AnswerRequest(question_id, actor, "accept", values))
+        except InvalidAnswer as invalid:
             await ack(response_action="errors", errors=field_errors(invalid.errors, view))
             return
         except EngineError as refusal:

@@ -38,8 +38,9 @@ from adapters.slack.mrkdwn import (
     note_markup,
     split_message,
 )
+from adapters.slack.questions import question_message
 from bot import jsonio
-from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Note, QuestionView, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import StreamRateLimited, masked_growth
 from bot.engine.surface import Surface
@@ -253,6 +254,19 @@ class SlackSurface(Surface):
                 error,
                 extra={"approvals": [a.approval_id for a in approvals], "error": error},
             )
+
+    async def ask_question(self, thread: ThreadRef, question: QuestionView) -> dict[str, Any] | None:
+        """Post a tool's question in the thread (Answer opens the form; Decline); its ``{"channel", "ts"}``."""
+        blocks, text = question_message(question)
+        response = await self.client.chat_postMessage(
+            channel=thread.channel, thread_ts=thread_ts(thread), text=text, blocks=blocks
+        )
+        return {"channel": response["channel"], "ts": response["ts"]}
+
+    async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
+        """Show the question's outcome in place of its buttons."""
+        blocks, text = question_message(question)
+        await self.client.chat_update(channel=ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """An ephemeral message only ``user`` sees, in the thread (a :class:`Note`'s people as real mentions)."""

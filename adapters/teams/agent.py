@@ -57,7 +57,8 @@ from adapters.teams.cards import (
     shared_card,
     unoffered_inputs,
 )
-from adapters.teams.names import named_text, remember_name, with_names
+from adapters.teams.names import display_names, named_text, remember_name, with_names
+from adapters.teams.questions import VERB_ANSWER, answer_values, question_card
 from adapters.teams.surface import channel_record, conversation_record
 from bot.engine.admin_syntax import is_admin_command
 from bot.engine.breakglass_marks import NOT_OK, OK
@@ -72,7 +73,17 @@ from bot.engine.errors import (
     NotShownHere,
 )
 from bot.engine.justification import JustificationRequired
-from bot.engine.model import BREAKGLASS, CONFIRM, MODIFY, REJECT, RESPOND, DecisionRequest, DecisionResult, ThreadRef
+from bot.engine.model import (
+    BREAKGLASS,
+    CONFIRM,
+    MODIFY,
+    REJECT,
+    RESPOND,
+    AnswerRequest,
+    DecisionRequest,
+    DecisionResult,
+    ThreadRef,
+)
 from storage import StorageError
 
 if TYPE_CHECKING:
@@ -174,6 +185,9 @@ class TeamsAgent(ActivityHandler):
         run_id = handler.stop_click(activity.value)
         if run_id is not None:
             return await self._stop(activity, run_id)
+        question = handler.question_click(activity.value)
+        if question is not None:
+            return await self._answer(activity, *question)
         action = handler.card_action(activity.value)
         if action is None:
             logger.warning("card click not understood; nothing decided", extra={"activity_id": activity.id})
@@ -196,6 +210,25 @@ class TeamsAgent(ActivityHandler):
         except StorageError as exc:
             logger.warning("stop refused: storage unavailable (%s)", exc)
             return invoke_message_response(str(DatabaseUnavailable()))
+
+    async def _answer(self, activity: Activity, question_id: str, verb: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A click on a question's card: the card again with the refusal, its outcome, or the refusal alone."""
+        actor = handler.actor_of(activity)
+        await remember_name(self._engine, actor, handler.actor_name_of(activity))
+        try:
+            view = await self._engine.check_can_answer(question_id, actor)
+        except EngineError as refusal:  # only the refusal: the card is not this clicker's to see
+            return invoke_message_response(str(refusal))
+        names = await display_names(self._engine, [view.requester, actor])
+        values = answer_values(view, data) if verb == VERB_ANSWER else {}
+        try:
+            await self._engine.answer_question(
+                AnswerRequest(question_id, actor, "accept" if verb == VERB_ANSWER else "decline", values)
+            )
+        except EngineError as refusal:
+            return invoke_card_response(question_card(view, notice=f"Nothing was sent: {refusal}", names=names))
+        closed = replace(view, status="accepted" if verb == VERB_ANSWER else "declined", answered_by=actor)
+        return invoke_card_response(question_card(closed, names=names))
 
     async def _click(self, activity: Activity, action: handler.CardAction) -> dict[str, Any]:
         engine = self._engine

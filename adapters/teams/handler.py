@@ -20,6 +20,7 @@ from microsoft_agents.activity import Activity
 from pydantic import ValidationError
 
 from adapters.teams.cards import VERB_STOP, VERBS
+from adapters.teams.questions import QUESTION_VERBS
 from bot.engine.model import AdminRequest, Inbound, ThreadRef
 
 PLATFORM = "teams"
@@ -243,3 +244,12 @@ def card_action(value: Any) -> CardAction | None:
     if verb not in VERBS or not isinstance(approval_id, str) or not approval_id:
         return None
     return CardAction(approval_id=approval_id, verb=verb, data=dict(data))
+
+
+def question_click(value: Any) -> tuple[str, str, dict[str, Any]] | None:
+    """The question id, verb and data of a click on a question's card, else ``None``."""
+    execute = _execute(value)
+    question_id = execute[1].get("question_id") if execute else None
+    if execute is None or execute[0] not in QUESTION_VERBS or not isinstance(question_id, str) or not question_id:
+        return None
+    return question_id[:200], str(execute[0]), dict(execute[1])

@@ -43,9 +43,10 @@ from adapters.teams.cards import (
 from adapters.teams.handler import PLATFORM, personal_key
 from adapters.teams.hosts import may_stream, may_type, uses_user_views
 from adapters.teams.names import display_names, with_names
+from adapters.teams.questions import question_card
 from adapters.teams.store import ConversationStore
 from adapters.teams.text import markdown_message, plain_message
-from bot.engine.model import ApprovalView, Mention, Note, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Mention, Note, QuestionView, ThreadRef, ToolStep
 from bot.engine.presentation import tool_step_line
 from bot.engine.streaming import WAITING_FOR_APPROVAL, StreamRateLimited
 from bot.engine.surface import Surface
@@ -245,6 +246,34 @@ class TeamsSurface(Surface):
             await context.update_activity(updated)
 
         await self._continue(key, update)
+
+    async def ask_question(self, thread: ThreadRef, question: QuestionView) -> dict[str, Any] | None:
+        """Post a tool's question as a card with inputs; the reference is the conversation key and activity id."""
+        self._stop_typing(thread.key)
+        card = question_card(question, names=await display_names(self._store, [question.requester]))
+        activity = Activity(
+            type=ActivityTypes.message,
+            attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=card)],
+            summary=f"{question.source} asks a question",
+        )
+        return {"conversation": thread.key, "activity_id": await self._send(thread.key, activity)}
+
+    async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
+        """Replace the question's card for everyone with its outcome (``PUT`` of the stored activity id)."""
+        activity_id = ref.get("activity_id")
+        if not activity_id:
+            return
+        names = await display_names(self._store, [question.requester, question.answered_by])
+        updated = Activity(
+            type=ActivityTypes.message,
+            attachments=[Attachment(content_type=CARD_CONTENT_TYPE, content=question_card(question, names=names))],
+        )
+        updated.id = activity_id
+
+        async def update(context: TurnContext) -> None:
+            await context.update_activity(updated)
+
+        await self._continue(ref.get("conversation") or thread.key, update)
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Tell one person something: in their personal chat with the bot if known, else in the thread."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bot.call_context import CallContext, calling
 from bot.hitl.previews import APPROVED_PREVIEW_PARAMETER, takes_approved_preview
 from bot.logs import log_context
 from bot.messages import ChatMessage, ToolCall
@@ -94,7 +95,7 @@ class ToolRunner:
             raise
 
     async def _run_one(self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]) -> ChatMessage:
-        with log_context(tool=call.tool_name):
+        with log_context(tool=call.tool_name), calling(CallContext(run_id, call_key, call.tool_name)):
             return await self._run_one_bound(call, run_id=run_id, call_key=call_key, state=state)
 
     async def _run_one_bound(self, call: ToolCall, *, run_id: str, call_key: str, state: dict[str, Any]) -> ChatMessage:

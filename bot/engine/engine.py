@@ -20,7 +20,16 @@ from bot import failpoints
 from bot.config import Config
 from bot.engine.errors import ToolsNotConfigured
 from bot.engine.inbox import Received
-from bot.engine.model import AdminRequest, ApprovalView, DecisionRequest, DecisionResult, Inbound, ThreadRef
+from bot.engine.model import (
+    AdminRequest,
+    AnswerRequest,
+    ApprovalView,
+    DecisionRequest,
+    DecisionResult,
+    Inbound,
+    QuestionView,
+    ThreadRef,
+)
 from bot.engine.params import field_error
 from bot.engine.parts import Parts
 from bot.engine.resuming import ClaimedStep
@@ -130,6 +139,9 @@ class Engine:
         engine.mcp = mcp
         engine.parts.deciding.mcp = engine.admin_commands.mcp.manager = mcp
         mcp.on_tools_changed = engine.mcp_tools_changed
+        # Servers' questions go to the run's requester; a stop cancels the run's calls.
+        mcp.elicitation.asker = engine.parts.questions.ask
+        engine.parts.stops.cancel_calls = mcp.cancel_run
         return engine
 
     async def mcp_tools_changed(self) -> None:
@@ -224,6 +236,24 @@ class Engine:
     async def stop_run(self, run_id: str, actor: str) -> str:
         """Stop a run after its current step, in whichever process runs it (requester or admin only)."""
         return await self.parts.stops.stop_run(run_id, actor)
+
+    # --- questions from running tools (MCP elicitation) ---------------------------------------------
+
+    def get_question(self, question_id: str) -> QuestionView:
+        """An open question as adapters render it; :class:`QuestionNotOpen` if it is not open in this process."""
+        return self.parts.questions.get(question_id)
+
+    async def check_can_answer(self, question_id: str, actor: str) -> QuestionView:
+        """The open question if ``actor`` may answer it (requester or admin), else a refusal (audited)."""
+        return await self.parts.questions.check_can_answer(question_id, actor)
+
+    async def answer_question(self, request: AnswerRequest) -> str:
+        """Pass an answer on to the waiting tool (requester or admin only; values checked); the sentence for them."""
+        return await self.parts.questions.answer(request)
+
+    async def expire_questions(self) -> int:
+        """Decline the open questions past the approval TTL by the engine's clock; how many."""
+        return await self.parts.questions.expire_due()
 
     # --- approvals ----------------------------------------------------------------------------------
 

@@ -200,3 +200,26 @@ class PolicyKeptChanging(EngineError):
             "Sorry, a tool's approval policy changed while I was deciding this request, again and again; "
             "nothing ran. Please ask again."
         )
+
+
+class QuestionNotOpen(EngineError):
+    """A question that is answered, expired, or not asked in this process."""
+
+    def __init__(self) -> None:
+        super().__init__("This question is no longer open: it was answered, it expired, or its call ended.")
+
+
+class NotAllowedToAnswer(EngineError):
+    """Only the run's requester or an admin may answer a tool's question."""
+
+    def __init__(self) -> None:
+        super().__init__("Only the person who asked for this, or an admin, can answer this question.")
+
+
+class InvalidAnswer(InvalidEdit):
+    """Answers to a tool's question that do not satisfy its schema; ``errors`` maps field to message."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(errors)
+        detail = "; ".join(f"{k}: {v}" for k, v in errors.items())
+        self.args = (f"Some answers are not valid: {detail}",)

@@ -316,3 +316,56 @@ class Note:
 def plain_text(text: str | Note) -> str:
     """``text`` itself, or a :class:`Note` as plain text (for surfaces and logs that show ids as they are)."""
     return text.plain() if isinstance(text, Note) else text
+
+
+@dataclass(frozen=True)
+class QuestionField:
+    """One input of a tool's question (a property of its flat schema), as adapters render it."""
+
+    name: str
+    title: str
+    kind: str
+    """``string``, ``number``, ``integer``, ``boolean`` or ``array`` (a multi-select of ``choices``: its value is
+    a list of strings)."""
+    required: bool = False
+    description: str | None = None
+    choices: tuple[tuple[str, str], ...] = ()
+    """For an enum: ``(value, label)`` pairs; render a select, not a text input."""
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class QuestionView:
+    """A question a running tool asks the run's requester (an MCP server's elicitation), and its outcome.
+
+    ``message`` and every field's text come from the server: untrusted, escape them. ``url`` (URL mode) is
+    shown as a link, never as a form field.
+    """
+
+    question_id: str
+    run_id: str
+    thread: ThreadRef
+    requester: str
+    source: str
+    tool_name: str
+    message: str
+    fields: tuple[QuestionField, ...]
+    url: str | None
+    expires_at: datetime
+    status: str = PENDING
+    """``pending``, then ``accepted``, ``declined``, ``expired`` (nobody answered in time; declined) or
+    ``withdrawn`` (the call that asked ended first: stopped, or past its time)."""
+    answered_by: str | None = None
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """A person's answer to a question: ``accept`` with ``values`` (form values, often strings) or ``decline``.
+
+    A value of ``None`` means the person left the field empty.
+    """
+
+    question_id: str
+    actor: str
+    action: str
+    values: dict[str, Any] = field(default_factory=dict)

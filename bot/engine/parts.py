@@ -37,6 +37,7 @@ from bot.engine.outbox import Deliveries
 from bot.engine.pausing import Pausing
 from bot.engine.previewing import Prechecks
 from bot.engine.provenance import ProvenanceHook
+from bot.engine.questions import Questions
 from bot.engine.recovery import Recovery
 from bot.engine.rejudging import Rejudging
 from bot.engine.resuming import Resuming
@@ -94,6 +95,8 @@ class Parts:
         live: dict[str, LiveAnswer] = {}
         self.agent = self._agent(generator, list(tools), live)
         self.roles = Roles(storage, config.admins, self.surfaces)
+        self.questions = Questions(storage, self.roles, live, clock, ttl_seconds=ttl)
+        """A running tool's questions to its run's requester (MCP elicitation), asked in the thread."""
         self.listening = Listening(storage, config.reply_mode, self.roles)
         self.access = AccessControl(storage, self.roles)
         self.admin_commands = AdminCommands(storage, self.tools, self.roles, clock, default_ttl=ttl)

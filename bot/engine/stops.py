@@ -1,7 +1,9 @@
 """Stopping a run from chat: after its current step, in whichever process runs it, by its requester or an admin.
 
-A tool that runs is never interrupted. The request is stored (so the process that runs the run, this one or
-another, stops it at its next step boundary) and, here, handed straight to the run's live answer.
+The request is stored (so the process that runs the run, this one or another, stops it at its next step
+boundary) and, here, handed straight to the run's live answer. A tool that runs is not interrupted, except a
+call a tool source can cancel (an MCP call in flight here: :attr:`Stops.cancel_calls`), whose outcome is then
+unknown.
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ if TYPE_CHECKING:
 MAX_RUN_ID_LENGTH = 200
 
 
+def _no_calls(_run_id: str, _actor: str) -> list[str]:
+    return []
+
+
+def stopping_sentence(cancelled: list[str]) -> str:
+    """What the person who stopped a run is told: :data:`STOPPING`, naming the calls cancelled, if any."""
+    if not cancelled:
+        return STOPPING
+    names = ", ".join(dict.fromkeys(cancelled))
+    return f"{STOPPING} The call to {names} in flight was cancelled; its outcome is unknown."
+
+
 class Stops:
     """Stop requests for runs, checked against who may stop them (see the module docstring)."""
 
@@ -43,6 +57,9 @@ class Stops:
         self.live = live
         """The live answer of every run this process works on now (shared with the runs and the Stop hook)."""
         self.clock = clock
+        self.cancel_calls: Callable[[str, str], list[str]] = _no_calls
+        """Cancels a run's calls in flight that can be cancelled (MCP; set once the servers are connected); the
+        tools cancelled."""
 
     async def may_stop(self, actor: str, requester: str, platform: str) -> bool:
         """Whether ``actor`` may stop a run of ``requester``'s: the requester, or an admin (groups expanded)."""
@@ -58,11 +75,11 @@ class Stops:
                 if not await self.may_stop(actor, live.requester, thread.platform):
                     raise NotAllowedToStop()
                 live.stop(actor)
-                return STOPPING
+                return stopping_sentence(self.cancel_calls(live.run_id, actor))
         return NOTHING_TO_STOP
 
     async def stop_run(self, run_id: str, actor: str) -> str:
-        """Stop a run after its current step (a tool that runs is never interrupted), in whichever process runs it.
+        """Stop a run after its current step (its MCP calls in flight here are cancelled), in whichever process runs it.
 
         Only the run's requester or an admin may stop it (:class:`NotAllowedToStop`). Returns the sentence
         for the person who asked.
@@ -86,7 +103,7 @@ class Stops:
         live = self.live.get(run_id)
         if live is not None:
             live.stop(actor)
-        return STOPPING
+        return stopping_sentence(self.cancel_calls(run_id, actor))
 
     async def stop_requested(self, run_id: str) -> str | None:
         """Who asked (in any process) that the run stop, or ``None``; a storage hiccup is not a stop."""

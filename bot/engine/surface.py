@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
-from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep
+from bot.engine.model import ApprovalView, Note, QuestionView, ThreadRef, ToolStep
 
 
 class Surface(Protocol):
@@ -118,6 +118,21 @@ class Surface(Protocol):
 
     async def refresh_home(self, workspace: str, users: Sequence[str]) -> None:
         """Show ``users`` their personal list of approvals again (Slack's App Home), after one changed.
+
+        Optional: the default shows nothing.
+        """
+        return
+
+    async def ask_question(self, thread: ThreadRef, question: QuestionView) -> dict[str, Any] | None:
+        """Ask the run's requester a running tool's question (form or link) in the thread; a JSON-serialisable
+        reference to the message, later passed to :meth:`update_question`.
+
+        Optional: the default (``None``) means the surface cannot ask, and the question is declined.
+        """
+        return None
+
+    async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
+        """Show a question's outcome (answered, declined, expired) in place of its inputs.
 
         Optional: the default shows nothing.
         """

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bot.mcp.config import MCPServerConfig
+from bot.mcp.elicitation import Elicitation
+from bot.mcp.inflight import CallCancelled, CallsInFlight
 from bot.mcp.naming import mcp_tool_name
 from bot.mcp.tools import MCPTool, MCPToolInfo, mcp_tool, spec_fingerprint
 from bot.tools import ToolInvocationError
@@ -103,6 +105,10 @@ class MCPManager:
         """Awaited when :meth:`tools` changes after :meth:`start` (a server first connected late, ``mcp reload``)."""
         self._started = False
         self._reloading = asyncio.Lock()
+        self.calls = CallsInFlight()
+        """The calls sent and not answered: :meth:`cancel_run` cancels a stopped run's."""
+        self.elicitation = Elicitation(self.calls)
+        """Servers' questions during a call (``elicitation/create``); the engine sets its ``asker``."""
 
     async def start(self, wait_seconds: float | None = None) -> None:
         """Start every server; return once each has been tried (its tools listed, or it failed)."""
@@ -201,7 +207,11 @@ class MCPManager:
             problem = self._refusal(server_name, tool, offered)
             raise MCPCallError(f"error from {server_name}: {problem}", tool)
         try:
-            result = await asyncio.wait_for(server.session.call_tool(tool, arguments), server.config.timeout)
+            result = await self.calls.run(
+                server_name, tool, server.config.timeout, lambda: server.session.call_tool(tool, arguments)
+            )
+        except CallCancelled as stopped:  # the server may have acted: nobody knows, so nobody may assume
+            raise MCPCallError(f"error from {server_name}: outcome unknown: the call was {stopped}", tool) from None
         except TimeoutError:
             raise MCPCallError(
                 f"error from {server_name}: no answer within {server.config.timeout:g} s", tool
@@ -267,6 +277,10 @@ class MCPManager:
         except Exception as exc:  # noqa: BLE001 - the servers keep running; the next change offers the tools again
             log.warning("offering the MCP servers' tools failed: %s", _one_line(exc))
 
+    def cancel_run(self, run_id: str, actor: str) -> list[str]:
+        """Cancel ``run_id``'s calls in flight (``notifications/cancelled``); the names of the tools cancelled."""
+        return self.calls.cancel_run(run_id, actor)
+
     async def aclose(self) -> None:
         """Stop every server (stdio processes end with their sessions)."""
         self._closing = True
@@ -322,7 +336,14 @@ class MCPManager:
                 assert cfg.url is not None
                 client = await stack.enter_async_context(create_mcp_http_client(headers=dict(cfg.headers)))
                 read, write = await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
-            session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._handler(server)))
+            session = await stack.enter_async_context(
+                ClientSession(
+                    read,
+                    write,
+                    message_handler=self._handler(server),
+                    elicitation_callback=self.elicitation.callback(cfg.name),
+                )
+            )
             # A server's first answer may take longer than its calls' ``timeout`` (npm, Python start-up).
             start_timeout = max(cfg.timeout, START_TIMEOUT)
             await asyncio.wait_for(session.initialize(), start_timeout)

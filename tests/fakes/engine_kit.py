@@ -235,7 +235,7 @@ class Harness:
 
     async def reopen(self, *, generator: Any = None, surface: RecordingSurface | None = None, **config: Any) -> Harness:
         """A NEW engine on the same database (as after a restart, or another replica), started; the old one is
-        left as is. ``config``: more settings of the new engine's ``Config`` (e.g. ``mcp_servers=…``).
+        left as is. ``config``: more settings of the new engine's ``Config`` (e.g. ``mcp_servers=…``)."""
         engine = await Engine.create(
             Config(db_path=self.db_path, admins=self.admins, database_url=self.database_url, **config),
             generator=generator if generator is not None else self.generator,

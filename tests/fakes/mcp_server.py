@@ -3,9 +3,11 @@
 ``python -m tests.fakes.mcp_server LOG [stdio|http PORT|after FLAG|changed WHAT]``: every execution of ``record``
 appends one JSON line to LOG, so a test counts what really ran. Tools: ``record`` (annotated as not
 destructive), ``peek`` (read-only), ``bare`` (no annotations at all), ``broken`` (an ``isError``
-result), ``slow`` (sleeps, for timeouts and cancellation), ``crash`` (the process exits), ``plan`` (read-only: what
-``record`` would do, a preview tool for issue 30), ``change`` (changes ``record`` and sends
-``notifications/tools/list_changed``).
+result), ``slow`` (sleeps, for timeouts and cancellation; a cancelled one logs ``{"tool": "slow", "event":
+"cancelled"}``), ``crash`` (the process exits), ``plan`` (read-only: what ``record`` would do, a preview tool for
+issue 30), ``change`` (changes ``record`` and sends ``notifications/tools/list_changed``), ``deploy`` (asks for a
+form: elicitation) and ``login`` (asks the person to open a link: URL-mode elicitation). ``slow`` and ``deploy``
+log ``started`` first, so a test knows the call reached the server.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
 
 from bot.mcp import MCPServerConfig, parse_mcp_config
 
@@ -28,6 +32,16 @@ def configured(log_path: Path, name: str = "t") -> tuple[MCPServerConfig, ...]:
     """This server over stdio as the one configured MCP server ``name``, recording into ``log_path``."""
     spec = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", str(log_path)], "cwd": str(ROOT)}
     return tuple(parse_mcp_config({"mcpServers": {name: spec}}, {}))
+
+
+class DeployForm(BaseModel):
+    """What ``deploy`` asks for (strings, numbers, booleans and an enum)."""
+
+    environment: Literal["staging", "production"] = Field(description="Where to deploy")
+    replicas: int = Field(description="How many replicas", ge=1, le=10)
+    canary: bool = Field(default=False, description="Start with a canary")
+    reason: str = Field(description="Why")
+    api_token: str = Field(default="", description="A token (audited masked)")
 
 
 def build(log_path: Path) -> MCPServer:
@@ -86,11 +100,7 @@ def build(log_path: Path) -> MCPServer:
         """Always fails."""
         raise RuntimeError("the disk is on fire")
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
-    async def slow(seconds: float) -> str:
-        """Sleep, then answer."""
-        await asyncio.sleep(seconds)
-        return "woke up"
+    _add_waiting_tools(server, log_path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def crash() -> str:
@@ -98,6 +108,49 @@ def build(log_path: Path) -> MCPServer:
         os._exit(3)
 
     return server
+
+
+def _add_waiting_tools(server: MCPServer, log_path: Path) -> None:
+    """The tools that wait on something (time, a person), logging their events to ``log_path``."""
+
+    def log(entry: dict) -> None:
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        if seconds > 0:
+            log({"tool": "slow", "event": "started"})
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:  # notifications/cancelled from the client
+            log({"tool": "slow", "event": "cancelled"})
+            raise
+        return "woke up"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def deploy(service: str, ctx: Context) -> str:
+        """Deploy a service, asking the person how."""
+        log({"tool": "deploy", "event": "started"})
+        answer = await ctx.elicit(f"How should {service} be deployed?", DeployForm)
+        log(
+            {
+                "tool": "deploy",
+                "event": answer.action,
+                **(answer.data.model_dump() if answer.action == "accept" else {}),
+            }
+        )
+        if answer.action != "accept":
+            return f"not deployed ({answer.action})"
+        form = answer.data
+        return f"deployed {service} to {form.environment} x{form.replicas} canary={form.canary}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def login(ctx: Context) -> str:
+        """Ask the person to sign in on a web page."""
+        answer = await ctx.elicit_url("Sign in to continue", "https://auth.example.com/device?code=ABC", "login-1")
+        return f"login {answer.action}"
 
 
 def main(argv: list[str]) -> None:

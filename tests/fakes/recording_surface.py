@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.engine.model import ApprovalView, Note, ThreadRef, ToolStep, plain_text
+from bot.engine.model import ApprovalView, Note, QuestionView, ThreadRef, ToolStep, plain_text
 from bot.engine.presentation import tool_step_line
 from bot.engine.surface import Surface
 
@@ -53,6 +53,24 @@ class Update:
     thread: ThreadRef
     message_ref: dict[str, Any]
     approvals: tuple[ApprovalView, ...]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """``ask_question(thread, question)`` (a running tool's question) and the reference it returned."""
+
+    thread: ThreadRef
+    question: QuestionView
+    ref: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QuestionUpdate:
+    """``update_question(thread, ref, question)``: the question's outcome."""
+
+    thread: ThreadRef
+    ref: dict[str, Any]
+    question: QuestionView
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,16 @@ class RecordingSurface(Surface):
     ) -> None:
         """Record a re-rendering of an approval message."""
         await self._record(Update(thread, dict(message_ref), tuple(approvals)))
+
+    async def ask_question(self, thread: ThreadRef, question: QuestionView) -> dict[str, Any] | None:
+        """Record a tool's question; the reference is ``{"ref": n}`` like an approval message's."""
+        ref = {"ref": next(self._refs)}
+        await self._record(Asked(thread, question, ref))
+        return ref
+
+    async def update_question(self, thread: ThreadRef, ref: dict[str, Any], question: QuestionView) -> None:
+        """Record a question's outcome."""
+        await self._record(QuestionUpdate(thread, dict(ref), question))
 
     async def tell_user(self, thread: ThreadRef, user: str, text: str | Note) -> None:
         """Record a private message to one person."""
