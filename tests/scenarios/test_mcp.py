@@ -83,7 +83,7 @@ async def test_tools_are_named_server__tool_and_a_failing_server_only_loses_its_
     assert h.engine.mcp is not None
     statuses = {s.name: s for s in h.engine.mcp.statuses()}
     assert statuses["fs"].status == "ready" and statuses["fs"].tool_count > 5
-    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 8
+    assert statuses["t"].status == "ready" and statuses["t"].tool_count == 10
     assert statuses["down"].status == "failed" and "no-such-server" in (statuses["down"].last_error or "")
     assert h.engine.mcp.degraded() == ["down"]
     tools = {t.name for t in h.engine.mcp.tools()}
@@ -377,7 +377,7 @@ async def test_mcp_list_shows_each_server_with_transport_status_tools_and_last_e
     assert lines[0] == "MCP servers:"
     fs, t, down = lines[1:]
     assert fs.startswith("  fs (stdio): ready, ") and fs.endswith(" tools")
-    assert t == "  t (stdio): ready, 8 tools"
+    assert t == "  t (stdio): ready, 10 tools"
     assert down.startswith("  down (stdio): failed, 0 tools; last error: ") and "no-such-server" in down
 
 
@@ -395,7 +395,7 @@ async def test_mcp_reload_starts_new_restarts_changed_stops_removed_servers_and_
     reply = await admin(h, "mcp reload")
 
     assert reply.splitlines()[0] == "MCP configuration reloaded: started new; restarted down; stopped fs; unchanged t."
-    assert "  new (stdio): ready, 8 tools" in reply and "  down (stdio): ready, 8 tools" in reply
+    assert "  new (stdio): ready, 10 tools" in reply and "  down (stdio): ready, 10 tools" in reply
     names = set(h.engine.tools)
     assert {"new__record", "down__record", "t__record"} <= names and not any(n.startswith("fs__") for n in names)
     assert "loud" in h.engine.tools["t__record"].parameters["properties"]

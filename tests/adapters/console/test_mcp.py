@@ -35,7 +35,7 @@ def test_mcp_list_and_reload_from_the_console(tmp_path: Path, monkeypatch: pytes
     harness = ConsoleHarness(tmp_path, mcp_servers=servers(tmp_path))
     outcome = harness.chat(["/mcp list", "/mcp reload"])
 
-    assert "t (stdio): ready, 8 tools" in outcome.output
+    assert "t (stdio): ready, 10 tools" in outcome.output
     assert "Only countersign admins can reload the MCP servers." in outcome.output
     admin = ConsoleHarness(tmp_path, admins=frozenset({USER}), mcp_servers=servers(tmp_path))
     config = tmp_path / "broken.json"

@@ -110,7 +110,7 @@ async def test_mcp_list_for_anyone_and_mcp_reload_for_admins_by_slash_command(
         mcp_servers=configured(tmp_path / "log"),
     )
     try:
-        assert "MCP servers:\n  t (stdio): ready, 8 tools" in await command(running, slack, "mcp list", MALLORY)
+        assert "MCP servers:\n  t (stdio): ready, 10 tools" in await command(running, slack, "mcp list", MALLORY)
         assert "Only countersign admins can reload the MCP servers." in await command(
             running, slack, "mcp reload", MALLORY
         )

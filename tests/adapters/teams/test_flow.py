@@ -361,7 +361,7 @@ async def test_mcp_list_for_anyone_and_mcp_reload_for_admins_by_message(open_sta
     await stack.say("mcp reload", person=BEN)
 
     listing, refusal = stack.connector.posted()
-    assert texts_of(listing.cards[0]) == ["MCP servers:\n  t (stdio): ready, 8 tools"]
+    assert texts_of(listing.cards[0]) == ["MCP servers:\n  t (stdio): ready, 10 tools"]
     assert texts_of(refusal.cards[0]) == ["Only countersign admins can reload the MCP servers."]
     assert stack.engine.mcp is not None and stack.engine.mcp.degraded() == []
 
