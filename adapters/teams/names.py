@@ -42,13 +42,15 @@ async def display_names(store: ConversationStore, person_ids: Iterable[str | Non
 
 
 def named(views: Sequence[ApprovalView], names: Mapping[str, str]) -> list[ApprovalView]:
-    """``views`` with requester, approvers and decider shown by name where known (for rendering only)."""
+    """``views`` with requester, approvers, decider and voided voters shown by name where known (for rendering
+    only)."""
     return [
         replace(
             view,
             requester=names.get(view.requester, view.requester),
             approvers=tuple(names.get(a, a) for a in view.approvers),
             decided_by=names.get(view.decided_by, view.decided_by) if view.decided_by else view.decided_by,
+            void_votes=tuple(names.get(v, v) for v in view.void_votes),
             breakglass_review=replace(review, reviewer=names.get(review.reviewer, review.reviewer))
             if (review := view.breakglass_review)
             else None,
@@ -61,6 +63,7 @@ async def with_names(store: ConversationStore, views: Sequence[ApprovalView]) ->
     """Look up and apply the names of everyone ``views`` mention."""
     ids = [v.requester for v in views] + [v.decided_by for v in views] + [a for v in views for a in v.approvers]
     ids += [v.breakglass_review.reviewer for v in views if v.breakglass_review]
+    ids += [voter for v in views for voter in v.void_votes]
     return named(views, await display_names(store, ids))
 
 

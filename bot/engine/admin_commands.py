@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 REJUDGING_COMMANDS = ("policy set", "policy reset", "approvers", "quorum", "four-eyes")
 """Issue 30: the changes after which the pending approvals of the tools they name are judged again."""
+GROUP_COMMANDS = ("group set", "group delete")
+"""Changes of who is in an approver group: every pending approval in the workspace is judged again (its votes by
+people no longer allowed to decide stop counting)."""
 
 
 class AdminCommands:
@@ -88,6 +91,9 @@ class AdminCommands:
                 answer = await self._run_admin(command, request)
             if command.name in REJUDGING_COMMANDS and self.rejudging is not None and command.tool_key:
                 said = (await self.rejudging.after_change(request, command.tool_key)).sentence()
+                answer = f"{answer}\n{said}" if said else answer
+            elif command.name in GROUP_COMMANDS and self.rejudging is not None:
+                said = (await self.rejudging.after_change(request, "*")).sentence()
                 answer = f"{answer}\n{said}" if said else answer
             return answer
         except EngineError as exc:

@@ -7,7 +7,8 @@ The requester's own messages are trusted for their run.
 
 An argument is *tainted* when one of its strings (also inside objects and lists) shares a substring of at least
 :data:`WINDOW` characters with untrusted text, after whitespace is normalised (runs of whitespace become one
-space), and that substring is not also in the requester's own messages (a value the user typed is theirs).
+space, URL schemes are left out: :func:`normalise`), and that substring is not also in the requester's own
+messages (a value the user typed is theirs).
 
 The index holds one 64-bit key per window of the untrusted text, in a sorted ``array`` (8 bytes a window) plus a
 small dict for recent additions: the window's hash in the high 41 bits and where the window starts in the run's
@@ -23,6 +24,7 @@ from __future__ import annotations
 import bisect
 import json
 import operator
+import re
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,9 +57,14 @@ _MAX_CANDIDATES = 8
 """Positions of a window's hash tried to name a match's source before reading the sources in full."""
 
 
+_URL_PREFIX = re.compile(r"\bhttps?://(?:www\.)?", re.IGNORECASE)
+"""Boilerplate every URL shares (``https://`` alone is a whole window): left out before windows are taken."""
+
+
 def normalise(text: str) -> str:
-    """Runs of whitespace as one space, no leading or trailing whitespace."""
-    return " ".join(text.split())
+    """Runs of whitespace as one space, no leading or trailing whitespace, and no URL scheme (``https://``,
+    ``http://``, with ``www.``): so a URL is tainted by what follows its scheme, not by the scheme alone."""
+    return _URL_PREFIX.sub("", " ".join(text.split()))
 
 
 def _window_hashes(text: str) -> Iterator[int]:

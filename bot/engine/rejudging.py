@@ -1,6 +1,7 @@
 """Judging pending approvals again after an admin tightens a policy (issue 30: policy changes while a call waits).
 
-After ``policy set``, ``policy reset``, ``approvers``, ``quorum`` and ``four-eyes``, each pending approval in the
+After ``policy set``, ``policy reset``, ``approvers``, ``quorum`` and ``four-eyes`` (and ``group set`` /
+``group delete``, for every tool), each pending approval in the
 workspace of a tool the command names (a tool, a tool group, ``*``) gets its tool's policy read afresh in its run's
 channel, on its own arguments:
 
@@ -9,6 +10,8 @@ channel, on its own arguments:
 - stricter approvers, a larger quorum or four-eyes are given to it (:meth:`ApprovalStore.rejudge`) and its card is
   re-rendered; the votes whose voters may not decide under the new rule are voided, and every surface says so
   ("U_ANN's approval no longer counts: approvers are now @sre", :func:`bot.engine.presentation.void_vote_sentence`);
+- after ``group set`` / ``group delete`` the rule may be the same but a group's members not: the votes of people
+  no longer in it are voided the same way (a group that only grows changes nothing);
 - a looser rule changes nothing: the approval keeps the stricter rule it paused with (each part is taken at its
   stricter value, so a change that loosens one part and tightens another applies the tightened part only).
 
@@ -132,11 +135,12 @@ class Rejudging:
         approvers = _stricter_approvers(record.approvers, policy.approvers)
         quorum = max(record.quorum, policy.quorum)
         four_eyes = record.four_eyes or policy.four_eyes
-        if (approvers, quorum, four_eyes) == (tuple(record.approvers), record.quorum, record.four_eyes):
-            return outcome  # looser or the same: nothing changes until someone decides
+        same = (approvers, quorum, four_eyes) == (tuple(record.approvers), record.quorum, record.four_eyes)
         stricter = replace(record, approvers=approvers, quorum=quorum, four_eyes=four_eyes)
         voters = [v.voter for v in await self.storage.approvals.votes(record.approval_id) if v.vote in COUNTED_VOTES]
         void = [voter for voter in voters if not await self._may_decide(stricter, voter)]
+        if same and not void:
+            return outcome  # looser or the same: nothing changes until someone decides
         if not await self.storage.approvals.rejudge(
             record.approval_id, approvers=approvers, quorum=quorum, four_eyes=four_eyes, void_voters=void
         ):

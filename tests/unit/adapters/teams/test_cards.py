@@ -24,7 +24,9 @@ from adapters.teams.cards import (
     shared_card,
     text_card,
 )
+from adapters.teams.names import remember_name, with_names
 from bot.engine.model import APPROVED, MODIFIED, REJECTED, ApprovalView, BreakGlassReview, ThreadRef
+from bot.engine.presentation import outcome_sentence
 from bot.redaction import MASK
 from tests.fakes.teams_stack import (
     action_value,
@@ -394,3 +396,29 @@ def test_a_break_glass_decision_is_a_red_section_with_its_review_buttons_then_it
     reviewed = approval_card([replace(broken, breakglass_review=review)])
     assert execute_actions(reviewed) == []
     assert "Review: OK by Ben Okafor at 2026-11-30 09:00 UTC." in texts_of(reviewed)
+
+
+async def test_a_void_vote_names_the_person_not_their_teams_id():
+    """Issue 30 on Teams: "Ben Ode's approval no longer counts", never the raw id (``adapters/teams/names.py``)."""
+
+    class Names:
+        def __init__(self) -> None:
+            self.kept: dict[str, dict] = {}
+
+        async def save_conversation(self, key: str, reference: dict) -> None:
+            self.kept[key] = reference
+
+        async def load_conversation(self, key: str) -> dict | None:
+            return self.kept.get(key)
+
+    store = Names()
+    await remember_name(store, "29:ben", "Ben Ode")
+    await remember_name(store, "29:ana", "Ana Lopez")
+    waiting = view(requester="29:ana", approvers=("group:sre",), void_votes=("29:ben", "29:ana"), four_eyes=True)
+
+    [shown] = await with_names(store, [waiting])
+
+    sentence = outcome_sentence(shown)
+    assert "Ben Ode's approval no longer counts: approvers are now @sre." in sentence
+    assert "Ana Lopez's approval no longer counts: four-eyes is on, and they asked for this call." in sentence
+    assert "29:" not in sentence

@@ -168,3 +168,14 @@ def test_the_excerpt_is_the_part_one_source_holds_and_names_that_source():
     [taint] = provenance.check({"command": "db-prod-1 and then rm -rf /var"})
 
     assert (taint.excerpt, taint.step) == ("db-prod-1 and", 1), "windows from two pages: the part page 1 holds"
+
+
+def test_a_url_is_not_tainted_by_the_scheme_alone_but_is_when_copied_from_the_page():
+    """``https://`` is a whole window: a page with any link used to taint every URL argument."""
+    provenance = _fetched("See https://evil.test/x for details, or http://www.other.test/y.")
+
+    assert provenance.check({"url": "https://docs.example.com"}) == []
+    assert provenance.check({"url": "http://www.docs.example.com"}) == []
+    [taint] = provenance.check({"url": "https://evil.test/x"})
+    assert taint.path == "url" and "evil.test/x" in taint.excerpt
+    assert provenance.check({"note": "go to HTTPS://www.other.test/y now"})

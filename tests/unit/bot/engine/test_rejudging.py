@@ -157,3 +157,36 @@ async def test_deny_set_together_with_a_break_glass_delay_closes_the_waiting_cal
 
     assert "1 pending approval(s) closed (denied)" in answer
     assert (await h.engine.get_approval(view.approval_id)).status == "rejected"
+
+
+async def test_a_group_losing_a_member_voids_their_vote_and_a_growing_group_changes_nothing(harnesses, database_url):
+    h = await harnesses.open(
+        replies=[asks_for("delete_file", path="a.txt"), says("deleted")], database_url=database_url
+    )
+    await admin(h, f"group set sre <@{SRE1}> <@{SRE2}> <@{BOB}>")
+    await admin(h, "approvers delete_file @sre")
+    await admin(h, "quorum delete_file 3")
+    [view] = await h.paused_approvals("delete a.txt")
+    await h.engine.decide(decision(view, SRE1))
+    await h.engine.decide(decision(view, BOB))
+    assert (await h.engine.get_approval(view.approval_id)).is_pending
+
+    grown = await admin(h, f"group set sre <@{SRE1}> <@{SRE2}> <@{BOB}> <@{ANN}>")
+    assert "Pending" not in grown, "a group that only grows changes nothing"
+    assert await h.audit(REJUDGED) == []
+
+    answer = await admin(h, f"group set sre <@{SRE1}> <@{SRE2}> <@{ANN}>")
+    await h.engine.wait_idle()
+
+    assert "1 earlier approval(s) no longer count" in answer
+    record = await h.engine.get_approval(view.approval_id)
+    assert record.is_pending and record.votes == (SRE1,) and record.void_votes == (BOB,)
+    card = h.surface.last_update_for(view.approval_id)
+    assert card is not None and f"{BOB}'s approval no longer counts: approvers are now @sre." in outcome_sentence(card)
+    [audited] = await h.audit(REJUDGED)
+    assert audited.details["no_longer_counted"] == [BOB]
+    await h.engine.decide(decision(view, SRE2))
+    assert (await h.engine.get_approval(view.approval_id)).is_pending, "2 of 3: Bob's vote is not counted"
+    await h.engine.decide(decision(view, ANN))
+    await h.engine.wait_idle()
+    assert h.tools.runs_of("delete_file") == [{"path": "a.txt"}]
