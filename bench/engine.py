@@ -355,7 +355,8 @@ async def run_conversations(
 
     round_trips_before = profiler.round_trips
     commands_before = collections.Counter(COUNTER.counts)
-    server = None if database_url is None else (database_url, schema_of(database_url))
+    name = None if database_url is None else schema_of(database_url)  # None: not a bench schema's URL
+    server = None if database_url is None or name is None else (database_url, name)
     server_before = None if server is None else await backend_cpu_s(*server)
     began, loop_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     await asyncio.gather(*(conversation(i) for i in range(n_threads)))

@@ -20,9 +20,10 @@ def with_schema(url: str, schema: str) -> str:
     return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
 
 
-def schema_of(url: str) -> str:
-    """The schema (and application name) :func:`with_schema` put into ``url``."""
-    return parse_qs(urlsplit(url).query)["application_name"][-1]
+def schema_of(url: str) -> str | None:
+    """The schema (and application name) :func:`with_schema` put into ``url``; ``None`` for another URL."""
+    names = parse_qs(urlsplit(url).query).get("application_name")
+    return names[-1] if names else None
 
 
 async def backend_cpu_s(url: str, application_name: str) -> dict[int, float] | None:
