@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pg_commands import COUNTER, NOT_COMMANDS  # noqa: E402
-from bench.pg_schemas import Schemas  # noqa: E402
+from bench.pg_schemas import Schemas, backend_cpu_s, cpu_spent_s, schema_of  # noqa: E402
 from bot.aio import run_sync  # noqa: E402
 from bot.config import Config  # noqa: E402
 from bot.engine.engine import Engine  # noqa: E402
@@ -355,6 +355,9 @@ async def run_conversations(
 
     round_trips_before = profiler.round_trips
     commands_before = collections.Counter(COUNTER.counts)
+    name = None if database_url is None else schema_of(database_url)  # None: not a bench schema's URL
+    server = None if database_url is None or name is None else (database_url, name)
+    server_before = None if server is None else await backend_cpu_s(*server)
     began, loop_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     await asyncio.gather(*(conversation(i) for i in range(n_threads)))
     wall = time.perf_counter() - began
@@ -363,6 +366,7 @@ async def run_conversations(
     round_trips = profiler.round_trips - round_trips_before
     commands = collections.Counter(COUNTER.counts)
     commands.subtract(commands_before)
+    server_cpu = None if server is None else cpu_spent_s(server_before, await backend_cpu_s(*server))
     await engine.wait_idle()
     await engine.stop()
     if db_threads is not None or synchronous is not None:
@@ -380,6 +384,8 @@ async def run_conversations(
         "cpu_ms_per_conversation": round(process_cpu / n_threads * 1000, 3),
         "event_loop_cpu_ms_per_conversation": round(loop_cpu / n_threads * 1000, 3),
         "round_trips_per_conversation": round(round_trips / n_threads, 2),
+        # The PostgreSQL server's own CPU: its processes serving this run's connections (/proc, same machine only).
+        "server_cpu_ms_per_conversation": None if server_cpu is None else round(server_cpu / n_threads * 1000, 3),
         "commands_per_conversation": (
             None
             if database_url is None
@@ -435,6 +441,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_conversation": many["cpu_ms_per_conversation"],
         "event_loop_cpu_ms_per_conversation": many["event_loop_cpu_ms_per_conversation"],
         "round_trips_per_conversation": many["round_trips_per_conversation"],
+        "server_cpu_ms_per_conversation": many["server_cpu_ms_per_conversation"],
         "commands_per_conversation": many["commands_per_conversation"],
         "commands_by_kind_per_conversation": many["commands_by_kind_per_conversation"],
         "target_cpu_ms_per_conversation": TARGET_CPU_MS,
@@ -503,6 +510,8 @@ def main() -> None:
             f"  PostgreSQL commands per conversation: {figures['commands_per_conversation']} "
             f"{figures['commands_by_kind_per_conversation']}"
         )
+    if figures.get("server_cpu_ms_per_conversation") is not None:
+        print(f"  PostgreSQL server CPU per conversation: {figures['server_cpu_ms_per_conversation']} ms")
     if figures.get("storage_cpu_s") is not None:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
     for row in figures.get("storage_profile", []):
