@@ -11,6 +11,7 @@ calls each, on one session; the engine's own per-call costs are measured by benc
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -58,6 +59,14 @@ async def main(n: int) -> None:
     print(f"direct mcp call_tool: median {d * 1e3:.3f} ms; through countersign's tool: {w * 1e3:.3f} ms")
     print(f"overhead {(w - d) * 1e3:.3f} ms (n={n})")
     await manager.aclose()
+    figures = {
+        "calls": n,
+        "startup_three_servers_ms": round(startup * 1000, 1),
+        "direct_median_ms": round(d * 1e3, 4),
+        "countersign_median_ms": round(w * 1e3, 4),
+        "overhead_ms": round((w - d) * 1e3, 4),
+    }
+    print(json.dumps(figures))  # the bench convention: one JSON object on the last line
 
 
 if __name__ == "__main__":
