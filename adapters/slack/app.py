@@ -414,7 +414,10 @@ class SlackListeners:
             await ack(**_form_refused(view, UNREADABLE_FORM))
             return
         try:
-            answer = await self.engine.review_breakglass(approval_id, actor, NOT_OK, feedback_value(values))
+            # The card is updated after the ack (a slow chat.update must not push the ack past Slack's 3 s).
+            answer = await self.engine.review_breakglass(
+                approval_id, actor, NOT_OK, feedback_value(values), render_later=True
+            )
         except EngineError as refusal:
             await ack(response_action="update", view=notice_modal(str(refusal)))
             return

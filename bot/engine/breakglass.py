@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from bot.engine.notices import ApproverNotices
     from bot.engine.outbox import Deliveries
     from bot.engine.surface import Surface
+    from bot.engine.work import Work
     from storage.async_protocols import AsyncStores
     from storage.batch import Batch
     from storage.batch_types import Handle
@@ -111,6 +112,7 @@ class BreakGlass:
         channel: str | None = None,
         review_seconds: int = DEFAULT_REVIEW_SECONDS,
         rerender: Callable[[ApprovalRecord], Awaitable[Any]] | None = None,
+        work: Work | None = None,
     ) -> None:
         self.storage = storage
         self.access = access
@@ -123,6 +125,8 @@ class BreakGlass:
         self.review_seconds = review_seconds
         self._next_remind: datetime | None = None
         self.rerender = rerender
+        self.work = work
+        """Where a re-render asked for later runs (a Slack form must be answered within 3 s)."""
         """Re-renders a call's card wherever it is shown (the cards part): once the offer opens, and after a review."""
         self.decider: Callable[[DecisionRequest], Awaitable[DecisionResult]] | None = None
         """How ``breakglass run`` decides (the engine's parts set it to the deciding part's ``decide``)."""
@@ -320,9 +324,11 @@ class BreakGlass:
         await authorize_now(self.notices.roles, record, actor)
         return review, record
 
-    async def review(self, approval_prefix: str, actor: str, outcome: str, note: str | None) -> str:
+    async def review(
+        self, approval_prefix: str, actor: str, outcome: str, note: str | None, *, render_later: bool = False
+    ) -> str:
         """Record the review of one break-glass decision (someone other than the requester; audited), and show
-        its outcome on the call's card."""
+        its outcome on the call's card (with ``render_later``, in the background once the review is stored)."""
         review, record = await self.check_review(approval_prefix, actor)
         if outcome not in (OK, NOT_OK):
             raise CommandError("A review is 'ok' or 'not-ok'.")
@@ -335,7 +341,10 @@ class BreakGlass:
             {"outcome": outcome, "note": (note or "")[:MAX_REASON_CHARS] or None, "tool": review.tool_name},
             now=self.clock(),
         )
-        await self._rerender(record)
+        if render_later and self.work is not None:
+            self.work.spawn(self._rerender(record), name=f"breakglass-review-{review.approval_id}")
+        else:
+            await self._rerender(record)
         return f"Review of the break-glass of {review.tool_name} by {review.requester} recorded: {outcome}."
 
     async def run_from_command(self, prefix: str, reason: str, request: AdminRequest) -> str:

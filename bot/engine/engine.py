@@ -292,11 +292,13 @@ class Engine:
         """Raise why ``actor`` may not review this break-glass now (issue 31: before a surface asks for a note)."""
         await self.parts.breakglass.check_review(approval_id, actor)
 
-    async def review_breakglass(self, approval_id: str, actor: str, outcome: str, note: str | None = None) -> str:
+    async def review_breakglass(
+        self, approval_id: str, actor: str, outcome: str, note: str | None = None, *, render_later: bool = False
+    ) -> str:
         """Record the review (``ok`` / ``not-ok``, a note required for ``not-ok``) of one break-glass decision, by
         someone other than its requester allowed to decide the call; audited and shown on its card. The sentence
         to show the reviewer; an :class:`~bot.engine.errors.EngineError` says why not."""
-        return await self.parts.breakglass.review(approval_id, actor, outcome, note)
+        return await self.parts.breakglass.review(approval_id, actor, outcome, note, render_later=render_later)
 
     async def check_can_decide(self, approval_id: str, actor: str, place: str | None = None) -> ApprovalView:
         """Raise what :meth:`decide` would raise for this actor, clicking in ``place``, now (before opening a form)."""

@@ -195,6 +195,7 @@ class Parts:
             limit=config.breakglass_limit,
             channel=config.breakglass_channel,
             rerender=self.cards.update_rendering,
+            work=self.work,
         )
         self.deciding = Deciding(
             storage,
