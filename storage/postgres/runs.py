@@ -23,24 +23,37 @@ FENCE_CONDITION = "owner = %s AND recoveries = %s AND status IN ('running', 'res
 """The ``runs`` condition under which a fence holds (parameters: owner, generation)."""
 
 
-async def fence_holds(conn: Any, fence: RunFence) -> bool:
+async def fence_holds(conn: Any, fence: RunFence, lock: tuple[str, str] | None = None) -> bool:
     """Whether the fence holds, inside the caller's transaction on ``conn``.
 
     ``FOR SHARE`` locks the run's row until the transaction ends: a takeover (an ``UPDATE`` of the row)
     waits for the fenced write to commit, and a check that meets a takeover in flight waits for it and
     re-reads the row, so the fenced write and the takeover never interleave.
+
+    ``lock``: the advisory lock (namespace, key) the fenced write takes next (:func:`advisory_lock`). It is taken
+    by the fence's own statement, after the run's row is locked and only if the fence holds: the order of a
+    check and then the lock, in one command.
     """
     held = held_locks(conn)
     key = ("fence", fence.run_id, fence.owner, fence.generation)
     if held is not None and key in held:  # checked and row-locked earlier in this batch, and not changed since
         return True
-    cursor = await conn.execute(
-        f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE",
-        [fence.run_id, fence.owner, fence.generation],
-    )
+    params = [fence.run_id, fence.owner, fence.generation]
+    if lock is None or (held is not None and lock in held):
+        cursor = await conn.execute(f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE", params)
+    else:
+        # The CTE hands on the row once it is locked (and re-checked, after a concurrent update): the advisory
+        # lock is taken after the row lock, as a separate statement would take it.
+        cursor = await conn.execute(
+            f"WITH fence AS MATERIALIZED (SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE) "
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s)) FROM fence",
+            [*params, *lock],
+        )
     holds = await cursor.fetchone() is not None
     if holds and held is not None:
         held.add(key)
+        if lock is not None:
+            held.add(lock)
     return holds
 
 
