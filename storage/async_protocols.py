@@ -86,6 +86,7 @@ class AsyncRunStore(Protocol):
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
     ) -> bool: ...
 
@@ -342,6 +343,7 @@ class AsyncOutbox(Protocol):
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool: ...
 
     async def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool: ...

@@ -509,8 +509,12 @@ class RunStore(Protocol):
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
-    ) -> bool: ...
+    ) -> bool:
+        """Move the run if it is in ``from_status`` (``True`` for one caller); ``usage``: also record the run's
+        token usage so far (as :meth:`record_usage`), in the same statement."""
+        ...
 
     def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None: ...
 
@@ -1005,10 +1009,12 @@ class Outbox(Protocol):
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool:
         """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
 
-        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
+        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction, and
+        ``usage`` (only with ``finishes_run``) records its token usage then (as :meth:`RunStore.record_usage`).
         With a ``fence`` (for ``finishes_run``), nothing is written and ``False`` returned unless the fence
         holds in that transaction (see :class:`RunFence`): a fenced-out owner owes no answer.
         """

@@ -140,8 +140,6 @@ class Pausing:
         ]
         # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
         add_history(batch, history)
-        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-        batch.write(stores.runs.record_usage, run_id, TokenUsage.of(snapshot.token_usage))
         created = batch.write(stores.approvals.create_many, planned.approvals)
         batch.require(
             stores.runs.transition,
@@ -149,6 +147,8 @@ class Pausing:
             "running",
             "paused",
             fence=fence,
+            # The usage so far, with the pause: a run that pauses and is never resumed (superseded, expired) counts.
+            usage=TokenUsage.of(snapshot.token_usage),
             snapshot_json=stored_snapshot_data(snapshot),
             step=step,
         )

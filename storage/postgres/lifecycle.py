@@ -27,9 +27,9 @@ from storage.postgres.database import (
 from storage.postgres.messages import PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, fences_changed, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
-from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress, TokenUsage
 from storage.records import inbox_item, outbox_message
-from storage.run_rules import STEP_DECIDED, claimed_status
+from storage.run_rules import STEP_DECIDED, claimed_status, usage_columns
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
@@ -351,33 +351,45 @@ class PostgresOutbox:
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
 
         ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
-        run's answer is owed exactly when the run is finished). ``fence``: only while the fence holds, in
-        that transaction; otherwise nothing is written and the result is ``False``.
+        run's answer is owed exactly when the run is finished), recording its token ``usage`` if given.
+        ``fence``: only while the fence holds, in that transaction; otherwise nothing is written and the result
+        is ``False``.
 
         >>> await storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
         """
+        if usage is not None and finishes_run is None:
+            raise ValueError("usage is recorded for the run an answer finishes (finishes_run)")
         at = instant(now)
         claimed = None if claimed_by is None else instant(claim_until)
+        finishing, finishing_params = "", []
+        if finishes_run is not None:
+            # The run finished by the insert's own statement (a CTE runs whether or not anything reads it).
+            counts = usage_columns(usage)
+            finishing = (
+                "WITH finished AS (UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, "
+                f"updated_at = now(){''.join(f', {name} = %s' for name in counts)} "
+                f"WHERE run_id = %s AND status IN {_WORKING}) "
+            )
+            finishing_params = [*counts.values(), finishes_run]
         async with self.db.transaction() as conn:
             if fence is not None and not await fence_holds(conn, fence):
                 return False
             if finishes_run is not None:
                 fences_changed(self.db, finishes_run)
-                await conn.execute(
-                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "
-                    f"WHERE run_id = %s AND status IN {_WORKING}",
-                    [finishes_run],
-                )
             cursor = await conn.execute(
-                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
-                "attempts, next_attempt_at, claimed_by, claimed_until) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+                vouched(
+                    f"{finishing}INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, "
+                    "created_at, attempts, next_attempt_at, claimed_by, claimed_until) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING"
+                ),
                 [
+                    *finishing_params,
                     key,
                     address.chat_history_id,
                     address.platform,

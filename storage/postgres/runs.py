@@ -11,7 +11,7 @@ from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFou
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, held_locks, instant
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
-from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
+from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text, usage_columns
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
@@ -136,11 +136,13 @@ class PostgresRunStore:
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
 
-        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
+        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement, and ``usage`` the
+        run's token usage so far (as :meth:`record_usage`).
         Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
         the lease (nobody works on such a run). With a ``fence``, the run moves only while the fence holds
         (same statement): an owner whose run was taken over gets ``False``.
@@ -165,6 +167,7 @@ class PostgresRunStore:
             values["snapshot_json"] = _snapshot_text(run_id, values["snapshot_json"])
         if "error" in values:
             values["error"] = None if values["error"] is None else Json(values["error"])
+        values.update(usage_columns(usage))
         assignments = "".join(f", {name} = %s" for name in values)
         if to_status in _UNOWNED_STATUSES:
             assignments += ", owner = NULL, lease_expires_at = NULL"
