@@ -20,11 +20,12 @@ from storage.postgres.database import (
     POSTGRES_TIMES,
     PostgresDatabase,
     advisory_lock,
+    held_locks,
     instant,
     rows_changed,
     vouched,
 )
-from storage.postgres.messages import PostgresChatMessageStore
+from storage.postgres.messages import THREAD_LOCK, PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, fences_changed, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
 from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress, TokenUsage
@@ -165,6 +166,8 @@ _INBOX_COLUMNS = (
 
 
 _INBOX_WIDTH = len(_INBOX_COLUMNS.split(", "))
+_LOCK_STARTED = "(SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))::text FROM started)"
+"""``start_next``'s advisory lock on the thread's history, taken for the run it started (none if it started none)."""
 
 
 def _inbox_item(row: Any) -> InboxItem:
@@ -253,7 +256,11 @@ class PostgresThreadInbox:
             # One statement: the oldest waiting message, a run started for it, and the message taken off the inbox
             # if the run was started. The unique partial index decides whether the thread is free: a run created
             # meanwhile by any replica (not through the inbox) makes the insert a no-op, not a second active run,
-            # and the message stays.
+            # and the message stays. A started run's message is written next, under the thread's history lock:
+            # taken here, from the inserted row (so after the insert, as a statement of its own would take it).
+            held = held_locks(conn)
+            history_lock = (THREAD_LOCK, chat_history_id)
+            locking = held is None or history_lock not in held
             cursor = await conn.execute(
                 f"WITH item AS (SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id LIMIT 1), "
                 "started AS (INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, "
@@ -261,8 +268,9 @@ class PostgresThreadInbox:
                 "SELECT %s, chat_history_id, platform, workspace, channel, thread, requester, 'running', 0, "
                 f"%s, %s, %s, %s FROM item ON CONFLICT DO NOTHING RETURNING {RUN_COLUMNS}), "
                 "taken AS (DELETE FROM inbox WHERE id = (SELECT id FROM item) AND EXISTS (SELECT 1 FROM started)) "
-                "SELECT item.*, started.* FROM item LEFT JOIN started ON true",
-                [chat_history_id, run_id, at, at, owner, instant(until)],
+                "SELECT item.*, started.*, "
+                f"{_LOCK_STARTED if locking else 'NULL'} FROM item LEFT JOIN started ON true",
+                [chat_history_id, run_id, at, at, owner, instant(until), *(history_lock if locking else ())],
             )
             row = await cursor.fetchone()
             if row is None:
@@ -274,7 +282,9 @@ class PostgresThreadInbox:
                 if await cursor.fetchone() is not None:
                     raise AlreadyExists(f"run {run_id!r} exists already")
                 return None
-            created = row[width:]
+            created = row[width:-1]
+            if locking and held is not None:
+                held.add(history_lock)
             await self.messages._write_in(conn, chat_history_id, [ChatMessage.from_dict(item.message)])
         return run_from_row(created), item
 
