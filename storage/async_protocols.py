@@ -112,7 +112,9 @@ class AsyncRunStore(Protocol):
 class AsyncApprovalStore(Protocol):
     """The async twin of :class:`storage.protocols.ApprovalStore`."""
 
-    async def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]: ...
+    async def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]: ...
 
     async def get(self, approval_id: str) -> ApprovalRecord: ...
 

@@ -544,7 +544,12 @@ class RunStore(Protocol):
 class ApprovalStore(Protocol):
     """Approvals, their votes, and the single compare-and-set that decides each one."""
 
-    def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]: ...
+    def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]:
+        """Store one paused step's approvals (all or none); ``shown_in``: also note each as shown in that place
+        at ``shown_at``, in the same write (as :meth:`ApprovalPlaces.record`)."""
+        ...
 
     def get(self, approval_id: str) -> ApprovalRecord: ...
 
