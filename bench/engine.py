@@ -267,11 +267,16 @@ class PostgresProfile(CallStats):
             self.round_trips += 1
             cell = [0.0]
             token = self.current.set(cell)
+            labelled = (
+                None if COUNTER.log is None else COUNTER.label.set(call_name(store_name, method_name, qualname, args))
+            )
             began = time.perf_counter()
             try:
                 return await bound(*args, **kwargs)
             finally:
                 self.current.reset(token)
+                if labelled is not None:
+                    COUNTER.label.reset(labelled)
                 if self.timing:
                     entry = self.stats[call_name(store_name, method_name, qualname, args)]
                     entry[0] += 1
@@ -301,11 +306,13 @@ async def run_conversations(
     synchronous: str | None = None,
     db_threads: int | None = None,
     database_url: str | None = None,
+    trace: bool = False,
 ) -> tuple[dict[str, Any], CallStats]:
     """Run ``n_threads`` conversations at once on a fresh engine; return the figures.
 
     ``database_url``: run on PostgreSQL at that URL (its schema, empty or migrated, is the run's own)
-    instead of SQLite at ``db_path``.
+    instead of SQLite at ``db_path``. ``trace``: the figures list every command sent to it meanwhile
+    (``statements``: top-level call, kind, SQL text).
     """
     started: dict[str, float] = {}
     generator = SlowChatGenerator(delay)
@@ -358,6 +365,8 @@ async def run_conversations(
     name = None if database_url is None else schema_of(database_url)  # None: not a bench schema's URL
     server = None if database_url is None or name is None else (database_url, name)
     server_before = None if server is None else await backend_cpu_s(*server)
+    if trace:
+        COUNTER.log = []
     began, loop_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     await asyncio.gather(*(conversation(i) for i in range(n_threads)))
     wall = time.perf_counter() - began
@@ -366,6 +375,7 @@ async def run_conversations(
     round_trips = profiler.round_trips - round_trips_before
     commands = collections.Counter(COUNTER.counts)
     commands.subtract(commands_before)
+    statements, COUNTER.log = COUNTER.log, None
     server_cpu = None if server is None else cpu_spent_s(server_before, await backend_cpu_s(*server))
     await engine.wait_idle()
     await engine.stop()
@@ -399,6 +409,8 @@ async def run_conversations(
         "failures": len(failures) + (n_threads - len(resume_ms)),
         "failure_examples": failures[:3],
     }
+    if statements is not None:
+        figures["statements"] = [list(entry) for entry in statements]
     return figures, profiler
 
 
@@ -412,7 +424,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             knobs: dict[str, Any] = {"synchronous": args.synchronous, "db_threads": args.db_threads}
             if schemas is not None:
                 knobs = {"database_url": await schemas.new()}
-            single, _ = await run_conversations(1, args.llm_delay, Path(folder) / "single.db", **knobs)
+            single, _ = await run_conversations(
+                1, args.llm_delay, Path(folder) / "single.db", trace=args.trace, **knobs
+            )
             if schemas is not None:
                 knobs = {"database_url": await schemas.new()}
             many, profiler = await run_conversations(
@@ -461,6 +475,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "postgresql": schemas.server_version if schemas is not None else None,
         },
     }
+    if args.trace:
+        figures["single_conversation_statements"] = single.get("statements", [])
     if args.profile:
         figures["event_loop_cpu_s"] = many["event_loop_cpu_s"]
         figures["storage_cpu_s"] = many["storage_cpu_s"]
@@ -478,7 +494,12 @@ def main() -> None:
     parser.add_argument(
         "--database-url", help="run on PostgreSQL (postgresql://...): a fresh schema per run, dropped afterwards"
     )
+    parser.add_argument(
+        "--trace", action="store_true", help="list every command the single conversation sends to PostgreSQL"
+    )
     args = parser.parse_args()
+    if args.trace and args.database_url is None:
+        parser.error("--trace lists PostgreSQL's commands: it needs --database-url")
     if args.database_url is not None and (args.synchronous or args.db_threads):
         parser.error("--synchronous and --db-threads are SQLite's; PostgreSQL runs with the engine's pool")
     figures = asyncio.run(main_async(args))
@@ -514,6 +535,8 @@ def main() -> None:
         print(f"  PostgreSQL server CPU per conversation: {figures['server_cpu_ms_per_conversation']} ms")
     if figures.get("storage_cpu_s") is not None:
         print(f"  CPU: event loop {figures['event_loop_cpu_s']} s, storage threads {figures['storage_cpu_s']} s")
+    for number, (call, kind, text) in enumerate(figures.get("single_conversation_statements", []), 1):
+        print(f"  {number:>3} {kind:<8} {call:<40.40} {text[:160]}")
     for row in figures.get("storage_profile", []):
         print(
             f"    {row['call']:<45} n={row['n']:<6} run={row['run_ms_total']:>6} ms  "

@@ -86,6 +86,7 @@ class AsyncRunStore(Protocol):
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
     ) -> bool: ...
 
@@ -111,7 +112,9 @@ class AsyncRunStore(Protocol):
 class AsyncApprovalStore(Protocol):
     """The async twin of :class:`storage.protocols.ApprovalStore`."""
 
-    async def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]: ...
+    async def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]: ...
 
     async def get(self, approval_id: str) -> ApprovalRecord: ...
 
@@ -342,6 +345,7 @@ class AsyncOutbox(Protocol):
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool: ...
 
     async def claim(self, key: str, owner: str, until: Instant, now: Instant = None) -> bool: ...

@@ -509,8 +509,12 @@ class RunStore(Protocol):
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
-    ) -> bool: ...
+    ) -> bool:
+        """Move the run if it is in ``from_status`` (``True`` for one caller); ``usage``: also record the run's
+        token usage so far (as :meth:`record_usage`), in the same statement."""
+        ...
 
     def save_snapshot(self, run_id: str, snapshot_json: str | dict[str, Any]) -> None: ...
 
@@ -540,7 +544,12 @@ class RunStore(Protocol):
 class ApprovalStore(Protocol):
     """Approvals, their votes, and the single compare-and-set that decides each one."""
 
-    def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]: ...
+    def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]:
+        """Store one paused step's approvals (all or none); ``shown_in``: also note each as shown in that place
+        at ``shown_at``, in the same write (as :meth:`ApprovalPlaces.record`)."""
+        ...
 
     def get(self, approval_id: str) -> ApprovalRecord: ...
 
@@ -1005,10 +1014,12 @@ class Outbox(Protocol):
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool:
         """Store a message (claimed by ``claimed_by`` until ``claim_until`` if given); ``False`` if the key exists.
 
-        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction.
+        ``finishes_run`` also moves that run from running/resuming to finished in the same transaction, and
+        ``usage`` (only with ``finishes_run``) records its token usage then (as :meth:`RunStore.record_usage`).
         With a ``fence`` (for ``finishes_run``), nothing is written and ``False`` returned unless the fence
         holds in that transaction (see :class:`RunFence`): a fenced-out owner owes no answer.
         """

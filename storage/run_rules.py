@@ -10,13 +10,25 @@ from typing import Any
 
 from bot import jsonio
 from storage.codec import dumps
-from storage.protocols import RUN_STATUSES, TERMINAL_RUN_STATUSES
+from storage.protocols import RUN_STATUSES, TERMINAL_RUN_STATUSES, TokenUsage
 
 _UNOWNED_STATUSES = ("paused", *TERMINAL_RUN_STATUSES)
 """Statuses in which a run has no owner: moving there clears the owner and the lease."""
 
 
 _SETTABLE = ("snapshot_json", "error", "step")
+
+
+def usage_columns(usage: TokenUsage | None) -> dict[str, int]:
+    """The ``runs`` columns a transition (or a run's end) sets to record ``usage`` (none for ``None``), as
+    :meth:`RunStore.record_usage` sets them."""
+    if usage is None:
+        return {}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
 
 
 def _check_status(status: str) -> str:

@@ -28,7 +28,7 @@ from bot.engine.surface import Surface
 from bot.engine.threads import thread_of_run
 from storage import RunFence, ThreadAddress
 from storage.batch import Batch, stores
-from storage.protocols import Handle
+from storage.protocols import Handle, TokenUsage
 
 if TYPE_CHECKING:
     from storage.async_protocols import AsyncStores
@@ -136,9 +136,11 @@ class Deliveries:
         fence: RunFence | None = None,
         *,
         required: bool = True,
+        usage: TokenUsage | None = None,
     ) -> Handle[bool]:
         """:meth:`owe` as a write added to ``batch``. ``required`` (the default): a message owed already (or a
-        fence that no longer holds) writes nothing of the batch; else the batch goes on without it."""
+        fence that no longer holds) writes nothing of the batch; else the batch goes on without it. ``usage``: the
+        token usage of the run the message finishes, recorded by the same write."""
         now = self.clock()
         claimed_by, claim_until = self._claim(thread, now)
         key, stored = _stored(key, text)
@@ -153,6 +155,7 @@ class Deliveries:
             now=now,
             finishes_run=finishes_run,
             fence=fence,
+            usage=usage,
         )
 
     def _claim(self, thread: ThreadRef, now: datetime) -> tuple[str | None, datetime | None]:

@@ -140,22 +140,23 @@ class Pausing:
         ]
         # The run's history not yet written (an earlier step's results): before the snapshot referring to it.
         add_history(batch, history)
-        # The usage so far: a run that pauses and is never resumed (superseded, expired) still counts.
-        batch.write(stores.runs.record_usage, run_id, TokenUsage.of(snapshot.token_usage))
-        created = batch.write(stores.approvals.create_many, planned.approvals)
+        # Where the approvals are shown, recorded with them (before the message exists: a click can land while it
+        # is being posted).
+        shown_in = thread.place if surface is not None and approval_ids else None
+        created = batch.write(stores.approvals.create_many, planned.approvals, shown_in=shown_in, shown_at=now)
         batch.require(
             stores.runs.transition,
             run_id,
             "running",
             "paused",
             fence=fence,
+            # The usage so far, with the pause: a run that pauses and is never resumed (superseded, expired) counts.
+            usage=TokenUsage.of(snapshot.token_usage),
             snapshot_json=stored_snapshot_data(snapshot),
             step=step,
         )
         card_key = None
         if surface is not None and approval_ids:
-            # Recorded before the message exists: a click can land while it is being posted.
-            batch.write(stores.places.record, approval_ids, thread.place, now=now)
             # The card is owed with the pause (claimed by this process): if it dies before showing it, the sweep does.
             card_key, card = owed_card(run_id, step)
             self.deliveries.owe_in(batch, thread, card, card_key, required=False)

@@ -313,17 +313,21 @@ class Runner:
         if not text:
 
             def finished(batch: Batch) -> None:
-                batch.require(stores.runs.transition, run_id, WORKING_RUN_STATUSES, "finished", fence=fence)
-                self._end_writes(batch, run_id, "finished", result)
+                usage = end_usage(result)
+                batch.require(
+                    stores.runs.transition, run_id, WORKING_RUN_STATUSES, "finished", fence=fence, usage=usage
+                )
+                self._end_audit(batch, run_id, "finished", result, usage)
 
             if await self._end(run_id, thread, finished):
                 self.observer.run_ended("finished")
             return
 
         def owed(batch: Batch) -> None:
-            # The answer owed, the run finished (the outbox's add does both), its usage and audit entry: one write.
-            self.deliveries.owe_in(batch, thread, text, key, finishes_run=run_id, fence=fence)
-            self._end_writes(batch, run_id, "finished", result)
+            # The answer owed, the run finished with its usage (the outbox's add does both), its audit entry: one write.
+            usage = end_usage(result)
+            self.deliveries.owe_in(batch, thread, text, key, finishes_run=run_id, fence=fence, usage=usage)
+            self._end_audit(batch, run_id, "finished", result, usage)
 
         if await self._end(run_id, thread, owed):
             self.observer.run_ended("finished")
@@ -359,15 +363,17 @@ class Runner:
         fence = self.leases.fence(run_id)
 
         def stopped(batch: Batch) -> None:
+            usage = end_usage(result)
             batch.require(
                 stores.runs.transition,
                 run_id,
                 WORKING_RUN_STATUSES,
                 "stopped",
                 fence=fence,
+                usage=usage,
                 error=f"stopped by {actor}",
             )
-            self._end_writes(batch, run_id, "stopped", result, actor)
+            self._end_audit(batch, run_id, "stopped", result, usage, actor)
 
         if not await self._end(run_id, thread, stopped):
             if fence is not None:
@@ -416,18 +422,30 @@ class Runner:
             add_history(batch, waiting)
             await quietly(self.storage.batches.apply(batch))
 
-    def _end_writes(
-        self, batch: Batch, run_id: str, status: str, result: AgentResult, actor: str = "countersign"
+    def _end_audit(
+        self,
+        batch: Batch,
+        run_id: str,
+        status: str,
+        result: AgentResult,
+        usage: TokenUsage | None,
+        actor: str = "countersign",
     ) -> None:
-        """Add the run's token usage and the audit entry of its end to ``batch``, written with the end itself (before
-        anyone is told)."""
-        if "token_usage" not in result:  # a recovery delivering an answer computed earlier: nothing new to count
+        """Add the audit entry of the run's end to ``batch``, written with the end itself (before anyone is told);
+        ``usage`` (:func:`end_usage`) goes with the end's own write of the run. None for a recovery's delivery."""
+        if usage is None:
             return
-        usage = TokenUsage.of(result.get("token_usage"))
         details = {
             "exit_reason": result.get("exit_reason"),
             "steps": result.get("step_count"),
             "usage": usage.as_dict(),
         }
-        batch.write(stores.runs.record_usage, run_id, usage)
         batch.write(stores.audit.append, actor, status, run_id, details, now=self.clock())
+
+
+def end_usage(result: AgentResult) -> TokenUsage | None:
+    """The run's token usage to record with its end; ``None`` for a recovery delivering an answer computed
+    earlier (nothing new to count)."""
+    if "token_usage" not in result:
+        return None
+    return TokenUsage.of(result.get("token_usage"))

@@ -112,17 +112,32 @@ class PostgresApprovalStore:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
 
-    async def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]:
+    async def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]:
         """Store the approvals of one paused step in one transaction (all or none) and return them.
+
+        ``shown_in``: also note every one as shown in that place at ``shown_at`` (as ``places.record`` does), by the
+        insert's own statement.
 
         >>> [a] = await storage.approvals.create_many([NewApproval(run_id="run-1", step=1, tool_call_id="call_1",
         ...     tool_name="delete_file", arguments={"path": "a.txt"}, requester="U1", platform="slack",
         ...     chat_history_id="slack:T1:C1:170.1", expires_at=now + timedelta(hours=1))])
         """
+        if shown_in is not None and not shown_in:
+            raise ValueError("shown_in must be a place key, e.g. 'slack:C1'")
         now = epoch(None)
         rows = [_insert_values(record, now) for record in records]
         if not rows:
             return []
+        shown: LiteralString = ""
+        shown_params: list[Any] = []
+        if shown_in is not None:
+            shown = (
+                ", shown AS (INSERT INTO approval_places (approval_id, place, shown_at) SELECT approval_id, %s, %s "
+                "FROM stored ON CONFLICT (approval_id, place) DO NOTHING)"
+            )
+            shown_params = [shown_in, instant(shown_at)]
         marks: list[LiteralString] = ["%s"] * len(rows[0])
         placeholders = ", ".join(f"({', '.join(marks)})" for _ in rows)
         async with self.db.transaction() as conn:
@@ -132,9 +147,9 @@ class PostgresApprovalStore:
             # fewer rows back is the clash, and raising rolls back the rows that went in.
             try:  # the error comes with the execute, or in a batch's pipeline with the fetch
                 cursor = await conn.execute(
-                    f"INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} "
-                    f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
-                    [value for row in rows for value in row],
+                    f"WITH stored AS (INSERT INTO approvals ({_INSERT_COLUMNS}) VALUES {placeholders} "
+                    f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}){shown} SELECT * FROM stored",
+                    [*(value for row in rows for value in row), *shown_params],
                 )
                 fetched = await cursor.fetchall()
             except ForeignKeyViolation as exc:

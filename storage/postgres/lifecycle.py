@@ -20,16 +20,17 @@ from storage.postgres.database import (
     POSTGRES_TIMES,
     PostgresDatabase,
     advisory_lock,
+    held_locks,
     instant,
     rows_changed,
     vouched,
 )
-from storage.postgres.messages import PostgresChatMessageStore
+from storage.postgres.messages import THREAD_LOCK, PostgresChatMessageStore
 from storage.postgres.runs import RUN_COLUMNS, fence_holds, fences_changed, run_from_row
 from storage.postgres.wakeups import NOTIFY_OWNER_SQL, notify_owner_params
-from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress, TokenUsage
 from storage.records import inbox_item, outbox_message
-from storage.run_rules import STEP_DECIDED, claimed_status
+from storage.run_rules import STEP_DECIDED, claimed_status, usage_columns
 
 _WORKING = "('running', 'resuming')"
 _ACTIVE = "('running', 'paused', 'resuming')"
@@ -164,6 +165,11 @@ _INBOX_COLUMNS = (
 )
 
 
+_INBOX_WIDTH = len(_INBOX_COLUMNS.split(", "))
+_LOCK_STARTED = "(SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))::text FROM started)"
+"""``start_next``'s advisory lock on the thread's history, taken for the run it started (none if it started none)."""
+
+
 def _inbox_item(row: Any) -> InboxItem:
     return inbox_item(row, POSTGRES_TIMES)
 
@@ -197,21 +203,24 @@ class PostgresThreadInbox:
         >>> await storage.inbox.enqueue(address, "U1", user_message, event_key="slack:event:Ev1")
         1
         """
-        # With an event key, the event is marked seen by the same statement, and a redelivered one inserts nothing.
+        # One statement: the event marked seen (with an event key: a redelivered one inserts nothing), the message
+        # stored, and the owner of the thread's running run woken (NOTIFY, delivered at commit) rather than left to
+        # find the message by itself. The wake-up is read only for a stored message (the last SELECT's subquery).
         seen, seen_params = "", []
         if event_key is not None:
             seen = (
-                "WITH seen AS (INSERT INTO events (event_key, seen_at) VALUES (%s, %s) "
-                "ON CONFLICT (event_key) DO NOTHING RETURNING 1) "
+                "seen AS (INSERT INTO events (event_key, seen_at) VALUES (%s, %s) "
+                "ON CONFLICT (event_key) DO NOTHING RETURNING 1), "
             )
             seen_params = [event_key, instant(None)]
         async with self.db.transaction() as conn:
             await _lock_thread(conn, address.chat_history_id)
             cursor = await conn.execute(
                 vouched(
-                    f"{seen}INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, requester, "
-                    "message_json, message_ref, received_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s"
-                    f"{' WHERE EXISTS (SELECT 1 FROM seen)' if seen else ''} RETURNING id"
+                    f"WITH {seen}stored AS (INSERT INTO inbox (chat_history_id, platform, workspace, channel, thread, "
+                    "requester, message_json, message_ref, received_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s"
+                    f"{' WHERE EXISTS (SELECT 1 FROM seen)' if seen else ''} RETURNING id), "
+                    f"woken AS ({NOTIFY_OWNER_SQL}) SELECT id, (SELECT count(*) FROM woken) FROM stored"
                 ),
                 [
                     *seen_params,
@@ -224,14 +233,12 @@ class PostgresThreadInbox:
                     Json(message),
                     message_ref,
                     instant(now),
+                    *notify_owner_params(address),
                 ],
             )
             row = await cursor.fetchone()
             if row is None:
                 return None
-            # The message waits behind another process's run: wake that process (delivered at commit) rather
-            # than leave the message to it finding it by itself.
-            await conn.execute(NOTIFY_OWNER_SQL, notify_owner_params(address))
         return int(row[0])  # type: ignore[index]
 
     async def start_next(
@@ -246,44 +253,39 @@ class PostgresThreadInbox:
         at = instant(now)
         async with self.db.transaction() as conn:
             await _lock_thread(conn, chat_history_id)
+            # One statement: the oldest waiting message, a run started for it, and the message taken off the inbox
+            # if the run was started. The unique partial index decides whether the thread is free: a run created
+            # meanwhile by any replica (not through the inbox) makes the insert a no-op, not a second active run,
+            # and the message stays. A started run's message is written next, under the thread's history lock:
+            # taken here, from the inserted row (so after the insert, as a statement of its own would take it).
+            held = held_locks(conn)
+            history_lock = (THREAD_LOCK, chat_history_id)
+            locking = held is None or history_lock not in held
             cursor = await conn.execute(
-                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id LIMIT 1",
-                [chat_history_id],
+                f"WITH item AS (SELECT {_INBOX_COLUMNS} FROM inbox WHERE chat_history_id = %s ORDER BY id LIMIT 1), "
+                "started AS (INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, "
+                "requester, status, step, created_at, updated_at, owner, lease_expires_at) "
+                "SELECT %s, chat_history_id, platform, workspace, channel, thread, requester, 'running', 0, "
+                f"%s, %s, %s, %s FROM item ON CONFLICT DO NOTHING RETURNING {RUN_COLUMNS}), "
+                "taken AS (DELETE FROM inbox WHERE id = (SELECT id FROM item) AND EXISTS (SELECT 1 FROM started)) "
+                "SELECT item.*, started.*, "
+                f"{_LOCK_STARTED if locking else 'NULL'} FROM item LEFT JOIN started ON true",
+                [chat_history_id, run_id, at, at, owner, instant(until), *(history_lock if locking else ())],
             )
             row = await cursor.fetchone()
             if row is None:
                 return None
-            item = _inbox_item(row)
-            address = item.address
-            # The unique partial index decides whether the thread is free: a run created meanwhile by
-            # any replica (not through the inbox) makes this insert a no-op, not a second active run.
-            cursor = await conn.execute(
-                "INSERT INTO runs (run_id, chat_history_id, platform, workspace, channel, thread, requester, "
-                "status, step, created_at, updated_at, owner, lease_expires_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', 0, %s, %s, %s, %s) "
-                f"ON CONFLICT DO NOTHING RETURNING {RUN_COLUMNS}",
-                [
-                    run_id,
-                    chat_history_id,
-                    address.platform,
-                    address.workspace,
-                    address.channel,
-                    address.thread,
-                    item.requester,
-                    at,
-                    at,
-                    owner,
-                    instant(until),
-                ],
-            )
-            created = await cursor.fetchone()
-            if created is None:
+            width = _INBOX_WIDTH
+            item = _inbox_item(row[:width])
+            if row[width] is None:
                 cursor = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", [run_id])
                 if await cursor.fetchone() is not None:
                     raise AlreadyExists(f"run {run_id!r} exists already")
                 return None
+            created = row[width:-1]
+            if locking and held is not None:
+                held.add(history_lock)
             await self.messages._write_in(conn, chat_history_id, [ChatMessage.from_dict(item.message)])
-            await conn.execute("DELETE FROM inbox WHERE id = %s", [item.id])
         return run_from_row(created), item
 
     async def waiting(self, chat_history_id: str) -> list[InboxItem]:
@@ -359,33 +361,45 @@ class PostgresOutbox:
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
 
         ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
-        run's answer is owed exactly when the run is finished). ``fence``: only while the fence holds, in
-        that transaction; otherwise nothing is written and the result is ``False``.
+        run's answer is owed exactly when the run is finished), recording its token ``usage`` if given.
+        ``fence``: only while the fence holds, in that transaction; otherwise nothing is written and the result
+        is ``False``.
 
         >>> await storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
         """
+        if usage is not None and finishes_run is None:
+            raise ValueError("usage is recorded for the run an answer finishes (finishes_run)")
         at = instant(now)
         claimed = None if claimed_by is None else instant(claim_until)
+        finishing, finishing_params = "", []
+        if finishes_run is not None:
+            # The run finished by the insert's own statement (a CTE runs whether or not anything reads it).
+            counts = usage_columns(usage)
+            finishing = (
+                "WITH finished AS (UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, "
+                f"updated_at = now(){''.join(f', {name} = %s' for name in counts)} "
+                f"WHERE run_id = %s AND status IN {_WORKING}) "
+            )
+            finishing_params = [*counts.values(), finishes_run]
         async with self.db.transaction() as conn:
             if fence is not None and not await fence_holds(conn, fence):
                 return False
             if finishes_run is not None:
                 fences_changed(self.db, finishes_run)
-                await conn.execute(
-                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = now() "
-                    f"WHERE run_id = %s AND status IN {_WORKING}",
-                    [finishes_run],
-                )
             cursor = await conn.execute(
-                "INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, created_at, "
-                "attempts, next_attempt_at, claimed_by, claimed_until) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+                vouched(
+                    f"{finishing}INSERT INTO outbox (key, chat_history_id, platform, workspace, channel, thread, text, "
+                    "created_at, attempts, next_attempt_at, claimed_by, claimed_until) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s) ON CONFLICT (key) DO NOTHING"
+                ),
                 [
+                    *finishing_params,
                     key,
                     address.chat_history_id,
                     address.platform,

@@ -69,7 +69,8 @@ class PostgresChatMessageStore:
         if not rows:
             return 0
         async with self.db.transaction() as conn:
-            if fence is not None and not await fence_holds(conn, fence):
+            # The thread's lock (taken by the insert) is taken by the fence's own statement once the fence holds.
+            if fence is not None and not await fence_holds(conn, fence, lock=(THREAD_LOCK, chat_history_id)):
                 raise FencedOut(fence.run_id)
             return await self._insert(conn, chat_history_id, rows)
 

@@ -11,7 +11,7 @@ from storage.errors import ActiveRunExists, AlreadyExists, CorruptRecord, NotFou
 from storage.postgres.database import POSTGRES_TIMES, PostgresDatabase, held_locks, instant
 from storage.protocols import ACTIVE_RUN_STATUSES, TERMINAL_RUN_STATUSES, Instant, RunFence, RunRecord, TokenUsage
 from storage.records import run_record
-from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
+from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text, usage_columns
 
 _COLUMNS = (
     "run_id, chat_history_id, platform, workspace, channel, thread, requester, status, step, error, "
@@ -23,24 +23,37 @@ FENCE_CONDITION = "owner = %s AND recoveries = %s AND status IN ('running', 'res
 """The ``runs`` condition under which a fence holds (parameters: owner, generation)."""
 
 
-async def fence_holds(conn: Any, fence: RunFence) -> bool:
+async def fence_holds(conn: Any, fence: RunFence, lock: tuple[str, str] | None = None) -> bool:
     """Whether the fence holds, inside the caller's transaction on ``conn``.
 
     ``FOR SHARE`` locks the run's row until the transaction ends: a takeover (an ``UPDATE`` of the row)
     waits for the fenced write to commit, and a check that meets a takeover in flight waits for it and
     re-reads the row, so the fenced write and the takeover never interleave.
+
+    ``lock``: the advisory lock (namespace, key) the fenced write takes next (:func:`advisory_lock`). It is taken
+    by the fence's own statement, after the run's row is locked and only if the fence holds: the order of a
+    check and then the lock, in one command.
     """
     held = held_locks(conn)
     key = ("fence", fence.run_id, fence.owner, fence.generation)
     if held is not None and key in held:  # checked and row-locked earlier in this batch, and not changed since
         return True
-    cursor = await conn.execute(
-        f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE",
-        [fence.run_id, fence.owner, fence.generation],
-    )
+    params = [fence.run_id, fence.owner, fence.generation]
+    if lock is None or (held is not None and lock in held):
+        cursor = await conn.execute(f"SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE", params)
+    else:
+        # The CTE hands on the row once it is locked (and re-checked, after a concurrent update): the advisory
+        # lock is taken after the row lock, as a separate statement would take it.
+        cursor = await conn.execute(
+            f"WITH fence AS MATERIALIZED (SELECT 1 FROM runs WHERE run_id = %s AND {FENCE_CONDITION} FOR SHARE) "
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s)) FROM fence",
+            [*params, *lock],
+        )
     holds = await cursor.fetchone() is not None
     if holds and held is not None:
         held.add(key)
+        if lock is not None:
+            held.add(lock)
     return holds
 
 
@@ -123,11 +136,13 @@ class PostgresRunStore:
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; ``True`` for exactly one caller.
 
-        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
+        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement, and ``usage`` the
+        run's token usage so far (as :meth:`record_usage`).
         Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
         the lease (nobody works on such a run). With a ``fence``, the run moves only while the fence holds
         (same statement): an owner whose run was taken over gets ``False``.
@@ -152,6 +167,7 @@ class PostgresRunStore:
             values["snapshot_json"] = _snapshot_text(run_id, values["snapshot_json"])
         if "error" in values:
             values["error"] = None if values["error"] is None else Json(values["error"])
+        values.update(usage_columns(usage))
         assignments = "".join(f", {name} = %s" for name in values)
         if to_status in _UNOWNED_STATUSES:
             assignments += ", owner = NULL, lease_expires_at = NULL"

@@ -165,7 +165,8 @@ NOTIFY_OWNER_SQL = (
     "'workspace', %s::text, 'channel', %s::text, 'thread', %s::text, 'owner', owner)::text) "
     "FROM runs WHERE chat_history_id = %s AND status IN ('running', 'resuming') AND owner IS NOT NULL"
 )
-"""What ``enqueue`` runs in its transaction: ``NOTIFY`` (on commit) the owner of the thread's running run."""
+"""What ``enqueue``'s statement runs with its insert (a CTE): ``NOTIFY`` (on commit) the owner of the thread's
+running run."""
 
 
 def notify_owner_params(address: ThreadAddress) -> list[Any]:

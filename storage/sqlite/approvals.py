@@ -63,8 +63,13 @@ class SQLiteApprovalStore:
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
 
-    def create_many(self, records: Sequence[NewApproval]) -> list[ApprovalRecord]:
+    def create_many(
+        self, records: Sequence[NewApproval], *, shown_in: str | None = None, shown_at: Instant = None
+    ) -> list[ApprovalRecord]:
         """Store the approvals of one paused step in one transaction (all or none) and return them.
+
+        ``shown_in``: also note every one as shown in that place at ``shown_at`` (as ``places.record`` does), in
+        the same transaction.
 
         >>> [a] = storage.approvals.create_many([NewApproval(run_id="run-1", step=1, tool_call_id="call_1",
         ...     tool_name="delete_file", arguments={"path": "a.txt"}, requester="U1", platform="slack",
@@ -72,6 +77,8 @@ class SQLiteApprovalStore:
         >>> a.status, len(a.approval_id) >= 22
         ('pending', True)
         """
+        if shown_in is not None and not shown_in:
+            raise ValueError("shown_in must be a place key, e.g. 'slack:C1'")
         now = epoch(None)
         rows = [_row_values(record, now) for record in records]
         with self.connector.writing() as db:
@@ -89,6 +96,13 @@ class SQLiteApprovalStore:
                         f"approval {approval_id!r} or a pending approval for tool call {tool_call_id!r} exists"
                     )
                 db.execute(_INSERT, row)
+            if shown_in is not None:
+                at = epoch(shown_at)
+                db.conn.executemany(
+                    "INSERT INTO approval_places (approval_id, place, shown_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (approval_id, place) DO NOTHING",
+                    [(row[0], shown_in, at) for row in rows],
+                )
             return [self._get(db, row[0]) for row in rows]
 
     def get(self, approval_id: str) -> ApprovalRecord:

@@ -14,9 +14,9 @@ from typing import Any
 
 from bot.messages import ChatMessage
 from storage.codec import dumps, epoch
-from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress
+from storage.protocols import InboxItem, Instant, OutboxMessage, RunFence, RunRecord, ThreadAddress, TokenUsage
 from storage.records import SQLITE_TIMES, inbox_item, outbox_message
-from storage.run_rules import STEP_DECIDED, claimed_status
+from storage.run_rules import STEP_DECIDED, claimed_status, usage_columns
 from storage.sqlite.connection import Connector
 from storage.sqlite.runs import RUN_COLUMNS as _RUN_COLUMNS
 from storage.sqlite.runs import fence_holds
@@ -324,26 +324,31 @@ class SQLiteOutbox:
         now: Instant = None,
         finishes_run: str | None = None,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
     ) -> bool:
         """Store a message owed to a thread; ``False`` if one with ``key`` exists already.
 
         ``finishes_run``: also move that run from running/resuming to finished, in the same transaction (a
-        run's answer is owed exactly when the run is finished). ``fence``: only while the fence holds, in
-        that transaction; otherwise nothing is written and the result is ``False``.
+        run's answer is owed exactly when the run is finished), recording its token ``usage`` if given.
+        ``fence``: only while the fence holds, in that transaction; otherwise nothing is written and the result
+        is ``False``.
 
         >>> storage.outbox.add("answer:run-1", address, "Deleted a.txt.", claimed_by="host-1-a", claim_until=soon)
         True
         """
+        if usage is not None and finishes_run is None:
+            raise ValueError("usage is recorded for the run an answer finishes (finishes_run)")
         at = epoch(now)
         claimed = None if claimed_by is None else epoch(claim_until)
         with self.connector.writing() as db:
             if fence is not None and not fence_holds(db, fence):
                 return False
             if finishes_run is not None:
+                counts = usage_columns(usage)
                 db.execute(
-                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = ? "
-                    f"WHERE run_id = ? AND status IN {_WORKING}",
-                    [epoch(None), finishes_run],
+                    "UPDATE runs SET status = 'finished', owner = NULL, lease_expires_at = NULL, updated_at = ?"
+                    f"{''.join(f', {name} = ?' for name in counts)} WHERE run_id = ? AND status IN {_WORKING}",
+                    [epoch(None), *counts.values(), finishes_run],
                 )
             return (
                 db.execute(

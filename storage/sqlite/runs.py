@@ -15,7 +15,7 @@ from storage.protocols import (
     TokenUsage,
 )
 from storage.records import SQLITE_TIMES, run_record
-from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text
+from storage.run_rules import _SETTABLE, _UNOWNED_STATUSES, _check_status, _snapshot_text, usage_columns
 from storage.sqlite.connection import Connector
 
 _COLUMNS = (
@@ -142,11 +142,13 @@ class SQLiteRunStore:
         to_status: str,
         *,
         fence: RunFence | None = None,
+        usage: TokenUsage | None = None,
         **fields: Any,
     ) -> bool:
         """Move the run to ``to_status`` if it is in ``from_status``; return whether this caller won.
 
-        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement.
+        ``fields`` may also set ``snapshot_json``, ``error`` and ``step`` in the same statement, and ``usage`` the
+        run's token usage so far (as :meth:`record_usage`).
         Terminal runs never move again. Moving to ``paused`` or a terminal status clears the owner and
         the lease (nobody works on such a run). With a ``fence``, the run moves only while the fence holds
         (same statement): an owner whose run was taken over gets ``False``.
@@ -168,6 +170,7 @@ class SQLiteRunStore:
             raise ValueError(f"transition() can only also set {_SETTABLE}, not {sorted(unknown)}")
         if fields.get("snapshot_json") is not None:
             fields["snapshot_json"] = _snapshot_text(run_id, fields["snapshot_json"])
+        fields.update(usage_columns(usage))
         assignments = "".join(f", {name} = ?" for name in fields)
         if to_status in _UNOWNED_STATUSES:
             assignments += ", owner = NULL, lease_expires_at = NULL"

@@ -382,6 +382,20 @@ async def test_a_runs_answer_is_owed_in_the_same_write_that_finishes_the_run(sto
     assert (await storage.runs.get("run-2")).status == "paused"
 
 
+async def test_the_write_that_finishes_a_run_with_its_answer_records_the_runs_token_usage(storage):
+    from storage import TokenUsage
+
+    await started(storage)
+    usage = TokenUsage(21, 7, 28)
+    assert await storage.outbox.add("answer:run-1", ADDRESS, "Deployed.", now=NOW, finishes_run="run-1", usage=usage)
+    assert (await storage.runs.get("run-1")).status == "finished"
+    since = NOW - timedelta(days=1)
+    assert await storage.runs.usage(platform="slack", workspace="T1", since=since) == TokenUsage(21, 7, 28, runs=1)
+    with pytest.raises(ValueError):  # usage belongs to the run the message finishes
+        await storage.outbox.add("note:x", ADDRESS, "Noted.", now=NOW, usage=usage)
+    assert [m.key for m in await storage.outbox.undelivered(THREAD)] == ["answer:run-1"]
+
+
 async def test_due_outbox_messages_come_oldest_first_per_platform(storage):
     await storage.outbox.add("b", ADDRESS, "second", now=NOW + timedelta(seconds=1))
     await storage.outbox.add("a", ADDRESS, "first", now=NOW)

@@ -50,3 +50,23 @@ async def test_only_a_stored_approval_can_be_shown(storage):
     with pytest.raises(StorageError):
         await storage.places.record(["appr-unknown"], "slack:C1")
     assert not await storage.places.shown_in("appr-unknown", "slack:C1")
+
+
+async def test_approvals_stored_with_the_place_they_are_shown_in_are_shown_there_and_a_clash_records_none(storage):
+    from storage import AlreadyExists
+
+    await create_run(storage, status="paused")
+    first, second = await storage.approvals.create_many(
+        [new_approval(tool_call_id=f"call_{n}") for n in (1, 2)], shown_in="slack:C1", shown_at=NOW
+    )
+    assert await storage.places.shown_in(first.approval_id, "slack:C1")
+    assert await storage.places.shown_in(second.approval_id, "slack:C1")
+    assert (await storage.approvals.get_clicked(second.approval_id, "slack:C1")).shown_here
+    assert not await storage.places.shown_in(first.approval_id, "slack:C2")
+    # A clash (a pending approval for call_1 exists) stores neither the approvals nor where they were shown.
+    third = new_approval(tool_call_id="call_3", approval_id="appr-third")
+    with pytest.raises(AlreadyExists):
+        await storage.approvals.create_many([third, new_approval(tool_call_id="call_1")], shown_in="slack:C9")
+    assert not await storage.places.shown_in("appr-third", "slack:C9")
+    with pytest.raises(ValueError):
+        await storage.approvals.create_many([new_approval(tool_call_id="call_4")], shown_in="")

@@ -193,6 +193,21 @@ async def test_a_runs_token_usage_is_stored_and_summed_per_workspace_channel_and
         await storage.runs.record_usage("run-404", TokenUsage(1, 1, 2))
 
 
+async def test_a_transition_records_the_runs_token_usage_in_its_own_write_and_a_refused_one_none(storage):
+    from datetime import timedelta
+
+    from storage import TokenUsage
+
+    await create_run(storage)
+    since = NOW - timedelta(days=1)
+    assert await storage.runs.transition("run-1", "running", "paused", usage=TokenUsage(21, 7, 28), step=1)
+    assert (await storage.runs.get("run-1")).status == "paused"
+    assert await storage.runs.usage(platform="slack", workspace="T1", since=since) == TokenUsage(21, 7, 28, runs=1)
+    # A transition that does not happen (a second click, a lost race) records nothing either.
+    assert not await storage.runs.transition("run-1", "running", "finished", usage=TokenUsage(90, 9, 99))
+    assert await storage.runs.usage(platform="slack", workspace="T1", since=since) == TokenUsage(21, 7, 28, runs=1)
+
+
 async def test_a_run_may_end_stopped_and_never_moves_again(storage):
     await create_run(storage)
     assert await storage.runs.transition("run-1", ("running", "resuming"), "stopped", error="stopped by U_ANA")
