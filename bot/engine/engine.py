@@ -381,8 +381,12 @@ class Engine:
         return await self.storage.events.first_time(key)
 
     async def save_conversation(self, key: str, reference: dict[str, Any]) -> None:
-        """Store a platform conversation reference (e.g. for Teams proactive messages)."""
-        await self.storage.conversations.save(key, reference)
+        """Store a platform conversation reference (e.g. for Teams proactive messages).
+
+        Adapters store it as they receive a message, before the event is acknowledged: urgent, as the message.
+        """
+        with urgent():
+            await self.storage.conversations.save(key, reference)
 
     async def load_conversation(self, key: str) -> dict[str, Any] | None:
         """A stored conversation reference, or ``None``."""
