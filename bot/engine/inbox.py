@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bot.engine.ahead import ReadsAhead
 from bot.engine.history import StepHistory
@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 
 Started = tuple[RunRecord, InboxItem]
 """A run started for a thread's oldest waiting message, with that message's inbox item (this process owns it)."""
+
+
+Conversation = tuple[str, dict[str, Any]]
+"""A platform conversation reference an adapter stores with a message: its key and data (``save_conversation``)."""
 
 
 Behind = Literal["free", "elsewhere", "paused", "superseded"]
@@ -89,11 +93,13 @@ class Inbox:
         self.runner = runner
         self.clock = clock
 
-    async def receive(self, inbound: Inbound) -> Received | None:
+    async def receive(self, inbound: Inbound, conversation: Conversation | None = None) -> Received | None:
         """Store a person's message in its thread's inbox, durably; ``None`` for a redelivered event.
 
         The platform's event id is marked seen in the same write, so a redelivery is stored once. An
         adapter awaits this before it acknowledges the event: what the platform saw acknowledged is stored.
+        ``conversation``: a conversation reference (key, data) the adapter keeps with the message, saved in
+        the same write (one transaction before the acknowledgement, not two).
         """
         thread = inbound.thread_ref
         now = self.clock()
@@ -105,10 +111,17 @@ class Inbox:
         # The run starts in the same write only with a place free among this process's runs: under a burst the
         # message is stored alone, acknowledged at once, and its run waits its turn in the inbox (stored).
         admitted = not self.work.stopping and not self.work.thread_lock(thread.key).locked() and admission.try_enter()
-        if not admitted:
+        if not admitted and conversation is None:
             item_id = await self.storage.inbox.enqueue(
                 address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
             )
+        elif not admitted:
+            batch = Batch()
+            enqueued = batch.require(
+                stores.inbox.enqueue, address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
+            )
+            batch.write(stores.conversations.save, *conversation)
+            item_id = (await self.storage.batches.apply(batch)).get(enqueued)
         else:
             batch = Batch()
             enqueued = batch.require(
@@ -119,6 +132,8 @@ class Inbox:
             starting = batch.write(
                 stores.inbox.start_next, thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=now
             )
+            if conversation is not None:
+                batch.write(stores.conversations.save, *conversation)
             # What the run reads first (its history, with this message, and its memories) is read in the same write,
             # after the run and its message are stored: what the run would read itself, one round trip less each.
             ahead = self.ahead.for_message(batch, inbound, message)

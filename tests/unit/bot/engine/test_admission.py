@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from bot.config import Config
+import pytest
+
+from bot.config import Config, ConfigError
 from bot.engine.admission import Admission
 from bot.messages import ChatMessage
 from tests.fakes.engine_kit import Harness, Harnesses, ScriptedChatGenerator, bounded, says
@@ -65,6 +67,8 @@ def test_the_limit_defaults_to_twice_the_pool_and_is_a_setting():
     assert Config().active_runs_limit == 20
     assert Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": "5"}, dotenv_path=None).active_runs_limit == 10
     assert Config.from_env({"COUNTERSIGN_MAX_ACTIVE_RUNS": "3"}, dotenv_path=None).active_runs_limit == 3
+    with pytest.raises(ConfigError, match="COUNTERSIGN_MAX_ACTIVE_RUNS must be at least 1, got 0"):
+        Config.from_env({"COUNTERSIGN_MAX_ACTIVE_RUNS": "0"}, dotenv_path=None)
 
 
 async def test_more_runs_than_the_limit_never_work_at_once_and_all_finish(tmp_path):
