@@ -115,12 +115,12 @@ class Inbox:
             item_id = await self.storage.inbox.enqueue(
                 address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
             )
-        elif not admitted:
+        elif not admitted and conversation is not None:
             batch = Batch()
             enqueued = batch.require(
                 stores.inbox.enqueue, address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
             )
-            batch.write(stores.conversations.save, *conversation)
+            batch.write(stores.conversations.save, conversation[0], conversation[1])
             item_id = (await self.storage.batches.apply(batch)).get(enqueued)
         else:
             batch = Batch()
@@ -133,7 +133,7 @@ class Inbox:
                 stores.inbox.start_next, thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=now
             )
             if conversation is not None:
-                batch.write(stores.conversations.save, *conversation)
+                batch.write(stores.conversations.save, conversation[0], conversation[1])
             # What the run reads first (its history, with this message, and its memories) is read in the same write,
             # after the run and its message are stored: what the run would read itself, one round trip less each.
             ahead = self.ahead.for_message(batch, inbound, message)

@@ -60,7 +60,9 @@ class Intake:
         """
         received = await self._receive(inbound, conversation)
         if received is None and conversation is not None:
-            await self.storage.conversations.save(*conversation)  # the message was not stored: the reference is
+            await self.storage.conversations.save(
+                conversation[0], conversation[1]
+            )  # the message was not stored: the reference is
         return received
 
     async def _receive(self, inbound: Inbound, conversation: Conversation | None) -> Received | None:
