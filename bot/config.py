@@ -63,6 +63,9 @@ class Config:
     """``COUNTERSIGN_DB_POOL_SIZE``: at most this many PostgreSQL connections per process (replica)."""
     db_pool_timeout: float = 30.0
     """``COUNTERSIGN_DB_POOL_TIMEOUT``: how long work waits for a pooled PostgreSQL connection before failing."""
+    max_active_runs: int | None = None
+    """``COUNTERSIGN_MAX_ACTIVE_RUNS``: at most this many runs work at once per process; the others wait their turn
+    (:mod:`bot.engine.admission`). ``None``: :attr:`active_runs_limit`'s default."""
     tool_specs: tuple[str, ...] = DEFAULT_TOOLS
     mcp_servers: tuple[Any, ...] = field(default=(), repr=False)
     """``COUNTERSIGN_MCP_CONFIG``: the MCP servers (``bot.mcp.MCPServerConfig``), their tools beside the others."""
@@ -135,6 +138,16 @@ class Config:
     """``COUNTERSIGN_AUDIT_CHANNEL``: where the audit log's head is posted once a day (``slack:C…``, ``console:…``)."""
     db_connect_timeout: float = 10.0
     """``COUNTERSIGN_DB_CONNECT_TIMEOUT``: how long ``chat`` and the ``db``/``audit`` commands wait for PostgreSQL."""
+
+    @property
+    def active_runs_limit(self) -> int:
+        """How many runs work at once per process: ``COUNTERSIGN_MAX_ACTIVE_RUNS``, else twice the pool.
+
+        A run's steps write through the pool, so twice its connections keeps every connection busy (one run
+        thinks while another writes) without letting a burst's hundreds of runs crowd the event loop that also
+        acknowledges the platform's events; SQLite takes the same default.
+        """
+        return self.max_active_runs or 2 * self.db_pool_size
 
     @property
     def llm_configured(self) -> bool:
@@ -224,6 +237,7 @@ class Config:
             database_url=database_url,
             db_pool_size=_int(env, "COUNTERSIGN_DB_POOL_SIZE", 10, minimum=2),
             db_pool_timeout=_db_pool_timeout(env),
+            max_active_runs=_int(env, "COUNTERSIGN_MAX_ACTIVE_RUNS", 0, minimum=1) or None,
             tool_specs=_tool_specs(env),
             mcp_servers=_mcp_servers(env),
             admins=_admins(env.get("COUNTERSIGN_ADMINS")),

@@ -174,6 +174,14 @@ class PrometheusObserver:
             "countersign_db_pool_waiting", "Requests waiting for a pooled PostgreSQL connection now", registry=r
         )
         self._pool_seen: dict[str, float] = {}
+        self.runs_admitted = Gauge(
+            "countersign_runs_admitted",
+            "Runs of this process working now (at most COUNTERSIGN_MAX_ACTIVE_RUNS)",
+            registry=r,
+        )
+        self.runs_waiting_turn = Gauge(
+            "countersign_runs_waiting_turn", "Runs of this process waiting for their turn to work now", registry=r
+        )
 
     def _child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, looked up once: the client checks and locks on every ``labels`` call,
@@ -246,6 +254,11 @@ class PrometheusObserver:
         self.db_pool_connections.labels(state="idle").set(available)
         self.db_pool_connections.labels(state="busy").set(max(size - available, 0))
         self.db_pool_waiting.set(stats.get("requests_waiting", 0))
+
+    def set_admission(self, admitted: int, waiting: int) -> None:
+        """This process's runs working and waiting their turn (:mod:`bot.engine.admission`), at scrape time."""
+        self.runs_admitted.set(admitted)
+        self.runs_waiting_turn.set(waiting)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

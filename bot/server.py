@@ -115,6 +115,8 @@ async def metrics(request: web.Request) -> web.Response:
         observer.set_database_gauges(await engine.storage.ops.pending_by_tool(), await engine.storage.ops.inbox_depth())
     except Exception as exc:  # counters are still worth serving while the database is away
         logger.warning("metrics: could not read the database gauges (%s)", type(exc).__name__)
+    admission = engine.parts.work.admission
+    observer.set_admission(admission.active, admission.waiting)
     pool_stats = getattr(engine.storage, "pool_stats", None)  # PostgreSQL's pool; SQLite has none
     if pool_stats is not None:
         observer.set_pool_stats(pool_stats())

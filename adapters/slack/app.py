@@ -200,8 +200,9 @@ class SlackListeners:
             return  # a mention in a DM: the message.im event answers it, as one DM conversation
         inbound = _inbound(body, event, context.bot_user_id, thread=_text(event.get("thread_ts")) or event["ts"])
         marker = {"channel": inbound.channel, "thread_ts": inbound.thread, "team": inbound.workspace}
-        await self.engine.save_conversation(thread_marker(inbound.channel, inbound.thread), marker)
-        await self._receive(inbound, name=f"slack-mention-{inbound.event_id}")
+        # Saved in the message's own write (one transaction before the ack), or alone when it is not stored.
+        conversation = (thread_marker(inbound.channel, inbound.thread), marker)
+        await self._receive(inbound, name=f"slack-mention-{inbound.event_id}", conversation=conversation)
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
         """Direct messages, and replies in threads the bot takes part in."""
@@ -221,10 +222,12 @@ class SlackListeners:
         if await self.engine.load_conversation(thread_marker(inbound.channel, inbound.thread)) is not None:
             await self._receive(inbound, name=f"slack-thread-{inbound.event_id}")
 
-    async def _receive(self, inbound: Inbound, name: str) -> None:
+    async def _receive(
+        self, inbound: Inbound, name: str, conversation: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
         """Store the message before Bolt acknowledges the event (what Slack saw acknowledged is never lost),
         then process it in the background."""
-        received = await self.engine.receive(inbound)
+        received = await self.engine.receive(inbound, conversation=conversation)
         if received is not None:
             self.tasks.spawn(self.engine.process(received), name=name)
 

@@ -215,11 +215,17 @@ class Engine:
         if received is not None:
             await self.process(received)
 
-    async def receive(self, inbound: Inbound) -> Received | None:
+    async def receive(
+        self, inbound: Inbound, *, conversation: tuple[str, dict[str, Any]] | None = None
+    ) -> Received | None:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery or a message
-        the bot does not act on. Adapters await this before acknowledging the event, then :meth:`process` it."""
+        the bot does not act on. Adapters await this before acknowledging the event, then :meth:`process` it.
+
+        ``conversation``: a reference to keep as :meth:`save_conversation` does (key, data), saved in the
+        message's own write: the acknowledgement waits for one transaction, not two.
+        """
         with urgent():  # stored ahead of the runs queued for a connection: the event is acknowledged in time
-            return await self.parts.intake.receive(inbound)
+            return await self.parts.intake.receive(inbound, conversation)
 
     async def process(self, received: Received) -> None:
         """Process a received message's thread; returns when its run has finished or paused, or it waits."""
@@ -381,8 +387,12 @@ class Engine:
         return await self.storage.events.first_time(key)
 
     async def save_conversation(self, key: str, reference: dict[str, Any]) -> None:
-        """Store a platform conversation reference (e.g. for Teams proactive messages)."""
-        await self.storage.conversations.save(key, reference)
+        """Store a platform conversation reference (e.g. for Teams proactive messages).
+
+        Adapters store it as they receive a message, before the event is acknowledged: urgent, as the message.
+        """
+        with urgent():
+            await self.storage.conversations.save(key, reference)
 
     async def load_conversation(self, key: str) -> dict[str, Any] | None:
         """A stored conversation reference, or ``None``."""

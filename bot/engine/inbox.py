@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bot.engine.ahead import ReadsAhead
 from bot.engine.history import StepHistory
@@ -41,6 +41,10 @@ Started = tuple[RunRecord, InboxItem]
 """A run started for a thread's oldest waiting message, with that message's inbox item (this process owns it)."""
 
 
+Conversation = tuple[str, dict[str, Any]]
+"""A platform conversation reference an adapter stores with a message: its key and data (``save_conversation``)."""
+
+
 Behind = Literal["free", "elsewhere", "paused", "superseded"]
 """What a drain found when no run started for its thread (see :meth:`Inbox._behind_active`)."""
 
@@ -54,6 +58,9 @@ class Received:
     message_id: str | None
     started: Started | None = None
     """The run started for the thread's oldest waiting message in the same write (this process owns it)."""
+    admitted: bool = False
+    """A place among this process's working runs (:mod:`bot.engine.admission`) was taken for the thread's run;
+    :meth:`Inbox.process` uses it, or gives it back."""
 
 
 class Inbox:
@@ -86,11 +93,13 @@ class Inbox:
         self.runner = runner
         self.clock = clock
 
-    async def receive(self, inbound: Inbound) -> Received | None:
+    async def receive(self, inbound: Inbound, conversation: Conversation | None = None) -> Received | None:
         """Store a person's message in its thread's inbox, durably; ``None`` for a redelivered event.
 
         The platform's event id is marked seen in the same write, so a redelivery is stored once. An
         adapter awaits this before it acknowledges the event: what the platform saw acknowledged is stored.
+        ``conversation``: a conversation reference (key, data) the adapter keeps with the message, saved in
+        the same write (one transaction before the acknowledgement, not two).
         """
         thread = inbound.thread_ref
         now = self.clock()
@@ -98,10 +107,21 @@ class Inbox:
         address, stored = address_of(thread), message.to_dict()
         event_key = f"{inbound.platform}:event:{inbound.event_id}"
         started = None
-        if self.work.stopping or self.work.thread_lock(thread.key).locked():
+        admission = self.work.admission
+        # The run starts in the same write only with a place free among this process's runs: under a burst the
+        # message is stored alone, acknowledged at once, and its run waits its turn in the inbox (stored).
+        admitted = not self.work.stopping and not self.work.thread_lock(thread.key).locked() and admission.try_enter()
+        if not admitted and conversation is None:
             item_id = await self.storage.inbox.enqueue(
                 address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
             )
+        elif not admitted and conversation is not None:
+            batch = Batch()
+            enqueued = batch.require(
+                stores.inbox.enqueue, address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
+            )
+            batch.write(stores.conversations.save, conversation[0], conversation[1])
+            item_id = (await self.storage.batches.apply(batch)).get(enqueued)
         else:
             batch = Batch()
             enqueued = batch.require(
@@ -112,71 +132,103 @@ class Inbox:
             starting = batch.write(
                 stores.inbox.start_next, thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=now
             )
+            if conversation is not None:
+                batch.write(stores.conversations.save, conversation[0], conversation[1])
             # What the run reads first (its history, with this message, and its memories) is read in the same write,
             # after the run and its message are stored: what the run would read itself, one round trip less each.
             ahead = self.ahead.for_message(batch, inbound, message)
-            outcome = await self.storage.batches.apply(batch)
+            try:
+                outcome = await self.storage.batches.apply(batch)
+            except BaseException:
+                admission.leave()
+                raise
             item_id, started = outcome.get(enqueued), outcome.get(starting)
             if started is not None:
                 self.history.prefetched(started[0].run_id, [(read.call, outcome[read.handle]) for read in ahead])
         if item_id is None:
+            if admitted:
+                admission.leave()
             logger.info("duplicate event ignored", extra={"event_id": inbound.event_id})
             return None
-        return Received(thread, item_id, inbound.message_id, started)
+        return Received(thread, item_id, inbound.message_id, started, admitted)
 
     async def process(self, received: Received) -> None:
         """Process the thread of a received message (or leave the message queued behind its active run)."""
         if self.work.stopping:
+            if received.admitted:
+                self.work.admission.leave()
             await self.hand_over(address_of(received.thread))  # stored: another process starts it
             return
         self.work.track(asyncio.current_task())
-        await self.drain(received.thread, waiting=(received.item_id, received.message_id), started=received.started)
+        await self.drain(
+            received.thread,
+            waiting=(received.item_id, received.message_id),
+            started=received.started,
+            admitted=received.admitted,
+        )
 
     async def drain(
         self,
         thread: ThreadRef,
         waiting: tuple[int, str | None] | None = None,
         started: Started | None = None,
+        admitted: bool = False,
     ) -> None:
         """Start runs for the thread's waiting messages, oldest first, while the thread is free.
 
         ``waiting`` names a message just stored: if it cannot start now, the person is shown that it is queued.
         ``started``: the run :meth:`receive` started already (with its inbox item); it runs first.
+        ``admitted``: :meth:`receive` took a place for the thread's run already (:mod:`bot.engine.admission`).
+        Each run takes a place before it starts (waiting its turn, the message still waiting in the inbox), and
+        gives it back when it ends or pauses.
         """
+        admission = self.work.admission
         lock = self.work.thread_lock(thread.key)
         shown = False
         if waiting is not None and started is None and lock.locked():
             # This process is busy with the thread: the holder starts the message.
             shown = await self._show_queued(thread, waiting)
-        async with lock:
-            fresh = waiting is not None  # a message was just stored: try to start at once
-            while not self.work.stopping:
-                if started is None:
-                    if not fresh and not await self._anything_waits(thread):
-                        return
-                    started = await self.storage.inbox.start_next(
-                        thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=self.clock()
-                    )
-                fresh = False
-                if started is None:
-                    behind = await self._behind_active(thread)
-                    if behind == "superseded":
-                        continue
-                    if behind == "elsewhere" and waiting is not None and not shown:
-                        shown = await self._show_queued(thread, waiting)  # another process runs this thread
-                    return
-                (run, item), started = started, None
-                async with self.leases.holding(run) as fence:
-                    if fence is not None:
-                        await self.runner.run_agent(
-                            run.run_id,
-                            thread,
-                            run.requester,
-                            self.runner.from_history(run.run_id, thread),
-                            message_id=item.message_ref,
+        held = admitted  # whether this drain holds a place now
+        try:
+            async with lock:
+                fresh = waiting is not None  # a message was just stored: try to start at once
+                while not self.work.stopping:
+                    if started is None:
+                        if not fresh and not await self._anything_waits(thread):
+                            return
+                        if not held:  # every place taken: the message waits its turn, "waiting" in the inbox
+                            await admission.enter()
+                            held = True
+                            if self.work.stopping:
+                                break
+                        started = await self.storage.inbox.start_next(
+                            thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=self.clock()
                         )
-            # Stopping: what still waits for the thread is another process's to start.
-            await self.hand_over(address_of(thread), unless_empty=True)
+                    fresh = False
+                    if started is None:
+                        behind = await self._behind_active(thread)
+                        if behind == "superseded":
+                            continue
+                        if behind == "elsewhere" and waiting is not None and not shown:
+                            shown = await self._show_queued(thread, waiting)  # another process runs this thread
+                        return
+                    (run, item), started = started, None
+                    # The place goes with the run (a started run always holds one), which gives it back.
+                    reserved, held = held, False
+                    async with admission.admitted(run.run_id, reserved=reserved), self.leases.holding(run) as fence:
+                        if fence is not None:
+                            await self.runner.run_agent(
+                                run.run_id,
+                                thread,
+                                run.requester,
+                                self.runner.from_history(run.run_id, thread),
+                                message_id=item.message_ref,
+                            )
+                # Stopping: what still waits for the thread is another process's to start.
+                await self.hand_over(address_of(thread), unless_empty=True)
+        finally:
+            if held:
+                admission.leave()
 
     async def _anything_waits(self, thread: ThreadRef) -> bool:
         """Whether a message waits for the thread, after a run: as its pause or end write read it, else read now.

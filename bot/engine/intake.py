@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from bot.engine.access import AccessControl
-from bot.engine.inbox import Inbox, Received
+from bot.engine.inbox import Conversation, Inbox, Received
 from bot.engine.listening import Listening, pending_note
 from bot.engine.model import UNREAD, Inbound
 from bot.engine.surface import Surface
@@ -50,13 +50,22 @@ class Intake:
         self.work = work
         self.clock = clock
 
-    async def receive(self, inbound: Inbound) -> Received | None:
+    async def receive(self, inbound: Inbound, conversation: Conversation | None = None) -> Received | None:
         """Store a person's message durably (once per platform event); ``None`` for a redelivery.
 
         Adapters await this before acknowledging the platform's event, then process it after. A message
         the bot does not act on is not stored (``None``); its author may get a private note about an
-        approval waiting in the thread.
+        approval waiting in the thread. ``conversation``: a reference the adapter keeps (key, data), saved with
+        the message in its write, or alone when the message is not stored.
         """
+        received = await self._receive(inbound, conversation)
+        if received is None and conversation is not None:
+            await self.storage.conversations.save(
+                conversation[0], conversation[1]
+            )  # the message was not stored: the reference is
+        return received
+
+    async def _receive(self, inbound: Inbound, conversation: Conversation | None) -> Received | None:
         if not self.listening.needs_read(inbound):
             hearing = await self.listening.hear(inbound)
             rules: Any = UNREAD
@@ -82,7 +91,7 @@ class Intake:
                     name=f"refuse-{inbound.event_id}",
                 )
             return None
-        return await self.inbox.receive(inbound)
+        return await self.inbox.receive(inbound, conversation)
 
     async def _note_pending(self, inbound: Inbound, record: ApprovalRecord) -> None:
         """Tell someone privately, once per approval, that it waits and who can decide it."""

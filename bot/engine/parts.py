@@ -85,7 +85,7 @@ class Parts:
         self.surfaces: dict[str, Surface] = {}
         ttl = config.default_ttl_seconds
         # --- the parts, bottom-up: each is built only from parts built on the lines before it ----------
-        self.work = Work()
+        self.work = Work(config.active_runs_limit)
         self.leases = Leases(storage, owner=config.instance_id, clock=clock, lease_seconds=config.lease_seconds)
         waiting = WaitingSeen()
         self.history = StepHistory(storage)
@@ -95,7 +95,7 @@ class Parts:
         live: dict[str, LiveAnswer] = {}
         self.agent = self._agent(generator, list(tools), live)
         self.roles = Roles(storage, config.admins, self.surfaces)
-        self.questions = Questions(storage, self.roles, live, clock, ttl_seconds=ttl)
+        self.questions = Questions(storage, self.roles, live, clock, ttl_seconds=ttl, admission=self.work.admission)
         """A running tool's questions to its run's requester (MCP elicitation), asked in the thread."""
         self.listening = Listening(storage, config.reply_mode, self.roles)
         self.access = AccessControl(storage, self.roles)

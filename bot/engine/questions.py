@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from bot.engine.admission import Admission
 from bot.engine.errors import InvalidAnswer, InvalidEdit, NotAllowedToAnswer, QuestionNotOpen
 from bot.engine.model import AnswerRequest, QuestionField, QuestionView
 from bot.engine.params import merge_edit
@@ -59,7 +60,10 @@ class Questions:
         clock: Callable[[], datetime],
         *,
         ttl_seconds: float,
+        admission: Admission | None = None,
     ) -> None:
+        self.admission = admission
+        """This process's runs' places: a run waiting for an answer gives its place to another meanwhile."""
         self.storage = storage
         self.roles = roles
         self.live = live
@@ -110,7 +114,10 @@ class Questions:
                 await live.surface.update_question(live.thread, opened.ref, opened.view)
             else:
                 await live.status(f"waiting for {view.requester}'s answer")
-            return await asyncio.wait_for(asyncio.shield(opened.answer), self.ttl_seconds)
+            if self.admission is None:
+                return await asyncio.wait_for(asyncio.shield(opened.answer), self.ttl_seconds)
+            async with self.admission.aside(run_id):  # a person may take minutes: another run works meanwhile
+                return await asyncio.wait_for(asyncio.shield(opened.answer), self.ttl_seconds)
         except TimeoutError:
             await self.expire(view.question_id)
             return DECLINED

@@ -162,7 +162,11 @@ class Recovery:
 
     async def _recover_run(self, run: RunRecord) -> None:
         thread = thread_of_run(run)
-        async with self.work.thread_lock(thread.key), self.leases.holding(run) as fence:
+        async with (
+            self.work.thread_lock(thread.key),
+            self.work.admission.admitted(run.run_id),
+            self.leases.holding(run) as fence,
+        ):
             try:
                 if fence is not None:
                     await self._continue(run, thread)

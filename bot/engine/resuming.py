@@ -111,7 +111,8 @@ class Resuming:
             # The fence is taken from the run as claimed (the row the claim wrote, or a read after it), with no
             # read of its own. A takeover since is refused by the fenced writes themselves (each checks owner and
             # generation in its transaction: FENCE_CONDITION), starting with resuming -> running below.
-            async with self.leases.holding(current) as fence:
+            # The claimed run waits its turn among this process's runs (owned, its lease renewed meanwhile).
+            async with self.work.admission.admitted(run_id), self.leases.holding(current) as fence:
                 if fence is not None:
                     # The step's snapshot came with the step when it was read fully decided: the claim, pinned to
                     # that step, took the run still paused there, so it is the snapshot of the run we hold.

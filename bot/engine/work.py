@@ -7,6 +7,11 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any
 
+from bot.engine.admission import Admission
+
+DEFAULT_ACTIVE_RUNS = 20
+"""The admission limit of a :class:`Work` built without one (``Config.active_runs_limit`` with its defaults)."""
+
 
 class Work:
     """Tracks background tasks (resumes, recoveries, inbox drains) and in-flight message processing.
@@ -16,7 +21,9 @@ class Work:
     >>> await work.wait_idle()
     """
 
-    def __init__(self) -> None:
+    def __init__(self, active_runs: int = DEFAULT_ACTIVE_RUNS) -> None:
+        self.admission = Admission(active_runs)
+        """At most ``active_runs`` runs work at once here; the others wait their turn (:mod:`bot.engine.admission`)."""
         self.tasks: set[asyncio.Task[Any]] = set()
         """Background work in flight; :meth:`wait_idle` and shutdown wait for it."""
         self.inflight: set[asyncio.Task[Any]] = set()

@@ -75,6 +75,9 @@ async def test_one_approval_flow_moves_the_metrics(
     assert value(paused, "countersign_approvals_pending", tool="delete_file") == 1
     assert value(paused, "countersign_llm_latency_seconds_count") == 1
     assert value(paused, "countersign_tool_executions_total", tool="delete_file") == 0
+    # The run paused: it holds no place among the process's working runs, and nothing waits for one.
+    assert ("countersign_runs_admitted", ()) in paused
+    assert value(paused, "countersign_runs_admitted") == value(paused, "countersign_runs_waiting_turn") == 0
 
     clock.now += timedelta(minutes=2)  # the approver takes two minutes
     [approval_id] = button_values(approval.args["blocks"], "cs_approve")
