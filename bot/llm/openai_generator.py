@@ -24,6 +24,7 @@ from openai._streaming_cleanup import drain_response_async
 from openai.types.chat import ChatCompletion
 
 from bot.aio import run_sync
+from bot.llm.aiohttp_transport import AiohttpClient
 from bot.llm.base import LLMError, LLMResponseError, StreamingCallback, StreamingChunk, emit_chunk
 from bot.llm.openai_format import StreamAssembler, reply_from_choice, to_openai_messages, usage_to_dict
 from bot.llm.openai_params import create_arguments
@@ -151,7 +152,7 @@ class OpenAIChatGenerator:
         if self.default_headers:
             kwargs["default_headers"] = dict(self.default_headers)
         try:
-            return openai.AsyncOpenAI(**kwargs)
+            return openai.AsyncOpenAI(**kwargs, http_client=AiohttpClient())
         except openai.OpenAIError as err:
             raise LLMError(
                 "No credentials for the model server: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)."
