@@ -9,6 +9,7 @@ is left becomes one :class:`~bot.llm.base.LLMError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -20,7 +21,6 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 import orjson
 from openai._base_client import make_request_options
-from openai._streaming_cleanup import drain_response_async
 from openai.types.chat import ChatCompletion
 
 from bot.aio import run_sync
@@ -297,6 +297,8 @@ class OpenAIChatGenerator:
         return LLMError(message, status_code=status, reason=reason)
 
 
+DRAIN_SECONDS = 0.1
+"""How long a stream's rest after ``[DONE]`` is read before its connection is closed instead (as the client)."""
 OPTION_KEYWORDS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 """The keywords of ``chat.completions.create`` that are request options, not fields of the body."""
 
@@ -311,12 +313,12 @@ class ChunkStream(openai.AsyncStream[dict[str, Any]]):
 
     async def __stream__(self) -> AsyncIterator[dict[str, Any]]:
         response = self.response
+        events = self._iter_events()
         try:
-            async for sse in self._iter_events():
+            async for sse in events:
                 if sse.data.startswith("[DONE]"):
-                    if response.http_version == "HTTP/1.1":  # the rest of the body, for the connection's reuse
-                        await drain_response_async(response)
-                    break
+                    await self._finish(events)
+                    return
                 data = orjson.loads(sse.data)
                 if not isinstance(data, dict):
                     raise LLMResponseError("The model server streamed a chunk that is not a JSON object.")
@@ -325,14 +327,23 @@ class ChunkStream(openai.AsyncStream[dict[str, Any]]):
                     message = error.get("message") if isinstance(error, dict) else None
                     if not message or not isinstance(message, str):
                         message = "An error occurred during streaming"
-                    raise openai.APIError(
-                        message=message,
-                        request=response.request,
-                        body=error,
-                    )
+                    raise openai.APIError(message=message, request=response.request, body=error)
                 yield data
         finally:
             await response.aclose()
+
+    async def _finish(self, events: AsyncIterator[Any]) -> None:
+        """Read what follows ``[DONE]`` to the body's end, for at most ``DRAIN_SECONDS``, and ignore it.
+
+        Over HTTP/1.1 a connection is reused only once its body is read; reading it through the same
+        iterators also ends them, where leaving them suspended has the event loop finalise each one.
+        """
+        if self.response.http_version != "HTTP/1.1":
+            return
+        with contextlib.suppress(TimeoutError, openai.APIError):  # cleanup never fails a complete answer
+            async with asyncio.timeout(DRAIN_SECONDS):
+                async for _ in events:
+                    pass
 
 
 async def _post_completion(client: openai.AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:

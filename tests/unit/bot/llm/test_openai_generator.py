@@ -347,6 +347,33 @@ async def test_a_streamed_chunk_that_is_not_a_json_object_is_an_llm_response_err
         await make_generator().run_async(user("hi"), streaming_callback=lambda chunk: None)
 
 
+async def test_a_streamed_answer_leaves_no_async_generator_for_the_event_loop_to_finalise(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator]
+) -> None:
+    # The stream is read to its end after [DONE] (its connection is then reused): an iterator left suspended
+    # instead would be finalised by the event loop, a cross-thread wake-up each, several per model call.
+    finalised: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def finalizer(agen: Any) -> None:
+        finalised.append(agen)
+        assert hooks.finalizer is not None
+        hooks.finalizer(agen)
+
+    generator = make_generator()
+    server.enqueue_text("warm")  # the client's first call loads its code, which keeps generators of its own
+    await generator.run_async(user("hi"), streaming_callback=lambda chunk: None)
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    try:
+        for text in ("The disk is full.", "It is not."):
+            server.enqueue_text(text)
+            await generator.run_async(user("disk?"), streaming_callback=lambda chunk: None)
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+
+    assert finalised == []
+
+
 async def test_openai_base_url_from_the_environment_is_honoured_with_a_placeholder_key(
     server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
