@@ -8,8 +8,9 @@ a fake OpenAI server whose model answers after ``--llm-delay`` seconds, and ``se
 (a SQLite file, or a fresh PostgreSQL schema dropped afterwards). Events and clicks go round-robin to the
 replicas, as a load balancer sends them. Figures: conversations completed (their "Finished" answer posted),
 events and clicks not answered 200 (503s), tools run more than once, the acknowledgement latency of the events
-(p50, p99; Slack's deadline is 3 s), click-to-answer median, wall time, conversations per second, and CPU per
-completed conversation of the serve processes and (PostgreSQL) of this run's server backends, from ``/proc``.
+(p50, p99; Slack's deadline is 3 s), click-to-answer median, wall time, conversations per second, Slack Web API
+calls (and by method) and model calls per conversation, and CPU per completed conversation of the serve
+processes and (PostgreSQL) of this run's server backends, from ``/proc``.
 The figures are printed as one JSON object on the last line.
 """
 
@@ -122,6 +123,7 @@ async def _burst(
     backends.sample()
     backend_cpu_before = dict(backends.seen)
     serve_cpu_before = sum(_cpu_seconds(p.pid) for p in procs)
+    slack_calls_before, model_calls_before = len(cluster.slack.calls), len(cluster.model.requests)
     ack_ms: list[float] = []
     statuses: collections.Counter[Any] = collections.Counter()
 
@@ -168,6 +170,8 @@ async def _burst(
     wall = time.perf_counter() - began
     backends.sample()
     serve_cpu = sum(_cpu_seconds(p.pid) for p in procs) - serve_cpu_before
+    slack_calls = collections.Counter(c.method for c in cluster.slack.calls[slack_calls_before:])
+    model_calls = len(cluster.model.requests) - model_calls_before
     completed = len(answered_at)
     ran = collections.Counter(e.arguments["path"] for e in cluster.control.of("delete_file"))
     resume_ms = [(answered_at[ts] - clicked_at[ts]) * 1000 for ts in answered_at if ts in clicked_at]
@@ -188,6 +192,9 @@ async def _burst(
         "wall_s": round(wall, 2),
         "conversations_per_s": round(completed / wall, 1) if wall else None,
         "serve_cpu_ms_per_conversation": round(serve_cpu / max(completed, 1) * 1000, 1),
+        "slack_calls_per_conversation": round(slack_calls.total() / n, 2),
+        "slack_calls_by_method": dict(slack_calls.most_common()),
+        "model_calls_per_conversation": round(model_calls / n, 2),
         "server_cpu_ms_per_conversation": (
             round(backends.cpu(backend_cpu_before) / max(completed, 1) * 1000, 1) if args.database_url else None
         ),

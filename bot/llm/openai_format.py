@@ -5,6 +5,7 @@ Pure functions, no I/O: messages out, replies in, and the assembly of streamed t
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,12 +71,13 @@ def parse_arguments(tool_name: str, raw: str | None) -> dict[str, Any]:
 
 
 def usage_to_dict(usage: Any) -> dict[str, int]:
-    """The three token counts of an OpenAI ``usage`` object (zeros when absent)."""
+    """The three token counts of an OpenAI ``usage`` object, or of its JSON (zeros when absent)."""
     if usage is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion = int(getattr(usage, "completion_tokens", 0) or 0)
-    total = int(getattr(usage, "total_tokens", 0) or (prompt + completion))
+    read = usage.get if isinstance(usage, dict) else functools.partial(getattr, usage)
+    prompt = int(read("prompt_tokens", 0) or 0)
+    completion = int(read("completion_tokens", 0) or 0)
+    total = int(read("total_tokens", 0) or (prompt + completion))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
 
 
@@ -120,23 +122,26 @@ class StreamAssembler:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish_reason: str | None = None
 
-    def add_delta(self, delta: Any, finish_reason: str | None) -> list[dict[str, Any]]:
-        """Fold one ``choices[i].delta`` in; return the tool-call deltas as plain dicts."""
-        if getattr(delta, "content", None):
-            self.text.append(delta.content)
+    def add_delta(self, delta: dict[str, Any], finish_reason: str | None) -> list[dict[str, Any]]:
+        """Fold one ``choices[i].delta`` (its JSON) in; return the tool-call deltas as plain dicts."""
+        content = delta.get("content")
+        if content:
+            self.text.append(content)
         plain: list[dict[str, Any]] = []
-        for tc in getattr(delta, "tool_calls", None) or []:
-            partial = self.calls.setdefault(tc.index, _PartialCall())
-            function = tc.function
-            name = function.name if function is not None else None
-            fragment = function.arguments if function is not None else None
-            if tc.id:
-                partial.id = tc.id
+        for tc in delta.get("tool_calls") or ():
+            index, call_id = tc.get("index", 0), tc.get("id")
+            partial = self.calls.get(index)
+            if partial is None:
+                partial = self.calls[index] = _PartialCall()
+            function = tc.get("function") or {}
+            name, fragment = function.get("name"), function.get("arguments")
+            if call_id:
+                partial.id = call_id
             if name:
                 partial.name += name
             if fragment:
                 partial.arguments += fragment
-            plain.append({"index": tc.index, "id": tc.id, "name": name, "arguments": fragment or ""})
+            plain.append({"index": index, "id": call_id, "name": name, "arguments": fragment or ""})
         if finish_reason:
             self.finish_reason = finish_reason
         return plain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from bot.llm import (
 )
 from bot.messages import ChatMessage, ToolCall
 from bot.tools import Toolset, tool
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.openai_server import FakeOpenAIServer, RawResponse
 
 API_KEY = "sk-test-0123456789abcdef"
 
@@ -312,6 +313,65 @@ async def test_streamed_invalid_tool_arguments_raise_llm_response_error(
 
     with pytest.raises(LLMResponseError):
         await make_generator().run_async(user("x"), tools=TOOLS, streaming_callback=lambda chunk: None)
+
+
+async def test_an_error_event_in_a_stream_is_an_llm_error_with_the_servers_message(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator]
+) -> None:
+    piece = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "Hel"}}],
+    }
+    server.enqueue(
+        RawResponse(
+            f'data: {json.dumps(piece)}\n\ndata: {{"error": {{"message": "the model is overloaded"}}}}\n\n',
+            content_type="text/event-stream",
+        )
+    )
+    chunks: list[StreamingChunk] = []
+
+    with pytest.raises(LLMError, match="the model is overloaded"):
+        await make_generator().run_async(user("hi"), streaming_callback=chunks.append)
+    assert [c.content for c in chunks] == ["Hel"]
+
+
+@pytest.mark.parametrize("data", ["[1, 2]", "{not json"], ids=["a list", "not JSON"])
+async def test_a_streamed_chunk_that_is_not_a_json_object_is_an_llm_response_error(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator], data: str
+) -> None:
+    server.enqueue(RawResponse(f"data: {data}\n\ndata: [DONE]\n\n", content_type="text/event-stream"))
+
+    with pytest.raises(LLMResponseError):
+        await make_generator().run_async(user("hi"), streaming_callback=lambda chunk: None)
+
+
+async def test_a_streamed_answer_leaves_no_async_generator_for_the_event_loop_to_finalise(
+    server: FakeOpenAIServer, make_generator: Callable[..., OpenAIChatGenerator]
+) -> None:
+    # The stream is read to its end after [DONE] (its connection is then reused): an iterator left suspended
+    # instead would be finalised by the event loop, a cross-thread wake-up each, several per model call.
+    finalised: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def finalizer(agen: Any) -> None:
+        finalised.append(agen)
+        assert hooks.finalizer is not None
+        hooks.finalizer(agen)
+
+    generator = make_generator()
+    server.enqueue_text("warm")  # the client's first call loads its code, which keeps generators of its own
+    await generator.run_async(user("hi"), streaming_callback=lambda chunk: None)
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    try:
+        for text in ("The disk is full.", "It is not."):
+            server.enqueue_text(text)
+            await generator.run_async(user("disk?"), streaming_callback=lambda chunk: None)
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+
+    assert finalised == []
 
 
 async def test_openai_base_url_from_the_environment_is_honoured_with_a_placeholder_key(
