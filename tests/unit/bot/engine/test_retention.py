@@ -73,7 +73,8 @@ async def test_the_sweep_posts_the_audit_head_to_the_audit_channel_once_a_day(tm
     from bot.engine.model import AdminRequest, ThreadRef
     from tests.fakes.engine_kit import ADMIN, CHANNEL, PLATFORM, WORKSPACE
 
-    clock = Clock(datetime.now(UTC))
+    # Morning of today, so two hours later is still the same day whenever the test runs.
+    clock = Clock(datetime.now(UTC).replace(hour=9, minute=0))
     h = await Harness.open(tmp_path, clock=clock, audit_channel=f"{PLATFORM}:{WORKSPACE}:C_AUDIT")
     try:
         await h.engine.admin(AdminRequest(PLATFORM, WORKSPACE, CHANNEL, ADMIN, "quorum delete_file 2"))
