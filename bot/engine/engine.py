@@ -192,7 +192,11 @@ class Engine:
         await self.lifecycle.shutdown(self.config.shutdown_grace_seconds if grace is None else grace)
         if self.mcp is not None:
             await self.mcp.aclose()
-        await self.storage.aclose()
+        try:
+            # The model client's HTTP session, closed on its loop: left to the collector, aiohttp logs it unclosed.
+            await self.generator.aclose()
+        finally:
+            await self.storage.aclose()
 
     async def wait_idle(self) -> None:
         """Wait until every background resume has finished (tasks may start further tasks)."""

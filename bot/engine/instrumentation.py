@@ -21,6 +21,13 @@ class WarmsUp(Protocol):
     async def warm_up(self) -> None: ...
 
 
+@runtime_checkable
+class Closes(Protocol):
+    """A generator that holds connections (an HTTP session) until it is closed."""
+
+    async def aclose(self) -> None: ...
+
+
 class ObservedChatGenerator:
     """A chat generator that reports each call's latency, error and tokens, and otherwise is ``inner``.
 
@@ -76,6 +83,11 @@ class ObservedChatGenerator:
         """Load the inner generator's client now, if it loads lazily (:class:`WarmsUp`); else nothing."""
         if isinstance(self.inner, WarmsUp):
             await self.inner.warm_up()
+
+    async def aclose(self) -> None:
+        """Close the inner generator's connections, if it holds any (:class:`Closes`); else nothing."""
+        if isinstance(self.inner, Closes):
+            await self.inner.aclose()
 
     def _report(self, started: float, output: dict[str, Any] | None, error: Exception | None) -> None:
         replies = (output or {}).get("replies") or []
