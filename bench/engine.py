@@ -307,16 +307,18 @@ async def run_conversations(
     db_threads: int | None = None,
     database_url: str | None = None,
     trace: bool = False,
+    max_active_runs: int | None = None,
 ) -> tuple[dict[str, Any], CallStats]:
     """Run ``n_threads`` conversations at once on a fresh engine; return the figures.
 
     ``database_url``: run on PostgreSQL at that URL (its schema, empty or migrated, is the run's own)
     instead of SQLite at ``db_path``. ``trace``: the figures list every command sent to it meanwhile
-    (``statements``: top-level call, kind, SQL text).
+    (``statements``: top-level call, kind, SQL text). ``max_active_runs``: the engine's admission limit
+    (``COUNTERSIGN_MAX_ACTIVE_RUNS``; default twice the pool).
     """
     started: dict[str, float] = {}
     generator = SlowChatGenerator(delay)
-    config = Config(db_path=db_path, admins=frozenset(), database_url=database_url)
+    config = Config(db_path=db_path, admins=frozenset(), database_url=database_url, max_active_runs=max_active_runs)
     profiler: CallStats
     if database_url is not None:
         if synchronous is not None or db_threads is not None:

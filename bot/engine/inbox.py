@@ -111,16 +111,14 @@ class Inbox:
         # The run starts in the same write only with a place free among this process's runs: under a burst the
         # message is stored alone, acknowledged at once, and its run waits its turn in the inbox (stored).
         admitted = not self.work.stopping and not self.work.thread_lock(thread.key).locked() and admission.try_enter()
-        if not admitted and conversation is None:
-            item_id = await self.storage.inbox.enqueue(
-                address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
-            )
-        elif not admitted and conversation is not None:
+        if not admitted:
+            # A batch even alone: on PostgreSQL a batch is one pipeline, with no BEGIN and COMMIT of its own.
             batch = Batch()
             enqueued = batch.require(
                 stores.inbox.enqueue, address, inbound.user, stored, inbound.message_id, now=now, event_key=event_key
             )
-            batch.write(stores.conversations.save, conversation[0], conversation[1])
+            if conversation is not None:
+                batch.write(stores.conversations.save, conversation[0], conversation[1])
             item_id = (await self.storage.batches.apply(batch)).get(enqueued)
         else:
             batch = Batch()
@@ -201,9 +199,16 @@ class Inbox:
                             held = True
                             if self.work.stopping:
                                 break
-                        started = await self.storage.inbox.start_next(
-                            thread.key, new_id(), self.leases.owner, self.leases.lease_until(), now=self.clock()
+                        starting = Batch()
+                        start = starting.write(
+                            stores.inbox.start_next,
+                            thread.key,
+                            new_id(),
+                            self.leases.owner,
+                            self.leases.lease_until(),
+                            now=self.clock(),
                         )
+                        started = (await self.storage.batches.apply(starting))[start]
                     fresh = False
                     if started is None:
                         behind = await self._behind_active(thread)
