@@ -25,6 +25,7 @@ from bot.engine.model import PENDING, ThreadRef
 from bot.engine.previewing import Prechecks
 from bot.engine.review import review_from_record
 from bot.engine.running import Runner
+from bot.engine.streaming import THINKING, running
 from bot.engine.threads import channel_of, thread_of_run
 from bot.engine.work import Work
 from bot.messages import ChatMessage
@@ -191,6 +192,8 @@ class Resuming:
             if reask is not None:
                 await self.runner.pausing.pause(run_id, thread, requester, reask.pause, reask=reask)
                 return
+        # The approved calls run first: their status line now, not a "thinking…" that they replace at once.
+        to_run = [d.tool_name for d in outcome.get("tool_execution_decisions", ()) if d.execute]
         await self.runner.run_agent(
             run_id,
             thread,
@@ -204,6 +207,7 @@ class Resuming:
                 **outcome,
             ),
             decided_calls=frozenset(r.tool_call_id for r in records),
+            first_status=running(", ".join(dict.fromkeys(to_run))) if to_run else THINKING,
         )
 
     async def _started(

@@ -136,13 +136,15 @@ class Runner:
         message_id: str | None = None,
         *,
         decided_calls: frozenset[str] = frozenset(),
+        first_status: str = THINKING,
     ) -> None:
         """Run (or resume) the agent, streaming its answer, and turn its outcome into storage updates and messages.
 
         ``decided_calls``: the calls people decided on (a resume), shown by their approval, not as tool steps.
+        ``first_status``: the status line as the run starts (a resume that runs approved calls names them).
         """
         with log_context(run_id=run_id, thread_key=thread.key, surface=thread.platform):
-            await self._run_agent(run_id, thread, requester, invoke, message_id, decided_calls)
+            await self._run_agent(run_id, thread, requester, invoke, message_id, decided_calls, first_status)
 
     async def _run_agent(
         self,
@@ -152,6 +154,7 @@ class Runner:
         invoke: Invoke,
         message_id: str | None,
         decided_calls: frozenset[str],
+        first_status: str,
     ) -> None:
         surface = self.surfaces.get(thread.platform)
         if surface is None:
@@ -182,7 +185,7 @@ class Runner:
                 stop_check=lambda: self.stops.stop_requested(run_id),
             )
             self.stops.live[run_id] = live
-            await live.status(THINKING)
+            await live.status(first_status)
         progress = _Progress()
         try:
             await self._attempts(run_id, thread, requester, invoke, context, policies_read, live, progress)

@@ -70,6 +70,7 @@ async def test_text_before_a_paused_call_is_kept_the_approval_follows_and_the_re
     assert surface.final_texts() == ["I'll delete a.txt now."]
     assert finish_first < render
     assert surface.statuses[-1] == WAITING_FOR_APPROVAL  # still waiting: the status stays
+    paused_statuses = len(surface.statuses)
 
     await h.engine.decide(DecisionRequest(approval.approval_id, REQUESTER, "confirm", place=approval.thread.place))
     await h.engine.wait_idle()
@@ -78,7 +79,8 @@ async def test_text_before_a_paused_call_is_kept_the_approval_follows_and_the_re
     assert len(starts) == 2 and surface.calls.index(starts[1]) > render
     assert surface.final_texts() == ["I'll delete a.txt now.", "Deleted a.txt."]
     assert surface.steps == []  # the approved call is shown by its approval, not as a tool step
-    assert surface.statuses[-1] is None
+    # The resume names the approved call at once (no "thinking…" it would replace), then thinks about its result.
+    assert surface.statuses[paused_statuses:] == [running("delete_file"), THINKING, None]
     assert h.tools.executed == [("delete_file", {"path": "a.txt"})]
 
 
