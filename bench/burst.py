@@ -101,6 +101,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         base = await schemas.new()
         url = f"{base}{'&' if '?' in base else '?'}application_name={name}"
     env = {**STEADY, "COUNTERSIGN_DB_POOL_SIZE": str(args.pool)}
+    if args.max_active_runs is not None:
+        env["COUNTERSIGN_MAX_ACTIVE_RUNS"] = str(args.max_active_runs)
     try:
         with tempfile.TemporaryDirectory(prefix="countersign-burst-") as folder:
             async with ServeCluster.open(Path(folder), database_url=url) as cluster:
@@ -180,6 +182,7 @@ async def _burst(
         "backend": "postgresql" if args.database_url else "sqlite",
         "replicas": len(procs),
         "pool": args.pool if args.database_url else None,
+        "max_active_runs": args.max_active_runs,
         "llm_delay_s": args.llm_delay,
         "conversations": n,
         "completed": completed,
@@ -207,6 +210,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=500)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--pool", type=int, default=5, help="COUNTERSIGN_DB_POOL_SIZE of each replica")
+    parser.add_argument("--max-active-runs", type=int, help="COUNTERSIGN_MAX_ACTIVE_RUNS of each replica (default: 40)")
     parser.add_argument("--llm-delay", type=float, default=0.2)
     parser.add_argument("--database-url", help="PostgreSQL (a fresh schema, dropped afterwards); default SQLite")
     args = parser.parse_args()
