@@ -314,7 +314,7 @@ async def run_conversations(
     ``database_url``: run on PostgreSQL at that URL (its schema, empty or migrated, is the run's own)
     instead of SQLite at ``db_path``. ``trace``: the figures list every command sent to it meanwhile
     (``statements``: top-level call, kind, SQL text). ``max_active_runs``: the engine's admission limit
-    (``COUNTERSIGN_MAX_ACTIVE_RUNS``; default twice the pool).
+    (``COUNTERSIGN_MAX_ACTIVE_RUNS``; default 40).
     """
     started: dict[str, float] = {}
     generator = SlowChatGenerator(delay)

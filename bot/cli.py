@@ -42,7 +42,7 @@ configuration (environment variables; a .env file in the working folder is read 
                                    before it fails, a duration such as 30s or 2m (default: 30s)
   COUNTERSIGN_MAX_ACTIVE_RUNS      at most this many runs work at once in each process; the others wait
                                    their turn, in order, while new messages are still stored and
-                                   acknowledged at once (default: twice COUNTERSIGN_DB_POOL_SIZE)
+                                   acknowledged at once (default: 40)
   COUNTERSIGN_TOOLS                comma-separated module:attribute specs; each attribute is a Tool, a
                                    list of Tools or a Toolset (default: bot.demo_tools:demo_tools, file
                                    tools confined to ./countersign-sandbox)

@@ -63,9 +63,9 @@ async def _settled(admission: Admission, model: HeldModel, expected: int) -> Non
         await asyncio.sleep(0)
 
 
-def test_the_limit_defaults_to_twice_the_pool_and_is_a_setting():
-    assert Config().active_runs_limit == 20
-    assert Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": "5"}, dotenv_path=None).active_runs_limit == 10
+def test_the_limit_defaults_to_40_whatever_the_pool_and_is_a_setting():
+    assert Config().active_runs_limit == 40
+    assert Config.from_env({"COUNTERSIGN_DB_POOL_SIZE": "5"}, dotenv_path=None).active_runs_limit == 40
     assert Config.from_env({"COUNTERSIGN_MAX_ACTIVE_RUNS": "3"}, dotenv_path=None).active_runs_limit == 3
     with pytest.raises(ConfigError, match="COUNTERSIGN_MAX_ACTIVE_RUNS must be at least 1, got 0"):
         Config.from_env({"COUNTERSIGN_MAX_ACTIVE_RUNS": "0"}, dotenv_path=None)
