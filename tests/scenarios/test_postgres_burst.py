@@ -28,10 +28,10 @@ from tests.fakes.slack_stack import button_values
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-BURST = 100
-"""Conversations posted at once in the suite (the issue's 500 is bench/burst.py's figure)."""
+BURST = 500
+"""Conversations posted at once, as the issue asks (bench/burst.py measures the same)."""
 STALLED = 40
-STALL_SECONDS = 3.0
+STALL_SECONDS = 5.0
 MODEL_SECONDS = 0.2
 POOL = {"COUNTERSIGN_DB_POOL_SIZE": "5"}
 DEADLINE = 240.0
