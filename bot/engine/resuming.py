@@ -207,7 +207,7 @@ class Resuming:
                 **outcome,
             ),
             decided_calls=frozenset(r.tool_call_id for r in records),
-            first_status=running(", ".join(dict.fromkeys(to_run))) if to_run else THINKING,
+            first_status=running(*to_run) if to_run else THINKING,
         )
 
     async def _started(

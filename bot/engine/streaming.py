@@ -36,9 +36,9 @@ THINKING = "thinking…"
 WAITING_FOR_APPROVAL = "waiting for approval"
 
 
-def running(tool_name: str) -> str:
-    """The status while a tool is called: ``running get_time…``."""
-    return f"running {tool_name}…"
+def running(*tool_names: str) -> str:
+    """The status while tools are called, each named once: ``running get_time…``, ``running a, b…``."""
+    return f"running {', '.join(dict.fromkeys(tool_names))}…"
 
 
 class StreamRateLimited(Exception):  # noqa: N818  (a signal, like StopIteration, not a failure)
@@ -170,7 +170,7 @@ class LiveAnswer:
             await self.end_segment()  # the text before a tool call is kept as it is
         names = chunk.meta.get(RUNNING_TOOLS) if chunk.meta else None
         if names:
-            await self.status(running(", ".join(dict.fromkeys(names))))
+            await self.status(running(*names))
 
     def stop(self, actor: str) -> None:
         """Ask the run to stop once its current step has run (the tool running now finishes)."""
